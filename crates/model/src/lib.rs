@@ -1,0 +1,358 @@
+//! The profile model every source feeds and every consumer reads, and the recording file that stores it.
+//!
+//! A [`Profile`] holds interned strings, function-level frames, a stack trie, threads, aggregated samples
+//! with one or more value types, and the run's metadata. It never knows how the data was collected: live
+//! recording and imported files enter through the same [`ProfileBuilder`].
+
+pub mod file;
+pub mod raw;
+
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+
+/// Marker for "no parent" in the stack trie and "no module" on a frame.
+pub const NONE: u32 = u32::MAX;
+
+/// What kind of code a frame stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum FrameKind {
+    /// A user-space function found in a symbol table or debug info.
+    User,
+    /// A function inlined into its caller (it has no return address of its own).
+    Inlined,
+    /// A kernel function from /proc/kallsyms.
+    Kernel,
+    /// An address no symbol covers: the name is `module+0xOFFSET` (or a bare address).
+    Unknown,
+}
+
+/// One function-level frame. Frames are deduplicated: the same function in the same module is one frame.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Frame {
+    /// Interned function name (demangled).
+    pub name: u32,
+    /// Index into [`Profile::modules`], or [`NONE`].
+    pub module: u32,
+    /// Interned source file of the function, or 0 ("") when unknown.
+    pub file: u32,
+    pub kind: FrameKind,
+}
+
+/// A loaded object file (executable, shared library, `[kernel]`, `[vdso]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Module {
+    pub path: String,
+    /// GNU build id as lowercase hex, empty when the file has none.
+    pub build_id: String,
+}
+
+/// A node of the stack trie: the frame and the node of its caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct StackNode {
+    pub parent: u32,
+    pub frame: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Thread {
+    pub pid: u32,
+    pub tid: u32,
+    /// Thread name (comm) as last seen.
+    pub name: String,
+}
+
+/// A value type carried by every sample, like pprof's sample_type.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SampleType {
+    /// `cpu`, `cpu-ns`, `offcpu`, `alloc-bytes`, ...
+    pub name: String,
+    /// `samples`, `nanoseconds`, `bytes`, `count`.
+    pub unit: String,
+}
+
+/// Aggregated samples: one entry per (stack, thread), values parallel to [`Profile::sample_types`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sample {
+    /// Leaf node in [`Profile::stacks`] (innermost frame), or [`NONE`] for an empty stack.
+    pub stack: u32,
+    /// Index into [`Profile::threads`].
+    pub thread: u32,
+    pub values: Vec<i64>,
+}
+
+/// How far user stacks were unwound.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnwindStats {
+    /// The unwinder reached the outermost frame (the CFI says there is no caller).
+    pub complete: u64,
+    /// Unwinding stopped early (missing unwind info, stack copy too short, bad address).
+    pub partial: u64,
+}
+
+/// Facts about the run that produced the profile.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Metadata {
+    /// whyslow version that wrote the file.
+    pub tool_version: String,
+    /// The profiled command line, or a description of the attached target (`-p 4242`, `--comm name`).
+    pub command: Vec<String>,
+    /// Process ids that were targeted at the start.
+    pub target_pids: Vec<u32>,
+    /// Sampling event (`cpu-clock`, `cycles`).
+    pub event: String,
+    pub frequency_hz: u64,
+    pub start_unix_ns: u64,
+    pub duration_ns: u64,
+    /// Samples the kernel dropped because the ring buffer was full.
+    pub lost_samples: u64,
+    pub unwind: UnwindStats,
+    /// Exit status of a launched command (None when attached or still running at the end).
+    pub exit_code: Option<i32>,
+    pub hostname: String,
+    pub kernel_release: String,
+    /// Things the user should know about the run (fallbacks, partial coverage).
+    pub notes: Vec<String>,
+}
+
+/// A whole profile: what one recording file holds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Profile {
+    pub meta: Metadata,
+    /// Interned strings; index 0 is always "".
+    pub strings: Vec<String>,
+    pub modules: Vec<Module>,
+    pub frames: Vec<Frame>,
+    pub stacks: Vec<StackNode>,
+    pub threads: Vec<Thread>,
+    pub sample_types: Vec<SampleType>,
+    pub samples: Vec<Sample>,
+}
+
+impl Profile {
+    pub fn str(&self, id: u32) -> &str {
+        self.strings.get(id as usize).map(String::as_str).unwrap_or("")
+    }
+
+    pub fn frame_name(&self, frame: u32) -> &str {
+        self.str(self.frames[frame as usize].name)
+    }
+
+    /// Module path of a frame, "" when it has none.
+    pub fn frame_module(&self, frame: u32) -> &str {
+        let m = self.frames[frame as usize].module;
+        if m == NONE {
+            ""
+        } else {
+            self.modules[m as usize].path.as_str()
+        }
+    }
+
+    /// Frames of a stack from the outermost caller (root) to the innermost (leaf).
+    pub fn stack_frames(&self, leaf: u32) -> Vec<u32> {
+        let mut out = Vec::new();
+        let mut node = leaf;
+        while node != NONE {
+            let n = self.stacks[node as usize];
+            out.push(n.frame);
+            node = n.parent;
+        }
+        out.reverse();
+        out
+    }
+
+    /// Index of a sample type by name.
+    pub fn sample_type(&self, name: &str) -> Option<usize> {
+        self.sample_types.iter().position(|t| t.name == name)
+    }
+
+    /// Sum of one value type over all samples.
+    pub fn total(&self, value: usize) -> i64 {
+        self.samples.iter().map(|s| s.values[value]).sum()
+    }
+
+    /// Checks internal references so a file that decodes but lies (or a buggy source) cannot panic consumers.
+    pub fn validate(&self) -> Result<(), String> {
+        let ns = self.strings.len() as u32;
+        if self.strings.first().map(String::as_str) != Some("") {
+            return Err("string table must start with \"\"".into());
+        }
+        for (i, f) in self.frames.iter().enumerate() {
+            if f.name >= ns || f.file >= ns {
+                return Err(format!("frame {i} names a missing string"));
+            }
+            if f.module != NONE && f.module as usize >= self.modules.len() {
+                return Err(format!("frame {i} names a missing module"));
+            }
+        }
+        for (i, n) in self.stacks.iter().enumerate() {
+            if n.frame as usize >= self.frames.len() {
+                return Err(format!("stack node {i} names a missing frame"));
+            }
+            // Parents always come before children, which also rules out cycles.
+            if n.parent != NONE && n.parent as usize >= i {
+                return Err(format!("stack node {i} has a bad parent"));
+            }
+        }
+        let nt = self.sample_types.len();
+        for (i, s) in self.samples.iter().enumerate() {
+            if s.stack != NONE && s.stack as usize >= self.stacks.len() {
+                return Err(format!("sample {i} names a missing stack"));
+            }
+            if s.thread as usize >= self.threads.len() {
+                return Err(format!("sample {i} names a missing thread"));
+            }
+            if s.values.len() != nt {
+                return Err(format!("sample {i} has {} values, expected {nt}", s.values.len()));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Builds a [`Profile`] with interning and aggregation; the one entry point for every source.
+pub struct ProfileBuilder {
+    profile: Profile,
+    strings: HashMap<String, u32>,
+    frames: HashMap<Frame, u32>,
+    nodes: HashMap<StackNode, u32>,
+    samples: HashMap<(u32, u32), usize>,
+    modules: HashMap<String, u32>,
+}
+
+impl ProfileBuilder {
+    pub fn new(meta: Metadata, sample_types: Vec<SampleType>) -> Self {
+        let mut b = ProfileBuilder {
+            profile: Profile { meta, sample_types, ..Default::default() },
+            strings: HashMap::new(),
+            frames: HashMap::new(),
+            nodes: HashMap::new(),
+            samples: HashMap::new(),
+            modules: HashMap::new(),
+        };
+        b.intern("");
+        b
+    }
+
+    pub fn intern(&mut self, s: &str) -> u32 {
+        if let Some(&id) = self.strings.get(s) {
+            return id;
+        }
+        let id = self.profile.strings.len() as u32;
+        self.profile.strings.push(s.to_string());
+        self.strings.insert(s.to_string(), id);
+        id
+    }
+
+    /// Adds a module (deduplicated by path) and returns its index.
+    pub fn module(&mut self, path: &str, build_id: &str) -> u32 {
+        if let Some(&id) = self.modules.get(path) {
+            return id;
+        }
+        let id = self.profile.modules.len() as u32;
+        self.profile.modules.push(Module { path: path.to_string(), build_id: build_id.to_string() });
+        self.modules.insert(path.to_string(), id);
+        id
+    }
+
+    pub fn frame(&mut self, name: &str, module: u32, file: &str, kind: FrameKind) -> u32 {
+        let f = Frame { name: self.intern(name), module, file: self.intern(file), kind };
+        if let Some(&id) = self.frames.get(&f) {
+            return id;
+        }
+        let id = self.profile.frames.len() as u32;
+        self.profile.frames.push(f.clone());
+        self.frames.insert(f, id);
+        id
+    }
+
+    /// Interns a stack given root-first frame ids and returns its leaf node ([`NONE`] when empty).
+    pub fn stack(&mut self, frames_root_first: &[u32]) -> u32 {
+        let mut parent = NONE;
+        for &frame in frames_root_first {
+            let node = StackNode { parent, frame };
+            parent = match self.nodes.get(&node) {
+                Some(&id) => id,
+                None => {
+                    let id = self.profile.stacks.len() as u32;
+                    self.profile.stacks.push(node);
+                    self.nodes.insert(node, id);
+                    id
+                }
+            };
+        }
+        parent
+    }
+
+    pub fn thread(&mut self, pid: u32, tid: u32, name: &str) -> u32 {
+        if let Some(i) = self.profile.threads.iter().position(|t| t.pid == pid && t.tid == tid) {
+            if !name.is_empty() {
+                self.profile.threads[i].name = name.to_string();
+            }
+            return i as u32;
+        }
+        self.profile.threads.push(Thread { pid, tid, name: name.to_string() });
+        (self.profile.threads.len() - 1) as u32
+    }
+
+    /// Adds values to the (stack, thread) sample, creating it when new.
+    pub fn add_sample(&mut self, stack: u32, thread: u32, values: &[i64]) {
+        let n = self.profile.sample_types.len();
+        let idx = *self.samples.entry((stack, thread)).or_insert_with(|| {
+            self.profile.samples.push(Sample { stack, thread, values: vec![0; n] });
+            self.profile.samples.len() - 1
+        });
+        for (acc, v) in self.profile.samples[idx].values.iter_mut().zip(values) {
+            *acc += v;
+        }
+    }
+
+    pub fn meta_mut(&mut self) -> &mut Metadata {
+        &mut self.profile.meta
+    }
+
+    pub fn finish(self) -> Profile {
+        self.profile
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn sample_profile() -> Profile {
+        let mut b = ProfileBuilder::new(
+            Metadata { event: "cpu-clock".into(), frequency_hz: 999, ..Default::default() },
+            vec![SampleType { name: "cpu".into(), unit: "samples".into() }],
+        );
+        let m = b.module("/bin/app", "abcd");
+        let main = b.frame("main", m, "app.c", FrameKind::User);
+        let f = b.frame("f", m, "app.c", FrameKind::User);
+        let g = b.frame("g", m, "app.c", FrameKind::Inlined);
+        let t = b.thread(10, 10, "app");
+        let s1 = b.stack(&[main, f]);
+        let s2 = b.stack(&[main, f, g]);
+        b.add_sample(s1, t, &[3]);
+        b.add_sample(s2, t, &[2]);
+        b.add_sample(s1, t, &[1]);
+        b.finish()
+    }
+
+    #[test]
+    fn builder_interns_and_aggregates() {
+        let p = sample_profile();
+        assert_eq!(p.frames.len(), 3);
+        assert_eq!(p.stacks.len(), 3, "main->f shared between both stacks");
+        assert_eq!(p.samples.len(), 2);
+        assert_eq!(p.total(0), 6);
+        let names: Vec<&str> = p.stack_frames(p.samples[1].stack).iter().map(|&f| p.frame_name(f)).collect();
+        assert_eq!(names, ["main", "f", "g"]);
+        p.validate().unwrap();
+    }
+
+    #[test]
+    fn validate_rejects_dangling_references() {
+        let mut p = sample_profile();
+        p.samples[0].stack = 99;
+        assert!(p.validate().is_err());
+    }
+}

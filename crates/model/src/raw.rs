@@ -1,0 +1,51 @@
+//! Normalized but not yet symbolized samples: what a live source hands to the symbolizer.
+//!
+//! Addresses are already normalized to (module, file offset) while the process was alive, so the
+//! symbolizer needs only the files, not the process.
+
+use crate::{Metadata, SampleType};
+use std::collections::HashMap;
+
+/// One frame of a raw stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RawFrame {
+    /// A user address inside a file-backed mapping: index into [`RawRecording::modules`] and the file offset.
+    User { module: u32, offset: u64 },
+    /// A user address in no known file mapping (JIT code, anonymous memory).
+    Unmapped(u64),
+    /// A kernel address, symbolized from /proc/kallsyms.
+    Kernel(u64),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawModule {
+    pub path: String,
+    pub build_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RawThread {
+    pub pid: u32,
+    pub tid: u32,
+}
+
+/// Aggregated raw samples keyed by (stack, thread); stacks are stored leaf first, as unwound.
+#[derive(Debug, Default)]
+pub struct RawRecording {
+    pub meta: Metadata,
+    pub sample_types: Vec<SampleType>,
+    pub modules: Vec<RawModule>,
+    /// Thread names by (pid, tid).
+    pub thread_names: HashMap<(u32, u32), String>,
+    pub samples: HashMap<(Vec<RawFrame>, RawThread), Vec<i64>>,
+}
+
+impl RawRecording {
+    pub fn add(&mut self, stack_leaf_first: Vec<RawFrame>, thread: RawThread, values: &[i64]) {
+        let n = self.sample_types.len();
+        let acc = self.samples.entry((stack_leaf_first, thread)).or_insert_with(|| vec![0; n]);
+        for (a, v) in acc.iter_mut().zip(values) {
+            *a += v;
+        }
+    }
+}
