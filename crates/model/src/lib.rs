@@ -356,3 +356,49 @@ mod tests {
         assert!(p.validate().is_err());
     }
 }
+
+/// Up to `max` candidates that look like `query`: substring matches first, then by edit distance.
+/// Used for every "did you mean" in the tool (functions, syscalls, process names, patterns).
+pub fn close_matches<'a>(query: &str, candidates: impl IntoIterator<Item = &'a str>, max: usize) -> Vec<String> {
+    let q = query.to_lowercase();
+    let mut scored: Vec<(usize, usize, &str)> = candidates
+        .into_iter()
+        .filter_map(|c| {
+            let lc = c.to_lowercase();
+            if lc.contains(&q) || (!lc.is_empty() && q.contains(&lc)) {
+                return Some((0, c.len(), c));
+            }
+            let d = edit_distance(&q, &lc);
+            (d <= (q.chars().count() / 3).max(2)).then_some((d, c.len(), c))
+        })
+        .collect();
+    scored.sort();
+    scored.dedup_by(|a, b| a.2 == b.2);
+    scored.into_iter().take(max).map(|(_, _, c)| c.to_string()).collect()
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + (ca != *cb) as usize).min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+#[cfg(test)]
+mod match_tests {
+    use super::*;
+
+    #[test]
+    fn close_matches_prefers_substrings_then_distance() {
+        let c = ["parse_frames", "find_boundary", "parse_header", "malloc"];
+        assert_eq!(close_matches("parse", c, 5), ["parse_frames", "parse_header"]);
+        assert_eq!(close_matches("maloc", c, 5), ["malloc"]);
+        assert!(close_matches("zzzzzz", c, 5).is_empty());
+    }
+}

@@ -7,7 +7,7 @@ use crate::{Metadata, SampleType};
 use std::collections::HashMap;
 
 /// One frame of a raw stack.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum RawFrame {
     /// A user address inside a file-backed mapping: index into [`RawRecording::modules`] and the file offset.
     User { module: u32, offset: u64 },

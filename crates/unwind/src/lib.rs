@@ -1,1 +1,202 @@
+//! User-stack unwinding: registers + a copy of the stack bytes -> return addresses.
+//!
+//! DWARF CFI (.eh_frame / .debug_frame) through framehop, which falls back to frame pointers where a
+//! function has no CFI. Object files are parsed once ([`ObjectImage`]) and shared by every process that
+//! maps them. This crate never touches a live process: it sees only bytes handed to it.
 
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
+use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder};
+use object::{Object, ObjectSection, ObjectSegment};
+use std::ops::Range;
+use std::sync::Arc;
+
+/// Deepest stack we follow; deeper ones are reported as partial.
+pub const MAX_FRAMES: usize = 1024;
+
+type Bytes = Arc<[u8]>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    #[error("cannot parse object file {path}: {reason}")]
+    Parse { path: String, reason: String },
+}
+
+/// The unwind-relevant parts of one object file, parsed once.
+pub struct ObjectImage {
+    pub path: String,
+    /// GNU build id as lowercase hex ("" when absent).
+    pub build_id: String,
+    /// Loadable segments: (file offset range, virtual address).
+    segments: Vec<(Range<u64>, u64)>,
+    sections: ExplicitModuleSectionInfo<Bytes>,
+}
+
+impl ObjectImage {
+    /// Parses an ELF image from its bytes.
+    pub fn parse(path: &str, data: &[u8]) -> Result<Self, ImageError> {
+        let obj = object::File::parse(data)
+            .map_err(|e| ImageError::Parse { path: path.to_string(), reason: e.to_string() })?;
+        let segments = obj
+            .segments()
+            .map(|s| {
+                let (off, size) = s.file_range();
+                (off..off + size.max(1), s.address())
+            })
+            .collect();
+        let range = |n: &str| obj.section_by_name(n).map(|s| s.address()..s.address() + s.size());
+        let data = |n: &str| -> Option<Bytes> {
+            let s = obj.section_by_name(n)?;
+            s.uncompressed_data().ok().map(|c| Arc::from(&*c))
+        };
+        let sections = ExplicitModuleSectionInfo {
+            base_svma: 0,
+            text_svma: range(".text"),
+            text: data(".text"),
+            got_svma: range(".got"),
+            eh_frame_svma: range(".eh_frame"),
+            eh_frame: data(".eh_frame"),
+            eh_frame_hdr_svma: range(".eh_frame_hdr"),
+            eh_frame_hdr: data(".eh_frame_hdr"),
+            debug_frame: data(".debug_frame"),
+            ..Default::default()
+        };
+        let build_id = obj
+            .build_id()
+            .ok()
+            .flatten()
+            .map(|b| b.iter().map(|x| format!("{x:02x}")).collect())
+            .unwrap_or_default();
+        Ok(ObjectImage { path: path.to_string(), build_id, segments, sections })
+    }
+
+    /// Load bias for a mapping of this file at `start` with file offset `pgoff`
+    /// (absolute address = bias + virtual address in the file).
+    pub fn bias(&self, start: u64, pgoff: u64) -> Option<u64> {
+        self.segments
+            .iter()
+            .find(|(r, _)| r.contains(&pgoff))
+            .map(|(r, vaddr)| start.wrapping_sub(vaddr + (pgoff - r.start)))
+    }
+}
+
+/// Registers needed to start unwinding (x86-64).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Regs {
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+}
+
+/// How an unwind ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Reached the outermost frame.
+    Complete,
+    /// Stopped early; the frames found so far are still returned.
+    Partial,
+}
+
+/// The unwinder of one process: the executable mappings it has, each backed by an [`ObjectImage`].
+#[derive(Default)]
+pub struct ProcessUnwinder {
+    unwinder: UnwinderX86_64<Bytes>,
+    cache: Option<Box<CacheX86_64>>,
+    mapped: Vec<(Range<u64>, Arc<ObjectImage>, u64)>,
+}
+
+impl ProcessUnwinder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds an executable mapping `[start, end)` of `image` at file offset `pgoff`.
+    /// Mappings that overlap it are replaced (the address space was remapped).
+    pub fn add_mapping(&mut self, start: u64, end: u64, pgoff: u64, image: Arc<ObjectImage>) {
+        let overlapping: Vec<u64> = self
+            .mapped
+            .iter()
+            .filter(|(r, _, _)| r.start < end && start < r.end)
+            .map(|(r, _, _)| r.start)
+            .collect();
+        for s in overlapping {
+            self.unwinder.remove_module(s);
+            self.mapped.retain(|(r, _, _)| r.start != s);
+        }
+        let Some(bias) = image.bias(start, pgoff) else { return };
+        let module = Module::new(image.path.clone(), start..end, bias, image.sections.clone());
+        self.unwinder.add_module(module);
+        self.mapped.push((start..end, image, pgoff));
+    }
+
+    /// A copy with the same mappings, for a forked child.
+    pub fn fork(&self) -> Self {
+        let mut child = ProcessUnwinder::new();
+        for (r, image, pgoff) in &self.mapped {
+            child.add_mapping(r.start, r.end, *pgoff, image.clone());
+        }
+        child
+    }
+
+    /// Unwinds a stack. `stack` holds the bytes copied from `regs.sp` upwards. Frames are written to `out`,
+    /// innermost first: the first is the instruction pointer, the rest are return addresses minus one (so
+    /// they point into the call instruction, which is what symbolizers should look up).
+    pub fn unwind(&mut self, regs: Regs, stack: &[u8], out: &mut Vec<u64>) -> Outcome {
+        out.clear();
+        let sp = regs.sp;
+        let mut read_stack = |addr: u64| -> Result<u64, ()> {
+            let off = addr.checked_sub(sp).ok_or(())? as usize;
+            let bytes = stack.get(off..off.checked_add(8).ok_or(())?).ok_or(())?;
+            Ok(u64::from_le_bytes(bytes.try_into().map_err(|_| ())?))
+        };
+        let cache = self.cache.get_or_insert_with(|| Box::new(CacheX86_64::new()));
+        let start = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
+        let mut frames = self.unwinder.iter_frames(regs.ip, start, cache, &mut read_stack);
+        loop {
+            match frames.next() {
+                Ok(Some(FrameAddress::InstructionPointer(a))) => out.push(a),
+                Ok(Some(FrameAddress::ReturnAddress(a))) => out.push(u64::from(a) - 1),
+                Ok(None) => return Outcome::Complete,
+                Err(_) => return Outcome::Partial,
+            }
+            if out.len() >= MAX_FRAMES {
+                return Outcome::Partial;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Unwinds this very test's own stack: copies it, takes the registers, and must find several frames
+    /// that lie inside the test executable.
+    #[test]
+    fn unwinds_own_stack() {
+        let exe = std::fs::read("/proc/self/exe").unwrap();
+        let image = Arc::new(ObjectImage::parse("self", &exe).unwrap());
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let me = std::fs::read_link("/proc/self/exe").unwrap();
+        let mut pu = ProcessUnwinder::new();
+        let mut text = 0..0;
+        for line in maps.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() >= 6 && f[1].contains('x') && std::path::Path::new(f[5]) == me {
+                let (s, e) = f[0].split_once('-').unwrap();
+                let (s, e) = (u64::from_str_radix(s, 16).unwrap(), u64::from_str_radix(e, 16).unwrap());
+                pu.add_mapping(s, e, u64::from_str_radix(f[2], 16).unwrap(), image.clone());
+                text = s..e;
+            }
+        }
+        let (ip, sp, bp): (u64, u64, u64);
+        unsafe {
+            std::arch::asm!("lea {ip}, [rip]", "mov {sp}, rsp", "mov {bp}, rbp",
+                ip = out(reg) ip, sp = out(reg) sp, bp = out(reg) bp);
+        }
+        let stack = unsafe { std::slice::from_raw_parts(sp as *const u8, 16 * 1024) }.to_vec();
+        let mut out = Vec::new();
+        pu.unwind(Regs { ip, sp, bp }, &stack, &mut out);
+        let inside = out.iter().filter(|a| text.contains(a)).count();
+        assert!(inside >= 3, "expected >= 3 frames in the test binary, got {out:x?}");
+    }
+}

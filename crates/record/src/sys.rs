@@ -1,0 +1,209 @@
+//! The only unsafe code of the perf_event source: opening events, mapping their ring buffers and
+//! copying records out of them. Everything above this module sees safe types.
+
+use perf_event_open_sys as pe;
+use pe::bindings as b;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{fence, Ordering};
+
+/// Sample layout we ask for; the parser in `records` depends on exactly these bits.
+pub const SAMPLE_TYPE: u64 = (b::PERF_SAMPLE_IP
+    | b::PERF_SAMPLE_TID
+    | b::PERF_SAMPLE_TIME
+    | b::PERF_SAMPLE_PERIOD
+    | b::PERF_SAMPLE_CALLCHAIN
+    | b::PERF_SAMPLE_REGS_USER
+    | b::PERF_SAMPLE_STACK_USER) as u64;
+
+/// User registers copied with each sample, in perf_regs order: BP, SP, IP.
+pub const REGS_USER_MASK: u64 = (1 << 6) | (1 << 7) | (1 << 8);
+
+/// Which clock drives sampling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Clock {
+    /// Hardware cycles (needs a PMU).
+    Cycles,
+    /// The kernel's cpu-clock software timer.
+    CpuClock,
+}
+
+impl Clock {
+    pub fn name(self) -> &'static str {
+        match self {
+            Clock::Cycles => "cycles",
+            Clock::CpuClock => "cpu-clock",
+        }
+    }
+}
+
+/// Settings for one sampling event.
+#[derive(Debug, Clone, Copy)]
+pub struct EventConfig {
+    pub clock: Clock,
+    pub frequency: u64,
+    pub stack_bytes: u32,
+    pub kernel: bool,
+    /// Enable when the (gated) child calls exec, instead of immediately.
+    pub enable_on_exec: bool,
+}
+
+pub fn open_event(cfg: &EventConfig, pid: i32, cpu: i32) -> io::Result<OwnedFd> {
+    let mut attr = b::perf_event_attr::default();
+    attr.size = std::mem::size_of::<b::perf_event_attr>() as u32;
+    match cfg.clock {
+        Clock::Cycles => {
+            attr.type_ = b::PERF_TYPE_HARDWARE;
+            attr.config = b::PERF_COUNT_HW_CPU_CYCLES as u64;
+        }
+        Clock::CpuClock => {
+            attr.type_ = b::PERF_TYPE_SOFTWARE;
+            attr.config = b::PERF_COUNT_SW_CPU_CLOCK as u64;
+        }
+    }
+    attr.__bindgen_anon_1.sample_freq = cfg.frequency;
+    attr.set_freq(1);
+    attr.sample_type = SAMPLE_TYPE;
+    attr.sample_regs_user = REGS_USER_MASK;
+    attr.sample_stack_user = cfg.stack_bytes;
+    attr.set_disabled(cfg.enable_on_exec as u64);
+    attr.set_enable_on_exec(cfg.enable_on_exec as u64);
+    attr.set_inherit(1);
+    attr.set_exclude_kernel((!cfg.kernel) as u64);
+    attr.set_exclude_hv(1);
+    // User frames come from our own DWARF unwinding of the stack copy; the kernel's FP walk is useless there.
+    attr.set_exclude_callchain_user(1);
+    attr.set_mmap(1);
+    attr.set_mmap2(1);
+    attr.set_comm(1);
+    attr.set_comm_exec(1);
+    attr.set_task(1);
+    attr.set_sample_id_all(1);
+    attr.set_use_clockid(1);
+    attr.clockid = libc::CLOCK_MONOTONIC;
+    attr.set_watermark(1);
+    attr.__bindgen_anon_2.wakeup_watermark = 256 * 1024;
+    let fd = unsafe { pe::perf_event_open(&mut attr, pid, cpu, -1, b::PERF_FLAG_FD_CLOEXEC as u64) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Sends the records of `fd` into the ring buffer of `target` (same CPU).
+pub fn redirect_output(fd: &OwnedFd, target: &OwnedFd) -> io::Result<()> {
+    if unsafe { pe::ioctls::SET_OUTPUT(fd.as_raw_fd(), target.as_raw_fd()) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+pub fn enable(fd: &OwnedFd) -> io::Result<()> {
+    if unsafe { pe::ioctls::ENABLE(fd.as_raw_fd(), 0) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+pub fn disable(fd: &OwnedFd) {
+    unsafe { pe::ioctls::DISABLE(fd.as_raw_fd(), 0) };
+}
+
+/// A mapped perf ring buffer (one metadata page + 2^n data pages).
+pub struct Ring {
+    fd: OwnedFd,
+    base: *mut u8,
+    len: usize,
+    data_size: usize,
+    page: usize,
+}
+
+// The mapping is owned by this value alone.
+unsafe impl Send for Ring {}
+
+impl Ring {
+    pub fn map(fd: OwnedFd, data_pages: usize) -> io::Result<Ring> {
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        let len = page * (1 + data_pages);
+        let base = unsafe {
+            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Ring { fd, base: base as *mut u8, len, data_size: page * data_pages, page })
+    }
+
+    pub fn fd(&self) -> &OwnedFd {
+        &self.fd
+    }
+
+    fn meta(&self) -> *mut b::perf_event_mmap_page {
+        self.base as *mut b::perf_event_mmap_page
+    }
+
+    /// Calls `f` with each complete record (header included) currently in the ring, then frees the space.
+    pub fn drain(&mut self, buf: &mut Vec<u8>, mut f: impl FnMut(&[u8])) {
+        let meta = self.meta();
+        let head = unsafe { std::ptr::read_volatile(&(*meta).data_head) };
+        fence(Ordering::Acquire);
+        let mut tail = unsafe { std::ptr::read_volatile(&(*meta).data_tail) };
+        let data = unsafe { self.base.add(self.page) };
+        while tail < head {
+            let off = (tail % self.data_size as u64) as usize;
+            let mut hdr = [0u8; 8];
+            self.copy(data, off, &mut hdr);
+            let size = u16::from_ne_bytes([hdr[6], hdr[7]]) as usize;
+            if size < 8 {
+                break; // cannot happen with a sane kernel; never loop forever on garbage
+            }
+            buf.resize(size, 0);
+            self.copy(data, off, buf);
+            f(buf);
+            tail += size as u64;
+        }
+        fence(Ordering::Release);
+        unsafe { std::ptr::write_volatile(&mut (*meta).data_tail, tail) };
+    }
+
+    fn copy(&self, data: *const u8, off: usize, out: &mut [u8]) {
+        let first = out.len().min(self.data_size - off);
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.add(off), out.as_mut_ptr(), first);
+            std::ptr::copy_nonoverlapping(data, out.as_mut_ptr().add(first), out.len() - first);
+        }
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        unsafe { libc::munmap(self.base as *mut _, self.len) };
+    }
+}
+
+/// Waits until one of the rings has data or `timeout_ms` passes.
+pub fn poll(rings: &[Ring], timeout_ms: i32) {
+    let mut fds: Vec<libc::pollfd> =
+        rings.iter().map(|r| libc::pollfd { fd: r.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 }).collect();
+    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as _, timeout_ms) };
+}
+
+pub fn online_cpus() -> Vec<i32> {
+    let s = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
+    let mut cpus = Vec::new();
+    for part in s.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                if let (Ok(a), Ok(b)) = (a.parse::<i32>(), b.parse::<i32>()) {
+                    cpus.extend(a..=b);
+                }
+            }
+            None => cpus.extend(part.parse::<i32>()),
+        }
+    }
+    if cpus.is_empty() {
+        let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as i32;
+        cpus.extend(0..n);
+    }
+    cpus
+}

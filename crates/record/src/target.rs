@@ -1,0 +1,207 @@
+//! Finding and starting the processes to profile: a launched command held at a gate until the profiler is
+//! ready, existing processes by PID, or every process with a given name. Reads /proc only.
+
+use crate::RecordError;
+use std::ffi::CString;
+use std::io::Read;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+/// What to profile.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// Launch this command (argv) and profile it and everything it starts.
+    Launch(Vec<String>),
+    /// Attach to these running processes.
+    Pids(Vec<u32>),
+    /// Attach to every running process whose name (comm) is this.
+    Comm(String),
+}
+
+/// A forked child blocked before exec until [`Gated::release`].
+pub struct Gated {
+    pub pid: u32,
+    go: Option<OwnedFd>,
+    exec_error: OwnedFd,
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd), RecordError> {
+    let mut fds = [0i32; 2];
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(RecordError::Io("pipe".into(), std::io::Error::last_os_error()));
+    }
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+impl Gated {
+    /// Forks; the child waits on a pipe, then execs `argv` (searching PATH).
+    pub fn spawn(argv: &[String]) -> Result<Gated, RecordError> {
+        if argv.is_empty() {
+            return Err(RecordError::NoCommand);
+        }
+        let cargs: Vec<CString> = argv
+            .iter()
+            .map(|a| CString::new(a.as_str()).map_err(|_| RecordError::BadArgument(a.clone())))
+            .collect::<Result<_, _>>()?;
+        let mut ptrs: Vec<*const libc::c_char> = cargs.iter().map(|c| c.as_ptr()).collect();
+        ptrs.push(std::ptr::null());
+        let (go_r, go_w) = pipe()?;
+        let (err_r, err_w) = pipe()?;
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(RecordError::Io("fork".into(), std::io::Error::last_os_error()));
+        }
+        if pid == 0 {
+            // Child: only async-signal-safe calls from here to exec.
+            unsafe {
+                let mut b = 0u8;
+                libc::close(go_w.as_raw_fd());
+                libc::close(err_r.as_raw_fd());
+                if libc::read(go_r.as_raw_fd(), &mut b as *mut u8 as *mut _, 1) != 1 {
+                    libc::_exit(127); // the profiler gave up before releasing us
+                }
+                libc::execvp(ptrs[0], ptrs.as_ptr());
+                let e = *libc::__errno_location();
+                libc::write(err_w.as_raw_fd(), &e as *const i32 as *const _, 4);
+                libc::_exit(127);
+            }
+        }
+        drop(go_r);
+        drop(err_w);
+        Ok(Gated { pid: pid as u32, go: Some(go_w), exec_error: err_r })
+    }
+
+    /// Lets the child exec; fails when exec itself failed (command not found, not executable).
+    pub fn release(&mut self, command: &str) -> Result<(), RecordError> {
+        if let Some(go) = self.go.take() {
+            let one = [1u8];
+            unsafe { libc::write(go.as_raw_fd(), one.as_ptr() as *const _, 1) };
+        }
+        let mut f = std::fs::File::from(self.exec_error.try_clone().map_err(|e| RecordError::Io("dup".into(), e))?);
+        let mut buf = [0u8; 4];
+        match f.read(&mut buf) {
+            Ok(4) => {
+                let err = std::io::Error::from_raw_os_error(i32::from_ne_bytes(buf));
+                self.reap();
+                Err(RecordError::Exec(command.to_string(), err))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Kills and reaps a child that never ran (the profiler failed to set up).
+    pub fn abort(mut self) {
+        self.go.take();
+        self.reap();
+    }
+
+    fn reap(&self) {
+        let mut st = 0;
+        unsafe { libc::waitpid(self.pid as i32, &mut st, 0) };
+    }
+}
+
+/// Thread ids of a process, from /proc/PID/task.
+pub fn threads_of(pid: u32) -> Vec<u32> {
+    let mut tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
+        .unwrap_or_default();
+    tids.sort_unstable();
+    tids
+}
+
+pub fn comm_of(pid: u32, tid: u32) -> Option<String> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).ok()?;
+    Some(s.trim_end_matches('\n').to_string())
+}
+
+pub fn alive(pid: u32) -> bool {
+    // A zombie still has /proc/PID; its stat state is Z.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => s.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X')).unwrap_or(false),
+        Err(_) => false,
+    }
+}
+
+/// PIDs of processes whose comm equals `name` (compared on the kernel's 15-byte comm), except ourselves.
+pub fn pids_by_comm(name: &str) -> Vec<u32> {
+    let want: String = name.chars().take(15).collect();
+    let me = std::process::id();
+    let mut pids: Vec<u32> = std::fs::read_dir("/proc")
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+                .filter(|&p| p != me)
+                .filter(|&p| {
+                    std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim_end_matches('\n') == want)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    pids.sort_unstable();
+    pids
+}
+
+/// Names of running processes, for "did you mean" suggestions.
+pub fn all_comms() -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir("/proc")
+        .map(|d| {
+            d.filter_map(|e| {
+                let name = e.ok()?.file_name();
+                name.to_str()?.parse::<u32>().ok()?;
+                std::fs::read_to_string(format!("/proc/{}/comm", name.to_str()?)).ok()
+            })
+            .map(|c| c.trim_end_matches('\n').to_string())
+            .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// One executable file mapping of a live process, from /proc/PID/maps.
+pub struct MapEntry {
+    pub start: u64,
+    pub end: u64,
+    pub pgoff: u64,
+    pub path: String,
+}
+
+pub fn exec_maps(pid: u32) -> Vec<MapEntry> {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { return Vec::new() };
+    text.lines().filter_map(parse_maps_line).collect()
+}
+
+fn parse_maps_line(line: &str) -> Option<MapEntry> {
+    let mut it = line.splitn(6, ' ');
+    let range = it.next()?;
+    let perms = it.next()?;
+    let pgoff = u64::from_str_radix(it.next()?, 16).ok()?;
+    let _dev = it.next()?;
+    let _inode = it.next()?;
+    let path = it.next().unwrap_or("").trim_start().to_string();
+    if !perms.contains('x') || path.is_empty() {
+        return None;
+    }
+    let (s, e) = range.split_once('-')?;
+    Some(MapEntry { start: u64::from_str_radix(s, 16).ok()?, end: u64::from_str_radix(e, 16).ok()?, pgoff, path })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_maps_lines() {
+        let m = parse_maps_line("7f00-7f80 r-xp 00001000 08:01 1234      /usr/lib/libc.so.6").unwrap();
+        assert_eq!((m.start, m.end, m.pgoff, m.path.as_str()), (0x7f00, 0x7f80, 0x1000, "/usr/lib/libc.so.6"));
+        assert!(parse_maps_line("7f00-7f80 rw-p 00000000 00:00 0 [heap]").is_none());
+        assert_eq!(parse_maps_line("7f00-7f80 r-xp 00000000 00:00 0  [vdso]").unwrap().path, "[vdso]");
+    }
+
+    #[test]
+    fn finds_ourselves_alive() {
+        assert!(alive(std::process::id()));
+        assert!(!threads_of(std::process::id()).is_empty());
+        assert!(!exec_maps(std::process::id()).is_empty());
+    }
+}
