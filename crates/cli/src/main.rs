@@ -1,1 +1,169 @@
-fn main(){}
+//! The `whyslow` command: argument parsing only. Each subcommand turns its arguments into the libraries'
+//! plain option structs, calls them, and hands the results to a renderer.
+
+mod commands;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(name = "whyslow", version, about = "Find out why a native program is slow", max_term_width = 110)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Sample a program's CPU time with complete stacks and save a recording.
+    Record(RecordArgs),
+    /// Show where the time went: top functions, threads, callers or callees.
+    Report(ReportArgs),
+    /// Write an interactive flame graph (SVG).
+    Flamegraph(FlamegraphArgs),
+    /// Convert a recording to pprof, folded stacks, speedscope or callgrind.
+    Export(ExportArgs),
+}
+
+/// Which processes to profile.
+#[derive(Args)]
+pub struct TargetArgs {
+    /// Attach to running processes (comma-separated PIDs).
+    #[arg(short = 'p', long = "pid", value_delimiter = ',', conflicts_with = "comm")]
+    pub pids: Vec<u32>,
+    /// Attach to every running process with this name.
+    #[arg(long)]
+    pub comm: Option<String>,
+    /// Stop after this many seconds.
+    #[arg(short = 'd', long = "duration")]
+    pub duration: Option<f64>,
+    /// Command to launch and profile (after `--`).
+    #[arg(last = true)]
+    pub command: Vec<String>,
+}
+
+#[derive(Args)]
+pub struct RecordArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// Sampling frequency in Hz.
+    #[arg(short = 'F', long = "freq", default_value_t = 999)]
+    pub freq: u64,
+    /// Output recording file.
+    #[arg(short = 'o', long, default_value = "whyslow.data")]
+    pub output: PathBuf,
+    /// Sampling clock: `auto` uses hardware cycles where the CPU has them, else cpu-clock.
+    #[arg(short = 'e', long, value_enum, default_value_t = EventArg::Auto)]
+    pub event: EventArg,
+    /// Do not record kernel stacks.
+    #[arg(long)]
+    pub no_kernel: bool,
+    /// Bytes of user stack copied per sample (deeper stacks are cut).
+    #[arg(long, default_value_t = 32768)]
+    pub stack_size: u32,
+    /// Rows in the summary printed at the end.
+    #[arg(long, default_value_t = 15)]
+    pub limit: usize,
+    /// Do not print the summary at the end.
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// Print timings of the phases after the recording stops.
+    #[arg(short, long)]
+    pub verbose: bool,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum EventArg {
+    Auto,
+    Cycles,
+    CpuClock,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum OutputFormat {
+    Text,
+    Json,
+}
+
+#[derive(Args)]
+pub struct ReportArgs {
+    /// Recording file.
+    #[arg(default_value = "whyslow.data")]
+    pub file: PathBuf,
+    /// Split by thread.
+    #[arg(long)]
+    pub threads: bool,
+    /// Show what this function calls, with shares.
+    #[arg(long, value_name = "FUNCTION", conflicts_with = "callers")]
+    pub callees: Option<String>,
+    /// Show who calls this function, with shares.
+    #[arg(long, value_name = "FUNCTION")]
+    pub callers: Option<String>,
+    /// Sample type to weigh by (e.g. cpu, cpu-ns).
+    #[arg(long = "type", default_value = "cpu")]
+    pub value_type: String,
+    /// Rows to show.
+    #[arg(long, default_value_t = 25)]
+    pub limit: usize,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
+}
+
+#[derive(Args)]
+pub struct FlamegraphArgs {
+    /// Recording file.
+    #[arg(default_value = "whyslow.data")]
+    pub file: PathBuf,
+    /// Output SVG file.
+    #[arg(short = 'o', long, default_value = "flamegraph.svg")]
+    pub output: PathBuf,
+    /// Sample type to weigh by.
+    #[arg(long = "type", default_value = "cpu")]
+    pub value_type: String,
+    /// Icicle graph: leaves at the top, merged by callee.
+    #[arg(long)]
+    pub reverse: bool,
+    /// Title of the graph.
+    #[arg(long)]
+    pub title: Option<String>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum ExportFormat {
+    Pprof,
+    Folded,
+    Speedscope,
+    Callgrind,
+}
+
+#[derive(Args)]
+pub struct ExportArgs {
+    /// Recording file.
+    #[arg(default_value = "whyslow.data")]
+    pub file: PathBuf,
+    #[arg(short, long, value_enum)]
+    pub format: ExportFormat,
+    /// Output file ("-" for standard output).
+    #[arg(short = 'o', long)]
+    pub output: PathBuf,
+    /// Sample type to weigh by (pprof carries all types).
+    #[arg(long = "type", default_value = "cpu")]
+    pub value_type: String,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Record(a) => commands::record(a),
+        Command::Report(a) => commands::report(a),
+        Command::Flamegraph(a) => commands::flamegraph(a),
+        Command::Export(a) => commands::export(a),
+    };
+    if let Err(e) = result {
+        if e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe) {
+            std::process::exit(0);
+        }
+        eprintln!("whyslow: error: {e:#}");
+        std::process::exit(1);
+    }
+}

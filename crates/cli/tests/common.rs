@@ -1,0 +1,94 @@
+//! Shared helpers for integration tests: build the workloads once, run the real `whyslow` binary.
+
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Once;
+
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+}
+
+/// Path of a workload binary, building all of them (once per test process) with their Makefile.
+pub fn workload(name: &str) -> PathBuf {
+    static BUILD: Once = Once::new();
+    BUILD.call_once(|| {
+        let dir = root().join("tests/workloads");
+        let path = format!("/usr/local/go/bin:{}", std::env::var("PATH").unwrap_or_default());
+        let st = Command::new("make").arg("-s").arg("-C").arg(&dir).env("PATH", path).status().expect("run make");
+        assert!(st.success(), "building tests/workloads failed");
+    });
+    root().join("tests/workloads/bin").join(name)
+}
+
+pub fn whyslow() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_whyslow"))
+}
+
+pub fn run(args: &[&str]) -> Output {
+    let out = whyslow().args(args).output().expect("run whyslow");
+    out
+}
+
+/// Runs whyslow and insists on success.
+pub fn ok(args: &[&str]) -> String {
+    let out = run(args);
+    assert!(
+        out.status.success(),
+        "whyslow {args:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Runs whyslow expecting failure; returns stderr, which must be one line.
+pub fn fails(args: &[&str]) -> String {
+    let out = run(args);
+    assert!(!out.status.success(), "whyslow {args:?} should have failed");
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(err.trim_end().lines().count(), 1, "error should be one line: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    err
+}
+
+pub fn tmp() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
+}
+
+/// Records `cmd` into `dir/name.data` and returns the path.
+pub fn record(dir: &Path, name: &str, extra: &[&str], cmd: &[&str]) -> String {
+    let data = dir.join(format!("{name}.data")).to_string_lossy().into_owned();
+    let mut args = vec!["record", "-q", "-o", &data];
+    args.extend_from_slice(extra);
+    args.push("--");
+    args.extend_from_slice(cmd);
+    ok(&args);
+    data
+}
+
+pub fn report_json(data: &str, extra: &[&str]) -> Value {
+    let mut args = vec!["report", data, "--format", "json", "--limit", "1000"];
+    args.extend_from_slice(extra);
+    serde_json::from_str(&ok(&args)).unwrap()
+}
+
+/// The function entry whose name satisfies `pred`, with the largest total.
+pub fn function<'a>(report: &'a Value, pred: impl Fn(&str) -> bool) -> Option<&'a Value> {
+    report["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| pred(f["name"].as_str().unwrap()))
+        .max_by_key(|f| f["total"].as_i64().unwrap())
+}
+
+pub fn self_pct(report: &Value, name: &str) -> f64 {
+    function(report, |n| n == name).map(|f| f["self_pct"].as_f64().unwrap()).unwrap_or(0.0)
+}
+
+pub fn total_pct(report: &Value, name: &str) -> f64 {
+    function(report, |n| n == name).map(|f| f["total_pct"].as_f64().unwrap()).unwrap_or(0.0)
+}

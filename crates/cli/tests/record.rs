@@ -1,0 +1,194 @@
+//! End-to-end tests of `whyslow record` and `report` against real workload programs, asserting numbers.
+
+mod common;
+use common::*;
+use std::io::BufRead;
+use std::time::Duration;
+
+/// The 60/30/10 split within +-3 points, and >= 99% of samples unwound to main without frame pointers.
+#[test]
+fn cpu_split_shares_and_complete_unwinding() {
+    let dir = tmp();
+    let bin = workload("cpu_split");
+    let data = record(dir.path(), "split", &[], &[bin.to_str().unwrap(), "3"]);
+    let r = report_json(&data, &[]);
+    let total = r["total_samples"].as_i64().unwrap();
+    assert!(total > 2000, "expected ~3000 samples at 999 Hz over 3 s, got {total}");
+    let (a, b, c) = (self_pct(&r, "burn_a"), self_pct(&r, "burn_b"), self_pct(&r, "burn_c"));
+    // Shares of the time spent in the three workers (startup and kernel noise excluded).
+    let sum = a + b + c;
+    assert!(sum > 90.0, "workers should hold most samples: {a} {b} {c}");
+    for (got, want) in [(a, 60.0), (b, 30.0), (c, 10.0)] {
+        let share = 100.0 * got / sum;
+        assert!((share - want).abs() <= 3.0, "share {share:.1} vs {want} ({a:.1}/{b:.1}/{c:.1})");
+    }
+    let main = total_pct(&r, "main");
+    assert!(main >= 99.0, "only {main:.2}% of samples reached main");
+    let unwind = &r["unwind"];
+    let complete = unwind["complete"].as_i64().unwrap();
+    let partial = unwind["partial"].as_i64().unwrap();
+    assert!(complete as f64 >= 0.99 * (complete + partial) as f64, "{unwind}");
+    assert_eq!(r["lost_samples"].as_i64().unwrap(), 0);
+}
+
+#[test]
+fn cpp_names_are_demangled_with_inlined_frames() {
+    let dir = tmp();
+    let bin = workload("cpp_templates");
+    let data = record(dir.path(), "cpp", &[], &[bin.to_str().unwrap(), "2"]);
+    let r = report_json(&data, &[]);
+    let hot = function(&r, |n| n.starts_with("work::hot_loop")).expect("work::hot_loop demangled");
+    assert!(hot["total_pct"].as_f64().unwrap() > 50.0, "{hot}");
+    assert!(function(&r, |n| n.starts_with("mix")).is_some(), "inlined frame `mix` missing");
+    // `mix` is inlined into hot_loop: it appears as hot_loop's callee.
+    let callees = ok(&["report", &data, "--callees", "work::hot_loop", "--format", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&callees).unwrap();
+    let names: Vec<&str> = v["entries"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
+    assert!(names.iter().any(|n| n.starts_with("mix")), "callees of hot_loop: {names:?}");
+    assert!(function(&r, |n| n.contains("std::") || n.contains("__gnu_cxx::")).is_some(), "no std:: frames");
+    assert!(!r["functions"].as_array().unwrap().iter().any(|f| f["name"].as_str().unwrap().starts_with("_Z")));
+}
+
+#[test]
+fn four_threads_are_each_seen() {
+    let dir = tmp();
+    let bin = workload("threads");
+    let data = record(dir.path(), "threads", &[], &[bin.to_str().unwrap(), "2"]);
+    let r = report_json(&data, &[]);
+    let threads = r["threads"].as_array().unwrap();
+    let total: i64 = r["total_samples"].as_i64().unwrap();
+    for i in 0..4 {
+        let name = format!("worker-{i}");
+        let t = threads.iter().find(|t| t["name"] == name.as_str()).unwrap_or_else(|| panic!("{name} missing"));
+        let share = t["samples"].as_i64().unwrap() as f64 / total as f64;
+        // Four equal workers on two cores: each near a quarter.
+        assert!((share - 0.25).abs() < 0.05, "{name}: {share:.3}");
+    }
+    assert!(total_pct(&r, "thread_work") > 95.0);
+    let text = ok(&["report", &data, "--threads"]);
+    assert!(text.contains("worker-3"), "{text}");
+}
+
+#[test]
+fn forked_children_are_profiled() {
+    let dir = tmp();
+    let bin = workload("forker");
+    let data = record(dir.path(), "fork", &[], &[bin.to_str().unwrap(), "1"]);
+    let r = report_json(&data, &[]);
+    let pids: std::collections::BTreeSet<i64> =
+        r["threads"].as_array().unwrap().iter().map(|t| t["pid"].as_i64().unwrap()).collect();
+    assert_eq!(pids.len(), 3, "parent + 2 children: {pids:?}");
+    let child = total_pct(&r, "child_work");
+    let parent = total_pct(&r, "parent_work");
+    // Two children and the parent each burn the same time: 2/3 vs 1/3.
+    assert!((child - 66.7).abs() < 6.0 && (parent - 33.3).abs() < 6.0, "child {child:.1} parent {parent:.1}");
+}
+
+#[test]
+fn go_and_rust_names_resolve() {
+    let dir = tmp();
+    let go = workload("gowork");
+    let data = record(dir.path(), "go", &[], &[go.to_str().unwrap(), "1"]);
+    let r = report_json(&data, &[]);
+    assert!(total_pct(&r, "main.main") > 90.0, "main.main: {}", total_pct(&r, "main.main"));
+    assert!(total_pct(&r, "main.burn") > 90.0);
+    let rs = workload("rustwork");
+    let data = record(dir.path(), "rust", &[], &[rs.to_str().unwrap(), "1"]);
+    let r = report_json(&data, &[]);
+    assert!(total_pct(&r, "rustwork::work::burn_rust") > 90.0);
+    assert!(!r["functions"].as_array().unwrap().iter().any(|f| f["name"].as_str().unwrap().contains("::h")));
+}
+
+/// Starts the spin workload and waits until it has printed its PID.
+fn spawn_spin(name: &str) -> (std::process::Child, u32) {
+    let mut child = std::process::Command::new(workload(name))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    (child, line.trim().parse().unwrap())
+}
+
+#[test]
+fn attach_by_pid_and_by_name() {
+    let dir = tmp();
+    let (mut child, pid) = spawn_spin("spin");
+    let data = dir.path().join("attach.data");
+    let data = data.to_str().unwrap();
+    ok(&["record", "-q", "-p", &pid.to_string(), "-d", "1", "-o", data]);
+    let r = report_json(data, &[]);
+    assert!(total_pct(&r, "spin_forever") > 95.0);
+    assert!(total_pct(&r, "main") > 95.0);
+    let n = r["total_samples"].as_i64().unwrap();
+    assert!((800..=1100).contains(&n), "1 s at 999 Hz: {n}");
+    // The target keeps running after we detach.
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(child.try_wait().unwrap().is_none(), "target must survive attach/detach");
+    ok(&["record", "-q", "--comm", "spin", "-d", "0.5", "-o", data]);
+    let r = report_json(data, &[]);
+    assert!(total_pct(&r, "spin_forever") > 95.0);
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+#[test]
+fn bad_input_gives_one_line_errors() {
+    let dir = tmp();
+    let d = dir.path();
+    let err = fails(&["record", "-p", "999999999", "-d", "1", "-o", d.join("x.data").to_str().unwrap()]);
+    assert!(err.contains("no such process"), "{err}");
+    let err = fails(&["record", "--comm", "no-such-proc-xyz", "-d", "1"]);
+    assert!(err.contains("no running process is named"), "{err}");
+    let err = fails(&["record", "-o", d.join("y.data").to_str().unwrap(), "--", "/nonexistent/cmd"]);
+    assert!(err.contains("cannot run /nonexistent/cmd"), "{err}");
+    let err = fails(&["record", "-o", d.join("z.data").to_str().unwrap(), "--", "true"]);
+    assert!(err.contains("no samples"), "{err}");
+    assert!(!d.join("z.data").exists(), "no file may be written when nothing was recorded");
+    let err = fails(&["report", d.join("missing.data").to_str().unwrap()]);
+    assert!(err.contains("cannot read"), "{err}");
+    std::fs::write(d.join("junk.data"), b"this is not a profile").unwrap();
+    let err = fails(&["report", d.join("junk.data").to_str().unwrap()]);
+    assert!(err.contains("not a whyslow recording"), "{err}");
+    // A real recording, truncated and corrupted.
+    let bin = workload("cpu_split");
+    let data = record(d, "good", &[], &[bin.to_str().unwrap(), "0.3"]);
+    let bytes = std::fs::read(&data).unwrap();
+    std::fs::write(d.join("trunc.data"), &bytes[..bytes.len() / 2]).unwrap();
+    let err = fails(&["report", d.join("trunc.data").to_str().unwrap()]);
+    assert!(err.contains("truncated"), "{err}");
+    let mut bad = bytes.clone();
+    let i = bad.len() - 10;
+    bad[i] ^= 0x55;
+    std::fs::write(d.join("corrupt.data"), &bad).unwrap();
+    let err = fails(&["report", d.join("corrupt.data").to_str().unwrap()]);
+    assert!(err.contains("corrupt"), "{err}");
+    let err = fails(&["report", &data, "--callees", "burn_zz"]);
+    assert!(err.contains("burn_a") || err.contains("burn_"), "should suggest close matches: {err}");
+    let err = fails(&["report", &data, "--type", "alloc-bytes"]);
+    assert!(err.contains("no 'alloc-bytes' samples"), "{err}");
+}
+
+/// Duration, then SIGTERM to whyslow itself: both stop cleanly and write a complete file.
+#[test]
+fn stops_on_sigterm_and_writes_the_recording() {
+    let dir = tmp();
+    let data = dir.path().join("sig.data");
+    let child = whyslow()
+        .args(["record", "-q", "-o", data.to_str().unwrap(), "--", workload("spin").to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    unsafe { libc_kill(child.id() as i32, 15) };
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r = report_json(data.to_str().unwrap(), &[]);
+    assert!(r["total_samples"].as_i64().unwrap() > 500);
+    assert!(total_pct(&r, "spin_forever") > 90.0);
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}

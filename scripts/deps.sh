@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs the system packages whyslow's build, demo, tests and benchmarks need, only where missing.
+# Runs apt-get as root (or through sudo); prints what it installs.
+set -euo pipefail
+need=()
+have() { command -v "$1" >/dev/null 2>&1; }
+pkg_installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+for cmd_pkg in gcc:gcc g++:g++ make:make pkg-config:pkg-config clang:clang perf:linux-perf \
+               strace:strace ltrace:ltrace hyperfine:hyperfine bpftool:bpftool; do
+  cmd=${cmd_pkg%%:*}; pkg=${cmd_pkg#*:}
+  have "$cmd" || need+=("$pkg")
+done
+for pkg in libelf-dev zlib1g-dev; do pkg_installed "$pkg" || need+=("$pkg"); done
+if ! have go && [ ! -x /usr/local/go/bin/go ]; then need+=(golang-go); fi
+if [ ${#need[@]} -gt 0 ]; then
+  echo "deps: installing ${need[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+if ! have cargo; then
+  echo "deps: cargo not found: install Rust (https://rustup.rs) and re-run" >&2
+  exit 1
+fi
