@@ -365,7 +365,7 @@ pub fn close_matches<'a>(query: &str, candidates: impl IntoIterator<Item = &'a s
         .into_iter()
         .filter_map(|c| {
             let lc = c.to_lowercase();
-            if lc.contains(&q) || (!lc.is_empty() && q.contains(&lc)) {
+            if lc.contains(&q) || (lc.len() >= 3 && q.contains(&lc)) {
                 return Some((0, c.len(), c));
             }
             let d = edit_distance(&q, &lc);

@@ -1,0 +1,60 @@
+//! The JSON report. Field names are a contract other tools script against: add, never rename.
+
+use crate::{pct, RenderError};
+use serde_json::json;
+use std::io::Write;
+use whyslow_model::Profile;
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+pub fn report(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), RenderError> {
+    let total = p.total(value);
+    let functions: Vec<_> = whyslow_analyze::top_functions(p, value)
+        .into_iter()
+        .map(|f| {
+            json!({"name": f.name, "module": f.module, "self": f.self_, "total": f.total,
+                   "self_pct": round2(pct(f.self_, total)), "total_pct": round2(pct(f.total, total))})
+        })
+        .collect();
+    let threads: Vec<_> = whyslow_analyze::threads(p, value)
+        .into_iter()
+        .map(|t| json!({"tid": t.tid, "pid": t.pid, "name": t.name, "samples": t.value}))
+        .collect();
+    let m = &p.meta;
+    let doc = json!({
+        "sample_type": p.sample_types[value].name,
+        "unit": p.sample_types[value].unit,
+        "total_samples": total,
+        "lost_samples": m.lost_samples,
+        "unwind": {"complete": m.unwind.complete, "partial": m.unwind.partial},
+        "command": m.command,
+        "event": m.event,
+        "frequency_hz": m.frequency_hz,
+        "duration_s": m.duration_ns as f64 / 1e9,
+        "exit_code": m.exit_code,
+        "notes": m.notes,
+        "functions": functions,
+        "threads": threads,
+    });
+    serde_json::to_writer_pretty(&mut *w, &doc).map_err(std::io::Error::from)?;
+    writeln!(w)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{check_golden, fixture};
+
+    #[test]
+    fn json_golden() {
+        let mut out = Vec::new();
+        super::report(&mut out, &fixture::profile(), 0).unwrap();
+        check_golden("report.json", &out);
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["total_samples"], 100);
+        assert_eq!(v["functions"][0]["name"], "burn_a");
+        assert_eq!(v["functions"][0]["self_pct"], 40.0);
+    }
+}

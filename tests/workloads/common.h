@@ -1,0 +1,13 @@
+/* Shared by the C workloads: a deterministic CPU burner and a monotonic clock. */
+#include <stdint.h>
+#include <time.h>
+static volatile uint64_t sink;
+static inline double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+/* xorshift steps: the same cost per unit in every caller. */
+#define BURN_BODY(units) do { uint64_t x = sink + 1; \
+    for (long i = 0; i < (long)(units) * 20000; i++) { x ^= x << 13; x ^= x >> 7; x ^= x << 17; } \
+    sink = x; } while (0)
