@@ -121,7 +121,8 @@ fn stats(p: &Profile, value: usize, funcs: &Functions) -> Vec<FunctionStat> {
 
 /// All functions with samples, by self value, then total, then name.
 pub fn top_functions(p: &Profile, value: usize) -> Vec<FunctionStat> {
-    let mut v: Vec<FunctionStat> = stats(p, value, &Functions::new(p)).into_iter().filter(|f| f.total != 0).collect();
+    let mut v: Vec<FunctionStat> =
+        stats(p, value, &Functions::new(p)).into_iter().filter(|f| f.total != 0).collect();
     v.sort_by(|a, b| b.self_.cmp(&a.self_).then(b.total.cmp(&a.total)).then(a.name.cmp(&b.name)));
     v
 }
@@ -149,18 +150,24 @@ fn find(
     stats: &[FunctionStat],
 ) -> Result<(usize, Vec<String>), AnalyzeError> {
     let live = |i: &usize| stats[*i].total > 0;
-    let exact: Vec<usize> = (0..funcs.keys.len()).filter(|&i| funcs.keys[i].0 == query).filter(live).collect();
+    let exact: Vec<usize> =
+        (0..funcs.keys.len()).filter(|&i| funcs.keys[i].0 == query).filter(live).collect();
     let candidates = if exact.is_empty() {
         (0..funcs.keys.len()).filter(|&i| funcs.keys[i].0.contains(query)).filter(live).collect()
     } else {
         exact
     };
-    let best = candidates.iter().copied().max_by_key(|&i| (stats[i].total, std::cmp::Reverse(i))).ok_or_else(|| {
-        AnalyzeError::NoSuchFunction {
-            query: query.to_string(),
-            suggestions: close_matches(query, stats.iter().filter(|s| s.total > 0).map(|s| s.name.as_str()), 5),
-        }
-    })?;
+    let best =
+        candidates.iter().copied().max_by_key(|&i| (stats[i].total, std::cmp::Reverse(i))).ok_or_else(
+            || AnalyzeError::NoSuchFunction {
+                query: query.to_string(),
+                suggestions: close_matches(
+                    query,
+                    stats.iter().filter(|s| s.total > 0).map(|s| s.name.as_str()),
+                    5,
+                ),
+            },
+        )?;
     let mut also: Vec<String> =
         candidates.iter().filter(|&&i| i != best).map(|&i| funcs.keys[i].0.clone()).collect();
     also.sort();
@@ -187,7 +194,12 @@ fn neighbors(p: &Profile, value: usize, query: &str, callers: bool) -> Result<Ne
     let pct = |v: i64| if function.total == 0 { 0.0 } else { 100.0 * v as f64 / function.total as f64 };
     let mut entries: Vec<Neighbor> = by_fn
         .into_iter()
-        .map(|(f, v)| Neighbor { name: funcs.keys[f].0.clone(), module: funcs.keys[f].1.clone(), value: v, pct: pct(v) })
+        .map(|(f, v)| Neighbor {
+            name: funcs.keys[f].0.clone(),
+            module: funcs.keys[f].1.clone(),
+            value: v,
+            pct: pct(v),
+        })
         .collect();
     entries.sort_by(|a, b| b.value.cmp(&a.value).then(a.name.cmp(&b.name)));
     Ok(Neighbors { function, own, entries, also_matched })
@@ -210,7 +222,10 @@ mod tests {
 
     /// main -> a (5), main -> b -> a (3), main -> b (2), recursive r -> r (1); two threads.
     fn profile() -> Profile {
-        let mut b = ProfileBuilder::new(Metadata::default(), vec![SampleType { name: "cpu".into(), unit: "samples".into() }]);
+        let mut b = ProfileBuilder::new(
+            Metadata::default(),
+            vec![SampleType { name: "cpu".into(), unit: "samples".into() }],
+        );
         let m = b.module("/bin/app", "");
         let [main, a, bb, r] = ["main", "a", "b", "r"].map(|n| b.frame(n, m, "", FrameKind::User));
         let a_inl = b.frame("a", m, "", FrameKind::Inlined);

@@ -1,6 +1,8 @@
 //! Subcommand bodies: options in, library calls, renderer out.
 
-use crate::{EventArg, ExportArgs, ExportFormat, FlamegraphArgs, OutputFormat, RecordArgs, ReportArgs, TargetArgs};
+use crate::{
+    EventArg, ExportArgs, ExportFormat, FlamegraphArgs, OutputFormat, RecordArgs, ReportArgs, TargetArgs,
+};
 use anyhow::{bail, Context, Result};
 use std::io::{IsTerminal, Write};
 use std::path::Path;
@@ -68,7 +70,9 @@ pub fn record(a: RecordArgs) -> Result<()> {
     if raw.samples.is_empty() {
         let ms = raw.meta.duration_ns as f64 / 1e6;
         match raw.meta.exit_code {
-            Some(code) => bail!("no samples: the target exited after {ms:.0} ms (exit code {code}) before any sample"),
+            Some(code) => {
+                bail!("no samples: the target exited after {ms:.0} ms (exit code {code}) before any sample")
+            }
             None => bail!("no samples in {ms:.0} ms: the target did not run on a CPU"),
         }
     }
@@ -81,7 +85,11 @@ pub fn record(a: RecordArgs) -> Result<()> {
     if !a.quiet {
         let value = value_index(&profile, "cpu")?;
         let mut out = std::io::stdout().lock();
-        render::text::report(&mut out, &profile, &render::text::ReportOptions { value, limit: a.limit, threads: false })?;
+        render::text::report(
+            &mut out,
+            &profile,
+            &render::text::ReportOptions { value, limit: a.limit, threads: false },
+        )?;
         writeln!(out)?;
     }
     eprintln!(

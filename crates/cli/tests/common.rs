@@ -17,7 +17,8 @@ pub fn workload(name: &str) -> PathBuf {
     BUILD.call_once(|| {
         let dir = root().join("tests/workloads");
         let path = format!("/usr/local/go/bin:{}", std::env::var("PATH").unwrap_or_default());
-        let st = Command::new("make").arg("-s").arg("-C").arg(&dir).env("PATH", path).status().expect("run make");
+        let st =
+            Command::new("make").arg("-s").arg("-C").arg(&dir).env("PATH", path).status().expect("run make");
         assert!(st.success(), "building tests/workloads failed");
     });
     root().join("tests/workloads/bin").join(name)

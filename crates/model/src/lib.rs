@@ -359,7 +359,11 @@ mod tests {
 
 /// Up to `max` candidates that look like `query`: substring matches first, then by edit distance.
 /// Used for every "did you mean" in the tool (functions, syscalls, process names, patterns).
-pub fn close_matches<'a>(query: &str, candidates: impl IntoIterator<Item = &'a str>, max: usize) -> Vec<String> {
+pub fn close_matches<'a>(
+    query: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+    max: usize,
+) -> Vec<String> {
     let q = query.to_lowercase();
     let mut scored: Vec<(usize, usize, &str)> = candidates
         .into_iter()

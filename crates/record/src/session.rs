@@ -243,7 +243,12 @@ fn raise_fd_limit() {
 
 /// Opens events on the first task, falling back from cycles to cpu-clock and from kernel+user to user-only
 /// when the machine does not allow them. Returns the notes to show the user.
-fn open_first(opts: &RecordOptions, ev: &mut Events, tid: u32, notes: &mut Vec<String>) -> Result<(), RecordError> {
+fn open_first(
+    opts: &RecordOptions,
+    ev: &mut Events,
+    tid: u32,
+    notes: &mut Vec<String>,
+) -> Result<(), RecordError> {
     loop {
         match ev.open_task(tid, opts.ring_pages) {
             Ok(()) => return Ok(()),
@@ -268,9 +273,14 @@ fn open_first(opts: &RecordOptions, ev: &mut Events, tid: u32, notes: &mut Vec<S
 }
 
 /// Records until the duration passes, a stop signal arrives, or the target exits.
-pub fn record(opts: &RecordOptions, mut progress: impl FnMut(&Progress)) -> Result<RawRecording, RecordError> {
+pub fn record(
+    opts: &RecordOptions,
+    mut progress: impl FnMut(&Progress),
+) -> Result<RawRecording, RecordError> {
     if opts.frequency == 0 || opts.stack_bytes > 65528 || !opts.ring_pages.is_power_of_two() {
-        return Err(RecordError::Invalid("frequency > 0, stack <= 65528 bytes, ring pages a power of two".into()));
+        return Err(RecordError::Invalid(
+            "frequency > 0, stack <= 65528 bytes, ring pages a power of two".into(),
+        ));
     }
     raise_fd_limit();
     let mut notes = Vec::new();
@@ -283,7 +293,11 @@ pub fn record(opts: &RecordOptions, mut progress: impl FnMut(&Progress)) -> Resu
             if let Some(&p) = pids.iter().find(|&&p| !target::alive(p)) {
                 return Err(RecordError::NoSuchProcess(p));
             }
-            (pids.clone(), vec!["-p".into(), pids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")], None)
+            (
+                pids.clone(),
+                vec!["-p".into(), pids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")],
+                None,
+            )
         }
         Target::Comm(name) => {
             let pids = target::pids_by_comm(name);

@@ -1,8 +1,8 @@
 //! The only unsafe code of the perf_event source: opening events, mapping their ring buffers and
 //! copying records out of them. Everything above this module sees safe types.
 
-use perf_event_open_sys as pe;
 use pe::bindings as b;
+use perf_event_open_sys as pe;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{fence, Ordering};
@@ -126,7 +126,14 @@ impl Ring {
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
         let len = page * (1 + data_pages);
         let base = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
         };
         if base == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
@@ -183,8 +190,10 @@ impl Drop for Ring {
 
 /// Waits until one of the rings has data or `timeout_ms` passes.
 pub fn poll(rings: &[Ring], timeout_ms: i32) {
-    let mut fds: Vec<libc::pollfd> =
-        rings.iter().map(|r| libc::pollfd { fd: r.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 }).collect();
+    let mut fds: Vec<libc::pollfd> = rings
+        .iter()
+        .map(|r| libc::pollfd { fd: r.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 })
+        .collect();
     unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as _, timeout_ms) };
 }
 

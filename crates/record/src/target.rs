@@ -76,7 +76,8 @@ impl Gated {
             let one = [1u8];
             unsafe { libc::write(go.as_raw_fd(), one.as_ptr() as *const _, 1) };
         }
-        let mut f = std::fs::File::from(self.exec_error.try_clone().map_err(|e| RecordError::Io("dup".into(), e))?);
+        let mut f =
+            std::fs::File::from(self.exec_error.try_clone().map_err(|e| RecordError::Io("dup".into(), e))?);
         let mut buf = [0u8; 4];
         match f.read(&mut buf) {
             Ok(4) => {
@@ -117,7 +118,10 @@ pub fn comm_of(pid: u32, tid: u32) -> Option<String> {
 pub fn alive(pid: u32) -> bool {
     // A zombie still has /proc/PID; its stat state is Z.
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => s.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X')).unwrap_or(false),
+        Ok(s) => s
+            .rsplit_once(") ")
+            .map(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X'))
+            .unwrap_or(false),
         Err(_) => false,
     }
 }
@@ -131,7 +135,8 @@ pub fn pids_by_comm(name: &str) -> Vec<u32> {
             d.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
                 .filter(|&p| p != me)
                 .filter(|&p| {
-                    std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim_end_matches('\n') == want)
+                    std::fs::read_to_string(format!("/proc/{p}/comm"))
+                        .is_ok_and(|c| c.trim_end_matches('\n') == want)
                 })
                 .collect()
         })
@@ -183,7 +188,12 @@ fn parse_maps_line(line: &str) -> Option<MapEntry> {
         return None;
     }
     let (s, e) = range.split_once('-')?;
-    Some(MapEntry { start: u64::from_str_radix(s, 16).ok()?, end: u64::from_str_radix(e, 16).ok()?, pgoff, path })
+    Some(MapEntry {
+        start: u64::from_str_radix(s, 16).ok()?,
+        end: u64::from_str_radix(e, 16).ok()?,
+        pgoff,
+        path,
+    })
 }
 
 #[cfg(test)]
@@ -193,7 +203,10 @@ mod tests {
     #[test]
     fn parses_maps_lines() {
         let m = parse_maps_line("7f00-7f80 r-xp 00001000 08:01 1234      /usr/lib/libc.so.6").unwrap();
-        assert_eq!((m.start, m.end, m.pgoff, m.path.as_str()), (0x7f00, 0x7f80, 0x1000, "/usr/lib/libc.so.6"));
+        assert_eq!(
+            (m.start, m.end, m.pgoff, m.path.as_str()),
+            (0x7f00, 0x7f80, 0x1000, "/usr/lib/libc.so.6")
+        );
         assert!(parse_maps_line("7f00-7f80 rw-p 00000000 00:00 0 [heap]").is_none());
         assert_eq!(parse_maps_line("7f00-7f80 r-xp 00000000 00:00 0  [vdso]").unwrap().path, "[vdso]");
     }

@@ -110,7 +110,8 @@ pub fn pprof(w: &mut impl Write, p: &Profile) -> Result<(), RenderError> {
     use whyslow_model::NONE;
     // Our string table starts with "" like pprof's, so ids carry over; new strings are appended.
     let mut strings = p.strings.clone();
-    let mut index: HashMap<String, i64> = strings.iter().enumerate().map(|(i, s)| (s.clone(), i as i64)).collect();
+    let mut index: HashMap<String, i64> =
+        strings.iter().enumerate().map(|(i, s)| (s.clone(), i as i64)).collect();
     let mut s = |x: &str| -> i64 {
         *index.entry(x.to_string()).or_insert_with(|| {
             strings.push(x.to_string());
@@ -134,7 +135,12 @@ pub fn pprof(w: &mut impl Write, p: &Profile) -> Result<(), RenderError> {
         .frames
         .iter()
         .enumerate()
-        .map(|(i, f)| proto::Function { id: i as u64 + 1, name: f.name as i64, system_name: f.name as i64, filename: f.file as i64 })
+        .map(|(i, f)| proto::Function {
+            id: i as u64 + 1,
+            name: f.name as i64,
+            system_name: f.name as i64,
+            filename: f.file as i64,
+        })
         .collect();
     let location = p
         .frames
@@ -207,7 +213,8 @@ pub fn speedscope(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), R
     };
     let mut profiles = Vec::new();
     for (ti, t) in p.threads.iter().enumerate() {
-        let mine: Vec<_> = p.samples.iter().filter(|s| s.thread as usize == ti && s.values[value] != 0).collect();
+        let mine: Vec<_> =
+            p.samples.iter().filter(|s| s.thread as usize == ti && s.values[value] != 0).collect();
         if mine.is_empty() {
             continue;
         }
@@ -266,7 +273,12 @@ pub fn callgrind(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), Re
     order.sort();
     let mut names = Compressor::default();
     writeln!(w, "# callgrind format\nversion: 1\ncreator: whyslow {}", p.meta.tool_version)?;
-    writeln!(w, "cmd: {}\npositions: line\nevents: {}\n", p.meta.command.join(" "), p.sample_types[value].name)?;
+    writeln!(
+        w,
+        "cmd: {}\npositions: line\nevents: {}\n",
+        p.meta.command.join(" "),
+        p.sample_types[value].name
+    )?;
     for k in &order {
         writeln!(w, "ob={}", names.get("ob", k.1))?;
         writeln!(w, "fn={}", names.get("fn", k.0))?;
@@ -334,7 +346,8 @@ mod tests {
         assert_eq!(prof.sample_type.len(), 2);
         assert_eq!(prof.sample.iter().map(|s| s.value[0]).sum::<i64>(), 100);
         let leaf = |s: &proto::Sample| {
-            let f = &prof.function[(prof.location[(s.location_id[0] - 1) as usize].line[0].function_id - 1) as usize];
+            let f = &prof.function
+                [(prof.location[(s.location_id[0] - 1) as usize].line[0].function_id - 1) as usize];
             prof.string_table[f.name as usize].clone()
         };
         let leaves: Vec<String> = prof.sample.iter().map(leaf).collect();
@@ -363,7 +376,11 @@ mod tests {
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         // burn_a: 40 flat (20 more are in the inlined mix), burn_b 30.
-        let row = |name: &str| text.lines().find(|l| l.trim_end().ends_with(name)).map(|l| l.split_whitespace().next().unwrap().to_string());
+        let row = |name: &str| {
+            text.lines()
+                .find(|l| l.trim_end().ends_with(name))
+                .map(|l| l.split_whitespace().next().unwrap().to_string())
+        };
         assert_eq!(row("burn_a").as_deref(), Some("40samples"), "{text}");
         assert_eq!(row("burn_b").as_deref(), Some("30samples"), "{text}");
         assert_eq!(row("mix").as_deref(), Some("20samples"), "{text}");

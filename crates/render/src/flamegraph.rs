@@ -37,7 +37,8 @@ mod tests {
     #[test]
     fn svg_has_every_function_and_the_search_script() {
         let mut out = Vec::new();
-        svg(&mut out, &fixture::profile(), 0, &FlameOptions { title: "t".into(), ..Default::default() }).unwrap();
+        svg(&mut out, &fixture::profile(), 0, &FlameOptions { title: "t".into(), ..Default::default() })
+            .unwrap();
         let s = String::from_utf8(out).unwrap();
         for name in ["main", "run", "burn_a", "burn_b", "burn_c", "mix", "do_syscall_64"] {
             assert!(s.contains(&format!(">{name}<")) || s.contains(&format!("{name} (")), "{name} missing");

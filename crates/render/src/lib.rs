@@ -80,9 +80,12 @@ pub(crate) mod fixture {
         let sys = b.frame("do_syscall_64", k, "", FrameKind::Kernel);
         let t1 = b.thread(100, 100, "app");
         let t2 = b.thread(100, 101, "worker");
-        for (stack, thread, n) in
-            [(vec![main, run, a], t1, 40), (vec![main, run, a, mix], t1, 20), (vec![main, run, bb], t2, 30), (vec![main, run, c, sys], t2, 10)]
-        {
+        for (stack, thread, n) in [
+            (vec![main, run, a], t1, 40),
+            (vec![main, run, a, mix], t1, 20),
+            (vec![main, run, bb], t2, 30),
+            (vec![main, run, c, sys], t2, 10),
+        ] {
             let s = b.stack(&stack);
             b.add_sample(s, thread, &[n, n * 1_001_001]);
         }
@@ -98,7 +101,8 @@ pub(crate) fn check_golden(name: &str, actual: &[u8]) {
         std::fs::write(&path, actual).unwrap();
         return;
     }
-    let expected = std::fs::read(&path).unwrap_or_else(|_| panic!("missing golden {path:?}; run with WHYSLOW_BLESS=1"));
+    let expected =
+        std::fs::read(&path).unwrap_or_else(|_| panic!("missing golden {path:?}; run with WHYSLOW_BLESS=1"));
     assert!(
         expected == actual,
         "{name} differs from its golden file (WHYSLOW_BLESS=1 to update):\n{}",

@@ -47,7 +47,12 @@ pub fn header(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), Rende
     Ok(())
 }
 
-fn functions_table(w: &mut impl Write, funcs: &[FunctionStat], total: i64, limit: usize) -> Result<(), RenderError> {
+fn functions_table(
+    w: &mut impl Write,
+    funcs: &[FunctionStat],
+    total: i64,
+    limit: usize,
+) -> Result<(), RenderError> {
     writeln!(w, "{:>7} {:>9} {:>7} {:>9}  {:<60} module", "self%", "self", "total%", "total", "function")?;
     for f in funcs.iter().take(limit) {
         writeln!(
@@ -89,7 +94,15 @@ pub fn report(w: &mut impl Write, p: &Profile, o: &ReportOptions) -> Result<(), 
         let mut sub = p.clone();
         let idx = p.threads.iter().position(|x| x.pid == t.pid && x.tid == t.tid).unwrap() as u32;
         sub.samples.retain(|s| s.thread == idx);
-        writeln!(w, "\nthread {} '{}' (pid {}): {} ({:.2}%)", t.tid, t.name, t.pid, t.value, pct(t.value, total))?;
+        writeln!(
+            w,
+            "\nthread {} '{}' (pid {}): {} ({:.2}%)",
+            t.tid,
+            t.name,
+            t.pid,
+            t.value,
+            pct(t.value, total)
+        )?;
         functions_table(w, &top_functions(&sub, o.value), t.value, o.limit.min(10))?;
     }
     Ok(())
@@ -102,7 +115,14 @@ pub fn neighbors(w: &mut impl Write, n: &Neighbors, callers: bool) -> Result<(),
     if !n.also_matched.is_empty() {
         writeln!(w, "  (also matched: {})", n.also_matched.join(", "))?;
     }
-    writeln!(w, "{} {:>9} {:>7}  {}", if callers { "callers:" } else { "callees:" }, "value", "share", "function")?;
+    writeln!(
+        w,
+        "{} {:>9} {:>7}  {}",
+        if callers { "callers:" } else { "callees:" },
+        "value",
+        "share",
+        "function"
+    )?;
     for e in &n.entries {
         writeln!(w, "         {:>9} {:>6.2}%  {}  [{}]", e.value, e.pct, e.name, basename(&e.module))?;
     }

@@ -18,14 +18,19 @@ pub fn demangle(name: &str) -> String {
     name.to_string()
 }
 
-/// Rust legacy names are Itanium-shaped but end in a `17h<16 hex>E` hash element.
+/// Rust legacy names are Itanium-shaped but end in a `17h<16 hex>E` hash element (maybe followed by a
+/// `.llvm.N`-style suffix; the path itself may contain `..`).
 fn is_rust_legacy(name: &str) -> bool {
-    let base = name.split('.').next().unwrap_or(name);
-    base.starts_with("_ZN")
-        && base.len() > 20
-        && base.ends_with('E')
-        && base[base.len() - 20..].starts_with("17h")
-        && base[base.len() - 17..base.len() - 1].bytes().all(|c| c.is_ascii_hexdigit())
+    if !name.starts_with("_ZN") {
+        return false;
+    }
+    let b = name.as_bytes();
+    (0..b.len().saturating_sub(19)).any(|i| {
+        &b[i..i + 3] == b"17h"
+            && b[i + 3..i + 19].iter().all(u8::is_ascii_hexdigit)
+            && b[i + 19] == b'E'
+            && (i + 20 == b.len() || b[i + 20] == b'.')
+    })
 }
 
 #[cfg(test)]
@@ -40,5 +45,7 @@ mod tests {
         assert_eq!(demangle("_ZN4work8hot_loopEi"), "work::hot_loop(int)");
         assert_eq!(demangle("_ZN8rustwork4work9burn_rust17h0123456789abcdefE"), "rustwork::work::burn_rust");
         assert_eq!(demangle("_RNvNtCs1234_8rustwork4work9burn_rust"), "rustwork::work::burn_rust");
+        assert_eq!(demangle("_ZN4core4iter5range101_$LT$impl$u20$core..iter..traits..iterator..Iterator$u20$for$u20$core..ops..range..Range$LT$A$GT$$GT$4next17h1d5f216feff501d1E"),
+            "core::iter::range::<impl core::iter::traits::iterator::Iterator for core::ops::range::Range<A>>::next");
     }
 }

@@ -41,7 +41,8 @@ mod tests {
 
     #[test]
     fn finds_the_enclosing_symbol() {
-        let k = Kallsyms::parse("ffff0010 T do_sys_open\nffff0000 t _stext\nffff0020 d data_sym\n0 T hidden\n");
+        let k =
+            Kallsyms::parse("ffff0010 T do_sys_open\nffff0000 t _stext\nffff0020 d data_sym\n0 T hidden\n");
         assert_eq!(k.lookup(0xffff0015), Some("do_sys_open"));
         assert_eq!(k.lookup(0xffff0000), Some("_stext"));
         assert_eq!(k.lookup(0xfffe0000), None);

@@ -107,7 +107,8 @@ pub fn symbolize(raw: RawRecording) -> Profile {
             notes.push("kernel symbols unavailable (/proc/kallsyms shows no addresses)".into());
         }
         for a in kernel_addrs {
-            let name = ksyms.lookup(a).map(str::to_string).unwrap_or_else(|| format!("{KERNEL_MODULE}+{a:#x}"));
+            let name =
+                ksyms.lookup(a).map(str::to_string).unwrap_or_else(|| format!("{KERNEL_MODULE}+{a:#x}"));
             let kind = if ksyms.lookup(a).is_some() { FrameKind::Kernel } else { FrameKind::Unknown };
             resolved.insert(RawFrame::Kernel(a), vec![Func { name, file: String::new(), kind }]);
         }
@@ -135,7 +136,9 @@ pub fn symbolize(raw: RawRecording) -> Profile {
                 match resolved.get(raw_frame) {
                     Some(funcs) => funcs.iter().map(|f| b.frame(&f.name, module, &f.file, f.kind)).collect(),
                     None => {
-                        let RawFrame::Unmapped(a) = *raw_frame else { unreachable!("user and kernel resolved") };
+                        let RawFrame::Unmapped(a) = *raw_frame else {
+                            unreachable!("user and kernel resolved")
+                        };
                         vec![b.frame(&format!("[unknown]+{a:#x}"), NONE, "", FrameKind::Unknown)]
                     }
                 }
