@@ -77,7 +77,7 @@ pub fn report_json(data: &str, extra: &[&str]) -> Value {
 }
 
 /// The function entry whose name satisfies `pred`, with the largest total.
-pub fn function<'a>(report: &'a Value, pred: impl Fn(&str) -> bool) -> Option<&'a Value> {
+pub fn function(report: &Value, pred: impl Fn(&str) -> bool) -> Option<&Value> {
     report["functions"]
         .as_array()
         .unwrap()

@@ -120,7 +120,7 @@ fn decode_sample(r: &mut Reader) -> Option<Timed> {
     let mut kernel = Vec::new();
     for _ in 0..nr.min(4096) {
         let a = r.u64()?;
-        if a >= b::PERF_CONTEXT_MAX as u64 {
+        if a >= b::PERF_CONTEXT_MAX {
             continue; // PERF_CONTEXT_* markers
         }
         // Return addresses point after the call; step back into it, as for user frames.

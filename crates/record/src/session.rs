@@ -140,10 +140,10 @@ impl Collector {
 
     fn sample(&mut self, s: Sample) {
         self.samples += 1;
-        if !self.raw.thread_names.contains_key(&(s.pid, s.tid)) {
-            let name = target::comm_of(s.pid, s.tid).unwrap_or_default();
-            self.raw.thread_names.insert((s.pid, s.tid), name);
-        }
+        self.raw
+            .thread_names
+            .entry((s.pid, s.tid))
+            .or_insert_with(|| target::comm_of(s.pid, s.tid).unwrap_or_default());
         if !self.procs.contains_key(&s.pid) {
             self.synthesize(s.pid);
         }
@@ -353,9 +353,7 @@ pub fn record(
         .unwrap_or(0);
     let t0 = Instant::now();
     if let Some(g) = gate.as_mut() {
-        if let Err(e) = g.release(&command[0]) {
-            return Err(e);
-        }
+        g.release(&command[0])?;
     }
     let mut buf = Vec::new();
     let mut exit_code = None;

@@ -49,8 +49,8 @@ pub struct EventConfig {
 }
 
 pub fn open_event(cfg: &EventConfig, pid: i32, cpu: i32) -> io::Result<OwnedFd> {
-    let mut attr = b::perf_event_attr::default();
-    attr.size = std::mem::size_of::<b::perf_event_attr>() as u32;
+    let mut attr =
+        b::perf_event_attr { size: std::mem::size_of::<b::perf_event_attr>() as u32, ..Default::default() };
     match cfg.clock {
         Clock::Cycles => {
             attr.type_ = b::PERF_TYPE_HARDWARE;

@@ -320,7 +320,7 @@ impl Compressor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{check_golden, fixture};
+    use crate::fixture::{self, check_golden};
 
     fn render(f: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
         let mut out = Vec::new();

@@ -45,7 +45,7 @@ pub fn report(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), Rende
 
 #[cfg(test)]
 mod tests {
-    use crate::{check_golden, fixture};
+    use crate::fixture::{self, check_golden};
 
     #[test]
     fn json_golden() {

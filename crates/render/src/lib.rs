@@ -91,21 +91,20 @@ pub(crate) mod fixture {
         }
         b.finish()
     }
-}
 
-#[cfg(test)]
-pub(crate) fn check_golden(name: &str, actual: &[u8]) {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
-    if std::env::var_os("WHYSLOW_BLESS").is_some() {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, actual).unwrap();
-        return;
+    pub fn check_golden(name: &str, actual: &[u8]) {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
+        if std::env::var_os("WHYSLOW_BLESS").is_some() {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, actual).unwrap();
+            return;
+        }
+        let expected = std::fs::read(&path)
+            .unwrap_or_else(|_| panic!("missing golden {path:?}; run with WHYSLOW_BLESS=1"));
+        assert!(
+            expected == actual,
+            "{name} differs from its golden file (WHYSLOW_BLESS=1 to update):\n{}",
+            String::from_utf8_lossy(actual)
+        );
     }
-    let expected =
-        std::fs::read(&path).unwrap_or_else(|_| panic!("missing golden {path:?}; run with WHYSLOW_BLESS=1"));
-    assert!(
-        expected == actual,
-        "{name} differs from its golden file (WHYSLOW_BLESS=1 to update):\n{}",
-        String::from_utf8_lossy(actual)
-    );
 }

@@ -115,14 +115,7 @@ pub fn neighbors(w: &mut impl Write, n: &Neighbors, callers: bool) -> Result<(),
     if !n.also_matched.is_empty() {
         writeln!(w, "  (also matched: {})", n.also_matched.join(", "))?;
     }
-    writeln!(
-        w,
-        "{} {:>9} {:>7}  {}",
-        if callers { "callers:" } else { "callees:" },
-        "value",
-        "share",
-        "function"
-    )?;
+    writeln!(w, "{} {:>9} {:>7}  function", if callers { "callers:" } else { "callees:" }, "value", "share")?;
     for e in &n.entries {
         writeln!(w, "         {:>9} {:>6.2}%  {}  [{}]", e.value, e.pct, e.name, basename(&e.module))?;
     }
@@ -136,7 +129,7 @@ pub fn neighbors(w: &mut impl Write, n: &Neighbors, callers: bool) -> Result<(),
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{check_golden, fixture};
+    use crate::fixture::{self, check_golden};
 
     #[test]
     fn report_golden() {
