@@ -56,7 +56,8 @@ pub fn record(a: RecordArgs) -> Result<()> {
         frequency: a.freq,
         duration: duration(&a.target)?,
         clock: match a.event {
-            EventArg::Auto | EventArg::Cycles => Clock::Cycles,
+            EventArg::Auto => Clock::Auto,
+            EventArg::Cycles => Clock::Cycles,
             EventArg::CpuClock => Clock::CpuClock,
         },
         stack_bytes: a.stack_size,

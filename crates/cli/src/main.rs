@@ -160,7 +160,11 @@ fn main() {
         Command::Export(a) => commands::export(a),
     };
     if let Err(e) = result {
-        if e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe) {
+        let broken_pipe = |io: &std::io::Error| io.kind() == std::io::ErrorKind::BrokenPipe;
+        if e.chain().any(|c| {
+            c.downcast_ref::<std::io::Error>().is_some_and(broken_pipe)
+                || matches!(c.downcast_ref::<whyslow_render::RenderError>(), Some(whyslow_render::RenderError::Io(io)) if broken_pipe(io))
+        }) {
             std::process::exit(0);
         }
         eprintln!("whyslow: error: {e:#}");

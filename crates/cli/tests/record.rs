@@ -197,3 +197,49 @@ extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, sig: i32) -> i32;
 }
+
+/// A stripped binary still gets complete stacks (.eh_frame survives strip) and shows module+offset names.
+#[test]
+fn stripped_binary_shows_module_and_offset() {
+    let dir = tmp();
+    let stripped = dir.path().join("split_stripped");
+    std::fs::copy(workload("cpu_split"), &stripped).unwrap();
+    let st = std::process::Command::new("strip").arg(&stripped).status().unwrap();
+    assert!(st.success());
+    let data = record(dir.path(), "stripped", &[], &[stripped.to_str().unwrap(), "0.5"]);
+    let r = report_json(&data, &[]);
+    let top = &r["functions"][0];
+    let name = top["name"].as_str().unwrap();
+    assert!(name.starts_with("split_stripped+0x"), "top function should be module+offset: {name}");
+    assert!(top["self_pct"].as_f64().unwrap() > 40.0, "{top}");
+    assert!(total_pct(&r, "__libc_start_main_impl") > 99.0, "libc frames still symbolized and reached");
+}
+
+/// Attaching to another user's process without privileges names the fix.
+#[test]
+fn permission_error_names_the_fix() {
+    if !std::path::Path::new("/usr/sbin/runuser").exists() {
+        eprintln!("runuser missing: skipping");
+        return;
+    }
+    let out = std::process::Command::new("/usr/sbin/runuser")
+        .args([
+            "-u",
+            "nobody",
+            "--",
+            env!("CARGO_BIN_EXE_whyslow"),
+            "record",
+            "-p",
+            "1",
+            "-d",
+            "1",
+            "-o",
+            "/tmp/x",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("perf_event_paranoid") && err.contains("CAP_PERFMON"), "{err}");
+}

@@ -39,7 +39,7 @@ impl Default for RecordOptions {
             target: Target::Pids(Vec::new()),
             frequency: 999,
             duration: None,
-            clock: Clock::CpuClock,
+            clock: Clock::Auto,
             stack_bytes: 32 * 1024,
             kernel: true,
             ring_pages: 1024,

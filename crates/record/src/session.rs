@@ -256,10 +256,12 @@ fn open_first(
                 ev.rings.clear();
                 ev.extra.clear();
                 let code = e.raw_os_error();
-                if ev.cfg.clock == Clock::Cycles
+                if ev.cfg.clock != Clock::CpuClock
                     && matches!(code, Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::EINVAL))
                 {
-                    notes.push("no hardware cycles counter here: sampled cpu-clock instead".into());
+                    if ev.cfg.clock == Clock::Cycles {
+                        notes.push("no hardware cycles counter here: sampled cpu-clock instead".into());
+                    }
                     ev.cfg.clock = Clock::CpuClock;
                 } else if ev.cfg.kernel && matches!(code, Some(libc::EACCES) | Some(libc::EPERM)) {
                     notes.push("kernel stacks not allowed (perf_event_paranoid): user stacks only".into());
@@ -328,7 +330,7 @@ pub fn record(
         SampleType { name: "cpu".into(), unit: "samples".into() },
         match ev.cfg.clock {
             Clock::CpuClock => SampleType { name: "cpu-ns".into(), unit: "nanoseconds".into() },
-            Clock::Cycles => SampleType { name: "cycles".into(), unit: "count".into() },
+            Clock::Auto | Clock::Cycles => SampleType { name: "cycles".into(), unit: "count".into() },
         },
     ];
     let mut c = Collector {

@@ -22,7 +22,9 @@ pub const REGS_USER_MASK: u64 = (1 << 6) | (1 << 7) | (1 << 8);
 /// Which clock drives sampling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Clock {
-    /// Hardware cycles (needs a PMU).
+    /// Cycles where the PMU has them, else cpu-clock, silently.
+    Auto,
+    /// Hardware cycles (needs a PMU); falls back to cpu-clock with a note.
     Cycles,
     /// The kernel's cpu-clock software timer.
     CpuClock,
@@ -31,7 +33,7 @@ pub enum Clock {
 impl Clock {
     pub fn name(self) -> &'static str {
         match self {
-            Clock::Cycles => "cycles",
+            Clock::Auto | Clock::Cycles => "cycles",
             Clock::CpuClock => "cpu-clock",
         }
     }
@@ -52,7 +54,7 @@ pub fn open_event(cfg: &EventConfig, pid: i32, cpu: i32) -> io::Result<OwnedFd> 
     let mut attr =
         b::perf_event_attr { size: std::mem::size_of::<b::perf_event_attr>() as u32, ..Default::default() };
     match cfg.clock {
-        Clock::Cycles => {
+        Clock::Auto | Clock::Cycles => {
             attr.type_ = b::PERF_TYPE_HARDWARE;
             attr.config = b::PERF_COUNT_HW_CPU_CYCLES as u64;
         }

@@ -26,7 +26,7 @@ pub struct ObjectImage {
     pub path: String,
     /// GNU build id as lowercase hex ("" when absent).
     pub build_id: String,
-    /// Loadable segments: (file offset range, virtual address).
+    /// Executable loadable segments: (file offset range, virtual address).
     segments: Vec<(Range<u64>, u64)>,
     sections: ExplicitModuleSectionInfo<Bytes>,
 }
@@ -38,6 +38,7 @@ impl ObjectImage {
             .map_err(|e| ImageError::Parse { path: path.to_string(), reason: e.to_string() })?;
         let segments = obj
             .segments()
+            .filter(|s| matches!(s.flags(), object::SegmentFlags::Elf { p_flags, .. } if p_flags.0 & 1 != 0))
             .map(|s| {
                 let (off, size) = s.file_range();
                 (off..off + size.max(1), s.address())
@@ -69,13 +70,17 @@ impl ObjectImage {
         Ok(ObjectImage { path: path.to_string(), build_id, segments, sections })
     }
 
-    /// Load bias for a mapping of this file at `start` with file offset `pgoff`
+    /// Load bias for an executable mapping of this file at `start` with file offset `pgoff`
     /// (absolute address = bias + virtual address in the file).
     pub fn bias(&self, start: u64, pgoff: u64) -> Option<u64> {
+        // The mapping begins at the page holding the segment's first byte; linkers such as lld start
+        // segments mid-page, so the page-aligned `pgoff` can lie in the previous segment's range.
+        let page_down = |x: u64| x & !0xfff;
         self.segments
             .iter()
-            .find(|(r, _)| r.contains(&pgoff))
-            .map(|(r, vaddr)| start.wrapping_sub(vaddr + (pgoff - r.start)))
+            .find(|(r, _)| page_down(r.start) == pgoff)
+            .or_else(|| self.segments.iter().find(|(r, _)| r.contains(&pgoff)))
+            .map(|(r, vaddr)| start.wrapping_add(r.start).wrapping_sub(pgoff).wrapping_sub(*vaddr))
     }
 }
 
@@ -168,35 +173,39 @@ impl ProcessUnwinder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use object::ObjectSymbol;
 
-    /// Unwinds this very test's own stack: copies it, takes the registers, and must find several frames
-    /// that lie inside the test executable.
+    #[inline(never)]
+    fn marker() -> u32 {
+        std::hint::black_box(42)
+    }
+
+    /// The load bias computed from our own mapping turns a live function address back into the
+    /// function's address in the file's symbol table.
     #[test]
-    fn unwinds_own_stack() {
+    fn bias_maps_live_addresses_to_file_addresses() {
         let exe = std::fs::read("/proc/self/exe").unwrap();
-        let image = Arc::new(ObjectImage::parse("self", &exe).unwrap());
-        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let image = ObjectImage::parse("self", &exe).unwrap();
         let me = std::fs::read_link("/proc/self/exe").unwrap();
-        let mut pu = ProcessUnwinder::new();
-        let mut text = 0..0;
-        for line in maps.lines() {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            if f.len() >= 6 && f[1].contains('x') && std::path::Path::new(f[5]) == me {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let live = marker as *const () as u64;
+        let line = maps
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .find(|f| {
                 let (s, e) = f[0].split_once('-').unwrap();
                 let (s, e) = (u64::from_str_radix(s, 16).unwrap(), u64::from_str_radix(e, 16).unwrap());
-                pu.add_mapping(s, e, u64::from_str_radix(f[2], 16).unwrap(), image.clone());
-                text = s..e;
-            }
-        }
-        let (ip, sp, bp): (u64, u64, u64);
-        unsafe {
-            std::arch::asm!("lea {ip}, [rip]", "mov {sp}, rsp", "mov {bp}, rbp",
-                ip = out(reg) ip, sp = out(reg) sp, bp = out(reg) bp);
-        }
-        let stack = unsafe { std::slice::from_raw_parts(sp as *const u8, 16 * 1024) }.to_vec();
-        let mut out = Vec::new();
-        pu.unwind(Regs { ip, sp, bp }, &stack, &mut out);
-        let inside = out.iter().filter(|a| text.contains(a)).count();
-        assert!(inside >= 3, "expected >= 3 frames in the test binary, got {out:x?}");
+                f.len() >= 6 && std::path::Path::new(f[5]) == me && (s..e).contains(&live)
+            })
+            .expect("marker lies in a mapping of the test binary");
+        let start = u64::from_str_radix(line[0].split_once('-').unwrap().0, 16).unwrap();
+        let bias = image.bias(start, u64::from_str_radix(line[2], 16).unwrap()).unwrap();
+        let obj = object::File::parse(&*exe).unwrap();
+        let sym = obj
+            .symbols()
+            .find(|s| s.name().is_ok_and(|n| n.contains("tests6marker")))
+            .expect("marker symbol");
+        assert_eq!(live - bias, sym.address());
+        assert!(!image.build_id.is_empty(), "rustc writes a GNU build id");
     }
 }
