@@ -10,16 +10,8 @@ use whyslow_model::{close_matches, Profile};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AnalyzeError {
-    #[error("no function matches '{query}'{}", suggest(.suggestions))]
+    #[error("no function matches '{query}'{}", whyslow_model::did_you_mean(.suggestions))]
     NoSuchFunction { query: String, suggestions: Vec<String> },
-}
-
-fn suggest(s: &[String]) -> String {
-    if s.is_empty() {
-        String::new()
-    } else {
-        format!(" (did you mean: {}?)", s.join(", "))
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

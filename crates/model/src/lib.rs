@@ -357,6 +357,20 @@ mod tests {
     }
 }
 
+/// File name of a path (the whole string when it has no `/`).
+pub fn basename(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+/// ` (did you mean: a, b?)` for error messages, or "" when there is nothing to suggest.
+pub fn did_you_mean(suggestions: &[String]) -> String {
+    if suggestions.is_empty() {
+        String::new()
+    } else {
+        format!(" (did you mean: {}?)", suggestions.join(", "))
+    }
+}
+
 /// Up to `max` candidates that look like `query`: substring matches first, then by edit distance.
 /// Used for every "did you mean" in the tool (functions, syscalls, process names, patterns).
 pub fn close_matches<'a>(

@@ -56,7 +56,7 @@ pub enum RecordError {
     Permission(std::io::Error),
     #[error("no such process: {0}")]
     NoSuchProcess(u32),
-    #[error("no running process is named '{name}'{}", suggest(.suggestions))]
+    #[error("no running process is named '{name}'{}", whyslow_model::did_you_mean(.suggestions))]
     NoSuchComm { name: String, suggestions: Vec<String> },
     #[error("no command given")]
     NoCommand,
@@ -70,12 +70,4 @@ pub enum RecordError {
     PerfEvent(std::io::Error),
     #[error("invalid option: {0}")]
     Invalid(String),
-}
-
-fn suggest(s: &[String]) -> String {
-    if s.is_empty() {
-        String::new()
-    } else {
-        format!(" (did you mean: {}?)", s.join(", "))
-    }
 }

@@ -3,17 +3,13 @@
 use crate::{pct, RenderError};
 use std::io::Write;
 use whyslow_analyze::{top_functions, FunctionStat, Neighbors};
-use whyslow_model::Profile;
+use whyslow_model::{basename, Profile};
 
 #[derive(Debug, Clone)]
 pub struct ReportOptions {
     pub value: usize,
     pub limit: usize,
     pub threads: bool,
-}
-
-fn basename(path: &str) -> &str {
-    path.rsplit('/').next().unwrap_or(path)
 }
 
 /// The run: command, event, duration, samples, lost events, unwinding completeness, notes.

@@ -13,7 +13,7 @@ use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 use std::collections::HashMap;
 use whyslow_model::raw::{RawFrame, RawRecording};
-use whyslow_model::{FrameKind, Profile, ProfileBuilder, NONE};
+use whyslow_model::{basename, FrameKind, Profile, ProfileBuilder, NONE};
 
 /// Name of the pseudo-module kernel frames belong to.
 pub const KERNEL_MODULE: &str = "[kernel.kallsyms]";
@@ -23,10 +23,6 @@ struct Func {
     name: String,
     file: String,
     kind: FrameKind,
-}
-
-fn basename(path: &str) -> &str {
-    path.rsplit('/').next().unwrap_or(path)
 }
 
 /// Symbolizes all offsets of one module in one batch.
