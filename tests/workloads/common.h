@@ -11,3 +11,11 @@ static inline double now_s(void) {
 #define BURN_BODY(units) do { uint64_t x = sink + 1; \
     for (long i = 0; i < (long)(units) * 20000; i++) { x ^= x << 13; x ^= x >> 7; x ^= x << 17; } \
     sink = x; } while (0)
+/* Units of BURN_BODY(1) that take about `secs` of CPU here (measured over 50 ms), for workloads whose
+ * threads or processes must do equal work however the scheduler interleaves them. */
+static inline long units_for(double secs) {
+    long n = 0;
+    double start = now_s();
+    while (now_s() - start < 0.05) { BURN_BODY(1); n++; }
+    return (long)(secs * n / (now_s() - start));
+}
