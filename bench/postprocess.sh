@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Post-processing: time from the end of a 60 s, 999 Hz recording of a 4-thread workload to a report and
+# Post-processing: time from the end of a ~60 s, 999 Hz recording of a 4-thread workload to a report and
 # an SVG flame graph. whyslow: symbolize + save (printed by `record -v`) + `report` + `flamegraph`.
 # perf: `perf script | inferno-collapse-perf | inferno-flamegraph` (+ `perf report`) on the same workload
 # recorded with --call-graph dwarf (the only perf mode with complete stacks here) and with -g.
 # Target: whyslow >= 5x faster.
 source "$(dirname "$0")/lib.sh"
-SECS=${SECS:-60}
+SECS=${SECS:-30}  # CPU seconds per thread: 4 threads on 2 cores record ~60 s of wall time
 if ! command -v inferno-flamegraph >/dev/null; then
   cargo install --quiet --locked inferno --version 0.12.8 --root "$ROOT/bench/.tools"
 fi
@@ -15,7 +15,7 @@ post=$(grep -o 'post-processing [0-9.]*' "$OUT/w.err" | awk '{print $2}')
 rep=$(timeit "$WHYSLOW" report "$OUT/w.data")
 svg=$(timeit "$WHYSLOW" flamegraph "$OUT/w.data" -o "$OUT/w.svg")
 ours=$(python3 -c "print(f'{$post+$rep+$svg:.3f}')")
-echo "post-processing of a ${SECS}s 999 Hz recording of 4 threads"
+echo "post-processing of a 999 Hz recording of 4 threads x ${SECS} CPU-seconds"
 printf "  %-52s %8ss (symbolize+save %ss, report %ss, svg %ss)\n" "whyslow" "$ours" "$post" "$rep" "$svg"
 for mode in "--call-graph dwarf" "-g"; do
   perf record -q -F 999 $mode -o "$OUT/p.data" -- "$BIN" "$SECS" >/dev/null 2>&1
