@@ -185,8 +185,8 @@ struct Events {
 impl Events {
     /// Opens one event per CPU on task `tid` (inherited by its future threads and children).
     fn open_task(&mut self, tid: u32, pages: usize) -> Result<(), std::io::Error> {
-        for (i, &cpu) in self.cpus.clone().iter().enumerate() {
-            let fd = sys::open_event(&self.cfg, tid as i32, cpu)?;
+        for i in 0..self.cpus.len() {
+            let fd = sys::open_event(&self.cfg, tid as i32, self.cpus[i])?;
             if let Some(ring) = self.rings.get(i) {
                 sys::redirect_output(&fd, ring.fd())?;
                 self.extra.push(fd);

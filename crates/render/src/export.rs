@@ -243,13 +243,12 @@ pub fn speedscope(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), R
 pub fn callgrind(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), RenderError> {
     // Functions keyed by (name, module): self cost and outgoing edges with inclusive cost and sample count.
     type Key<'a> = (&'a str, &'a str);
-    let mut order: Vec<Key> = Vec::new();
     let mut self_cost: HashMap<Key, i64> = HashMap::new();
     let mut edges: HashMap<Key, HashMap<Key, (i64, i64)>> = HashMap::new();
     for smp in p.samples.iter().filter(|s| s.values[value] != 0) {
         let v = smp.values[value];
-        let frames = p.stack_frames(smp.stack);
-        let keys: Vec<Key> = frames.iter().map(|&f| (p.frame_name(f), p.frame_module(f))).collect();
+        let keys: Vec<Key> =
+            p.stack_frames(smp.stack).iter().map(|&f| (p.frame_name(f), p.frame_module(f))).collect();
         let mut seen = std::collections::HashSet::new();
         for pair in keys.windows(2) {
             if seen.insert((pair[0], pair[1])) {
@@ -258,18 +257,14 @@ pub fn callgrind(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), Re
                 e.1 += 1;
             }
         }
-        if let Some(&leaf) = keys.last() {
-            *self_cost.entry(leaf).or_default() += v;
+        for &k in &keys {
+            self_cost.entry(k).or_default();
         }
-        for k in keys {
-            if !self_cost.contains_key(&k) && !order.contains(&k) {
-                self_cost.insert(k, 0);
-            }
-            if !order.contains(&k) {
-                order.push(k);
-            }
+        if let Some(leaf) = keys.last() {
+            *self_cost.entry(*leaf).or_default() += v;
         }
     }
+    let mut order: Vec<Key> = self_cost.keys().copied().collect();
     order.sort();
     let mut names = Compressor::default();
     writeln!(w, "# callgrind format\nversion: 1\ncreator: whyslow {}", p.meta.tool_version)?;
