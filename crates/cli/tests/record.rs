@@ -247,3 +247,31 @@ fn permission_error_names_the_fix() {
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     assert!(err.contains("perf_event_paranoid") && err.contains("CAP_PERFMON"), "{err}");
 }
+
+/// Time in the vDSO (clock_gettime) is named from the vDSO image the recorder kept, not `[vdso]+0x...`.
+#[test]
+fn vdso_functions_are_named() {
+    let dir = tmp();
+    let data = record(dir.path(), "vdso", &[], &[workload("clock_loop").to_str().unwrap(), "0.5"]);
+    let r = report_json(&data, &[]);
+    let vdso: f64 = r["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["module"] == "[vdso]")
+        .map(|f| f["self_pct"].as_f64().unwrap())
+        .sum();
+    assert!(vdso > 50.0, "most time is in the vDSO: {vdso}");
+    let named = r["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f["module"] == "[vdso]" && f["name"].as_str().unwrap().contains("clock_gettime"));
+    assert!(named, "vDSO clock_gettime not named");
+    assert!(!r["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f["name"].as_str().unwrap().starts_with("[vdso]+")));
+    assert!(total_pct(&r, "main") > 99.0);
+}

@@ -21,6 +21,8 @@ pub enum RawFrame {
 pub struct RawModule {
     pub path: String,
     pub build_id: String,
+    /// The object's bytes when it has no file to read later (the `[vdso]`).
+    pub image: Option<Vec<u8>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -76,7 +76,8 @@ impl Collector {
             return id;
         }
         let id = self.raw.modules.len() as u32;
-        self.raw.modules.push(RawModule { path: path.to_string(), build_id: build_id.to_string() });
+        let image = if path == "[vdso]" { vdso_bytes() } else { None };
+        self.raw.modules.push(RawModule { path: path.to_string(), build_id: build_id.to_string(), image });
         self.module_ids.insert(path.to_string(), id);
         id
     }

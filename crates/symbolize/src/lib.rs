@@ -84,14 +84,21 @@ pub fn symbolize(raw: RawRecording) -> Profile {
     for (module, mut offsets) in by_module {
         offsets.sort_unstable();
         offsets.dedup();
-        let path = raw.modules[module as usize].path.as_str();
-        let funcs = if path.starts_with('/') {
-            symbolize_module(&symbolizer, path, &offsets).unwrap_or_else(|e| {
+        let m = &raw.modules[module as usize];
+        let path = m.path.as_str();
+        // An object with no file of its own (the vDSO) is symbolized from the bytes the recorder kept.
+        let kept = m.image.as_deref().and_then(|bytes| {
+            let f = tempfile::NamedTempFile::new().ok()?;
+            std::fs::write(f.path(), bytes).ok()?;
+            Some(f)
+        });
+        let file = kept.as_ref().map(|f| f.path().to_string_lossy().into_owned());
+        let funcs = match file.as_deref().or(path.starts_with('/').then_some(path)) {
+            Some(file) => symbolize_module(&symbolizer, file, &offsets).unwrap_or_else(|e| {
                 notes.push(format!("cannot symbolize {path}: {e}"));
                 offsets.iter().map(|&o| vec![unknown(path, o)]).collect()
-            })
-        } else {
-            offsets.iter().map(|&o| vec![unknown(path, o)]).collect()
+            }),
+            None => offsets.iter().map(|&o| vec![unknown(path, o)]).collect(),
         };
         for (o, f) in offsets.iter().zip(funcs) {
             resolved.insert(RawFrame::User { module, offset: *o }, f);
