@@ -1,12 +1,14 @@
-//! Aggregations over a [`Profile`]: top functions (self and total), per-thread totals, and the callers or
-//! callees of one function. Pure functions of the profile; they never print.
+//! Aggregations over a [`Profile`]: totals, top functions (self and total), per-thread totals, and the
+//! callers or callees of one function. Pure functions of the profile; they never print and never panic on
+//! a profile that passes [`Profile::validate`].
 //!
 //! A function is identified by (name, module): several frames of one function (e.g. once inlined and once
-//! not) count as one. `value` is the index of the sample type to weigh by.
+//! not) count as one. `value` is the index of the sample type to weigh by; an index the profile does not
+//! have weighs every sample as 0.
 
 use serde::Serialize;
 use std::collections::HashMap;
-use whyslow_model::{close_matches, Profile};
+use whyslow_model::{basename, close_matches, Profile, Sample, NONE};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AnalyzeError {
@@ -17,6 +19,7 @@ pub enum AnalyzeError {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FunctionStat {
     pub name: String,
+    /// Module path, "" when the frame has none.
     pub module: String,
     /// Value of samples where this function is the innermost frame.
     #[serde(rename = "self")]
@@ -33,24 +36,46 @@ pub struct ThreadStat {
     pub value: i64,
 }
 
+/// Sizes of a profile for one value type; only samples with a non-zero value count.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Totals {
+    /// Sum of the value over all samples.
+    pub value: i64,
+    /// Value of samples with an empty stack (nothing could be unwound or symbolized).
+    pub empty_stacks: i64,
+    /// Distinct (stack, thread) entries.
+    pub samples: usize,
+    pub threads: usize,
+    pub functions: usize,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Neighbor {
+    /// Function name, or [`ROOT`] in the callers view when the function is the outermost frame.
     pub name: String,
     pub module: String,
     pub value: i64,
-    /// Share of the function's total value.
-    pub pct: f64,
+    pub pct_of_function_total: f64,
 }
 
 /// Callers or callees of one function.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Neighbors {
     pub function: FunctionStat,
-    /// Value spent in the function itself (callees view) or reached from the stack root (callers view).
-    pub own: i64,
+    /// Largest value first, then by name.
     pub entries: Vec<Neighbor>,
+    /// Value of samples where the function's outermost occurrence is the leaf: the share it spends in
+    /// itself rather than in a callee. With `entries` of the callees view it adds up to the total.
+    pub self_value: i64,
     /// Other functions the query also matched (the one with the largest total was chosen).
     pub also_matched: Vec<String>,
+}
+
+/// Caller name used when the function is the outermost frame of a stack.
+pub const ROOT: &str = "[root]";
+
+fn value_of(s: &Sample, value: usize) -> i64 {
+    s.values.get(value).copied().unwrap_or(0)
 }
 
 /// Function ids: one per distinct (name, module), mapped from frame ids.
@@ -75,55 +100,79 @@ impl Functions {
         Functions { of_frame, keys }
     }
 
-    /// Function ids of each sample's stack, root first.
-    fn stacks<'a>(&'a self, p: &'a Profile, value: usize) -> impl Iterator<Item = (Vec<usize>, i64)> + 'a {
-        p.samples.iter().filter(move |s| s.values[value] != 0).map(move |s| {
-            (p.stack_frames(s.stack).iter().map(|&f| self.of_frame[f as usize]).collect(), s.values[value])
+    /// Function ids of each kept sample's stack (root first) with its value; zero values are skipped.
+    fn stacks<'a>(
+        &'a self,
+        p: &'a Profile,
+        value: usize,
+        keep: impl Fn(&Sample) -> bool + 'a,
+    ) -> impl Iterator<Item = (Vec<usize>, i64)> + 'a {
+        p.samples.iter().filter(move |s| value_of(s, value) != 0 && keep(s)).map(move |s| {
+            let ids = p.stack_frames(s.stack).iter().map(|&f| self.of_frame[f as usize]).collect();
+            (ids, value_of(s, value))
         })
     }
-}
 
-fn stats(p: &Profile, value: usize, funcs: &Functions) -> Vec<FunctionStat> {
-    let mut self_ = vec![0i64; funcs.keys.len()];
-    let mut total = vec![0i64; funcs.keys.len()];
-    let mut seen = vec![usize::MAX; funcs.keys.len()];
-    for (i, (stack, v)) in funcs.stacks(p, value).enumerate() {
-        if let Some(&leaf) = stack.last() {
-            self_[leaf] += v;
-        }
-        for &f in &stack {
-            if seen[f] != i {
-                seen[f] = i;
-                total[f] += v;
+    /// Self and total value of every function, indexed by function id.
+    fn stats(&self, p: &Profile, value: usize, keep: impl Fn(&Sample) -> bool) -> Vec<FunctionStat> {
+        let n = self.keys.len();
+        let (mut self_, mut total, mut seen) = (vec![0i64; n], vec![0i64; n], vec![usize::MAX; n]);
+        for (i, (stack, v)) in self.stacks(p, value, keep).enumerate() {
+            if let Some(&leaf) = stack.last() {
+                self_[leaf] += v;
+            }
+            for &f in &stack {
+                if seen[f] != i {
+                    seen[f] = i;
+                    total[f] += v;
+                }
             }
         }
+        self.keys
+            .iter()
+            .enumerate()
+            .map(|(i, (name, module))| FunctionStat {
+                name: name.clone(),
+                module: module.clone(),
+                self_: self_[i],
+                total: total[i],
+            })
+            .collect()
     }
-    funcs
-        .keys
-        .iter()
-        .enumerate()
-        .map(|(i, (name, module))| FunctionStat {
-            name: name.clone(),
-            module: module.clone(),
-            self_: self_[i],
-            total: total[i],
-        })
-        .collect()
 }
 
-/// All functions with samples, by self value, then total, then name.
-pub fn top_functions(p: &Profile, value: usize) -> Vec<FunctionStat> {
-    let mut v: Vec<FunctionStat> =
-        stats(p, value, &Functions::new(p)).into_iter().filter(|f| f.total != 0).collect();
-    v.sort_by(|a, b| b.self_.cmp(&a.self_).then(b.total.cmp(&a.total)).then(a.name.cmp(&b.name)));
+fn sorted_top(mut v: Vec<FunctionStat>) -> Vec<FunctionStat> {
+    v.retain(|f| f.total != 0);
+    v.sort_by(|a, b| {
+        b.self_
+            .cmp(&a.self_)
+            .then(b.total.cmp(&a.total))
+            .then(a.name.cmp(&b.name))
+            .then(a.module.cmp(&b.module))
+    });
     v
 }
 
-/// Every thread with its value, largest first.
+/// Every function with a non-zero total, by self value, then total, then name.
+pub fn top_functions(p: &Profile, value: usize) -> Vec<FunctionStat> {
+    sorted_top(Functions::new(p).stats(p, value, |_| true))
+}
+
+/// [`top_functions`] over the samples of one thread only (percentages are then of the thread's value).
+pub fn thread_top_functions(p: &Profile, value: usize, pid: u32, tid: u32) -> Vec<FunctionStat> {
+    let Some(idx) = p.threads.iter().position(|t| t.pid == pid && t.tid == tid) else {
+        return Vec::new();
+    };
+    sorted_top(Functions::new(p).stats(p, value, |s| s.thread as usize == idx))
+}
+
+/// Every thread with its value (also those with 0), largest first, then by tid.
 pub fn threads(p: &Profile, value: usize) -> Vec<ThreadStat> {
     let mut sums = vec![0i64; p.threads.len()];
     for s in &p.samples {
-        sums[s.thread as usize] += s.values[value];
+        if let Some(sum) = sums.get_mut(s.thread as usize) {
+            *sum += value_of(s, value);
+        }
     }
     let mut v: Vec<ThreadStat> = p
         .threads
@@ -131,37 +180,61 @@ pub fn threads(p: &Profile, value: usize) -> Vec<ThreadStat> {
         .zip(sums)
         .map(|(t, value)| ThreadStat { pid: t.pid, tid: t.tid, name: t.name.clone(), value })
         .collect();
-    v.sort_by(|a, b| b.value.cmp(&a.value).then(a.tid.cmp(&b.tid)));
+    v.sort_by(|a, b| b.value.cmp(&a.value).then(a.tid.cmp(&b.tid)).then(a.pid.cmp(&b.pid)));
     v
 }
 
-/// The function's id: exact name first, else the substring match with the largest total.
+pub fn totals(p: &Profile, value: usize) -> Totals {
+    let live: Vec<&Sample> = p.samples.iter().filter(|s| value_of(s, value) != 0).collect();
+    let mut threads: Vec<u32> = live.iter().map(|s| s.thread).collect();
+    threads.sort_unstable();
+    threads.dedup();
+    Totals {
+        value: live.iter().map(|s| value_of(s, value)).sum(),
+        empty_stacks: live.iter().filter(|s| s.stack == NONE).map(|s| value_of(s, value)).sum(),
+        samples: live.len(),
+        threads: threads.len(),
+        functions: top_functions(p, value).len(),
+    }
+}
+
+/// The function's id: exact name first, else substring (case-sensitive, then not), the largest total winning.
 fn find(
     query: &str,
     funcs: &Functions,
     stats: &[FunctionStat],
 ) -> Result<(usize, Vec<String>), AnalyzeError> {
-    let live = |i: &usize| stats[*i].total > 0;
-    let exact: Vec<usize> =
-        (0..funcs.keys.len()).filter(|&i| funcs.keys[i].0 == query).filter(live).collect();
-    let candidates = if exact.is_empty() {
-        (0..funcs.keys.len()).filter(|&i| funcs.keys[i].0.contains(query)).filter(live).collect()
-    } else {
-        exact
+    let live: Vec<usize> = (0..funcs.keys.len()).filter(|&i| stats[i].total != 0).collect();
+    let lower = query.to_lowercase();
+    let tests: [&dyn Fn(&str) -> bool; 3] =
+        [&|n| n == query, &|n| n.contains(query), &|n| n.to_lowercase().contains(&lower)];
+    let candidates: Vec<usize> = tests
+        .iter()
+        .map(|t| live.iter().copied().filter(|&i| t(&funcs.keys[i].0)).collect::<Vec<_>>())
+        .find(|c| !c.is_empty())
+        .unwrap_or_default();
+    let Some(best) = candidates.iter().copied().max_by_key(|&i| (stats[i].total, std::cmp::Reverse(i)))
+    else {
+        let names = live.iter().map(|&i| funcs.keys[i].0.as_str());
+        return Err(AnalyzeError::NoSuchFunction {
+            query: query.to_string(),
+            suggestions: close_matches(query, names, 5),
+        });
     };
-    let best =
-        candidates.iter().copied().max_by_key(|&i| (stats[i].total, std::cmp::Reverse(i))).ok_or_else(
-            || AnalyzeError::NoSuchFunction {
-                query: query.to_string(),
-                suggestions: close_matches(
-                    query,
-                    stats.iter().filter(|s| s.total > 0).map(|s| s.name.as_str()),
-                    5,
-                ),
-            },
-        )?;
-    let mut also: Vec<String> =
-        candidates.iter().filter(|&&i| i != best).map(|&i| funcs.keys[i].0.clone()).collect();
+    // One name in several modules: say which module each one is.
+    let name_count = |n: &str| candidates.iter().filter(|&&i| funcs.keys[i].0 == n).count();
+    let mut also: Vec<String> = candidates
+        .iter()
+        .filter(|&&i| i != best)
+        .map(|&i| {
+            let (name, module) = &funcs.keys[i];
+            if name_count(name) > 1 {
+                format!("{name} ({})", basename(module))
+            } else {
+                name.clone()
+            }
+        })
+        .collect();
     also.sort();
     also.dedup();
     Ok((best, also))
@@ -169,32 +242,36 @@ fn find(
 
 fn neighbors(p: &Profile, value: usize, query: &str, callers: bool) -> Result<Neighbors, AnalyzeError> {
     let funcs = Functions::new(p);
-    let all = stats(p, value, &funcs);
+    let all = funcs.stats(p, value, |_| true);
     let (target, also_matched) = find(query, &funcs, &all)?;
-    let mut by_fn: HashMap<usize, i64> = HashMap::new();
-    let mut own = 0;
-    for (stack, v) in funcs.stacks(p, value) {
+    let mut by_fn: HashMap<Option<usize>, i64> = HashMap::new();
+    let mut self_value = 0;
+    for (stack, v) in funcs.stacks(p, value, |_| true) {
         // The outermost occurrence, so recursion is counted once per sample.
         let Some(i) = stack.iter().position(|&f| f == target) else { continue };
-        let next = if callers { i.checked_sub(1) } else { stack.get(i + 1).map(|_| i + 1) };
-        match next {
-            Some(j) => *by_fn.entry(stack[j]).or_default() += v,
-            None => own += v,
+        if i + 1 == stack.len() {
+            self_value += v;
+        }
+        if callers {
+            *by_fn.entry(i.checked_sub(1).map(|j| stack[j])).or_default() += v;
+        } else if let Some(&callee) = stack.get(i + 1) {
+            *by_fn.entry(Some(callee)).or_default() += v;
         }
     }
     let function = all[target].clone();
     let pct = |v: i64| if function.total == 0 { 0.0 } else { 100.0 * v as f64 / function.total as f64 };
     let mut entries: Vec<Neighbor> = by_fn
         .into_iter()
-        .map(|(f, v)| Neighbor {
-            name: funcs.keys[f].0.clone(),
-            module: funcs.keys[f].1.clone(),
-            value: v,
-            pct: pct(v),
+        .map(|(f, v)| {
+            let (name, module) = match f {
+                Some(f) => funcs.keys[f].clone(),
+                None => (ROOT.to_string(), String::new()),
+            };
+            Neighbor { name, module, value: v, pct_of_function_total: pct(v) }
         })
         .collect();
-    entries.sort_by(|a, b| b.value.cmp(&a.value).then(a.name.cmp(&b.name)));
-    Ok(Neighbors { function, own, entries, also_matched })
+    entries.sort_by(|a, b| b.value.cmp(&a.value).then(a.name.cmp(&b.name)).then(a.module.cmp(&b.module)));
+    Ok(Neighbors { function, entries, self_value, also_matched })
 }
 
 /// What the function calls: the frame right below its outermost occurrence in each sample.
@@ -202,7 +279,8 @@ pub fn callees(p: &Profile, value: usize, query: &str) -> Result<Neighbors, Anal
     neighbors(p, value, query, false)
 }
 
-/// Who calls the function: the frame right above its outermost occurrence in each sample.
+/// Who calls the function: the frame right above its outermost occurrence in each sample ([`ROOT`] when
+/// there is none).
 pub fn callers(p: &Profile, value: usize, query: &str) -> Result<Neighbors, AnalyzeError> {
     neighbors(p, value, query, true)
 }
@@ -212,65 +290,143 @@ mod tests {
     use super::*;
     use whyslow_model::{FrameKind, Metadata, ProfileBuilder, SampleType};
 
-    /// main -> a (5), main -> b -> a (3), main -> b (2), recursive r -> r (1); two threads.
+    /// main -> a (5), main -> b -> a (3, a inlined), main -> b (2), main -> r -> r (1), r alone (4),
+    /// an empty stack (6); two threads plus an idle one. A second value type is 10x the first.
     fn profile() -> Profile {
         let mut b = ProfileBuilder::new(
             Metadata::default(),
-            vec![SampleType { name: "cpu".into(), unit: "samples".into() }],
+            vec![
+                SampleType { name: "cpu".into(), unit: "samples".into() },
+                SampleType { name: "cpu-ns".into(), unit: "nanoseconds".into() },
+            ],
         );
         let m = b.module("/bin/app", "");
-        let [main, a, bb, r] = ["main", "a", "b", "r"].map(|n| b.frame(n, m, "", FrameKind::User));
-        let a_inl = b.frame("a", m, "", FrameKind::Inlined);
+        let lib = b.module("/lib/libx.so", "");
+        let [main, a, bb, r] = ["main", "a", "b", "r"].map(|n| b.frame(n, m, "app.c", FrameKind::User));
+        let a_inl = b.frame("a", m, "a.h", FrameKind::Inlined);
+        b.frame("a_lib", lib, "", FrameKind::User); // a frame no sample uses
         let t1 = b.thread(1, 1, "app");
         let t2 = b.thread(1, 2, "helper");
-        let s = b.stack(&[main, a]);
-        b.add_sample(s, t1, &[5]);
-        let s = b.stack(&[main, bb, a_inl]);
-        b.add_sample(s, t2, &[3]);
-        let s = b.stack(&[main, bb]);
-        b.add_sample(s, t1, &[2]);
-        let s = b.stack(&[main, r, r]);
-        b.add_sample(s, t2, &[1]);
+        b.thread(1, 3, "idle");
+        for (stack, t, n) in [
+            (vec![main, a], t1, 5),
+            (vec![main, bb, a_inl], t2, 3),
+            (vec![main, bb], t1, 2),
+            (vec![main, r, r], t2, 1),
+            (vec![r], t2, 4),
+            (vec![], t1, 6),
+        ] {
+            let s = b.stack(&stack);
+            b.add_sample(s, t, &[n, 10 * n]);
+        }
         b.finish()
+    }
+
+    fn pairs(n: &Neighbors) -> Vec<(&str, i64)> {
+        n.entries.iter().map(|e| (e.name.as_str(), e.value)).collect()
     }
 
     #[test]
     fn self_and_total_merge_frames_of_one_function() {
         let top = top_functions(&profile(), 0);
-        let get = |n: &str| top.iter().find(|f| f.name == n).unwrap();
-        assert_eq!((get("a").self_, get("a").total), (8, 8));
-        assert_eq!((get("b").self_, get("b").total), (2, 5));
-        assert_eq!((get("main").self_, get("main").total), (0, 11));
-        assert_eq!((get("r").self_, get("r").total), (1, 1), "recursion counted once");
-        assert_eq!(top[0].name, "a");
+        let got: Vec<(&str, i64, i64)> = top.iter().map(|f| (f.name.as_str(), f.self_, f.total)).collect();
+        assert_eq!(got, [("a", 8, 8), ("r", 5, 5), ("b", 2, 5), ("main", 0, 11)]);
+        let ns = top_functions(&profile(), 1);
+        assert_eq!((ns[0].self_, ns[0].total), (80, 80), "weighs by the chosen value");
     }
 
     #[test]
-    fn threads_sum_their_samples() {
+    fn threads_sum_their_samples_and_keep_idle_ones() {
         let t = threads(&profile(), 0);
-        assert_eq!((t[0].name.as_str(), t[0].value), ("app", 7));
-        assert_eq!((t[1].name.as_str(), t[1].value), ("helper", 4));
+        let got: Vec<(&str, i64)> = t.iter().map(|t| (t.name.as_str(), t.value)).collect();
+        assert_eq!(got, [("app", 13), ("helper", 8), ("idle", 0)]);
     }
 
     #[test]
-    fn callers_and_callees_with_shares() {
+    fn thread_top_functions_sees_one_thread() {
+        let top = thread_top_functions(&profile(), 0, 1, 2);
+        let got: Vec<(&str, i64, i64)> = top.iter().map(|f| (f.name.as_str(), f.self_, f.total)).collect();
+        assert_eq!(got, [("r", 5, 5), ("a", 3, 3), ("main", 0, 4), ("b", 0, 3)]);
+        assert!(thread_top_functions(&profile(), 0, 9, 9).is_empty());
+    }
+
+    #[test]
+    fn totals_count_non_zero_samples() {
+        let t = totals(&profile(), 0);
+        assert_eq!(t, Totals { value: 21, empty_stacks: 6, samples: 6, threads: 2, functions: 4 });
+    }
+
+    #[test]
+    fn callees_with_self_and_shares() {
         let p = profile();
         let c = callees(&p, 0, "main").unwrap();
-        let got: Vec<(&str, i64)> = c.entries.iter().map(|e| (e.name.as_str(), e.value)).collect();
-        assert_eq!(got, [("a", 5), ("b", 5), ("r", 1)]);
-        assert_eq!(c.own, 0);
-        let c = callers(&p, 0, "a").unwrap();
-        let got: Vec<(&str, i64)> = c.entries.iter().map(|e| (e.name.as_str(), e.value)).collect();
-        assert_eq!(got, [("main", 5), ("b", 3)]);
-        assert!((c.entries[0].pct - 62.5).abs() < 1e-9);
+        assert_eq!(pairs(&c), [("a", 5), ("b", 5), ("r", 1)]);
+        assert_eq!(c.self_value, 0);
         let c = callees(&p, 0, "b").unwrap();
-        assert_eq!((c.own, c.entries[0].value), (2, 3));
+        assert_eq!((pairs(&c), c.self_value), (vec![("a", 3)], 2));
+        assert!((c.entries[0].pct_of_function_total - 60.0).abs() < 1e-9);
+        // r -> r: the outermost r calls r once; r alone is self.
+        let c = callees(&p, 0, "r").unwrap();
+        assert_eq!((pairs(&c), c.self_value), (vec![("r", 1)], 4));
+    }
+
+    #[test]
+    fn callers_include_the_stack_root() {
+        let p = profile();
+        let c = callers(&p, 0, "a").unwrap();
+        assert_eq!(pairs(&c), [("main", 5), ("b", 3)]);
+        assert!((c.entries[0].pct_of_function_total - 62.5).abs() < 1e-9);
+        let c = callers(&p, 0, "r").unwrap();
+        assert_eq!(pairs(&c), [(ROOT, 4), ("main", 1)]);
+        assert_eq!(c.entries[0].module, "");
+    }
+
+    #[test]
+    fn substring_query_picks_the_largest_total() {
+        let p = profile();
+        // "a" is exact; "ai" matches only main; "A" matches nothing exactly or case-sensitively.
+        assert_eq!(callees(&p, 0, "ai").unwrap().function.name, "main");
+        let c = callers(&p, 0, "A").unwrap();
+        assert_eq!(c.function.name, "main", "case-insensitive: main (11) beats a (8)");
+        assert_eq!(c.also_matched, ["a"]);
+    }
+
+    #[test]
+    fn same_name_in_two_modules_is_told_apart() {
+        let mut b = ProfileBuilder::new(
+            Metadata::default(),
+            vec![SampleType { name: "cpu".into(), unit: "samples".into() }],
+        );
+        let (m1, m2) = (b.module("/bin/app", ""), b.module("/lib/libc.so.6", ""));
+        let (f1, f2) = (b.frame("init", m1, "", FrameKind::User), b.frame("init", m2, "", FrameKind::User));
+        let t = b.thread(1, 1, "app");
+        for (f, n) in [(f1, 1), (f2, 2)] {
+            let s = b.stack(&[f]);
+            b.add_sample(s, t, &[n]);
+        }
+        let p = b.finish();
+        assert_eq!(top_functions(&p, 0).len(), 2);
+        let c = callers(&p, 0, "init").unwrap();
+        assert_eq!(
+            (c.function.module.as_str(), c.also_matched),
+            ("/lib/libc.so.6", vec!["init (app)".into()])
+        );
     }
 
     #[test]
     fn unknown_function_suggests_close_names() {
-        let e = callees(&profile(), 0, "mian").unwrap_err();
-        let AnalyzeError::NoSuchFunction { suggestions, .. } = e;
+        let AnalyzeError::NoSuchFunction { suggestions, .. } = callees(&profile(), 0, "mian").unwrap_err();
         assert_eq!(suggestions, ["main"]);
+        // Functions without samples are neither found nor suggested.
+        assert!(callees(&profile(), 0, "a_lib").is_err());
+    }
+
+    #[test]
+    fn empty_profile_and_missing_value_type_give_empty_results() {
+        let p = ProfileBuilder::new(Metadata::default(), vec![]).finish();
+        assert!(top_functions(&p, 0).is_empty() && threads(&p, 0).is_empty());
+        assert_eq!(totals(&p, 0), Totals::default());
+        assert!(callers(&p, 0, "main").is_err());
+        assert!(top_functions(&profile(), 7).is_empty());
     }
 }

@@ -1,113 +1,27 @@
 //! Export formats other tools read: folded stacks (FlameGraph), pprof (gzip profile.proto, `go tool
 //! pprof`), speedscope JSON, and callgrind (kcachegrind) with call edges and inclusive costs.
 
-use crate::{folded_lines, RenderError};
+mod proto;
+
+use crate::{folded_lines, sample_type, RenderError, NO_STACK};
 use serde_json::json;
 use std::collections::HashMap;
 use std::io::Write;
-use whyslow_model::Profile;
+use whyslow_model::{Profile, NONE};
 
-/// `root;...;leaf N` lines, sorted.
+/// `root;...;leaf N` lines, sorted, zero values left out; frame names only (no threads, no annotations).
 pub fn folded(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), RenderError> {
-    for (stack, n) in folded_lines(p, value) {
+    sample_type(p, value)?;
+    for (stack, n) in folded_lines(p, value, false) {
         writeln!(w, "{stack} {n}")?;
     }
     Ok(())
 }
 
-/// The messages of pprof's profile.proto that we write.
-mod proto {
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Profile {
-        #[prost(message, repeated, tag = "1")]
-        pub sample_type: Vec<ValueType>,
-        #[prost(message, repeated, tag = "2")]
-        pub sample: Vec<Sample>,
-        #[prost(message, repeated, tag = "3")]
-        pub mapping: Vec<Mapping>,
-        #[prost(message, repeated, tag = "4")]
-        pub location: Vec<Location>,
-        #[prost(message, repeated, tag = "5")]
-        pub function: Vec<Function>,
-        #[prost(string, repeated, tag = "6")]
-        pub string_table: Vec<String>,
-        #[prost(int64, tag = "9")]
-        pub time_nanos: i64,
-        #[prost(int64, tag = "10")]
-        pub duration_nanos: i64,
-        #[prost(message, optional, tag = "11")]
-        pub period_type: Option<ValueType>,
-        #[prost(int64, tag = "12")]
-        pub period: i64,
-        #[prost(int64, repeated, tag = "13")]
-        pub comment: Vec<i64>,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct ValueType {
-        #[prost(int64, tag = "1")]
-        pub r#type: i64,
-        #[prost(int64, tag = "2")]
-        pub unit: i64,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Sample {
-        #[prost(uint64, repeated, tag = "1")]
-        pub location_id: Vec<u64>,
-        #[prost(int64, repeated, tag = "2")]
-        pub value: Vec<i64>,
-        #[prost(message, repeated, tag = "3")]
-        pub label: Vec<Label>,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Label {
-        #[prost(int64, tag = "1")]
-        pub key: i64,
-        #[prost(int64, tag = "2")]
-        pub str: i64,
-        #[prost(int64, tag = "3")]
-        pub num: i64,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Mapping {
-        #[prost(uint64, tag = "1")]
-        pub id: u64,
-        #[prost(int64, tag = "5")]
-        pub filename: i64,
-        #[prost(int64, tag = "6")]
-        pub build_id: i64,
-        #[prost(bool, tag = "7")]
-        pub has_functions: bool,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Location {
-        #[prost(uint64, tag = "1")]
-        pub id: u64,
-        #[prost(uint64, tag = "2")]
-        pub mapping_id: u64,
-        #[prost(message, repeated, tag = "4")]
-        pub line: Vec<Line>,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Line {
-        #[prost(uint64, tag = "1")]
-        pub function_id: u64,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Function {
-        #[prost(uint64, tag = "1")]
-        pub id: u64,
-        #[prost(int64, tag = "2")]
-        pub name: i64,
-        #[prost(int64, tag = "3")]
-        pub system_name: i64,
-        #[prost(int64, tag = "4")]
-        pub filename: i64,
-    }
-}
-
-/// gzip-compressed pprof profile with every sample type; one location per frame (ids = frame + 1).
+/// gzip-compressed pprof profile with every sample type; one function and one location per frame (ids =
+/// frame + 1; an inlined frame is a location of its own), one mapping per module, samples labelled with
+/// their thread's name, tid and pid.
 pub fn pprof(w: &mut impl Write, p: &Profile) -> Result<(), RenderError> {
-    use whyslow_model::NONE;
     // Our string table starts with "" like pprof's, so ids carry over; new strings are appended.
     let mut strings = p.strings.clone();
     let mut index: HashMap<String, i64> =
@@ -131,7 +45,7 @@ pub fn pprof(w: &mut impl Write, p: &Profile) -> Result<(), RenderError> {
             has_functions: true,
         })
         .collect();
-    let function = p
+    let mut function: Vec<proto::Function> = p
         .frames
         .iter()
         .enumerate()
@@ -142,7 +56,7 @@ pub fn pprof(w: &mut impl Write, p: &Profile) -> Result<(), RenderError> {
             filename: f.file as i64,
         })
         .collect();
-    let location = p
+    let mut location: Vec<proto::Location> = p
         .frames
         .iter()
         .enumerate()
@@ -152,20 +66,36 @@ pub fn pprof(w: &mut impl Write, p: &Profile) -> Result<(), RenderError> {
             line: vec![proto::Line { function_id: i as u64 + 1 }],
         })
         .collect();
-    let (thread_key, tid_key) = (s("thread"), s("tid"));
+    // Samples without frames get one synthetic frame, so their value shows in pprof's tables as in ours.
+    let no_stack = p.frames.len() as u64 + 1;
+    if p.samples.iter().any(|smp| smp.stack == NONE) {
+        let name = s(NO_STACK);
+        function.push(proto::Function { id: no_stack, name, system_name: name, filename: 0 });
+        location.push(proto::Location {
+            id: no_stack,
+            mapping_id: 0,
+            line: vec![proto::Line { function_id: no_stack }],
+        });
+    }
+    let (thread_key, tid_key, pid_key) = (s("thread"), s("tid"), s("pid"));
     let sample = p
         .samples
         .iter()
         .map(|smp| {
             let t = &p.threads[smp.thread as usize];
             let mut ids: Vec<u64> = p.stack_frames(smp.stack).iter().map(|&f| f as u64 + 1).collect();
+            if ids.is_empty() {
+                ids.push(no_stack);
+            }
             ids.reverse(); // pprof wants the leaf first
+            let num = |key, n: u32| proto::Label { key, str: 0, num: n as i64 };
             proto::Sample {
                 location_id: ids,
                 value: smp.values.clone(),
                 label: vec![
                     proto::Label { key: thread_key, str: s(&t.name), num: 0 },
-                    proto::Label { key: tid_key, str: 0, num: t.tid as i64 },
+                    num(tid_key, t.tid),
+                    num(pid_key, t.pid),
                 ],
             }
         })
@@ -192,39 +122,47 @@ pub fn pprof(w: &mut impl Write, p: &Profile) -> Result<(), RenderError> {
     Ok(())
 }
 
-/// speedscope's file format: shared frames and one sampled profile per thread.
+/// speedscope's file format: shared frames and one sampled profile per thread with samples.
 pub fn speedscope(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), RenderError> {
-    let frames: Vec<_> = p
+    let st = sample_type(p, value)?;
+    let mut frames: Vec<_> = p
         .frames
         .iter()
-        .map(|f| {
-            let file = p.str(f.file);
-            if file.is_empty() {
-                json!({"name": p.str(f.name)})
-            } else {
-                json!({"name": p.str(f.name), "file": file})
-            }
+        .map(|f| match p.str(f.file) {
+            "" => json!({"name": p.str(f.name)}),
+            file => json!({"name": p.str(f.name), "file": file}),
         })
         .collect();
-    let unit = match p.sample_types[value].unit.as_str() {
+    let no_stack = frames.len() as u32;
+    if p.samples.iter().any(|s| s.stack == NONE) {
+        frames.push(json!({"name": NO_STACK}));
+    }
+    let stack = |leaf: u32| if leaf == NONE { vec![no_stack] } else { p.stack_frames(leaf) };
+    let unit = match st.unit.as_str() {
         "nanoseconds" => "nanoseconds",
         "bytes" => "bytes",
         _ => "none",
+    };
+    let sampled = |name: String, samples: Vec<Vec<u32>>, weights: Vec<i64>| {
+        let end: i64 = weights.iter().sum();
+        json!({
+            "type": "sampled", "name": name, "unit": unit,
+            "startValue": 0, "endValue": end, "samples": samples, "weights": weights,
+        })
     };
     let mut profiles = Vec::new();
     for (ti, t) in p.threads.iter().enumerate() {
         let mine: Vec<_> =
             p.samples.iter().filter(|s| s.thread as usize == ti && s.values[value] != 0).collect();
-        if mine.is_empty() {
-            continue;
+        if !mine.is_empty() {
+            let samples = mine.iter().map(|s| stack(s.stack)).collect();
+            let weights = mine.iter().map(|s| s.values[value]).collect();
+            profiles.push(sampled(format!("{} (tid {})", t.name, t.tid), samples, weights));
         }
-        let samples: Vec<Vec<u32>> = mine.iter().map(|s| p.stack_frames(s.stack)).collect();
-        let weights: Vec<i64> = mine.iter().map(|s| s.values[value]).collect();
-        let end: i64 = weights.iter().sum();
-        profiles.push(json!({
-            "type": "sampled", "name": format!("{} (tid {})", t.name, t.tid), "unit": unit,
-            "startValue": 0, "endValue": end, "samples": samples, "weights": weights,
-        }));
+    }
+    if profiles.is_empty() {
+        // speedscope rejects a file without profiles; an empty one opens as an empty view.
+        profiles.push(sampled(format!("no {} samples", st.name), vec![], vec![]));
     }
     let doc = json!({
         "$schema": "https://www.speedscope.app/file-format-schema.json",
@@ -239,130 +177,183 @@ pub fn speedscope(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), R
     Ok(())
 }
 
-/// callgrind format: self cost per function and inclusive cost per call edge (once per sample per edge).
+/// callgrind format: self cost per function, and per call edge the inclusive cost (the value of the
+/// samples where the edge appears, once per sample). There are no call counts or lines: `calls=1`, line 0.
 pub fn callgrind(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), RenderError> {
-    // Functions keyed by (name, module): self cost and outgoing edges with inclusive cost and sample count.
-    type Key<'a> = (&'a str, &'a str);
-    let mut self_cost: HashMap<Key, i64> = HashMap::new();
-    let mut edges: HashMap<Key, HashMap<Key, (i64, i64)>> = HashMap::new();
+    let st = sample_type(p, value)?;
+    // Functions are (name, module) like in analyze; the file is the first one any of its frames names.
+    let mut ids: HashMap<(&str, &str), usize> = HashMap::new();
+    let mut funcs: Vec<(&str, &str, &str)> = Vec::new();
+    let of_frame: Vec<usize> = (0..p.frames.len() as u32)
+        .map(|f| {
+            let id = *ids.entry((p.frame_name(f), p.frame_module(f))).or_insert_with(|| {
+                funcs.push((p.frame_name(f), p.frame_module(f), ""));
+                funcs.len() - 1
+            });
+            if funcs[id].2.is_empty() {
+                funcs[id].2 = p.str(p.frames[f as usize].file);
+            }
+            id
+        })
+        .collect();
+    let mut self_cost: Vec<Option<i64>> = vec![None; funcs.len()];
+    let mut edges: HashMap<(usize, usize), i64> = HashMap::new();
     for smp in p.samples.iter().filter(|s| s.values[value] != 0) {
         let v = smp.values[value];
-        let keys: Vec<Key> =
-            p.stack_frames(smp.stack).iter().map(|&f| (p.frame_name(f), p.frame_module(f))).collect();
-        let mut seen = std::collections::HashSet::new();
-        for pair in keys.windows(2) {
-            if seen.insert((pair[0], pair[1])) {
-                let e = edges.entry(pair[0]).or_default().entry(pair[1]).or_default();
-                e.0 += v;
-                e.1 += 1;
-            }
+        let stack: Vec<usize> = p.stack_frames(smp.stack).iter().map(|&f| of_frame[f as usize]).collect();
+        for &f in &stack {
+            self_cost[f].get_or_insert(0);
         }
-        for &k in &keys {
-            self_cost.entry(k).or_default();
+        if let Some(&leaf) = stack.last() {
+            *self_cost[leaf].get_or_insert(0) += v;
         }
-        if let Some(leaf) = keys.last() {
-            *self_cost.entry(*leaf).or_default() += v;
+        let mut pairs: Vec<(usize, usize)> = stack.windows(2).map(|e| (e[0], e[1])).collect();
+        pairs.sort_unstable();
+        pairs.dedup();
+        for e in pairs {
+            *edges.entry(e).or_default() += v;
         }
     }
-    let mut order: Vec<Key> = self_cost.keys().copied().collect();
-    order.sort();
-    let mut names = Compressor::default();
+    let mut order: Vec<usize> = (0..funcs.len()).filter(|&f| self_cost[f].is_some()).collect();
+    order.sort_by_key(|&f| (funcs[f].0, funcs[f].1));
+    let mut rank = vec![0; funcs.len()];
+    for (r, &f) in order.iter().enumerate() {
+        rank[f] = r;
+    }
+    let mut edges: Vec<((usize, usize), i64)> = edges.into_iter().collect();
+    edges.sort_by_key(|&((a, b), _)| (rank[a], rank[b]));
+
+    let event = event_name(&st.name);
     writeln!(w, "# callgrind format\nversion: 1\ncreator: whyslow {}", p.meta.tool_version)?;
-    writeln!(
-        w,
-        "cmd: {}\npositions: line\nevents: {}\n",
-        p.meta.command.join(" "),
-        p.sample_types[value].name
-    )?;
-    for k in &order {
-        writeln!(w, "ob={}", names.get("ob", k.1))?;
-        writeln!(w, "fn={}", names.get("fn", k.0))?;
-        writeln!(w, "0 {}", self_cost[k])?;
-        let mut callees: Vec<_> = edges.get(k).map(|m| m.iter().collect()).unwrap_or_default();
-        callees.sort();
-        for (callee, (incl, count)) in callees {
-            writeln!(w, "cob={}", names.get("ob", callee.1))?;
-            writeln!(w, "cfn={}", names.get("fn", callee.0))?;
-            writeln!(w, "calls={count} 0\n0 {incl}")?;
+    writeln!(w, "cmd: {}\npositions: line", one_line(&p.meta.command.join(" ")))?;
+    writeln!(w, "event: {event} : {} ({})\nevents: {event}\n", st.name, st.unit)?;
+    let mut names = Compressor::default();
+    let mut edges = edges.into_iter().peekable();
+    for &f in &order {
+        let (name, module, file) = funcs[f];
+        writeln!(
+            w,
+            "ob={}\nfl={}\nfn={}",
+            names.get("ob", module),
+            names.get("fl", file),
+            names.get("fn", name)
+        )?;
+        writeln!(w, "0 {}", self_cost[f].unwrap_or(0))?;
+        while let Some(((_, callee), incl)) = edges.next_if(|&((caller, _), _)| caller == f) {
+            let (name, module, file) = funcs[callee];
+            writeln!(w, "cob={}\ncfi={}", names.get("ob", module), names.get("fl", file))?;
+            writeln!(w, "cfn={}\ncalls=1 0\n0 {incl}", names.get("fn", name))?;
         }
         writeln!(w)?;
     }
-    let total: i64 = p.total(value);
-    writeln!(w, "totals: {total}")?;
+    writeln!(w, "totals: {}", p.total(value))?;
     Ok(())
 }
 
+/// callgrind event names are letters and digits only: `cpu-ns` becomes `cpuNs`.
+fn event_name(name: &str) -> String {
+    let mut out = String::new();
+    let mut upper = false;
+    for c in name.chars() {
+        if c.is_ascii_alphanumeric() {
+            out.push(if upper { c.to_ascii_uppercase() } else { c });
+            upper = false;
+        } else {
+            upper = !out.is_empty();
+        }
+    }
+    if !out.starts_with(|c: char| c.is_ascii_alphabetic()) {
+        out.insert(0, 'v');
+    }
+    out
+}
+
+/// Names go on one line of a line-based format.
+fn one_line(s: &str) -> String {
+    s.replace(['\n', '\r'], " ")
+}
+
 /// callgrind name compression: the first use of a name defines `(id) name`, later uses say `(id)`.
+/// Ids are per kind (`ob` and `cob` share one space, `fl` and `cfi` another, `fn` and `cfn` a third).
 #[derive(Default)]
 struct Compressor {
-    ids: HashMap<(String, String), usize>,
+    ids: HashMap<(&'static str, String), usize>,
+    counts: HashMap<&'static str, usize>,
 }
 
 impl Compressor {
-    fn get(&mut self, kind: &str, name: &str) -> String {
-        let name = if name.is_empty() { "???" } else { name };
-        let next = self.ids.iter().filter(|((k, _), _)| k == kind).count() + 1;
-        match self.ids.get(&(kind.to_string(), name.to_string())) {
-            Some(id) => format!("({id})"),
-            None => {
-                self.ids.insert((kind.to_string(), name.to_string()), next);
-                format!("({next}) {name}")
-            }
+    fn get(&mut self, kind: &'static str, name: &str) -> String {
+        let name = if name.is_empty() { "???".to_string() } else { one_line(name) };
+        if let Some(id) = self.ids.get(&(kind, name.clone())) {
+            return format!("({id})");
         }
+        let id = self.counts.entry(kind).or_default();
+        *id += 1;
+        self.ids.insert((kind, name.clone()), *id);
+        format!("({id}) {name}")
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixture::{self, check_golden};
-
-    fn render(f: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
-        let mut out = Vec::new();
-        f(&mut out);
-        out
-    }
+    use crate::fixture::{self, check_golden, render};
+    use std::process::Command;
 
     #[test]
     fn folded_speedscope_callgrind_golden() {
         let p = fixture::profile();
-        check_golden("folded.txt", &render(|w| folded(w, &p, 0).unwrap()));
-        check_golden("speedscope.json", &render(|w| speedscope(w, &p, 0).unwrap()));
-        check_golden("callgrind.out", &render(|w| callgrind(w, &p, 0).unwrap()));
+        check_golden("folded.txt", &render(|w| folded(w, &p, 0)));
+        check_golden("speedscope.json", &render(|w| speedscope(w, &p, 0)));
+        check_golden("callgrind.out", &render(|w| callgrind(w, &p, 0)));
+    }
+
+    fn decode(gz: &[u8]) -> proto::Profile {
+        let mut raw = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(gz), &mut raw).unwrap();
+        prost::Message::decode(&raw[..]).unwrap()
     }
 
     #[test]
-    fn pprof_decodes_with_all_sample_types() {
-        let p = fixture::profile();
-        let gz = render(|w| pprof(w, &p).unwrap());
-        let mut raw = Vec::new();
-        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&gz[..]), &mut raw).unwrap();
-        let prof: proto::Profile = prost::Message::decode(&raw[..]).unwrap();
-        assert_eq!(prof.sample_type.len(), 2);
+    fn pprof_has_all_sample_types_names_and_labels() {
+        let prof = decode(&render(|w| pprof(w, &fixture::profile())));
+        let st = |i: i64| prof.string_table[i as usize].as_str();
+        let types: Vec<(&str, &str)> = prof.sample_type.iter().map(|t| (st(t.r#type), st(t.unit))).collect();
+        assert_eq!(types, [("cpu", "samples"), ("cpu-ns", "nanoseconds")]);
         assert_eq!(prof.sample.iter().map(|s| s.value[0]).sum::<i64>(), 100);
+        assert_eq!(prof.sample.iter().map(|s| s.value[1]).sum::<i64>(), 100_100_100);
         let leaf = |s: &proto::Sample| {
-            let f = &prof.function
-                [(prof.location[(s.location_id[0] - 1) as usize].line[0].function_id - 1) as usize];
-            prof.string_table[f.name as usize].clone()
+            let loc = &prof.location[(s.location_id[0] - 1) as usize];
+            st(prof.function[(loc.line[0].function_id - 1) as usize].name)
         };
-        let leaves: Vec<String> = prof.sample.iter().map(leaf).collect();
-        assert!(leaves.contains(&"mix".to_string()) && leaves.contains(&"do_syscall_64".to_string()));
+        let leaves: Vec<&str> = prof.sample.iter().map(leaf).collect();
+        assert_eq!(leaves, ["burn_a", "mix", "burn_b", "do_syscall_64"]);
+        let labels: Vec<(&str, &str, i64)> =
+            prof.sample[2].label.iter().map(|l| (st(l.key), st(l.str), l.num)).collect();
+        assert_eq!(labels, [("thread", "worker", 0), ("tid", "", 101), ("pid", "", 100)]);
+        assert_eq!((st(prof.period_type.as_ref().unwrap().r#type), prof.period), ("cpu-clock", 1_001_001));
+        assert_eq!(prof.duration_nanos, 3_000_000_000);
+    }
+
+    /// A command from PATH or a fixed place, or None (the test then skips).
+    fn tool(candidates: &[&str], probe: &str) -> Option<String> {
+        candidates
+            .iter()
+            .map(|c| c.to_string())
+            .find(|c| Command::new(c).arg(probe).output().is_ok_and(|o| o.status.success()))
     }
 
     /// `go tool pprof` must read our output (skipped where Go is not installed).
     #[test]
     fn go_tool_pprof_reads_it() {
-        let go = ["go", "/usr/local/go/bin/go"].into_iter().find(|g| {
-            std::process::Command::new(g).arg("version").output().is_ok_and(|o| o.status.success())
-        });
-        let Some(go) = go else {
+        let Some(go) = tool(&["go", "/usr/local/go/bin/go"], "version") else {
             eprintln!("go not installed: skipping");
             return;
         };
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("p.pb.gz");
-        std::fs::write(&path, render(|w| pprof(w, &fixture::profile()).unwrap())).unwrap();
-        let out = std::process::Command::new(go)
+        std::fs::write(&path, render(|w| pprof(w, &fixture::profile()))).unwrap();
+        let out = Command::new(go)
             .args(["tool", "pprof", "-top", "-sample_index=cpu"])
             .arg(&path)
             .env("HOME", dir.path())
@@ -370,14 +361,68 @@ mod tests {
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        // burn_a: 40 flat (20 more are in the inlined mix), burn_b 30.
+        // flat and cum of each function; burn_a's inlined mix is a frame of its own.
         let row = |name: &str| {
-            text.lines()
-                .find(|l| l.trim_end().ends_with(name))
-                .map(|l| l.split_whitespace().next().unwrap().to_string())
+            let l = text.lines().find(|l| l.split_whitespace().last() == Some(name))?;
+            let f: Vec<&str> = l.split_whitespace().collect();
+            Some((f[0].to_string(), f[3].to_string()))
         };
-        assert_eq!(row("burn_a").as_deref(), Some("40samples"), "{text}");
-        assert_eq!(row("burn_b").as_deref(), Some("30samples"), "{text}");
-        assert_eq!(row("mix").as_deref(), Some("20samples"), "{text}");
+        let want = |flat: &str, cum: &str| Some((flat.to_string(), cum.to_string()));
+        assert_eq!(row("burn_a"), want("40samples", "60samples"), "{text}");
+        assert_eq!(row("burn_b"), want("30samples", "30samples"), "{text}");
+        assert_eq!(row("mix"), want("20samples", "20samples"), "{text}");
+        assert_eq!(row("do_syscall_64"), want("10samples", "10samples"), "{text}");
+        assert_eq!(row("main"), want("0", "100samples"), "{text}");
+    }
+
+    /// callgrind_annotate (valgrind) must read our output without warnings and show inclusive costs.
+    #[test]
+    fn callgrind_annotate_reads_it() {
+        let Some(annotate) = tool(&["callgrind_annotate"], "--version") else {
+            eprintln!("callgrind_annotate not installed: skipping");
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("callgrind.out");
+        std::fs::write(&path, render(|w| callgrind(w, &fixture::profile(), 1))).unwrap();
+        let out = Command::new(annotate).arg("--inclusive=yes").arg(&path).output().unwrap();
+        let (text, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() && err.is_empty(), "{err}");
+        let cost = |name: &str| {
+            let l = text.lines().find(|l| l.contains(&format!(":{name} [")))?;
+            l.split_whitespace().next().map(|n| n.replace(',', ""))
+        };
+        assert_eq!(cost("main").as_deref(), Some("100100100"), "{text}");
+        assert_eq!(cost("burn_a").as_deref(), Some("60060060"), "{text}");
+        assert!(text.contains("Events recorded:  cpuNs"), "{text}");
+    }
+
+    #[test]
+    fn callgrind_counts_a_recursive_edge_once_per_sample() {
+        use whyslow_model::{FrameKind, Metadata, ProfileBuilder, SampleType};
+        let mut b = ProfileBuilder::new(
+            Metadata::default(),
+            vec![SampleType { name: "alloc-bytes".into(), unit: "bytes".into() }],
+        );
+        let m = b.module("/bin/app", "");
+        let (main, r) = (b.frame("main", m, "", FrameKind::User), b.frame("r", m, "", FrameKind::User));
+        let t = b.thread(1, 1, "app");
+        let s = b.stack(&[main, r, r, r]);
+        b.add_sample(s, t, &[5]);
+        let out = String::from_utf8(render(|w| callgrind(w, &b.finish(), 0))).unwrap();
+        let body = out.split_once("\n\n").unwrap().1;
+        let want =
+            "ob=(1) /bin/app\nfl=(1) ???\nfn=(1) main\n0 0\ncob=(1)\ncfi=(1)\ncfn=(2) r\ncalls=1 0\n0 5\n\n\
+                    ob=(1)\nfl=(1)\nfn=(2)\n0 5\ncob=(1)\ncfi=(1)\ncfn=(2)\ncalls=1 0\n0 5\n\ntotals: 5\n";
+        assert_eq!(body, want);
+        assert!(out.contains("event: allocBytes : alloc-bytes (bytes)\nevents: allocBytes\n"), "{out}");
+    }
+
+    #[test]
+    fn event_names_are_letters_and_digits() {
+        assert_eq!(event_name("cpu"), "cpu");
+        assert_eq!(event_name("off-cpu ns"), "offCpuNs");
+        assert_eq!(event_name("2x"), "v2x");
+        assert_eq!(event_name(""), "v");
     }
 }

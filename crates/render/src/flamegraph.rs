@@ -1,6 +1,7 @@
 //! Interactive SVG flame graphs (search, zoom) through inferno, fed with folded stacks.
 
-use crate::{folded_lines, RenderError};
+use crate::{folded_lines, sample_type, RenderError};
+use inferno::flamegraph::color::{MultiPalette, Palette};
 use std::io::Write;
 use whyslow_model::Profile;
 
@@ -12,15 +13,26 @@ pub struct FlameOptions {
     pub reverse: bool,
 }
 
+/// Writes an SVG flame graph; [`RenderError::Empty`] when no sample has a positive value.
+/// Colors: kernel orange, inlined aqua, C++/Rust (`::`) yellow, other native code red (inferno's "java"
+/// palette keyed by the `_[k]`/`_[i]` suffixes, which it strips from the labels). Colors are hashed from
+/// the names, so the same input gives the same SVG.
 pub fn svg(w: &mut impl Write, p: &Profile, value: usize, o: &FlameOptions) -> Result<(), RenderError> {
-    let lines: Vec<String> = folded_lines(p, value).into_iter().map(|(s, n)| format!("{s} {n}")).collect();
+    let st = sample_type(p, value)?;
+    let lines: Vec<String> = folded_lines(p, value, true)
+        .into_iter()
+        .filter(|&(_, n)| n > 0)
+        .map(|(s, n)| format!("{s} {n}"))
+        .collect();
     if lines.is_empty() {
-        return Err(RenderError::Empty(p.sample_types[value].name.clone()));
+        return Err(RenderError::Empty(st.name.clone()));
     }
     let mut opts = inferno::flamegraph::Options::default();
     opts.title = o.title.clone();
     opts.subtitle = o.subtitle.clone();
-    opts.count_name = p.sample_types[value].unit.clone();
+    opts.count_name = st.unit.clone();
+    opts.colors = Palette::Multi(MultiPalette::Java);
+    opts.hash = true;
     opts.reverse_stack_order = o.reverse;
     if o.reverse {
         opts.direction = inferno::flamegraph::Direction::Inverted;
@@ -32,24 +44,59 @@ pub fn svg(w: &mut impl Write, p: &Profile, value: usize, o: &FlameOptions) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixture;
+    use crate::fixture::{self, render};
 
-    #[test]
-    fn svg_has_every_function_and_the_search_script() {
-        let mut out = Vec::new();
-        svg(&mut out, &fixture::profile(), 0, &FlameOptions { title: "t".into(), ..Default::default() })
-            .unwrap();
-        let s = String::from_utf8(out).unwrap();
-        for name in ["main", "run", "burn_a", "burn_b", "burn_c", "mix", "do_syscall_64"] {
-            assert!(s.contains(&format!(">{name}<")) || s.contains(&format!("{name} (")), "{name} missing");
-        }
-        assert!(s.contains("function search("), "interactive search script missing");
+    fn svg_of(o: &FlameOptions) -> String {
+        String::from_utf8(render(|w| svg(w, &fixture::profile(), 0, o))).unwrap()
+    }
+
+    /// The `<g>` element of a frame: its title says `name (N samples, P%)`.
+    fn frame<'a>(s: &'a str, name: &str) -> &'a str {
+        let at = s.find(&format!("<title>{name} (")).unwrap_or_else(|| panic!("{name} missing"));
+        &s[s[..at].rfind("<g>").unwrap()..at + s[at..].find("</g>").unwrap()]
     }
 
     #[test]
-    fn empty_profile_is_an_error() {
-        let mut p = fixture::profile();
-        p.samples.clear();
-        assert!(matches!(svg(&mut Vec::new(), &p, 0, &FlameOptions::default()), Err(RenderError::Empty(_))));
+    fn svg_has_every_function_with_counts_and_the_scripts() {
+        let s = svg_of(&FlameOptions { title: "whyslow test".into(), ..Default::default() });
+        for (name, n) in
+            [("main", 100), ("run", 100), ("burn_a", 60), ("burn_b", 30), ("burn_c", 10), ("mix", 20)]
+        {
+            assert!(frame(&s, name).contains(&format!("({n} samples, ")), "{name}");
+        }
+        assert!(
+            s.contains("whyslow test") && s.contains("function search("),
+            "title or search script missing"
+        );
+        assert!(!s.contains("_[k]") && !s.contains("_[i]"), "annotations must not show");
+        assert_eq!(
+            s,
+            svg_of(&FlameOptions { title: "whyslow test".into(), ..Default::default() }),
+            "deterministic"
+        );
+    }
+
+    #[test]
+    fn kernel_and_inlined_frames_have_their_own_colors() {
+        let s = svg_of(&FlameOptions::default());
+        let fill = |name: &str| {
+            let g = frame(&s, name);
+            let at = g.find("fill=\"rgb(").unwrap() + 10;
+            let rgb: Vec<u32> =
+                g[at..at + g[at..].find(')').unwrap()].split(',').map(|c| c.parse().unwrap()).collect();
+            rgb
+        };
+        let (k, i, u) = (fill("do_syscall_64"), fill("mix"), fill("burn_a"));
+        assert!(k[0] > 180 && k[2] < 100 && k[1] > 100, "kernel orange: {k:?}");
+        assert!(i[2] > 150 && i[0] < 100, "inlined aqua: {i:?}");
+        assert!(u[0] > 180 && u[1] < 180, "native red: {u:?}");
+    }
+
+    #[test]
+    fn reverse_is_an_icicle_merged_by_leaf() {
+        let s = svg_of(&FlameOptions { reverse: true, ..Default::default() });
+        // Merged by leaf, main appears under each leaf instead of once with 100.
+        assert!(frame(&s, "main").contains("(40 samples, ") || frame(&s, "main").contains("(30 samples, "));
+        assert!(!s.contains("<title>main (100 samples"));
     }
 }

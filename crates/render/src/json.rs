@@ -1,6 +1,6 @@
 //! The JSON report. Field names are a contract other tools script against: add, never rename.
 
-use crate::{pct, RenderError};
+use crate::{pct, sample_type, RenderError};
 use serde_json::json;
 use std::io::Write;
 use whyslow_model::Profile;
@@ -9,7 +9,9 @@ fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
 
+/// The report as one pretty-printed JSON object; `total_samples` is the total of the chosen value.
 pub fn report(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), RenderError> {
+    let st = sample_type(p, value)?;
     let total = p.total(value);
     let functions: Vec<_> = whyslow_analyze::top_functions(p, value)
         .into_iter()
@@ -24,8 +26,8 @@ pub fn report(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), Rende
         .collect();
     let m = &p.meta;
     let doc = json!({
-        "sample_type": p.sample_types[value].name,
-        "unit": p.sample_types[value].unit,
+        "sample_type": st.name,
+        "unit": st.unit,
         "total_samples": total,
         "lost_samples": m.lost_samples,
         "unwind": {"complete": m.unwind.complete, "partial": m.unwind.partial},

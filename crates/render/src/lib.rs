@@ -12,9 +12,16 @@ pub enum RenderError {
     Io(#[from] std::io::Error),
     #[error("the recording has no samples of type '{0}'")]
     Empty(String),
+    #[error("no sample type #{index}: the recording has {count}")]
+    NoSuchValue { index: usize, count: usize },
 }
 
-use whyslow_model::Profile;
+use whyslow_model::{FrameKind, Profile, SampleType};
+
+/// The chosen sample type, or a typed error instead of an index panic further down.
+pub(crate) fn sample_type(p: &Profile, value: usize) -> Result<&SampleType, RenderError> {
+    p.sample_types.get(value).ok_or(RenderError::NoSuchValue { index: value, count: p.sample_types.len() })
+}
 
 /// Percentage of `part` in `whole`, 0 when the whole is 0.
 pub(crate) fn pct(part: i64, whole: i64) -> f64 {
@@ -25,18 +32,29 @@ pub(crate) fn pct(part: i64, whole: i64) -> f64 {
     }
 }
 
-/// Frame names of a sample's stack, root first.
-pub(crate) fn stack_names(p: &Profile, leaf: u32) -> Vec<&str> {
-    p.stack_frames(leaf).into_iter().map(|f| p.frame_name(f)).collect()
-}
+/// Frame name standing for a sample without any frame, so its value still shows in stack-based formats.
+pub(crate) const NO_STACK: &str = "[no stack]";
 
-/// Folded stacks (`root;...;leaf`) with their summed value, sorted, zero values left out.
-pub(crate) fn folded_lines(p: &Profile, value: usize) -> Vec<(String, i64)> {
+/// Folded stacks (`root;...;leaf`) with their summed value, sorted, zero values left out. With `annotate`,
+/// kernel frames end in `_[k]` and inlined ones in `_[i]`, the suffixes FlameGraph palettes color by.
+pub(crate) fn folded_lines(p: &Profile, value: usize, annotate: bool) -> Vec<(String, i64)> {
     let mut sums: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
     for s in p.samples.iter().filter(|s| s.values[value] != 0) {
-        // `;` separates frames in this format; keep names that contain it readable.
-        let names: Vec<String> = stack_names(p, s.stack).iter().map(|n| n.replace(';', ":")).collect();
-        *sums.entry(names.join(";")).or_default() += s.values[value];
+        let names: Vec<String> = p
+            .stack_frames(s.stack)
+            .into_iter()
+            .map(|f| {
+                // `;` separates frames and a line break ends the record: keep such names on one frame.
+                let name = p.frame_name(f).replace(';', ":").replace(['\n', '\r'], " ");
+                match p.frames[f as usize].kind {
+                    FrameKind::Kernel if annotate => name + "_[k]",
+                    FrameKind::Inlined if annotate => name + "_[i]",
+                    _ => name,
+                }
+            })
+            .collect();
+        let stack = if names.is_empty() { NO_STACK.to_string() } else { names.join(";") };
+        *sums.entry(stack).or_default() += s.values[value];
     }
     let mut v: Vec<(String, i64)> = sums.into_iter().collect();
     v.sort();
@@ -92,6 +110,14 @@ pub(crate) mod fixture {
         b.finish()
     }
 
+    /// What a renderer writes into a buffer; it must succeed.
+    pub fn render(f: impl FnOnce(&mut Vec<u8>) -> Result<(), crate::RenderError>) -> Vec<u8> {
+        let mut out = Vec::new();
+        f(&mut out).unwrap();
+        out
+    }
+
+    /// Compares with `tests/golden/NAME` byte for byte; `WHYSLOW_BLESS=1` rewrites the file instead.
     pub fn check_golden(name: &str, actual: &[u8]) {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
         if std::env::var_os("WHYSLOW_BLESS").is_some() {
@@ -106,5 +132,67 @@ pub(crate) mod fixture {
             "{name} differs from its golden file (WHYSLOW_BLESS=1 to update):\n{}",
             String::from_utf8_lossy(actual)
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixture::{self, render};
+    use super::*;
+
+    /// The fixture without samples (all threads idle) and one with no sample types at all.
+    fn empty_profiles() -> (Profile, Profile) {
+        let mut p = fixture::profile();
+        p.samples.clear();
+        let mut none = p.clone();
+        none.sample_types.clear();
+        (p, none)
+    }
+
+    #[test]
+    fn every_renderer_handles_an_empty_profile() {
+        let (p, _) = empty_profiles();
+        let text =
+            render(|w| text::report(w, &p, &text::ReportOptions { threads: true, ..Default::default() }));
+        assert!(String::from_utf8(text).unwrap().ends_with("\nno cpu samples\n"));
+        let v: serde_json::Value = serde_json::from_slice(&render(|w| json::report(w, &p, 0))).unwrap();
+        assert_eq!(
+            (v["total_samples"].as_i64(), v["functions"].as_array().map(Vec::len)),
+            (Some(0), Some(0))
+        );
+        assert!(render(|w| export::folded(w, &p, 0)).is_empty());
+        let v: serde_json::Value = serde_json::from_slice(&render(|w| export::speedscope(w, &p, 0))).unwrap();
+        assert_eq!(v["profiles"][0]["samples"], serde_json::json!([]));
+        let cg = String::from_utf8(render(|w| export::callgrind(w, &p, 0))).unwrap();
+        assert!(cg.ends_with("events: cpu\n\ntotals: 0\n"), "{cg}");
+        assert!(!render(|w| export::pprof(w, &p)).is_empty());
+        let svg = flamegraph::svg(&mut Vec::new(), &p, 0, &Default::default());
+        assert!(matches!(svg, Err(RenderError::Empty(t)) if t == "cpu"));
+    }
+
+    #[test]
+    fn a_missing_sample_type_is_an_error_not_a_panic() {
+        let (_, p) = empty_profiles();
+        let no_value =
+            |r: Result<(), RenderError>| matches!(r, Err(RenderError::NoSuchValue { index: 0, count: 0 }));
+        let w = &mut Vec::new();
+        assert!(no_value(text::report(w, &p, &Default::default())));
+        assert!(no_value(json::report(w, &p, 0)));
+        assert!(no_value(flamegraph::svg(w, &p, 0, &Default::default())));
+        assert!(no_value(export::folded(w, &p, 0)));
+        assert!(no_value(export::speedscope(w, &p, 0)));
+        assert!(no_value(export::callgrind(w, &p, 0)));
+        assert!(export::pprof(w, &p).is_ok());
+    }
+
+    #[test]
+    fn stacks_without_frames_keep_their_value() {
+        let mut p = fixture::profile();
+        p.samples[0].stack = whyslow_model::NONE;
+        let folded = String::from_utf8(render(|w| export::folded(w, &p, 0))).unwrap();
+        assert!(folded.starts_with("[no stack] 40\n"), "{folded}");
+        let v: serde_json::Value = serde_json::from_slice(&render(|w| export::speedscope(w, &p, 0))).unwrap();
+        assert_eq!(v["shared"]["frames"][7]["name"], NO_STACK);
+        assert_eq!(v["profiles"][0]["samples"][0], serde_json::json!([7]));
     }
 }

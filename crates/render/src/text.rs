@@ -1,41 +1,57 @@
 //! Terminal tables: the run header, top functions, per-thread splits, callers and callees.
 
-use crate::{pct, RenderError};
+use crate::{pct, sample_type, RenderError};
 use std::io::Write;
-use whyslow_analyze::{top_functions, FunctionStat, Neighbors};
+use whyslow_analyze::{FunctionStat, Neighbors};
 use whyslow_model::{basename, Profile};
 
 #[derive(Debug, Clone)]
 pub struct ReportOptions {
+    /// Index of the sample type to weigh by.
     pub value: usize,
+    /// Rows of the top-functions table (per-thread tables show at most 10).
     pub limit: usize,
+    /// Add a per-thread table and each thread's top functions.
     pub threads: bool,
 }
 
-/// The run: command, event, duration, samples, lost events, unwinding completeness, notes.
+impl Default for ReportOptions {
+    fn default() -> Self {
+        ReportOptions { value: 0, limit: 20, threads: false }
+    }
+}
+
+/// Function names wider than this push the module column out rather than widening every row.
+const NAME_WIDTH: usize = 60;
+
+/// Width of a number column: the widest of its header and its values.
+fn width(header: &str, values: impl Iterator<Item = i64>) -> usize {
+    values.map(|v| v.to_string().len()).max().unwrap_or(0).max(header.len())
+}
+
+/// The run: command, event, duration, total value, lost samples, unwinding completeness, notes.
 pub fn header(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), RenderError> {
+    let st = sample_type(p, value)?;
     let m = &p.meta;
     writeln!(w, "whyslow: {}", m.command.join(" "))?;
-    let total = p.total(value);
-    let unwound = m.unwind.complete + m.unwind.partial;
     writeln!(
         w,
-        "  {} @ {} Hz, {:.2} s, {} {} ({}), {} lost; stacks unwound completely: {:.1}% ({}/{})",
+        "  {} @ {} Hz, {:.2} s: {} {} ({}), {} lost",
         m.event,
         m.frequency_hz,
         m.duration_ns as f64 / 1e9,
-        total,
-        p.sample_types[value].unit,
-        p.sample_types[value].name,
-        m.lost_samples,
-        pct(m.unwind.complete as i64, unwound as i64),
-        m.unwind.complete,
-        unwound
+        p.total(value),
+        st.unit,
+        st.name,
+        m.lost_samples
     )?;
-    if let Some(code) = m.exit_code {
-        if code != 0 {
-            writeln!(w, "  the command exited with status {code}")?;
-        }
+    let u = m.unwind;
+    if u.complete + u.partial > 0 {
+        let share = pct(u.complete as i64, (u.complete + u.partial) as i64);
+        writeln!(w, "  user stacks: {} complete, {} partial ({share:.1}% complete)", u.complete, u.partial)?;
+    }
+    if let Some(code) = m.exit_code.filter(|&c| c != 0) {
+        writeln!(w, "  the command exited with status {code}")?;
     }
     for n in &m.notes {
         writeln!(w, "  note: {n}")?;
@@ -49,21 +65,22 @@ fn functions_table(
     total: i64,
     limit: usize,
 ) -> Result<(), RenderError> {
-    writeln!(w, "{:>7} {:>9} {:>7} {:>9}  {:<60} module", "self%", "self", "total%", "total", "function")?;
-    for f in funcs.iter().take(limit) {
-        writeln!(
-            w,
-            "{:>6.2}% {:>9} {:>6.2}% {:>9}  {:<60} {}",
-            pct(f.self_, total),
-            f.self_,
-            pct(f.total, total),
-            f.total,
-            f.name,
-            basename(&f.module)
-        )?;
+    let shown = &funcs[..limit.min(funcs.len())];
+    let sw = width("self", shown.iter().map(|f| f.self_));
+    let tw = width("total", shown.iter().map(|f| f.total));
+    let nw = shown.iter().map(|f| f.name.chars().count()).max().unwrap_or(0).clamp(8, NAME_WIDTH);
+    writeln!(
+        w,
+        "{:>7} {:>sw$} {:>7} {:>tw$}  {:<nw$}  module",
+        "self%", "self", "total%", "total", "function"
+    )?;
+    for f in shown {
+        let (sp, tp) = (pct(f.self_, total), pct(f.total, total));
+        let module = basename(&f.module);
+        writeln!(w, "{sp:>6.2}% {:>sw$} {tp:>6.2}% {:>tw$}  {:<nw$}  {module}", f.self_, f.total, f.name)?;
     }
-    if funcs.len() > limit {
-        writeln!(w, "  ... {} more functions (--limit)", funcs.len() - limit)?;
+    if funcs.len() > shown.len() {
+        writeln!(w, "  ... {} more functions (--limit)", funcs.len() - shown.len())?;
     }
     Ok(())
 }
@@ -71,35 +88,34 @@ fn functions_table(
 /// Header and top-functions table; with `threads`, a thread table and each thread's top functions.
 pub fn report(w: &mut impl Write, p: &Profile, o: &ReportOptions) -> Result<(), RenderError> {
     header(w, p, o.value)?;
+    let st = sample_type(p, o.value)?;
     let total = p.total(o.value);
     if total == 0 {
-        writeln!(w, "\nno {} samples", p.sample_types[o.value].name)?;
+        writeln!(w, "\nno {} samples", st.name)?;
         return Ok(());
     }
     writeln!(w)?;
-    functions_table(w, &top_functions(p, o.value), total, o.limit)?;
+    functions_table(w, &whyslow_analyze::top_functions(p, o.value), total, o.limit)?;
     if !o.threads {
         return Ok(());
     }
     let threads = whyslow_analyze::threads(p, o.value);
-    writeln!(w, "\n{:>8} {:>8} {:<16} {:>9} {:>7}", "pid", "tid", "thread", "value", "share")?;
+    let vw = width(&st.unit, threads.iter().map(|t| t.value));
+    let namew = threads.iter().map(|t| t.name.chars().count()).max().unwrap_or(0).max(6);
+    writeln!(w, "\n{:>8} {:>8}  {:<namew$}  {:>vw$}   share", "pid", "tid", "thread", st.unit)?;
     for t in &threads {
-        writeln!(w, "{:>8} {:>8} {:<16} {:>9} {:>6.2}%", t.pid, t.tid, t.name, t.value, pct(t.value, total))?;
+        let share = pct(t.value, total);
+        writeln!(w, "{:>8} {:>8}  {:<namew$}  {:>vw$} {share:>6.2}%", t.pid, t.tid, t.name, t.value)?;
     }
-    for t in threads.iter().filter(|t| t.value > 0) {
-        let mut sub = p.clone();
-        let idx = p.threads.iter().position(|x| x.pid == t.pid && x.tid == t.tid).unwrap() as u32;
-        sub.samples.retain(|s| s.thread == idx);
+    for t in threads.iter().filter(|t| t.value != 0) {
+        let share = pct(t.value, total);
         writeln!(
             w,
-            "\nthread {} '{}' (pid {}): {} ({:.2}%)",
-            t.tid,
-            t.name,
-            t.pid,
-            t.value,
-            pct(t.value, total)
+            "\nthread {} '{}' (pid {}): {} {} ({share:.2}%)",
+            t.tid, t.name, t.pid, t.value, st.unit
         )?;
-        functions_table(w, &top_functions(&sub, o.value), t.value, o.limit.min(10))?;
+        let funcs = whyslow_analyze::thread_top_functions(p, o.value, t.pid, t.tid);
+        functions_table(w, &funcs, t.value, o.limit.min(10))?;
     }
     Ok(())
 }
@@ -109,15 +125,17 @@ pub fn neighbors(w: &mut impl Write, n: &Neighbors, callers: bool) -> Result<(),
     let f = &n.function;
     writeln!(w, "{} ({}): total {}, self {}", f.name, basename(&f.module), f.total, f.self_)?;
     if !n.also_matched.is_empty() {
-        writeln!(w, "  (also matched: {})", n.also_matched.join(", "))?;
+        writeln!(w, "  also matched: {}", n.also_matched.join(", "))?;
     }
-    writeln!(w, "{} {:>9} {:>7}  function", if callers { "callers:" } else { "callees:" }, "value", "share")?;
+    let own = (!callers && n.self_value != 0).then_some(n.self_value);
+    let vw = width("value", n.entries.iter().map(|e| e.value).chain(own));
+    writeln!(w, "{:<8} {:>vw$}   share  function", if callers { "callers" } else { "callees" }, "value")?;
     for e in &n.entries {
-        writeln!(w, "         {:>9} {:>6.2}%  {}  [{}]", e.value, e.pct, e.name, basename(&e.module))?;
+        let module = if e.module.is_empty() { String::new() } else { format!("  ({})", basename(&e.module)) };
+        writeln!(w, "{:<8} {:>vw$} {:>6.2}%  {}{module}", "", e.value, e.pct_of_function_total, e.name)?;
     }
-    if n.own > 0 {
-        let label = if callers { "[stack root]" } else { "[self]" };
-        writeln!(w, "         {:>9} {:>6.2}%  {label}", n.own, pct(n.own, f.total))?;
+    if let Some(v) = own {
+        writeln!(w, "{:<8} {v:>vw$} {:>6.2}%  [self]", "", pct(v, f.total))?;
     }
     Ok(())
 }
@@ -125,13 +143,15 @@ pub fn neighbors(w: &mut impl Write, n: &Neighbors, callers: bool) -> Result<(),
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixture::{self, check_golden};
+    use crate::fixture::{self, check_golden, render};
+    use whyslow_analyze::{callees, callers};
 
     #[test]
     fn report_golden() {
         let p = fixture::profile();
-        let mut out = Vec::new();
-        report(&mut out, &p, &ReportOptions { value: 0, limit: 20, threads: true }).unwrap();
+        let mut out = render(|w| report(w, &p, &ReportOptions { value: 0, limit: 20, threads: true }));
+        out.extend(b"\n--- cpu-ns, limit 3, no threads ---\n");
+        out.extend(render(|w| report(w, &p, &ReportOptions { value: 1, limit: 3, threads: false })));
         check_golden("report.txt", &out);
     }
 
@@ -139,8 +159,13 @@ mod tests {
     fn neighbors_golden() {
         let p = fixture::profile();
         let mut out = Vec::new();
-        neighbors(&mut out, &whyslow_analyze::callees(&p, 0, "run").unwrap(), false).unwrap();
-        neighbors(&mut out, &whyslow_analyze::callers(&p, 0, "burn_a").unwrap(), true).unwrap();
+        for (query, up) in
+            [("run", false), ("burn_a", false), ("burn_a", true), ("main", true), ("burn", true)]
+        {
+            let n = if up { callers(&p, 0, query) } else { callees(&p, 0, query) }.unwrap();
+            out.extend(render(|w| neighbors(w, &n, up)));
+            out.push(b'\n');
+        }
         check_golden("neighbors.txt", &out);
     }
 }
