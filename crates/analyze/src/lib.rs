@@ -8,7 +8,7 @@
 
 use serde::Serialize;
 use std::collections::HashMap;
-use whyslow_model::{basename, close_matches, Profile, Sample, NONE};
+use whyslow_model::{basename, close_matches, Profile, Sample, SyscallStat, NONE};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AnalyzeError {
@@ -285,6 +285,59 @@ pub fn callers(p: &Profile, value: usize, query: &str) -> Result<Neighbors, Anal
     neighbors(p, value, query, true)
 }
 
+/// One row of a syscall summary: a syscall's counters over the whole target, or over one thread.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SyscallRow {
+    /// The thread, or None for the whole target.
+    pub thread: Option<(u32, u32)>,
+    pub stat: SyscallStat,
+}
+
+/// Syscall counters merged over processes and threads (or per thread with `per_thread`), most total time
+/// first (then most calls, then by name), like `strace -c`.
+pub fn syscall_summary(p: &Profile, per_thread: bool) -> Vec<SyscallRow> {
+    let mut rows: HashMap<(Option<(u32, u32)>, &str), SyscallStat> = HashMap::new();
+    for s in &p.syscalls {
+        let thread = per_thread.then_some((s.pid, s.tid));
+        rows.entry((thread, s.name.as_str()))
+            .or_insert_with(|| SyscallStat { name: s.name.clone(), ..Default::default() })
+            .merge(s);
+    }
+    let mut out: Vec<SyscallRow> = rows
+        .into_iter()
+        .map(|((thread, _), mut stat)| {
+            (stat.pid, stat.tid) = thread.unwrap_or((0, 0));
+            stat.errnos.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            SyscallRow { thread, stat }
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        (a.thread, b.stat.total_ns, b.stat.calls, &a.stat.name).cmp(&(
+            b.thread,
+            a.stat.total_ns,
+            a.stat.calls,
+            &b.stat.name,
+        ))
+    });
+    out
+}
+
+/// The stacks (root first, function names) whose leaf frame is named `leaf`, with their summed value,
+/// largest first. Used to show which code issues a syscall.
+pub fn stacks_ending_in(p: &Profile, value: usize, leaf: &str) -> Vec<(Vec<String>, i64)> {
+    let mut sums: HashMap<Vec<String>, i64> = HashMap::new();
+    for s in p.samples.iter().filter(|s| value_of(s, value) != 0) {
+        let frames = p.stack_frames(s.stack);
+        if frames.last().is_some_and(|&f| p.frame_name(f) == leaf) {
+            let names = frames.iter().map(|&f| p.frame_name(f).to_string()).collect();
+            *sums.entry(names).or_default() += value_of(s, value);
+        }
+    }
+    let mut v: Vec<_> = sums.into_iter().collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -428,5 +481,45 @@ mod tests {
         assert_eq!(totals(&p, 0), Totals::default());
         assert!(callers(&p, 0, "main").is_err());
         assert!(top_functions(&profile(), 7).is_empty());
+    }
+
+    #[test]
+    fn syscall_summary_merges_threads_and_sorts_by_time() {
+        let stat = |pid, tid, name: &str, calls, total_ns, errno: Option<(&str, u64)>| SyscallStat {
+            pid,
+            tid,
+            name: name.into(),
+            calls,
+            errors: errno.map_or(0, |e| e.1),
+            errnos: errno.map(|(n, c)| vec![(n.to_string(), c)]).unwrap_or_default(),
+            total_ns,
+            max_ns: total_ns / calls,
+            hist: vec![calls],
+        };
+        let p = Profile {
+            syscalls: vec![
+                stat(1, 1, "read", 10, 100, None),
+                stat(1, 2, "read", 5, 50, None),
+                stat(1, 1, "openat", 3, 900, Some(("ENOENT", 2))),
+                stat(2, 3, "openat", 1, 100, Some(("ENOENT", 1))),
+            ],
+            ..Default::default()
+        };
+        let rows = syscall_summary(&p, false);
+        let got: Vec<_> =
+            rows.iter().map(|r| (r.stat.name.as_str(), r.stat.calls, r.stat.total_ns)).collect();
+        assert_eq!(got, vec![("openat", 4, 1000), ("read", 15, 150)]);
+        assert_eq!((rows[0].stat.errors, rows[0].stat.errnos.clone()), (3, vec![("ENOENT".to_string(), 3)]));
+        let per = syscall_summary(&p, true);
+        let got: Vec<_> = per.iter().map(|r| (r.thread, r.stat.name.as_str(), r.stat.calls)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (Some((1, 1)), "openat", 3),
+                (Some((1, 1)), "read", 10),
+                (Some((1, 2)), "read", 5),
+                (Some((2, 3)), "openat", 1)
+            ]
+        );
     }
 }

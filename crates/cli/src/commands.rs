@@ -1,14 +1,16 @@
 //! Subcommand bodies: options in, library calls, renderer out.
 
 use crate::{
-    EventArg, ExportArgs, ExportFormat, FlamegraphArgs, OutputFormat, RecordArgs, ReportArgs, TargetArgs,
+    EventArg, ExportArgs, ExportFormat, FlamegraphArgs, OutputFormat, RecordArgs, ReportArgs, SyscallsArgs,
+    TargetArgs,
 };
 use anyhow::{bail, Context, Result};
 use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::time::Duration;
-use whyslow_model::{file, Profile};
-use whyslow_record::{signals, Clock, RecordOptions, Target};
+use whyslow_model::syscalls::TraceEvent;
+use whyslow_model::{file, Profile, SyscallStat};
+use whyslow_record::{signals, Clock, Observer, Progress, RecordOptions, SyscallOptions, Target};
 use whyslow_render as render;
 
 fn target(t: &TargetArgs) -> Result<Target> {
@@ -30,10 +32,19 @@ fn duration(t: &TargetArgs) -> Result<Option<Duration>> {
 }
 
 /// Shows a live status line on a terminal; nothing otherwise.
-fn status_line() -> impl FnMut(&whyslow_record::Progress) {
-    let tty = std::io::stderr().is_terminal();
-    move |p| {
-        if tty {
+struct StatusLine {
+    tty: bool,
+}
+
+impl StatusLine {
+    fn new() -> StatusLine {
+        StatusLine { tty: std::io::stderr().is_terminal() }
+    }
+}
+
+impl Observer for StatusLine {
+    fn progress(&mut self, p: &Progress) {
+        if self.tty {
             eprint!(
                 "\r\x1b[2Krecording: {:6.1}s  {} samples  {} lost",
                 p.elapsed.as_secs_f64(),
@@ -65,7 +76,7 @@ pub fn record(a: RecordArgs) -> Result<()> {
         ..Default::default()
     };
     signals::install();
-    let raw = whyslow_record::record(&opts, status_line());
+    let raw = whyslow_record::record(&opts, &mut StatusLine::new());
     end_status_line();
     let raw = raw?;
     if raw.samples.is_empty() {
@@ -84,7 +95,7 @@ pub fn record(a: RecordArgs) -> Result<()> {
         eprintln!("whyslow: post-processing {:.3} s (symbolize + save)", stopped.elapsed().as_secs_f64());
     }
     if !a.quiet {
-        let value = value_index(&profile, "cpu")?;
+        let value = value_index(&profile, Some("cpu"))?;
         let mut out = std::io::stdout().lock();
         render::text::report(
             &mut out,
@@ -106,7 +117,13 @@ fn load(path: &Path) -> Result<Profile> {
     Ok(file::load(path)?)
 }
 
-fn value_index(p: &Profile, name: &str) -> Result<usize> {
+/// The sample type asked for; without one, `cpu` when the recording has it, else its first type.
+fn value_index(p: &Profile, name: Option<&str>) -> Result<usize> {
+    let name = match name {
+        Some(n) => n,
+        None if p.sample_type("cpu").is_some() => "cpu",
+        None => p.sample_types.first().map_or("cpu", |t| t.name.as_str()),
+    };
     p.sample_type(name).with_context(|| {
         let have: Vec<&str> = p.sample_types.iter().map(|t| t.name.as_str()).collect();
         format!("this recording has no '{name}' samples (it has: {})", have.join(", "))
@@ -127,7 +144,7 @@ fn write_output(path: &Path, render: impl FnOnce(&mut Vec<u8>) -> Result<()>) ->
 
 pub fn report(a: ReportArgs) -> Result<()> {
     let p = load(&a.file)?;
-    let value = value_index(&p, &a.value_type)?;
+    let value = value_index(&p, a.value_type.as_deref())?;
     let mut out = std::io::stdout().lock();
     let neighbors = match (&a.callees, &a.callers) {
         (Some(f), _) => Some((whyslow_analyze::callees(&p, value, f)?, false)),
@@ -140,11 +157,17 @@ pub fn report(a: ReportArgs) -> Result<()> {
             serde_json::to_writer_pretty(&mut out, &n)?;
             writeln!(out)?;
         }
-        (None, OutputFormat::Text) => render::text::report(
-            &mut out,
-            &p,
-            &render::text::ReportOptions { value, limit: a.limit, threads: a.threads },
-        )?,
+        (None, OutputFormat::Text) => {
+            render::text::report(
+                &mut out,
+                &p,
+                &render::text::ReportOptions { value, limit: a.limit, threads: a.threads },
+            )?;
+            if !p.syscalls.is_empty() {
+                writeln!(out, "\nsyscalls (exact counts):")?;
+                render::syscalls::table(&mut out, &p, &whyslow_analyze::syscall_summary(&p, a.threads))?;
+            }
+        }
         (None, OutputFormat::Json) => render::json::report(&mut out, &p, value)?,
     }
     out.flush()?;
@@ -153,8 +176,10 @@ pub fn report(a: ReportArgs) -> Result<()> {
 
 pub fn flamegraph(a: FlamegraphArgs) -> Result<()> {
     let p = load(&a.file)?;
-    let value = value_index(&p, &a.value_type)?;
-    let title = a.title.unwrap_or_else(|| format!("whyslow {}: {}", a.value_type, p.meta.command.join(" ")));
+    let value = value_index(&p, a.value_type.as_deref())?;
+    let title = a
+        .title
+        .unwrap_or_else(|| format!("whyslow {}: {}", p.sample_types[value].name, p.meta.command.join(" ")));
     let opts = render::flamegraph::FlameOptions { title, subtitle: None, reverse: a.reverse };
     write_output(&a.output, |w| Ok(render::flamegraph::svg(w, &p, value, &opts)?))?;
     eprintln!("whyslow: wrote {}", a.output.display());
@@ -163,7 +188,7 @@ pub fn flamegraph(a: FlamegraphArgs) -> Result<()> {
 
 pub fn export(a: ExportArgs) -> Result<()> {
     let p = load(&a.file)?;
-    let value = value_index(&p, &a.value_type)?;
+    let value = value_index(&p, a.value_type.as_deref())?;
     write_output(&a.output, |w| {
         match a.format {
             ExportFormat::Pprof => render::export::pprof(w, &p)?,
@@ -175,6 +200,114 @@ pub fn export(a: ExportArgs) -> Result<()> {
     })?;
     if a.output != Path::new("-") {
         eprintln!("whyslow: wrote {}", a.output.display());
+    }
+    Ok(())
+}
+
+/// What `whyslow syscalls` shows while it runs: traced calls as they come, and the live table.
+struct SyscallsView {
+    t0_ns: u64,
+    out: std::io::Stdout,
+    tty: bool,
+    previous: Vec<SyscallStat>,
+    last: Duration,
+}
+
+impl Observer for SyscallsView {
+    fn trace(&mut self, e: &TraceEvent) {
+        let _ = writeln!(self.out.lock(), "{}", render::syscalls::trace_line(e, self.t0_ns));
+    }
+
+    fn snapshot(&mut self, elapsed: Duration, stats: &[SyscallStat]) {
+        let interval: Vec<SyscallStat> = stats
+            .iter()
+            .map(|s| {
+                let key = |o: &&SyscallStat| (o.pid, o.tid, &o.name) == (s.pid, s.tid, &s.name);
+                self.previous.iter().find(key).map_or_else(|| s.clone(), |before| s.since(before))
+            })
+            .filter(|s| s.calls > 0)
+            .collect();
+        let p = Profile { syscalls: interval, ..Default::default() };
+        let mut out = self.out.lock();
+        if self.tty {
+            let _ = write!(out, "\x1b[H\x1b[2J");
+        }
+        let secs = (elapsed - self.last).as_secs_f64();
+        let calls: u64 = p.syscalls.iter().map(|s| s.calls).sum();
+        let _ = writeln!(
+            out,
+            "whyslow syscalls: {:.1} s into the run, last {secs:.1} s: {:.0} calls/s",
+            elapsed.as_secs_f64(),
+            calls as f64 / secs.max(1e-9)
+        );
+        let _ = render::syscalls::table(&mut out, &p, &whyslow_analyze::syscall_summary(&p, false));
+        let _ = writeln!(out);
+        self.previous = stats.to_vec();
+        self.last = elapsed;
+    }
+}
+
+pub fn syscalls(a: SyscallsArgs) -> Result<()> {
+    let interval = match a.interval {
+        Some(s) if !(s > 0.0 && s.is_finite()) => bail!("--interval must be a positive number of seconds"),
+        s => s.map(Duration::from_secs_f64),
+    };
+    if a.stacks_period == 0 {
+        bail!("--stacks-period must be at least 1");
+    }
+    let opts = RecordOptions {
+        target: target(&a.target)?,
+        duration: duration(&a.target)?,
+        cpu: false,
+        syscalls: Some(SyscallOptions {
+            trace: a.trace.clone(),
+            stacks_period: a.stacks.then_some(a.stacks_period),
+        }),
+        interval,
+        ..Default::default()
+    };
+    signals::install();
+    let mut view = SyscallsView {
+        t0_ns: whyslow_record::monotonic_ns(),
+        out: std::io::stdout(),
+        tty: std::io::stdout().is_terminal(),
+        previous: Vec::new(),
+        last: Duration::ZERO,
+    };
+    let raw = whyslow_record::record(&opts, &mut view)?;
+    let profile = whyslow_symbolize::symbolize(raw);
+    let output = a.output.clone().or_else(|| a.stacks.then(|| "whyslow.data".into()));
+    let rows = whyslow_analyze::syscall_summary(&profile, a.per_thread);
+    let mut out = std::io::stdout().lock();
+    match a.format {
+        OutputFormat::Json => render::syscalls::json(&mut out, &profile, &rows)?,
+        OutputFormat::Text => {
+            if !a.trace.is_empty() || interval.is_some() {
+                writeln!(out)?;
+            }
+            render::syscalls::table(&mut out, &profile, &rows)?;
+            if let Some(value) = profile.sample_type("syscalls") {
+                let merged = whyslow_analyze::syscall_summary(&profile, false);
+                render::syscalls::issuing_stacks(&mut out, &profile, value, &merged, 5, 3)?;
+                if profile.meta.lost_samples > 0 {
+                    writeln!(
+                        out,
+                        "\n{} stack samples lost (the ring buffer was full): use --stacks-period N to sample",
+                        profile.meta.lost_samples
+                    )?;
+                }
+            }
+        }
+    }
+    out.flush()?;
+    if let Some(path) = output {
+        file::save(&profile, &path)?;
+        let hint = if a.stacks {
+            format!(", `whyslow flamegraph {} --type syscalls`", path.display())
+        } else {
+            String::new()
+        };
+        eprintln!("whyslow: wrote {}; next: `whyslow report {0} --type syscalls`{hint}", path.display());
     }
     Ok(())
 }

@@ -23,6 +23,8 @@ enum Command {
     Flamegraph(FlamegraphArgs),
     /// Convert a recording to pprof, folded stacks, speedscope or callgrind.
     Export(ExportArgs),
+    /// Count every syscall exactly (like `strace -c`, at eBPF cost); trace some; sample their stacks.
+    Syscalls(SyscallsArgs),
 }
 
 /// Which processes to profile.
@@ -99,9 +101,9 @@ pub struct ReportArgs {
     /// Show who calls this function, with shares.
     #[arg(long, value_name = "FUNCTION")]
     pub callers: Option<String>,
-    /// Sample type to weigh by (e.g. cpu, cpu-ns).
-    #[arg(long = "type", default_value = "cpu")]
-    pub value_type: String,
+    /// Sample type to weigh by (e.g. cpu, cpu-ns, syscalls; default: cpu, else the recording's first).
+    #[arg(long = "type")]
+    pub value_type: Option<String>,
     /// Rows to show.
     #[arg(long, default_value_t = 25)]
     pub limit: usize,
@@ -118,14 +120,40 @@ pub struct FlamegraphArgs {
     #[arg(short = 'o', long, default_value = "flamegraph.svg")]
     pub output: PathBuf,
     /// Sample type to weigh by.
-    #[arg(long = "type", default_value = "cpu")]
-    pub value_type: String,
+    #[arg(long = "type")]
+    pub value_type: Option<String>,
     /// Icicle graph: leaves at the top, merged by callee.
     #[arg(long)]
     pub reverse: bool,
     /// Title of the graph.
     #[arg(long)]
     pub title: Option<String>,
+}
+
+#[derive(Args)]
+pub struct SyscallsArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// Print one line per call of these syscalls (comma-separated): arguments, result, duration.
+    #[arg(long, value_delimiter = ',', value_name = "SYSCALLS")]
+    pub trace: Vec<String>,
+    /// Sample the user stack of each syscall and show which code issues them (saved to -o).
+    #[arg(long)]
+    pub stacks: bool,
+    /// With --stacks: take the stack of every Nth syscall only (cheaper on syscall-heavy targets).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub stacks_period: u64,
+    /// One table per thread.
+    #[arg(long)]
+    pub per_thread: bool,
+    /// Refresh a live table of the last interval every this many seconds.
+    #[arg(long, value_name = "SECONDS")]
+    pub interval: Option<f64>,
+    /// Save the recording here (default with --stacks: whyslow.data).
+    #[arg(short = 'o', long)]
+    pub output: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -147,8 +175,8 @@ pub struct ExportArgs {
     #[arg(short = 'o', long)]
     pub output: PathBuf,
     /// Sample type to weigh by (pprof carries all types).
-    #[arg(long = "type", default_value = "cpu")]
-    pub value_type: String,
+    #[arg(long = "type")]
+    pub value_type: Option<String>,
 }
 
 fn main() {
@@ -158,6 +186,7 @@ fn main() {
         Command::Report(a) => commands::report(a),
         Command::Flamegraph(a) => commands::flamegraph(a),
         Command::Export(a) => commands::export(a),
+        Command::Syscalls(a) => commands::syscalls(a),
     };
     if let Err(e) = result {
         let broken_pipe = |io: &std::io::Error| io.kind() == std::io::ErrorKind::BrokenPipe;

@@ -6,6 +6,7 @@
 
 pub mod file;
 pub mod raw;
+pub mod syscalls;
 
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -105,6 +106,8 @@ pub struct Metadata {
     pub duration_ns: u64,
     /// Samples the kernel dropped because the ring buffer was full.
     pub lost_samples: u64,
+    /// Other events lost: traced syscalls the ring buffer had no room for, calls a full map could not count.
+    pub lost_events: u64,
     pub unwind: UnwindStats,
     /// Exit status of a launched command (None when attached or still running at the end).
     pub exit_code: Option<i32>,
@@ -126,6 +129,90 @@ pub struct Profile {
     pub threads: Vec<Thread>,
     pub sample_types: Vec<SampleType>,
     pub samples: Vec<Sample>,
+    /// Exact syscall counters per (process, thread, syscall), when the run counted syscalls.
+    pub syscalls: Vec<SyscallStat>,
+}
+
+/// Number of log2 latency buckets in [`SyscallStat::hist`].
+pub const HIST_BUCKETS: usize = 40;
+
+/// Exact counters of one syscall in one thread, aggregated in the kernel.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyscallStat {
+    pub pid: u32,
+    pub tid: u32,
+    /// Syscall name (`newfstatat`), or `syscall_<nr>` for a number the table does not know.
+    pub name: String,
+    pub calls: u64,
+    /// Calls that returned an error; the split by errno name is in `errnos`.
+    pub errors: u64,
+    pub errnos: Vec<(String, u64)>,
+    /// Time from entry to exit, summed and the largest one.
+    pub total_ns: u64,
+    pub max_ns: u64,
+    /// `hist[i]` counts calls that took [2^i, 2^(i+1)) ns; the last bucket takes everything above.
+    pub hist: Vec<u64>,
+}
+
+impl SyscallStat {
+    /// Adds another entry's counters (same syscall, another thread or process).
+    pub fn merge(&mut self, o: &SyscallStat) {
+        self.calls += o.calls;
+        self.errors += o.errors;
+        self.total_ns += o.total_ns;
+        self.max_ns = self.max_ns.max(o.max_ns);
+        if self.hist.len() < o.hist.len() {
+            self.hist.resize(o.hist.len(), 0);
+        }
+        for (a, b) in self.hist.iter_mut().zip(&o.hist) {
+            *a += b;
+        }
+        for (name, n) in &o.errnos {
+            match self.errnos.iter_mut().find(|e| &e.0 == name) {
+                Some(e) => e.1 += n,
+                None => self.errnos.push((name.clone(), *n)),
+            }
+        }
+    }
+
+    /// The counters gathered since `earlier` (an older reading of the same entry); `max_ns` stays the
+    /// maximum of the whole run, which cannot be split.
+    pub fn since(&self, earlier: &SyscallStat) -> SyscallStat {
+        let mut d = self.clone();
+        d.calls = self.calls.saturating_sub(earlier.calls);
+        d.errors = self.errors.saturating_sub(earlier.errors);
+        d.total_ns = self.total_ns.saturating_sub(earlier.total_ns);
+        for (a, b) in d.hist.iter_mut().zip(&earlier.hist) {
+            *a = a.saturating_sub(*b);
+        }
+        for (name, n) in d.errnos.iter_mut() {
+            let before = earlier.errnos.iter().find(|e| &e.0 == name).map_or(0, |e| e.1);
+            *n = n.saturating_sub(before);
+        }
+        d.errnos.retain(|e| e.1 > 0);
+        d
+    }
+
+    /// The duration below which `q` (0..=1) of the calls finished, interpolated inside the log2 bucket and
+    /// never above the largest call seen.
+    pub fn quantile_ns(&self, q: f64) -> u64 {
+        let n: u64 = self.hist.iter().sum();
+        if n == 0 {
+            return 0;
+        }
+        let rank = (q * n as f64).ceil().max(1.0);
+        let mut seen = 0u64;
+        for (i, &c) in self.hist.iter().enumerate() {
+            if c > 0 && (seen + c) as f64 >= rank {
+                let lo = if i == 0 { 0.0 } else { (1u64 << i) as f64 };
+                let hi = (1u64 << (i + 1)) as f64;
+                let v = lo + (hi - lo) * (rank - seen as f64) / c as f64;
+                return (v as u64).min(self.max_ns);
+            }
+            seen += c;
+        }
+        self.max_ns
+    }
 }
 
 impl Profile {

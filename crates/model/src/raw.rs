@@ -3,7 +3,7 @@
 //! Addresses are already normalized to (module, file offset) while the process was alive, so the
 //! symbolizer needs only the files, not the process.
 
-use crate::{Metadata, SampleType};
+use crate::{Metadata, SampleType, SyscallStat};
 use std::collections::HashMap;
 
 /// One frame of a raw stack.
@@ -15,6 +15,8 @@ pub enum RawFrame {
     Unmapped(u64),
     /// A kernel address, symbolized from /proc/kallsyms.
     Kernel(u64),
+    /// The system call a stack ended in (by number), shown as a frame of its own at the leaf.
+    Syscall(u32),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +42,8 @@ pub struct RawRecording {
     /// Thread names by (pid, tid).
     pub thread_names: HashMap<(u32, u32), String>,
     pub samples: HashMap<(Vec<RawFrame>, RawThread), Vec<i64>>,
+    /// Counter tables pass through symbolization unchanged.
+    pub syscalls: Vec<SyscallStat>,
 }
 
 impl RawRecording {

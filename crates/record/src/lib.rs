@@ -1,18 +1,21 @@
-//! The live source: samples a target's threads with perf_event_open, unwinds each user stack while the
-//! run goes on, and normalizes every address to (module, file offset) while the process is still alive.
+//! The live sources: samples a target's threads with perf_event_open (CPU time, syscall entries), counts
+//! syscalls exactly with eBPF, unwinds each user stack while the run goes on, and normalizes every address
+//! to (module, file offset) while the process is still alive.
 //!
 //! It hands a [`whyslow_model::raw::RawRecording`] to the symbolizer and never symbolizes or renders.
 //! It must never stop or slow the target beyond the sampling itself: no ptrace, and all events are
 //! disabled and closed on every exit path.
 
+mod bpf;
 mod records;
 mod session;
 pub mod signals;
 mod sys;
 pub mod target;
 
-pub use session::{record, Progress};
-pub use sys::Clock;
+pub use bpf::syscall_numbers;
+pub use session::{record, Observer, Progress};
+pub use sys::{monotonic_ns, Clock};
 pub use target::Target;
 
 /// How to record.
@@ -31,6 +34,21 @@ pub struct RecordOptions {
     pub kernel: bool,
     /// Data pages per CPU ring buffer (power of two).
     pub ring_pages: usize,
+    /// Sample on-CPU time.
+    pub cpu: bool,
+    /// Count syscalls exactly (and optionally trace them or sample their stacks).
+    pub syscalls: Option<SyscallOptions>,
+    /// Call [`Observer::snapshot`] this often with the counters so far.
+    pub interval: Option<std::time::Duration>,
+}
+
+/// What to collect about syscalls besides the exact counters.
+#[derive(Debug, Clone, Default)]
+pub struct SyscallOptions {
+    /// Syscall names to report one by one (arguments, result, duration).
+    pub trace: Vec<String>,
+    /// Sample the user stack of every `stacks_period`-th syscall entry (None: no stacks).
+    pub stacks_period: Option<u64>,
 }
 
 impl Default for RecordOptions {
@@ -43,6 +61,9 @@ impl Default for RecordOptions {
             stack_bytes: 32 * 1024,
             kernel: true,
             ring_pages: 1024,
+            cpu: true,
+            syscalls: None,
+            interval: None,
         }
     }
 }
@@ -70,4 +91,15 @@ pub enum RecordError {
     PerfEvent(std::io::Error),
     #[error("invalid option: {0}")]
     Invalid(String),
+    #[error(
+        "not allowed to load eBPF programs ({0}): run as root or grant CAP_BPF and CAP_PERFMON \
+         (e.g. `sudo setcap cap_bpf,cap_perfmon+ep $(which whyslow)`)"
+    )]
+    BpfPermission(String),
+    #[error("this kernel has no BTF (/sys/kernel/btf/vmlinux is missing): eBPF sources need CONFIG_DEBUG_INFO_BTF=y")]
+    NoBtf,
+    #[error("eBPF: {0}")]
+    Bpf(String),
+    #[error("unknown syscall '{name}'{}", whyslow_model::did_you_mean(.suggestions))]
+    NoSuchSyscall { name: String, suggestions: Vec<String> },
 }

@@ -18,6 +18,8 @@ pub enum Record {
 pub struct Sample {
     pub pid: u32,
     pub tid: u32,
+    /// Which event (of the parent, for inherited copies) produced it.
+    pub id: u64,
     pub period: u64,
     /// Kernel frames, innermost first (context markers removed).
     pub kernel: Vec<u64>,
@@ -25,6 +27,8 @@ pub struct Sample {
     pub regs: Option<[u64; 3]>,
     /// The copied user stack, starting at SP.
     pub stack: Vec<u8>,
+    /// Tracepoint fields (empty for other events).
+    pub raw: Vec<u8>,
 }
 
 /// A record with the time it happened (CLOCK_MONOTONIC ns) for ordering across rings.
@@ -62,8 +66,8 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// Size of the sample_id trailer of non-sample records: pid, tid, time (TID | TIME).
-const SAMPLE_ID_LEN: usize = 16;
+/// Size of the sample_id trailer of non-sample records: pid, tid, time, id (TID | TIME | ID).
+const SAMPLE_ID_LEN: usize = 24;
 
 pub fn decode(rec: &[u8]) -> Option<Timed> {
     let kind = u32::from_ne_bytes(rec.get(0..4)?.try_into().ok()?);
@@ -115,6 +119,7 @@ fn decode_sample(r: &mut Reader) -> Option<Timed> {
     let _ip = r.u64()?;
     let (pid, tid) = (r.u32()?, r.u32()?);
     let time = r.u64()?;
+    let id = r.u64()?;
     let period = r.u64()?;
     let nr = r.u64()? as usize;
     let mut kernel = Vec::new();
@@ -126,6 +131,8 @@ fn decode_sample(r: &mut Reader) -> Option<Timed> {
         // Return addresses point after the call; step back into it, as for user frames.
         kernel.push(if kernel.is_empty() { a } else { a - 1 });
     }
+    let raw_size = r.u32()? as usize;
+    let raw = r.bytes(raw_size)?.to_vec();
     let abi = r.u64()?;
     let regs = if abi != 0 {
         let n = REGS_USER_MASK.count_ones() as usize;
@@ -144,5 +151,5 @@ fn decode_sample(r: &mut Reader) -> Option<Timed> {
         let dyn_size = r.u64()? as usize;
         stack.extend_from_slice(&data[..dyn_size.min(size)]);
     }
-    Some(Timed { time, record: Record::Sample(Sample { pid, tid, period, kernel, regs, stack }) })
+    Some(Timed { time, record: Record::Sample(Sample { pid, tid, id, period, kernel, regs, stack, raw }) })
 }

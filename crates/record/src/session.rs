@@ -2,8 +2,9 @@
 //! ring-buffer side-band records, unwind and normalize every sample as it arrives, stop on duration,
 //! signal or target exit, and always detach.
 
+use crate::bpf::{syscall_numbers, SyscallProbe};
 use crate::records::{self, Record, Sample, Timed};
-use crate::sys::{self, Clock, EventConfig, Ring};
+use crate::sys::{self, Clock, EventConfig, Ring, Source};
 use crate::target::{self, Gated, Target};
 use crate::{signals, RecordError, RecordOptions};
 use std::collections::HashMap;
@@ -11,7 +12,8 @@ use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use whyslow_model::raw::{RawFrame, RawModule, RawRecording, RawThread};
-use whyslow_model::{close_matches, Metadata, SampleType, UnwindStats};
+use whyslow_model::syscalls::TraceEvent;
+use whyslow_model::{close_matches, Metadata, SampleType, SyscallStat, UnwindStats};
 use whyslow_unwind::{ObjectImage, Outcome, ProcessUnwinder, Regs};
 
 /// Live counters for a status line.
@@ -42,12 +44,27 @@ impl Proc {
     }
 }
 
+/// What samples of one event mean.
+#[derive(Debug, Clone, Copy)]
+enum Stream {
+    /// On-CPU: a sample count at `slot` and the period (ns or cycles) at `slot + 1`.
+    Cpu { slot: usize },
+    /// A syscall entry: one call at `slot`; the stack ends in the syscall (from the tracepoint's `id`).
+    Syscalls { slot: usize },
+}
+
+/// Offset of `long id` in the raw_syscalls:sys_enter record (after the 8 bytes of common fields; stable
+/// since the tracepoint exists).
+const SYS_ENTER_ID_OFFSET: usize = 8;
+
 /// Everything learned from the records so far.
 struct Collector {
     procs: HashMap<u32, Proc>,
     images: HashMap<String, Option<Arc<ObjectImage>>>,
     module_ids: HashMap<String, u32>,
     raw: RawRecording,
+    /// What each event (index as in `Events::cfgs`) contributes to a sample's values.
+    streams: Vec<Stream>,
     samples: u64,
     lost: u64,
     bad_records: u64,
@@ -110,9 +127,13 @@ impl Collector {
         }
     }
 
-    fn handle(&mut self, t: Timed) {
+    fn handle(&mut self, t: Timed, ids: &HashMap<u64, usize>) {
         match t.record {
-            Record::Sample(s) => self.sample(s),
+            Record::Sample(s) => {
+                if let Some(&stream) = ids.get(&s.id).and_then(|&k| self.streams.get(k)) {
+                    self.sample(s, stream)
+                }
+            }
             Record::Mmap { pid, start, len, pgoff, exec, path } => {
                 if exec {
                     self.add_mapping(pid, start, start + len, pgoff, &path);
@@ -139,7 +160,7 @@ impl Collector {
         }
     }
 
-    fn sample(&mut self, s: Sample) {
+    fn sample(&mut self, s: Sample, stream: Stream) {
         self.samples += 1;
         self.raw
             .thread_names
@@ -148,7 +169,20 @@ impl Collector {
         if !self.procs.contains_key(&s.pid) {
             self.synthesize(s.pid);
         }
-        let mut stack: Vec<RawFrame> = s.kernel.iter().map(|&a| RawFrame::Kernel(a)).collect();
+        let mut values = vec![0i64; self.raw.sample_types.len()];
+        let mut stack: Vec<RawFrame> = match stream {
+            Stream::Cpu { slot } => {
+                values[slot] = 1;
+                values[slot + 1] = s.period as i64;
+                s.kernel.iter().map(|&a| RawFrame::Kernel(a)).collect()
+            }
+            Stream::Syscalls { slot } => {
+                values[slot] = 1;
+                let nr = s.raw.get(SYS_ENTER_ID_OFFSET..SYS_ENTER_ID_OFFSET + 8);
+                let nr = nr.map_or(u64::MAX, |b| u64::from_ne_bytes(b.try_into().expect("8 bytes")));
+                vec![RawFrame::Syscall(nr as u32)]
+            }
+        };
         if let Some([bp, sp, ip]) = s.regs {
             let proc = self.procs.get_mut(&s.pid).expect("inserted above");
             let outcome = proc.unwinder.unwind(Regs { ip, sp, bp }, &s.stack, &mut self.frames);
@@ -162,7 +196,7 @@ impl Collector {
             stack.extend(self.frames.iter().map(|&a| proc.normalize(a)));
         }
         let thread = RawThread { pid: s.pid, tid: s.tid };
-        self.raw.add(stack, thread, &[1, s.period as i64]);
+        self.raw.add(stack, thread, &values);
     }
 }
 
@@ -179,20 +213,25 @@ fn vdso_bytes() -> Option<Vec<u8>> {
 struct Events {
     rings: Vec<Ring>,
     extra: Vec<OwnedFd>,
-    cfg: EventConfig,
+    cfgs: Vec<EventConfig>,
     cpus: Vec<i32>,
+    /// Event id (as samples carry it) -> index into `cfgs`.
+    ids: HashMap<u64, usize>,
 }
 
 impl Events {
-    /// Opens one event per CPU on task `tid` (inherited by its future threads and children).
+    /// Opens every event on every CPU for task `tid` (inherited by its future threads and children).
     fn open_task(&mut self, tid: u32, pages: usize) -> Result<(), std::io::Error> {
-        for i in 0..self.cpus.len() {
-            let fd = sys::open_event(&self.cfg, tid as i32, self.cpus[i])?;
-            if let Some(ring) = self.rings.get(i) {
-                sys::redirect_output(&fd, ring.fd())?;
-                self.extra.push(fd);
-            } else {
-                self.rings.push(Ring::map(fd, pages)?);
+        for (k, cfg) in self.cfgs.iter().enumerate() {
+            for (i, &cpu) in self.cpus.iter().enumerate() {
+                let fd = sys::open_event(cfg, tid as i32, cpu)?;
+                self.ids.insert(sys::event_id(&fd)?, k);
+                if let Some(ring) = self.rings.get(i) {
+                    sys::redirect_output(&fd, ring.fd())?;
+                    self.extra.push(fd);
+                } else {
+                    self.rings.push(Ring::map(fd, pages)?);
+                }
             }
         }
         Ok(())
@@ -219,8 +258,15 @@ impl Events {
         // Rings are per CPU; order by time so a mapping is known before the samples that use it.
         batch.sort_by_key(|t| t.time);
         for t in batch {
-            c.handle(t);
+            c.handle(t, &self.ids);
         }
+    }
+
+    fn clock(&self) -> Option<Clock> {
+        self.cfgs.iter().find_map(|c| match c.source {
+            Source::Clock(clock) => Some(clock),
+            Source::Tracepoint { .. } => None,
+        })
     }
 }
 
@@ -256,38 +302,48 @@ fn open_first(
             Err(e) => {
                 ev.rings.clear();
                 ev.extra.clear();
+                ev.ids.clear();
                 let code = e.raw_os_error();
-                if ev.cfg.clock != Clock::CpuClock
-                    && matches!(code, Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::EINVAL))
-                {
-                    if ev.cfg.clock == Clock::Cycles {
-                        notes.push("no hardware cycles counter here: sampled cpu-clock instead".into());
+                let kernel = ev.cfgs.iter().any(|c| c.kernel);
+                let clock = ev.cfgs.iter_mut().find(|c| matches!(c.source, Source::Clock(_)));
+                match clock {
+                    Some(c)
+                        if c.source != Source::Clock(Clock::CpuClock)
+                            && matches!(
+                                code,
+                                Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)
+                            ) =>
+                    {
+                        if c.source == Source::Clock(Clock::Cycles) {
+                            notes.push("no hardware cycles counter here: sampled cpu-clock instead".into());
+                        }
+                        c.source = Source::Clock(Clock::CpuClock);
                     }
-                    ev.cfg.clock = Clock::CpuClock;
-                } else if ev.cfg.kernel && matches!(code, Some(libc::EACCES) | Some(libc::EPERM)) {
-                    notes.push("kernel stacks not allowed (perf_event_paranoid): user stacks only".into());
-                    ev.cfg.kernel = false;
-                } else {
-                    return Err(classify(e, tid));
+                    _ if kernel && matches!(code, Some(libc::EACCES) | Some(libc::EPERM)) => {
+                        notes
+                            .push("kernel stacks not allowed (perf_event_paranoid): user stacks only".into());
+                        ev.cfgs.iter_mut().for_each(|c| c.kernel = false);
+                    }
+                    _ => return Err(classify(e, tid)),
                 }
             }
         }
     }
 }
 
-/// Records until the duration passes, a stop signal arrives, or the target exits.
-pub fn record(
-    opts: &RecordOptions,
-    mut progress: impl FnMut(&Progress),
-) -> Result<RawRecording, RecordError> {
-    if opts.frequency == 0 || opts.stack_bytes > 65528 || !opts.ring_pages.is_power_of_two() {
-        return Err(RecordError::Invalid(
-            "frequency > 0, stack <= 65528 bytes, ring pages a power of two".into(),
-        ));
-    }
-    raise_fd_limit();
-    let mut notes = Vec::new();
-    let (pids, command, mut gate) = match &opts.target {
+/// Receives what a run learns while it runs. Every method has a default that ignores it.
+pub trait Observer {
+    /// About four times a second.
+    fn progress(&mut self, _p: &Progress) {}
+    /// Each traced syscall, in the order they were drained.
+    fn trace(&mut self, _e: &TraceEvent) {}
+    /// Every [`RecordOptions::interval`]: the syscall counters so far.
+    fn snapshot(&mut self, _elapsed: Duration, _stats: &[SyscallStat]) {}
+}
+
+/// The process ids to follow, how to name them, and the gated child when launching.
+fn resolve_target(target: &Target) -> Result<(Vec<u32>, Vec<String>, Option<Gated>), RecordError> {
+    Ok(match target {
         Target::Launch(argv) => {
             let g = Gated::spawn(argv)?;
             (vec![g.pid], argv.clone(), Some(g))
@@ -296,11 +352,8 @@ pub fn record(
             if let Some(&p) = pids.iter().find(|&&p| !target::alive(p)) {
                 return Err(RecordError::NoSuchProcess(p));
             }
-            (
-                pids.clone(),
-                vec!["-p".into(), pids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")],
-                None,
-            )
+            let list = pids.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+            (pids.clone(), vec!["-p".into(), list], None)
         }
         Target::Comm(name) => {
             let pids = target::pids_by_comm(name);
@@ -311,34 +364,43 @@ pub fn record(
             }
             (pids, vec!["--comm".into(), name.clone()], None)
         }
-    };
-    let cfg = EventConfig {
-        clock: opts.clock,
-        frequency: opts.frequency,
-        stack_bytes: opts.stack_bytes,
-        kernel: opts.kernel,
-        enable_on_exec: gate.is_some(),
-    };
-    let mut ev = Events { rings: Vec::new(), extra: Vec::new(), cfg, cpus: sys::online_cpus() };
-    let opened = open_all(opts, &mut ev, &pids, gate.is_some(), &mut notes);
-    if let Err(e) = opened {
-        if let Some(g) = gate.take() {
-            g.abort();
-        }
-        return Err(e);
+    })
+}
+
+/// Records until the duration passes, a stop signal arrives, or the target exits.
+pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawRecording, RecordError> {
+    if opts.frequency == 0 || opts.stack_bytes > 65528 || !opts.ring_pages.is_power_of_two() {
+        return Err(RecordError::Invalid(
+            "frequency > 0, stack <= 65528 bytes, ring pages a power of two".into(),
+        ));
     }
-    let sample_types = vec![
-        SampleType { name: "cpu".into(), unit: "samples".into() },
-        match ev.cfg.clock {
-            Clock::CpuClock => SampleType { name: "cpu-ns".into(), unit: "nanoseconds".into() },
-            Clock::Auto | Clock::Cycles => SampleType { name: "cycles".into(), unit: "count".into() },
-        },
-    ];
+    if !opts.cpu && opts.syscalls.is_none() {
+        return Err(RecordError::Invalid("nothing to record".into()));
+    }
+    let trace = match &opts.syscalls {
+        Some(s) => syscall_numbers(&s.trace)?,
+        None => Vec::new(),
+    };
+    raise_fd_limit();
+    let mut notes = Vec::new();
+    let (pids, command, mut gate) = resolve_target(&opts.target)?;
+    let mut bpf_obj = std::mem::MaybeUninit::uninit();
+    let started = start_sources(opts, &trace, &pids, gate.is_some(), &mut bpf_obj, &mut notes);
+    let (mut ev, mut probe, streams, sample_types) = match started {
+        Ok(s) => s,
+        Err(e) => {
+            if let Some(g) = gate.take() {
+                g.abort();
+            }
+            return Err(e);
+        }
+    };
     let mut c = Collector {
         procs: HashMap::new(),
         images: HashMap::new(),
         module_ids: HashMap::new(),
         raw: RawRecording { sample_types, ..Default::default() },
+        streams,
         samples: 0,
         lost: 0,
         bad_records: 0,
@@ -362,12 +424,23 @@ pub fn record(
     let mut exit_code = None;
     let mut last_progress = Instant::now();
     let mut last_alive_check = Instant::now();
+    let mut last_snapshot = Instant::now();
+    let poll_fd = probe.as_ref().and_then(|p| p.poll_fd());
     loop {
-        sys::poll(&ev.rings, 100);
+        sys::poll(&ev.rings, poll_fd, 100);
         ev.drain(&mut c, &mut buf);
+        if let Some(p) = &probe {
+            p.drain_events().iter().for_each(|e| observer.trace(e));
+        }
         if last_progress.elapsed() >= Duration::from_millis(250) {
-            progress(&Progress { elapsed: t0.elapsed(), samples: c.samples, lost: c.lost });
+            observer.progress(&Progress { elapsed: t0.elapsed(), samples: c.samples, lost: c.lost });
             last_progress = Instant::now();
+        }
+        if let (Some(every), Some(p)) = (opts.interval, &probe) {
+            if last_snapshot.elapsed() >= every {
+                observer.snapshot(t0.elapsed(), &p.stats());
+                last_snapshot = Instant::now();
+            }
         }
         if signals::stop_requested() || opts.duration.is_some_and(|d| t0.elapsed() >= d) {
             break;
@@ -387,14 +460,27 @@ pub fn record(
     let duration = t0.elapsed();
     ev.set_enabled(false);
     ev.drain(&mut c, &mut buf);
-    let event = ev.cfg.clock.name();
+    let mut lost_events = 0;
+    if let Some(p) = probe.take() {
+        p.drain_events().iter().for_each(|e| observer.trace(e));
+        c.raw.syscalls = p.stats();
+        lost_events = p.lost();
+        // Dropping the probe detaches its programs.
+    }
+    let event = match ev.clock() {
+        Some(clock) => clock.name().to_string(),
+        None if c.streams.iter().any(|s| matches!(s, Stream::Syscalls { .. })) => {
+            "raw_syscalls:sys_enter".into()
+        }
+        None => "syscalls (eBPF)".into(),
+    };
     drop(ev);
     if let Some(g) = &gate {
         if exit_code.is_none() {
             exit_code = Some(stop_child(g.pid));
         }
     }
-    progress(&Progress { elapsed: duration, samples: c.samples, lost: c.lost });
+    observer.progress(&Progress { elapsed: duration, samples: c.samples, lost: c.lost });
     if c.bad_records > 0 {
         notes.push(format!("{} malformed records skipped", c.bad_records));
     }
@@ -402,11 +488,12 @@ pub fn record(
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
         command,
         target_pids: pids,
-        event: event.to_string(),
-        frequency_hz: opts.frequency,
+        event,
+        frequency_hz: if opts.cpu { opts.frequency } else { 0 },
         start_unix_ns,
         duration_ns: duration.as_nanos() as u64,
         lost_samples: c.lost,
+        lost_events,
         unwind: c.unwind,
         exit_code,
         hostname: read_trim("/proc/sys/kernel/hostname"),
@@ -414,6 +501,63 @@ pub fn record(
         notes,
     };
     Ok(c.raw)
+}
+
+type Started<'obj> = (Events, Option<SyscallProbe<'obj>>, Vec<Stream>, Vec<SampleType>);
+
+/// Opens the perf events and loads and attaches the eBPF programs, all before a gated child may run.
+fn start_sources<'obj>(
+    opts: &RecordOptions,
+    trace: &[u32],
+    pids: &[u32],
+    launched: bool,
+    bpf_obj: &'obj mut std::mem::MaybeUninit<libbpf_rs::OpenObject>,
+    notes: &mut Vec<String>,
+) -> Result<Started<'obj>, RecordError> {
+    let base = EventConfig {
+        source: Source::Clock(opts.clock),
+        frequency: opts.frequency,
+        stack_bytes: opts.stack_bytes,
+        kernel: opts.kernel,
+        enable_on_exec: launched,
+    };
+    let mut cfgs = Vec::new();
+    let mut streams = Vec::new();
+    let mut sample_types = Vec::new();
+    if opts.cpu {
+        cfgs.push(base);
+        streams.push(Stream::Cpu { slot: 0 });
+        sample_types.push(SampleType { name: "cpu".into(), unit: "samples".into() });
+        sample_types.push(SampleType { name: "cpu-ns".into(), unit: "nanoseconds".into() });
+    }
+    if let Some(period) = opts.syscalls.as_ref().and_then(|s| s.stacks_period) {
+        let id = sys::tracepoint_id("raw_syscalls", "sys_enter").map_err(|e| match e.raw_os_error() {
+            Some(libc::EACCES) | Some(libc::EPERM) => RecordError::Permission(e),
+            _ => RecordError::Io("tracefs (raw_syscalls/sys_enter)".into(), e),
+        })?;
+        cfgs.push(EventConfig { source: Source::Tracepoint { id, period }, ..base });
+        streams.push(Stream::Syscalls { slot: sample_types.len() });
+        sample_types.push(SampleType { name: "syscalls".into(), unit: "calls".into() });
+    }
+    let mut probe = match &opts.syscalls {
+        Some(_) => Some(SyscallProbe::load(bpf_obj, trace)?),
+        None => None,
+    };
+    let mut ev =
+        Events { rings: Vec::new(), extra: Vec::new(), cfgs, cpus: sys::online_cpus(), ids: HashMap::new() };
+    if !ev.cfgs.is_empty() {
+        open_all(opts, &mut ev, pids, launched, notes)?;
+    }
+    if opts.cpu && ev.clock() != Some(Clock::CpuClock) {
+        sample_types[1] = SampleType { name: "cycles".into(), unit: "count".into() };
+    }
+    if let Some(p) = probe.as_mut() {
+        for &pid in pids {
+            p.track(pid)?;
+        }
+        p.attach()?;
+    }
+    Ok((ev, probe, streams, sample_types))
 }
 
 /// Opens events on every thread of every target process. Threads created while we open are caught by

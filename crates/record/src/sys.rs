@@ -8,11 +8,15 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{fence, Ordering};
 
 /// Sample layout we ask for; the parser in `records` depends on exactly these bits.
+/// Every event of a run uses the same layout, so one ring per CPU can carry them all (ID tells them apart;
+/// RAW is empty except on tracepoints).
 pub const SAMPLE_TYPE: u64 = (b::PERF_SAMPLE_IP
     | b::PERF_SAMPLE_TID
     | b::PERF_SAMPLE_TIME
+    | b::PERF_SAMPLE_ID
     | b::PERF_SAMPLE_PERIOD
     | b::PERF_SAMPLE_CALLCHAIN
+    | b::PERF_SAMPLE_RAW
     | b::PERF_SAMPLE_REGS_USER
     | b::PERF_SAMPLE_STACK_USER) as u64;
 
@@ -39,10 +43,19 @@ impl Clock {
     }
 }
 
+/// What an event counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// Timer or cycles sampling at `frequency` Hz.
+    Clock(Clock),
+    /// A tracepoint (id from tracefs), every `period`-th hit sampled; kernel callchains are not kept.
+    Tracepoint { id: u64, period: u64 },
+}
+
 /// Settings for one sampling event.
 #[derive(Debug, Clone, Copy)]
 pub struct EventConfig {
-    pub clock: Clock,
+    pub source: Source,
     pub frequency: u64,
     pub stack_bytes: u32,
     pub kernel: bool,
@@ -53,25 +66,40 @@ pub struct EventConfig {
 pub fn open_event(cfg: &EventConfig, pid: i32, cpu: i32) -> io::Result<OwnedFd> {
     let mut attr =
         b::perf_event_attr { size: std::mem::size_of::<b::perf_event_attr>() as u32, ..Default::default() };
-    match cfg.clock {
-        Clock::Auto | Clock::Cycles => {
+    match cfg.source {
+        Source::Clock(Clock::Auto | Clock::Cycles) => {
             attr.type_ = b::PERF_TYPE_HARDWARE;
             attr.config = b::PERF_COUNT_HW_CPU_CYCLES as u64;
         }
-        Clock::CpuClock => {
+        Source::Clock(Clock::CpuClock) => {
             attr.type_ = b::PERF_TYPE_SOFTWARE;
             attr.config = b::PERF_COUNT_SW_CPU_CLOCK as u64;
         }
+        Source::Tracepoint { id, .. } => {
+            attr.type_ = b::PERF_TYPE_TRACEPOINT;
+            attr.config = id;
+        }
     }
-    attr.__bindgen_anon_1.sample_freq = cfg.frequency;
-    attr.set_freq(1);
+    match cfg.source {
+        Source::Clock(_) => {
+            attr.__bindgen_anon_1.sample_freq = cfg.frequency;
+            attr.set_freq(1);
+        }
+        Source::Tracepoint { period, .. } => {
+            attr.__bindgen_anon_1.sample_period = period.max(1);
+            // The kernel part is the same syscall-entry path for every hit: noise.
+            attr.set_exclude_callchain_kernel(1);
+        }
+    }
     attr.sample_type = SAMPLE_TYPE;
     attr.sample_regs_user = REGS_USER_MASK;
     attr.sample_stack_user = cfg.stack_bytes;
     attr.set_disabled(cfg.enable_on_exec as u64);
     attr.set_enable_on_exec(cfg.enable_on_exec as u64);
     attr.set_inherit(1);
-    attr.set_exclude_kernel((!cfg.kernel) as u64);
+    // A tracepoint fires in the kernel; excluding the kernel would silence it.
+    let kernel = cfg.kernel || matches!(cfg.source, Source::Tracepoint { .. });
+    attr.set_exclude_kernel((!kernel) as u64);
     attr.set_exclude_hv(1);
     // User frames come from our own DWARF unwinding of the stack copy; the kernel's FP walk is useless there.
     attr.set_exclude_callchain_user(1);
@@ -90,6 +118,15 @@ pub fn open_event(cfg: &EventConfig, pid: i32, cpu: i32) -> io::Result<OwnedFd> 
         return Err(io::Error::last_os_error());
     }
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The id the kernel puts into samples of this event (and of its inherited copies).
+pub fn event_id(fd: &OwnedFd) -> io::Result<u64> {
+    let mut id = 0u64;
+    if unsafe { pe::ioctls::ID(fd.as_raw_fd(), &mut id) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(id)
 }
 
 /// Sends the records of `fd` into the ring buffer of `target` (same CPU).
@@ -190,11 +227,13 @@ impl Drop for Ring {
     }
 }
 
-/// Waits until one of the rings has data or `timeout_ms` passes.
-pub fn poll(rings: &[Ring], timeout_ms: i32) {
+/// Waits until one of the rings (or another pollable fd) has data or `timeout_ms` passes.
+pub fn poll(rings: &[Ring], extra: Option<i32>, timeout_ms: i32) {
     let mut fds: Vec<libc::pollfd> = rings
         .iter()
-        .map(|r| libc::pollfd { fd: r.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 })
+        .map(|r| r.fd.as_raw_fd())
+        .chain(extra)
+        .map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 })
         .collect();
     unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as _, timeout_ms) };
 }
@@ -217,4 +256,27 @@ pub fn online_cpus() -> Vec<i32> {
         cpus.extend(0..n);
     }
     cpus
+}
+
+const TRACEFS: &str = "/sys/kernel/tracing";
+
+/// The numeric id of tracepoint `group/name`, mounting tracefs first when nothing is mounted there.
+pub fn tracepoint_id(group: &str, name: &str) -> io::Result<u64> {
+    let path = format!("{TRACEFS}/events/{group}/{name}/id");
+    if !std::path::Path::new(&format!("{TRACEFS}/events")).exists() {
+        let c = |s: &str| std::ffi::CString::new(s).expect("no NUL");
+        let (src, dir, fs) = (c("nodev"), c(TRACEFS), c("tracefs"));
+        if unsafe { libc::mount(src.as_ptr(), dir.as_ptr(), fs.as_ptr(), 0, std::ptr::null()) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    let text = std::fs::read_to_string(&path)?;
+    text.trim().parse().map_err(|_| io::Error::new(io::ErrorKind::InvalidData, format!("bad id in {path}")))
+}
+
+/// CLOCK_MONOTONIC now, in ns: the clock of every event time (perf records and eBPF alike).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

@@ -4,6 +4,7 @@
 pub mod export;
 pub mod flamegraph;
 pub mod json;
+pub mod syscalls;
 pub mod text;
 
 #[derive(Debug, thiserror::Error)]
@@ -76,6 +77,7 @@ pub(crate) mod fixture {
             start_unix_ns: 1_700_000_000_000_000_000,
             duration_ns: 3_000_000_000,
             lost_samples: 2,
+            lost_events: 0,
             unwind: UnwindStats { complete: 99, partial: 1 },
             exit_code: Some(0),
             hostname: "host".into(),

@@ -34,11 +34,11 @@ pub fn header(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), Rende
     let st = sample_type(p, value)?;
     let m = &p.meta;
     writeln!(w, "whyslow: {}", m.command.join(" "))?;
+    let rate = if m.frequency_hz > 0 { format!(" @ {} Hz", m.frequency_hz) } else { String::new() };
     writeln!(
         w,
-        "  {} @ {} Hz, {:.2} s: {} {} ({}), {} lost",
+        "  {}{rate}, {:.2} s: {} {} ({}), {} lost",
         m.event,
-        m.frequency_hz,
         m.duration_ns as f64 / 1e9,
         p.total(value),
         st.unit,

@@ -76,7 +76,7 @@ pub fn symbolize(raw: RawRecording) -> Profile {
             match *f {
                 RawFrame::User { module, offset } => by_module.entry(module).or_default().push(offset),
                 RawFrame::Kernel(a) => kernel_addrs.push(a),
-                RawFrame::Unmapped(_) => {}
+                RawFrame::Unmapped(_) | RawFrame::Syscall(_) => {}
             }
         }
     }
@@ -122,6 +122,7 @@ pub fn symbolize(raw: RawRecording) -> Profile {
     let mut b = ProfileBuilder::new(meta, raw.sample_types);
     let module_ids: Vec<u32> = raw.modules.iter().map(|m| b.module(&m.path, &m.build_id)).collect();
     let kernel_module = b.module(KERNEL_MODULE, "");
+    let mut syscall_module = None;
     let mut frame_cache: HashMap<RawFrame, Vec<u32>> = HashMap::new();
     // Deterministic output order: sort the aggregated samples.
     let mut samples: Vec<_> = raw.samples.into_iter().collect();
@@ -135,6 +136,10 @@ pub fn symbolize(raw: RawRecording) -> Profile {
                     RawFrame::User { module, .. } => module_ids[module as usize],
                     RawFrame::Kernel(_) => kernel_module,
                     RawFrame::Unmapped(_) => NONE,
+                    RawFrame::Syscall(nr) => {
+                        let m = *syscall_module.get_or_insert_with(|| b.module(SYSCALL_MODULE, ""));
+                        return vec![b.frame(&syscall_display_name(nr), m, "", FrameKind::Kernel)];
+                    }
                 };
                 match resolved.get(raw_frame) {
                     Some(funcs) => funcs.iter().map(|f| b.frame(&f.name, module, &f.file, f.kind)).collect(),
@@ -153,5 +158,14 @@ pub fn symbolize(raw: RawRecording) -> Profile {
         let t = b.thread(thread.pid, thread.tid, name);
         b.add_sample(leaf, t, &values);
     }
-    b.finish()
+    let mut p = b.finish();
+    p.syscalls = raw.syscalls;
+    p
+}
+
+/// Module of the frames that name the syscall a stack ended in.
+pub const SYSCALL_MODULE: &str = "[syscall]";
+
+fn syscall_display_name(nr: u32) -> String {
+    whyslow_model::syscalls::syscall_name(nr).map(str::to_string).unwrap_or_else(|| format!("syscall_{nr}"))
 }

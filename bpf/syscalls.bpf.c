@@ -1,0 +1,258 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * whyslow syscalls: counts every system call of the tracked processes in the kernel, per (process,
+ * thread, syscall): calls, errors, total and max time and a log2 latency histogram, plus errors by errno.
+ * Selected syscalls are also sent one by one (arguments, paths, result, duration) through a bounded ring
+ * buffer. Only the tracked processes pay for more than one hash lookup per syscall; nothing here may
+ * block or change the traced program. Drops are counted, never silent.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+
+#define HIST_BUCKETS 40 /* bucket i: durations in [2^i, 2^(i+1)) ns; the last one takes everything above */
+#define MAX_SYSCALL 1024
+#define PATH_LEN 256
+#define NR_EXIT 60
+#define NR_EXIT_GROUP 231
+
+/* Counters in the `drops` per-CPU array. */
+#define DROP_TRACE 0 /* trace events lost because the ring buffer was full */
+#define DROP_STATS 1 /* calls not counted because a map was full */
+#define DROP_SLOTS 2
+
+struct ws_key {
+	u32 tgid;
+	u32 tid;
+	u32 nr;
+	u32 err; /* 0 in `stats`; the errno in `errnos` */
+};
+
+struct ws_stat {
+	u64 calls;
+	u64 errors;
+	u64 total_ns;
+	u64 max_ns;
+	u64 hist[HIST_BUCKETS];
+};
+
+struct ws_inflight {
+	u64 ts; /* 0: no syscall entered while tracked */
+	u32 nr;
+	u32 traced;
+	u64 args[6];
+};
+
+struct ws_trace_cfg {
+	u8 on;
+	s8 str_a; /* argument index holding a user string (path), or -1 */
+	s8 str_b;
+	u8 pad;
+};
+
+struct ws_event {
+	u64 ts;
+	u64 dur_ns;
+	u32 tgid;
+	u32 tid;
+	u32 nr;
+	u32 pad;
+	s64 ret;
+	u64 args[6];
+	char str_a[PATH_LEN];
+	char str_b[PATH_LEN];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, u32);
+	__type(value, u8);
+} tracked SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct ws_inflight);
+} inflight SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct ws_key);
+	__type(value, struct ws_stat);
+} stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct ws_key);
+	__type(value, u64);
+} errnos SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_SYSCALL);
+	__type(key, u32);
+	__type(value, struct ws_trace_cfg);
+} trace_cfg SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4 << 20);
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, DROP_SLOTS);
+	__type(key, u32);
+	__type(value, u64);
+} drops SEC(".maps");
+
+static __always_inline void drop(u32 slot)
+{
+	u64 *n = bpf_map_lookup_elem(&drops, &slot);
+	if (n)
+		*n += 1;
+}
+
+static __always_inline u32 log2_bucket(u64 v)
+{
+	u32 b = 0;
+#pragma unroll
+	for (int s = 32; s > 0; s >>= 1) {
+		if (v >= (1ULL << s)) {
+			v >>= s;
+			b += s;
+		}
+	}
+	return b < HIST_BUCKETS ? b : HIST_BUCKETS - 1;
+}
+
+static __always_inline void count(u32 tgid, u32 tid, u32 nr, u64 dur, s64 ret)
+{
+	struct ws_key k = { .tgid = tgid, .tid = tid, .nr = nr };
+	struct ws_stat *s = bpf_map_lookup_elem(&stats, &k);
+	if (!s) {
+		struct ws_stat zero = {};
+		bpf_map_update_elem(&stats, &k, &zero, BPF_NOEXIST);
+		s = bpf_map_lookup_elem(&stats, &k);
+		if (!s) {
+			drop(DROP_STATS);
+			return;
+		}
+	}
+	/* One thread updates its own entry at a time (the key holds the tid): plain adds are exact. */
+	s->calls += 1;
+	s->total_ns += dur;
+	if (dur > s->max_ns)
+		s->max_ns = dur;
+	s->hist[log2_bucket(dur)] += 1;
+	if (ret < 0 && ret >= -4095) {
+		s->errors += 1;
+		k.err = (u32)-ret;
+		u64 *e = bpf_map_lookup_elem(&errnos, &k);
+		if (e) {
+			*e += 1;
+		} else {
+			u64 one = 1;
+			if (bpf_map_update_elem(&errnos, &k, &one, BPF_NOEXIST))
+				drop(DROP_STATS);
+		}
+	}
+}
+
+SEC("tp_btf/sys_enter")
+int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
+{
+	u64 pid_tgid = bpf_get_current_pid_tgid();
+	u32 tgid = pid_tgid >> 32;
+	if (!bpf_map_lookup_elem(&tracked, &tgid))
+		return 0;
+	u32 nr = (u32)id;
+	if (nr == NR_EXIT || nr == NR_EXIT_GROUP) {
+		/* They never return: count them here. */
+		count(tgid, (u32)pid_tgid, nr, 0, 0);
+		return 0;
+	}
+	struct ws_inflight *f =
+		bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!f)
+		return 0;
+	f->nr = nr;
+	struct ws_trace_cfg *c = bpf_map_lookup_elem(&trace_cfg, &nr);
+	f->traced = c && c->on;
+	if (f->traced) {
+		f->args[0] = BPF_CORE_READ(regs, di);
+		f->args[1] = BPF_CORE_READ(regs, si);
+		f->args[2] = BPF_CORE_READ(regs, dx);
+		f->args[3] = BPF_CORE_READ(regs, r10);
+		f->args[4] = BPF_CORE_READ(regs, r8);
+		f->args[5] = BPF_CORE_READ(regs, r9);
+	}
+	f->ts = bpf_ktime_get_ns();
+	return 0;
+}
+
+static __always_inline void read_str(char *dst, s8 idx, u64 *args)
+{
+	if (idx < 0 || idx > 5)
+		return;
+	const char *p = (const char *)args[idx & 7];
+	if (bpf_probe_read_user_str(dst, PATH_LEN, p) < 0)
+		dst[0] = 0;
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
+{
+	struct ws_inflight *f = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0, 0);
+	if (!f || !f->ts)
+		return 0;
+	u64 now = bpf_ktime_get_ns();
+	u64 dur = now - f->ts;
+	u64 pid_tgid = bpf_get_current_pid_tgid();
+	u32 tgid = pid_tgid >> 32, tid = (u32)pid_tgid, nr = f->nr;
+	f->ts = 0;
+	count(tgid, tid, nr, dur, ret);
+	if (!f->traced)
+		return 0;
+	struct ws_trace_cfg *c = bpf_map_lookup_elem(&trace_cfg, &nr);
+	struct ws_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		drop(DROP_TRACE);
+		return 0;
+	}
+	e->ts = now;
+	e->dur_ns = dur;
+	e->tgid = tgid;
+	e->tid = tid;
+	e->nr = nr;
+	e->pad = 0;
+	e->ret = ret;
+	__builtin_memcpy(e->args, f->args, sizeof(e->args));
+	e->str_a[0] = 0;
+	e->str_b[0] = 0;
+	if (c) {
+		read_str(e->str_a, c->str_a, e->args);
+		read_str(e->str_b, c->str_b, e->args);
+	}
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+/* Children of tracked processes are tracked from their first instruction. */
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
+{
+	u32 ptgid = parent->tgid, ctgid = child->tgid;
+	if (ptgid != ctgid && bpf_map_lookup_elem(&tracked, &ptgid)) {
+		u8 one = 1;
+		bpf_map_update_elem(&tracked, &ctgid, &one, BPF_ANY);
+	}
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";

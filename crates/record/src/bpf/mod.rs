@@ -1,0 +1,42 @@
+//! The eBPF sources: generated skeletons (see build.rs) behind safe wrappers. Only this module touches
+//! libbpf. Programs detach when the wrapper is dropped, on every exit path.
+
+mod syscalls;
+
+pub use syscalls::{syscall_numbers, SyscallProbe};
+
+use crate::RecordError;
+
+#[allow(clippy::all, dead_code, unused_imports, unused_qualifications, non_camel_case_types)]
+#[allow(non_upper_case_globals, non_snake_case, missing_docs)]
+mod skel {
+    include!(concat!(env!("OUT_DIR"), "/syscalls.skel.rs"));
+}
+
+/// Fails early, with the fix, where eBPF cannot work: no kernel BTF.
+fn check_btf() -> Result<(), RecordError> {
+    if std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
+        Ok(())
+    } else {
+        Err(RecordError::NoBtf)
+    }
+}
+
+/// Maps a libbpf failure to the error the user can act on.
+fn classify(what: &str, e: libbpf_rs::Error) -> RecordError {
+    let text = format!("{e}");
+    if matches!(e.kind(), libbpf_rs::ErrorKind::PermissionDenied) || text.contains("Operation not permitted")
+    {
+        RecordError::BpfPermission(text)
+    } else {
+        RecordError::Bpf(format!("{what}: {text}"))
+    }
+}
+
+/// libbpf's own messages go to stderr only when asked (`WHYSLOW_DEBUG=1`): errors reach the user as one
+/// line through [`RecordError`].
+fn quiet_libbpf() {
+    if std::env::var_os("WHYSLOW_DEBUG").is_none() {
+        libbpf_rs::set_print(None);
+    }
+}
