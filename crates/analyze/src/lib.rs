@@ -296,7 +296,8 @@ pub struct SyscallRow {
 /// Syscall counters merged over processes and threads (or per thread with `per_thread`), most total time
 /// first (then most calls, then by name), like `strace -c`.
 pub fn syscall_summary(p: &Profile, per_thread: bool) -> Vec<SyscallRow> {
-    let mut rows: HashMap<(Option<(u32, u32)>, &str), SyscallStat> = HashMap::new();
+    type Key<'a> = (Option<(u32, u32)>, &'a str);
+    let mut rows: HashMap<Key, SyscallStat> = HashMap::new();
     for s in &p.syscalls {
         let thread = per_thread.then_some((s.pid, s.tid));
         rows.entry((thread, s.name.as_str()))

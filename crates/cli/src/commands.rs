@@ -206,6 +206,7 @@ pub fn export(a: ExportArgs) -> Result<()> {
 
 /// What `whyslow syscalls` shows while it runs: traced calls as they come, and the live table.
 struct SyscallsView {
+    attach: bool,
     t0_ns: u64,
     out: std::io::Stdout,
     tty: bool,
@@ -214,6 +215,13 @@ struct SyscallsView {
 }
 
 impl Observer for SyscallsView {
+    fn started(&mut self, pids: &[u32]) {
+        if self.attach {
+            let list: Vec<String> = pids.iter().map(u32::to_string).collect();
+            eprintln!("whyslow: counting syscalls of pid {} (Ctrl-C to stop)", list.join(","));
+        }
+    }
+
     fn trace(&mut self, e: &TraceEvent) {
         let _ = writeln!(self.out.lock(), "{}", render::syscalls::trace_line(e, self.t0_ns));
     }
@@ -268,6 +276,7 @@ pub fn syscalls(a: SyscallsArgs) -> Result<()> {
     };
     signals::install();
     let mut view = SyscallsView {
+        attach: !matches!(opts.target, Target::Launch(_)),
         t0_ns: whyslow_record::monotonic_ns(),
         out: std::io::stdout(),
         tty: std::io::stdout().is_terminal(),

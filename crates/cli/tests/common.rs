@@ -24,8 +24,12 @@ pub fn workload(name: &str) -> PathBuf {
     root().join("tests/workloads/bin").join(name)
 }
 
+/// The whyslow binary, without cargo's LD_LIBRARY_PATH: launched workloads must make exactly the calls
+/// they make outside the test harness (the loader would otherwise search every listed directory).
 pub fn whyslow() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_whyslow"))
+    let mut c = Command::new(env!("CARGO_BIN_EXE_whyslow"));
+    c.env_remove("LD_LIBRARY_PATH");
+    c
 }
 
 pub fn run(args: &[&str]) -> Output {

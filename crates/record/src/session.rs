@@ -333,6 +333,8 @@ fn open_first(
 
 /// Receives what a run learns while it runs. Every method has a default that ignores it.
 pub trait Observer {
+    /// Once every source is attached, before a launched command starts.
+    fn started(&mut self, _pids: &[u32]) {}
     /// About four times a second.
     fn progress(&mut self, _p: &Progress) {}
     /// Each traced syscall, in the order they were drained.
@@ -342,7 +344,9 @@ pub trait Observer {
 }
 
 /// The process ids to follow, how to name them, and the gated child when launching.
-fn resolve_target(target: &Target) -> Result<(Vec<u32>, Vec<String>, Option<Gated>), RecordError> {
+type Resolved = (Vec<u32>, Vec<String>, Option<Gated>);
+
+fn resolve_target(target: &Target) -> Result<Resolved, RecordError> {
     Ok(match target {
         Target::Launch(argv) => {
             let g = Gated::spawn(argv)?;
@@ -416,6 +420,7 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0);
+    observer.started(&pids);
     let t0 = Instant::now();
     if let Some(g) = gate.as_mut() {
         g.release(&command[0])?;

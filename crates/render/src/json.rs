@@ -25,7 +25,7 @@ pub fn report(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), Rende
         .map(|t| json!({"tid": t.tid, "pid": t.pid, "name": t.name, "samples": t.value}))
         .collect();
     let m = &p.meta;
-    let doc = json!({
+    let mut doc = json!({
         "sample_type": st.name,
         "unit": st.unit,
         "total_samples": total,
@@ -40,6 +40,9 @@ pub fn report(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), Rende
         "functions": functions,
         "threads": threads,
     });
+    if !p.syscalls.is_empty() {
+        doc["syscalls"] = crate::syscalls::rows_json(&whyslow_analyze::syscall_summary(p, false)).into();
+    }
     serde_json::to_writer_pretty(&mut *w, &doc).map_err(std::io::Error::from)?;
     writeln!(w)?;
     Ok(())

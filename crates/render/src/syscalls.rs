@@ -120,7 +120,18 @@ pub fn issuing_stacks(
 /// `{"duration_s", "syscalls": [{"name", "calls", "errors", "total_ns", "max_ns", "p99_ns", "errnos"}],
 /// "lost_events"}`; rows per thread also carry "pid" and "tid".
 pub fn json(w: &mut impl Write, p: &Profile, rows: &[SyscallRow]) -> std::io::Result<()> {
-    let syscalls: Vec<serde_json::Value> = rows
+    let doc = serde_json::json!({
+        "duration_s": p.meta.duration_ns as f64 / 1e9,
+        "syscalls": rows_json(rows),
+        "lost_events": p.meta.lost_events,
+    });
+    serde_json::to_writer_pretty(&mut *w, &doc)?;
+    writeln!(w)
+}
+
+/// The rows as JSON objects (also embedded in the JSON report of a recording).
+pub(crate) fn rows_json(rows: &[SyscallRow]) -> Vec<serde_json::Value> {
+    rows
         .iter()
         .map(|r| {
             let s = &r.stat;
@@ -136,14 +147,7 @@ pub fn json(w: &mut impl Write, p: &Profile, rows: &[SyscallRow]) -> std::io::Re
             }
             v
         })
-        .collect();
-    let doc = serde_json::json!({
-        "duration_s": p.meta.duration_ns as f64 / 1e9,
-        "syscalls": syscalls,
-        "lost_events": p.meta.lost_events,
-    });
-    serde_json::to_writer_pretty(&mut *w, &doc)?;
-    writeln!(w)
+        .collect()
 }
 
 /// How to show one argument.
