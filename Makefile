@@ -30,6 +30,7 @@ bench: build workloads
 	bench/record_overhead.sh
 	bench/unwind_completeness.sh
 	bench/postprocess.sh
+	bench/syscalls_overhead.sh
 
 clean:
 	cargo clean

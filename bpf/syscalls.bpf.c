@@ -64,6 +64,9 @@ struct ws_event {
 	char str_b[PATH_LEN];
 };
 
+/* Set before load: whether any syscall is traced one by one (skips a lookup per call when not). */
+const volatile bool tracing = false;
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
@@ -167,22 +170,27 @@ static __always_inline void count(u32 tgid, u32 tid, u32 nr, u64 dur, s64 ret)
 SEC("tp_btf/sys_enter")
 int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 {
+	struct task_struct *task = bpf_get_current_task_btf();
+	/* A task with storage is tracked: one cheap lookup on the hot path. Others are looked up by tgid
+	 * once and get storage when tracked. */
+	struct ws_inflight *f = bpf_task_storage_get(&inflight, task, 0, 0);
 	u64 pid_tgid = bpf_get_current_pid_tgid();
 	u32 tgid = pid_tgid >> 32;
-	if (!bpf_map_lookup_elem(&tracked, &tgid))
-		return 0;
+	if (!f) {
+		if (!bpf_map_lookup_elem(&tracked, &tgid))
+			return 0;
+		f = bpf_task_storage_get(&inflight, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (!f)
+			return 0;
+	}
 	u32 nr = (u32)id;
 	if (nr == NR_EXIT || nr == NR_EXIT_GROUP) {
 		/* They never return: count them here. */
 		count(tgid, (u32)pid_tgid, nr, 0, 0);
 		return 0;
 	}
-	struct ws_inflight *f =
-		bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (!f)
-		return 0;
 	f->nr = nr;
-	struct ws_trace_cfg *c = bpf_map_lookup_elem(&trace_cfg, &nr);
+	struct ws_trace_cfg *c = tracing ? bpf_map_lookup_elem(&trace_cfg, &nr) : NULL;
 	f->traced = c && c->on;
 	if (f->traced) {
 		f->args[0] = BPF_CORE_READ(regs, di);

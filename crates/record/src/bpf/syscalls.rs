@@ -77,8 +77,11 @@ impl<'obj> SyscallProbe<'obj> {
     pub fn load(obj: &'obj mut MaybeUninit<OpenObject>, trace: &[u32]) -> Result<Self, RecordError> {
         check_btf()?;
         quiet_libbpf();
-        let open: OpenSyscallsSkel =
+        let mut open: OpenSyscallsSkel =
             SyscallsSkelBuilder::default().open(obj).map_err(|e| classify("open", e))?;
+        if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
+            ro.tracing = !trace.is_empty();
+        }
         let skel = open.load().map_err(|e| classify("load", e))?;
         for &nr in trace.iter().filter(|&&nr| nr < MAX_SYSCALL) {
             let idx = syscall_name(nr).map_or(&[][..], string_args);
