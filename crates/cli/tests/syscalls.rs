@@ -185,3 +185,19 @@ fn sigterm_prints_what_was_counted_and_interval_refreshes() {
         .and_then(|n| n.parse::<u64>().ok());
     assert!(stats.is_some_and(|n| n > 1000), "final summary after SIGTERM: {last}");
 }
+
+#[test]
+fn without_bpf_permission_the_error_names_the_fix() {
+    if !std::path::Path::new("/usr/sbin/runuser").exists() {
+        eprintln!("runuser missing: skipping");
+        return;
+    }
+    let out = Command::new("/usr/sbin/runuser")
+        .args(["-u", "nobody", "--", env!("CARGO_BIN_EXE_whyslow"), "syscalls", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("not allowed to load eBPF") && err.contains("CAP_BPF"), "{err}");
+}
