@@ -10,7 +10,8 @@ for cmd_pkg in gcc:gcc g++:g++ make:make pkg-config:pkg-config clang:clang perf:
   cmd=${cmd_pkg%%:*}; pkg=${cmd_pkg#*:}
   have "$cmd" || need+=("$pkg")
 done
-for pkg in libelf-dev zlib1g-dev; do pkg_installed "$pkg" || need+=("$pkg"); done
+# libc6-dbg: the symbols of glibc's local functions (IFUNC implementations such as __memmove_avx_unaligned_erms).
+for pkg in libelf-dev zlib1g-dev libc6-dbg; do pkg_installed "$pkg" || need+=("$pkg"); done
 if ! have go && [ ! -x /usr/local/go/bin/go ]; then need+=(golang-go); fi
 if [ ${#need[@]} -gt 0 ]; then
   echo "deps: installing ${need[*]}"

@@ -4,10 +4,9 @@
 //!
 //! An address nothing covers stays visible as `module+0xOFFSET`; it is never dropped.
 
-mod demangle;
 mod kallsyms;
 
-pub use demangle::demangle;
+pub use whyslow_symbols::demangle;
 
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};

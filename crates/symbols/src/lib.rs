@@ -1,0 +1,230 @@
+//! Function symbols of ELF files by demangled name: what `whyslow calls` resolves patterns against, and
+//! the demangler every crate shares. Reads files only, and our own process for IFUNC resolution; never
+//! touches a target.
+
+mod demangle;
+
+pub use demangle::demangle;
+
+use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
+use std::path::Path;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SymbolError {
+    #[error("cannot read {0}: {1}")]
+    Read(String, std::io::Error),
+    #[error("{0} is not an ELF file this tool can read: {1}")]
+    Parse(String, object::Error),
+}
+
+/// A function with a symbol: its names and where its code starts in the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Function {
+    /// Demangled name (C and Go names as they are).
+    pub name: String,
+    /// The symbol as stored in the file.
+    pub mangled: String,
+    /// File offset of the first instruction (what a uprobe attaches to).
+    pub offset: u64,
+    pub size: u64,
+    /// A GNU indirect function: the symbol is a resolver that picks the implementation at load time.
+    pub ifunc: bool,
+}
+
+/// Every defined function symbol of `.symtab` and `.dynsym` (static functions included), one entry per
+/// (name, offset), sorted by offset then name. A stripped file's `.symtab` is read from its separate debug
+/// file (`/usr/lib/debug/.build-id/xx/yyyy.debug`, e.g. from libc6-dbg) when there is one.
+pub fn functions(path: &Path) -> Result<Vec<Function>, SymbolError> {
+    let shown = path.display().to_string();
+    let data = std::fs::read(path).map_err(|e| SymbolError::Read(shown.clone(), e))?;
+    let file = object::File::parse(&*data).map_err(|e| SymbolError::Parse(shown, e))?;
+    let debug_data = match (file.symbol_table(), file.build_id()) {
+        (None, Ok(Some(id))) if id.len() > 1 => {
+            let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+            std::fs::read(format!("/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..])).ok()
+        }
+        _ => None,
+    };
+    let debug = debug_data.as_deref().and_then(|d| object::File::parse(d).ok());
+    // Symbol addresses are virtual; uprobes want file offsets: map through the loadable segments.
+    let segments: Vec<(u64, u64, u64)> =
+        file.segments().map(|s| (s.address(), s.address() + s.size(), s.file_range().0)).collect();
+    let to_offset = |addr: u64| {
+        segments
+            .iter()
+            .find(|(start, end, _)| *start <= addr && addr < *end)
+            .map(|(start, _, off)| addr - start + off)
+    };
+    let mut out = Vec::new();
+    let debug_symbols = debug.iter().flat_map(|d| d.symbols());
+    for sym in file.symbols().chain(debug_symbols).chain(file.dynamic_symbols()) {
+        let ifunc = matches!(sym.flags(), object::SymbolFlags::Elf { st_info, .. } if st_info.st_type() == object::elf::STT_GNU_IFUNC);
+        if !(sym.kind() == SymbolKind::Text || ifunc) || sym.is_undefined() || sym.address() == 0 {
+            continue;
+        }
+        let Ok(mangled) = sym.name() else { continue };
+        if mangled.is_empty() {
+            continue;
+        }
+        let Some(offset) = to_offset(sym.address()) else { continue };
+        // Versioned dynamic names (`memcpy@@GLIBC_2.14`) are the same function as the plain name.
+        let plain = mangled.split('@').next().unwrap_or(mangled);
+        out.push(Function {
+            name: demangle(plain),
+            mangled: plain.to_string(),
+            offset,
+            size: sym.size(),
+            ifunc,
+        });
+    }
+    out.sort_by(|a, b| (a.offset, &a.name).cmp(&(b.offset, &b.name)));
+    out.dedup_by(|a, b| a.offset == b.offset && a.name == b.name);
+    Ok(out)
+}
+
+/// Shell-style glob: `*` any run of characters, `?` one character, everything else literal.
+pub fn glob(pattern: &str, text: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if let Some((sp, st)) = star {
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+/// The forms of a function's name a pattern may match: the demangled name, without its parameter list,
+/// without its namespace/class qualification, and the mangled symbol (so `parse_frames` finds
+/// `proto::parse_frames(char const*)` as gdb's `break parse_frames` would).
+pub fn name_forms(f: &Function) -> [&str; 4] {
+    let base = strip_params(&f.name);
+    let tail = unqualified(base);
+    [f.name.as_str(), base, tail, f.mangled.as_str()]
+}
+
+fn strip_params(name: &str) -> &str {
+    // The parameter list is the last top-level "(...)" (templates may contain parentheses too).
+    if !name.ends_with(')') && !name.ends_with(") const") {
+        return name;
+    }
+    let mut depth = 0i32;
+    for (i, c) in name.char_indices().rev() {
+        match c {
+            ')' => depth += 1,
+            '(' => {
+                depth -= 1;
+                if depth == 0 {
+                    return &name[..i];
+                }
+            }
+            _ => {}
+        }
+    }
+    name
+}
+
+fn unqualified(name: &str) -> &str {
+    // The last "::" outside template brackets.
+    let mut depth = 0i32;
+    let b = name.as_bytes();
+    for i in (1..b.len()).rev() {
+        match b[i] {
+            b'>' => depth += 1,
+            b'<' => depth -= 1,
+            b':' if depth == 0 && b[i - 1] == b':' => return &name[i + 1..],
+            _ => {}
+        }
+    }
+    name
+}
+
+/// Where the dynamic loader resolved `symbol` in this very process: the file and the offset in it.
+/// For an IFUNC this is the implementation picked for this CPU, which a target on the same machine
+/// using the same library file picks too.
+pub fn resolved_in_self(symbol: &str) -> Option<(String, u64)> {
+    let name = std::ffi::CString::new(symbol).ok()?;
+    let addr = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) } as u64;
+    if addr == 0 {
+        return None;
+    }
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines().find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (range, offset, path) = (f.first()?, f.get(2)?, f.get(5)?);
+        let (start, end) = range.split_once('-')?;
+        let (start, end) = (u64::from_str_radix(start, 16).ok()?, u64::from_str_radix(end, 16).ok()?);
+        let offset = u64::from_str_radix(offset, 16).ok()?;
+        (start <= addr && addr < end).then(|| (path.to_string(), addr - start + offset))
+    })
+}
+
+/// Whether two paths name the same file (same device and inode), so links and symlinks agree.
+pub fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs() {
+        assert!(glob("malloc", "malloc"));
+        assert!(!glob("malloc", "malloc_usable_size"));
+        assert!(glob("operator new*", "operator new(unsigned long)"));
+        assert!(glob(
+            "std::*string*append*",
+            "std::__cxx11::basic_string<char>::_M_append(char const*, unsigned long)"
+        ));
+        assert!(glob("pthread_rwlock_*", "pthread_rwlock_rdlock"));
+        assert!(glob("str?hr", "strchr") && !glob("str?hr", "strrchr"));
+        assert!(glob("*", "") && !glob("a*b", "ac"));
+    }
+
+    #[test]
+    fn name_forms_strip_parameters_and_qualification() {
+        let f = |name: &str| Function {
+            name: name.into(),
+            mangled: "_Zx".into(),
+            offset: 0,
+            size: 0,
+            ifunc: false,
+        };
+        let g = f("proto::parse_frames(char const*, int)");
+        assert_eq!(
+            name_forms(&g),
+            ["proto::parse_frames(char const*, int)", "proto::parse_frames", "parse_frames", "_Zx"]
+        );
+        let g = f("std::vector<int (*)(int), std::allocator<int (*)(int)> >::push_back(int (* const&)(int))");
+        assert_eq!(name_forms(&g)[2], "push_back");
+        assert_eq!(name_forms(&f("malloc"))[1..3], ["malloc", "malloc"]);
+    }
+
+    #[test]
+    fn libc_functions_have_offsets_and_memcpy_is_an_ifunc_resolved_to_an_implementation() {
+        let (path, offset) = resolved_in_self("memcpy").expect("libc memcpy");
+        let funcs = functions(Path::new(&path)).unwrap();
+        let memcpy: Vec<&Function> = funcs.iter().filter(|f| f.name == "memcpy").collect();
+        assert!(memcpy.iter().any(|f| f.ifunc), "the default version is an IFUNC: {memcpy:?}");
+        let imp: Vec<&str> = funcs.iter().filter(|f| f.offset == offset).map(|f| f.name.as_str()).collect();
+        assert!(imp.iter().any(|n| n.starts_with("__mem")), "implementation names at {offset:#x}: {imp:?}");
+        let malloc = funcs.iter().find(|f| f.name == "malloc").unwrap();
+        assert!(!malloc.ifunc && malloc.size > 0);
+    }
+}
