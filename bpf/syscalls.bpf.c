@@ -10,6 +10,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
+#include "track.h"
 
 #define HIST_BUCKETS 40 /* bucket i: durations in [2^i, 2^(i+1)) ns; the last one takes everything above */
 #define MAX_SYSCALL 1024
@@ -66,13 +67,6 @@ struct ws_event {
 
 /* Set before load: whether any syscall is traced one by one (skips a lookup per call when not). */
 const volatile bool tracing = false;
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, u32);
-	__type(value, u8);
-} tracked SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
@@ -177,7 +171,7 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 	u64 pid_tgid = bpf_get_current_pid_tgid();
 	u32 tgid = pid_tgid >> 32;
 	if (!f) {
-		if (!bpf_map_lookup_elem(&tracked, &tgid))
+		if (!is_tracked(tgid))
 			return 0;
 		f = bpf_task_storage_get(&inflight, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (!f)
@@ -248,18 +242,6 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 		read_str(e->str_b, c->str_b, e->args);
 	}
 	bpf_ringbuf_submit(e, 0);
-	return 0;
-}
-
-/* Children of tracked processes are tracked from their first instruction. */
-SEC("tp_btf/sched_process_fork")
-int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
-{
-	u32 ptgid = parent->tgid, ctgid = child->tgid;
-	if (ptgid != ctgid && bpf_map_lookup_elem(&tracked, &ptgid)) {
-		u8 one = 1;
-		bpf_map_update_elem(&tracked, &ctgid, &one, BPF_ANY);
-	}
 	return 0;
 }
 

@@ -3,7 +3,7 @@
 use libbpf_cargo::SkeletonBuilder;
 use std::path::PathBuf;
 
-const PROGRAMS: &[&str] = &["syscalls"];
+const PROGRAMS: &[&str] = &["syscalls", "calls"];
 
 fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bpf");
@@ -17,5 +17,7 @@ fn main() {
             .unwrap_or_else(|e| panic!("building {}: {e:#}", src.display()));
         println!("cargo:rerun-if-changed={}", src.display());
     }
-    println!("cargo:rerun-if-changed={}", root.join("vmlinux.h").display());
+    for header in ["vmlinux.h", "track.h"] {
+        println!("cargo:rerun-if-changed={}", root.join(header).display());
+    }
 }

@@ -8,7 +8,7 @@
 
 use serde::Serialize;
 use std::collections::HashMap;
-use whyslow_model::{basename, close_matches, Profile, Sample, SyscallStat, NONE};
+use whyslow_model::{basename, close_matches, CallStat, Profile, Sample, SyscallStat, NONE};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AnalyzeError {
@@ -321,6 +321,46 @@ pub fn syscall_summary(p: &Profile, per_thread: bool) -> Vec<SyscallRow> {
         ))
     });
     out
+}
+
+/// Call counts of one function over all target processes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallRow {
+    pub stat: CallStat,
+    /// Processes that called it.
+    pub processes: usize,
+}
+
+/// Call counters merged over processes, grouped (groups in first-seen order), most calls first in a
+/// group; functions never called are kept (a zero is an answer too).
+pub fn call_summary(p: &Profile) -> Vec<CallRow> {
+    let mut groups: Vec<&str> = Vec::new();
+    let mut rows: Vec<CallRow> = Vec::new();
+    for c in &p.calls {
+        if !groups.contains(&c.group.as_str()) {
+            groups.push(&c.group);
+        }
+        match rows.iter_mut().find(|r| (&r.stat.name, &r.stat.module) == (&c.name, &c.module)) {
+            Some(r) => {
+                r.stat.calls += c.calls;
+                r.stat.timed += c.timed;
+                r.stat.total_ns += c.total_ns;
+                r.stat.max_ns = r.stat.max_ns.max(c.max_ns);
+                r.processes += (c.calls > 0) as usize;
+            }
+            None => rows
+                .push(CallRow { stat: CallStat { pid: 0, ..c.clone() }, processes: (c.calls > 0) as usize }),
+        }
+    }
+    let group_index = |g: &str| groups.iter().position(|x| *x == g).unwrap_or(usize::MAX);
+    rows.sort_by(|a, b| {
+        (group_index(&a.stat.group), std::cmp::Reverse(a.stat.calls), &a.stat.name).cmp(&(
+            group_index(&b.stat.group),
+            std::cmp::Reverse(b.stat.calls),
+            &b.stat.name,
+        ))
+    });
+    rows
 }
 
 /// The stacks (root first, function names) whose leaf frame is named `leaf`, with their summed value,

@@ -1,8 +1,8 @@
 //! Subcommand bodies: options in, library calls, renderer out.
 
 use crate::{
-    EventArg, ExportArgs, ExportFormat, FlamegraphArgs, OutputFormat, RecordArgs, ReportArgs, SyscallsArgs,
-    TargetArgs,
+    CallsArgs, EventArg, ExportArgs, ExportFormat, FlamegraphArgs, OutputFormat, RecordArgs, ReportArgs,
+    SyscallsArgs, TargetArgs,
 };
 use anyhow::{bail, Context, Result};
 use std::io::{IsTerminal, Write};
@@ -10,7 +10,10 @@ use std::path::Path;
 use std::time::Duration;
 use whyslow_model::syscalls::TraceEvent;
 use whyslow_model::{file, Profile, SyscallStat};
-use whyslow_record::{signals, Clock, Observer, Progress, RecordOptions, SyscallOptions, Target};
+use whyslow_record::calls::{default_patterns, PatternSpec};
+use whyslow_record::{
+    signals, CallOptions, Clock, Observer, Progress, RecordOptions, SyscallOptions, Target,
+};
 use whyslow_render as render;
 
 fn target(t: &TargetArgs) -> Result<Target> {
@@ -318,5 +321,94 @@ pub fn syscalls(a: SyscallsArgs) -> Result<()> {
         };
         eprintln!("whyslow: wrote {}; next: `whyslow report {0} --type syscalls`{hint}", path.display());
     }
+    Ok(())
+}
+
+/// Says when an attached run started (so Ctrl-C has something to stop); silent for launched commands.
+struct Attached {
+    what: &'static str,
+}
+
+impl Observer for Attached {
+    fn started(&mut self, pids: &[u32]) {
+        let list: Vec<String> = pids.iter().map(u32::to_string).collect();
+        eprintln!("whyslow: counting {} of pid {} (Ctrl-C to stop)", self.what, list.join(","));
+    }
+}
+
+pub fn calls(a: CallsArgs) -> Result<()> {
+    let target = target(&a.target)?;
+    let patterns: Vec<PatternSpec> = if a.patterns.is_empty() {
+        default_patterns()
+    } else {
+        a.patterns
+            .iter()
+            .map(|p| PatternSpec { group: p.clone(), pattern: p.clone(), required: true })
+            .collect()
+    };
+    let modules = whyslow_record::calls::target_modules(&target)?;
+    let res = whyslow_record::calls::resolve(&modules, &patterns)?;
+    let unmatched: Vec<String> = res.matched.iter().filter(|m| m.1 == 0).map(|m| m.0.clone()).collect();
+    if a.list {
+        let mut out = std::io::stdout().lock();
+        for p in &res.probes {
+            let imp = p.implementation.as_ref().map_or(String::new(), |i| format!(" -> {i}"));
+            writeln!(out, "{}{imp}  [{}+{:#x}]  ({})", p.name, p.module.display(), p.offset, p.group)?;
+        }
+        return Ok(());
+    }
+    if res.probes.is_empty() {
+        bail!("none of the patterns matched a function of the target");
+    }
+    let opts = RecordOptions {
+        duration: duration(&a.target)?,
+        cpu: false,
+        calls: Some(CallOptions {
+            probes: res.probes.clone(),
+            latency: a.latency,
+            follow_children: a.follow_children,
+        }),
+        target,
+        ..Default::default()
+    };
+    signals::install();
+    let raw = if matches!(opts.target, Target::Launch(_)) {
+        whyslow_record::record(&opts, &mut StatusLine { tty: false })?
+    } else {
+        whyslow_record::record(&opts, &mut Attached { what: "calls" })?
+    };
+    let mut profile = whyslow_symbolize::symbolize(raw);
+    profile.meta.notes.extend(res.notes.iter().cloned());
+    let rows = whyslow_analyze::call_summary(&profile);
+    let mut out = std::io::stdout().lock();
+    match a.format {
+        OutputFormat::Json => render::calls::json(&mut out, &profile, &rows, &unmatched)?,
+        OutputFormat::Text => {
+            if !a.patterns.is_empty() {
+                let m: Vec<String> = res
+                    .matched
+                    .iter()
+                    .map(|(p, n)| format!("'{p}' {n} function{}", if *n == 1 { "" } else { "s" }))
+                    .collect();
+                writeln!(out, "patterns: {}", m.join(", "))?;
+            }
+            writeln!(
+                out,
+                "{} functions counted exactly in the kernel for {:.2} s{}\n",
+                res.probes.len(),
+                profile.meta.duration_ns as f64 / 1e9,
+                if a.follow_children {
+                    " (target and its children)"
+                } else {
+                    " (children not followed: --follow-children)"
+                }
+            )?;
+            render::calls::table(&mut out, &profile, &rows, !a.patterns.is_empty())?;
+            for n in &profile.meta.notes {
+                writeln!(out, "note: {n}")?;
+            }
+        }
+    }
+    out.flush()?;
     Ok(())
 }

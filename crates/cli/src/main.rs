@@ -25,6 +25,8 @@ enum Command {
     Export(ExportArgs),
     /// Count every syscall exactly (like `strace -c`, at eBPF cost); trace some; sample their stacks.
     Syscalls(SyscallsArgs),
+    /// Count calls of library and program functions exactly (like `ltrace -c`, at uprobe cost).
+    Calls(CallsArgs),
 }
 
 /// Which processes to profile.
@@ -156,6 +158,27 @@ pub struct SyscallsArgs {
     pub format: OutputFormat,
 }
 
+#[derive(Args)]
+pub struct CallsArgs {
+    /// Function name globs (demangled or mangled; `*` and `?`), given before `--`. Default: the usual
+    /// suspects (allocation, memory and strings, formatting and time, locking, exceptions).
+    #[arg(value_name = "PATTERN")]
+    pub patterns: Vec<String>,
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// Also measure the time of each call (return probes).
+    #[arg(long)]
+    pub latency: bool,
+    /// Count children forked by the target too (probes then sit in every process mapping the files).
+    #[arg(long)]
+    pub follow_children: bool,
+    /// List the functions the patterns match, without running anything.
+    #[arg(long)]
+    pub list: bool,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 pub enum ExportFormat {
     Pprof,
@@ -187,6 +210,7 @@ fn main() {
         Command::Flamegraph(a) => commands::flamegraph(a),
         Command::Export(a) => commands::export(a),
         Command::Syscalls(a) => commands::syscalls(a),
+        Command::Calls(a) => commands::calls(a),
     };
     if let Err(e) = result {
         let broken_pipe = |io: &std::io::Error| io.kind() == std::io::ErrorKind::BrokenPipe;

@@ -131,6 +131,27 @@ pub struct Profile {
     pub samples: Vec<Sample>,
     /// Exact syscall counters per (process, thread, syscall), when the run counted syscalls.
     pub syscalls: Vec<SyscallStat>,
+    /// Exact call counters per (process, function), when the run counted calls.
+    pub calls: Vec<CallStat>,
+}
+
+/// Exact call counts of one function in one process, counted in the kernel by a uprobe.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallStat {
+    pub pid: u32,
+    /// The function's (demangled) name and the file it is in.
+    pub name: String,
+    pub module: String,
+    /// Other names of the same code (`__libc_malloc`), and for an IFUNC the implementation probed.
+    pub aliases: Vec<String>,
+    pub implementation: Option<String>,
+    /// Output group (`allocation`, ..., or the pattern that matched).
+    pub group: String,
+    pub calls: u64,
+    /// Time per call was measured for `timed` calls (0 when latency was not asked for).
+    pub timed: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
 }
 
 /// Number of log2 latency buckets in [`SyscallStat::hist`].

@@ -3,7 +3,7 @@
 //! Addresses are already normalized to (module, file offset) while the process was alive, so the
 //! symbolizer needs only the files, not the process.
 
-use crate::{Metadata, SampleType, SyscallStat};
+use crate::{CallStat, Metadata, SampleType, SyscallStat};
 use std::collections::HashMap;
 
 /// One frame of a raw stack.
@@ -44,6 +44,7 @@ pub struct RawRecording {
     pub samples: HashMap<(Vec<RawFrame>, RawThread), Vec<i64>>,
     /// Counter tables pass through symbolization unchanged.
     pub syscalls: Vec<SyscallStat>,
+    pub calls: Vec<CallStat>,
 }
 
 impl RawRecording {

@@ -7,6 +7,7 @@
 //! disabled and closed on every exit path.
 
 mod bpf;
+pub mod calls;
 mod records;
 mod session;
 pub mod signals;
@@ -38,8 +39,22 @@ pub struct RecordOptions {
     pub cpu: bool,
     /// Count syscalls exactly (and optionally trace them or sample their stacks).
     pub syscalls: Option<SyscallOptions>,
+    /// Count calls of functions exactly.
+    pub calls: Option<CallOptions>,
     /// Call [`Observer::snapshot`] this often with the counters so far.
     pub interval: Option<std::time::Duration>,
+}
+
+/// Which functions to count and how.
+#[derive(Debug, Clone, Default)]
+pub struct CallOptions {
+    /// From [`calls::resolve`].
+    pub probes: Vec<calls::Probe>,
+    /// Also time each call (return probes).
+    pub latency: bool,
+    /// Probe every process mapping the files and count the target and the children it forks (other
+    /// processes calling these functions take the probe trap too); otherwise only the target processes.
+    pub follow_children: bool,
 }
 
 /// What to collect about syscalls besides the exact counters.
@@ -63,6 +78,7 @@ impl Default for RecordOptions {
             ring_pages: 1024,
             cpu: true,
             syscalls: None,
+            calls: None,
             interval: None,
         }
     }
@@ -100,6 +116,8 @@ pub enum RecordError {
     NoBtf,
     #[error("eBPF: {0}")]
     Bpf(String),
+    #[error("no function matches '{pattern}'{}", whyslow_model::did_you_mean(.suggestions))]
+    NoSuchFunction { pattern: String, suggestions: Vec<String> },
     #[error("unknown syscall '{name}'{}", whyslow_model::did_you_mean(.suggestions))]
     NoSuchSyscall { name: String, suggestions: Vec<String> },
 }

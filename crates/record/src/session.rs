@@ -2,7 +2,7 @@
 //! ring-buffer side-band records, unwind and normalize every sample as it arrives, stop on duration,
 //! signal or target exit, and always detach.
 
-use crate::bpf::{syscall_numbers, SyscallProbe};
+use crate::bpf::{syscall_numbers, CallCount, CallProbe, SyscallProbe};
 use crate::records::{self, Record, Sample, Timed};
 use crate::sys::{self, Clock, EventConfig, Ring, Source};
 use crate::target::{self, Gated, Target};
@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use whyslow_model::raw::{RawFrame, RawModule, RawRecording, RawThread};
 use whyslow_model::syscalls::TraceEvent;
-use whyslow_model::{close_matches, Metadata, SampleType, SyscallStat, UnwindStats};
+use whyslow_model::{close_matches, CallStat, Metadata, SampleType, SyscallStat, UnwindStats};
 use whyslow_unwind::{ObjectImage, Outcome, ProcessUnwinder, Regs};
 
 /// Live counters for a status line.
@@ -378,7 +378,7 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
             "frequency > 0, stack <= 65528 bytes, ring pages a power of two".into(),
         ));
     }
-    if !opts.cpu && opts.syscalls.is_none() {
+    if !opts.cpu && opts.syscalls.is_none() && opts.calls.is_none() {
         return Err(RecordError::Invalid("nothing to record".into()));
     }
     let trace = match &opts.syscalls {
@@ -388,9 +388,9 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
     raise_fd_limit();
     let mut notes = Vec::new();
     let (pids, command, mut gate) = resolve_target(&opts.target)?;
-    let mut bpf_obj = std::mem::MaybeUninit::uninit();
-    let started = start_sources(opts, &trace, &pids, gate.is_some(), &mut bpf_obj, &mut notes);
-    let (mut ev, mut probe, streams, sample_types) = match started {
+    let mut objects = BpfObjects::default();
+    let started = start_sources(opts, &trace, &pids, gate.is_some(), &mut objects, &mut notes);
+    let Started { mut ev, syscalls: mut probe, calls, streams, sample_types } = match started {
         Ok(s) => s,
         Err(e) => {
             if let Some(g) = gate.take() {
@@ -472,6 +472,38 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
         lost_events = p.lost();
         // Dropping the probe detaches its programs.
     }
+    if let (Some(cp), Some(co)) = (calls, &opts.calls) {
+        let mut counts = cp.counts();
+        // A probed function nobody called is an answer too: zero calls in the first target process.
+        for i in 0..co.probes.len() as u32 {
+            if !counts.iter().any(|n| n.probe == i) {
+                counts.push(CallCount {
+                    pid: c.raw.meta.target_pids.first().copied().unwrap_or(0),
+                    probe: i,
+                    ..Default::default()
+                });
+            }
+        }
+        c.raw.calls = counts
+            .into_iter()
+            .filter_map(|n| {
+                let p = co.probes.get(n.probe as usize)?;
+                Some(CallStat {
+                    pid: n.pid,
+                    name: p.name.clone(),
+                    module: p.module.to_string_lossy().into_owned(),
+                    aliases: p.aliases.clone(),
+                    implementation: p.implementation.clone(),
+                    group: p.group.clone(),
+                    calls: n.calls,
+                    timed: n.timed,
+                    total_ns: n.total_ns,
+                    max_ns: n.max_ns,
+                })
+            })
+            .collect();
+        lost_events += cp.lost();
+    }
     let event = match ev.clock() {
         Some(clock) => clock.name().to_string(),
         None if c.streams.iter().any(|s| matches!(s, Stream::Syscalls { .. })) => {
@@ -508,7 +540,26 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
     Ok(c.raw)
 }
 
-type Started<'obj> = (Events, Option<SyscallProbe<'obj>>, Vec<Stream>, Vec<SampleType>);
+/// Storage the eBPF skeletons borrow for the length of a run.
+struct BpfObjects {
+    syscalls: std::mem::MaybeUninit<libbpf_rs::OpenObject>,
+    calls: std::mem::MaybeUninit<libbpf_rs::OpenObject>,
+}
+
+impl Default for BpfObjects {
+    fn default() -> Self {
+        BpfObjects { syscalls: std::mem::MaybeUninit::uninit(), calls: std::mem::MaybeUninit::uninit() }
+    }
+}
+
+/// The sources of a run, attached and ready.
+struct Started<'obj> {
+    ev: Events,
+    syscalls: Option<SyscallProbe<'obj>>,
+    calls: Option<CallProbe<'obj>>,
+    streams: Vec<Stream>,
+    sample_types: Vec<SampleType>,
+}
 
 /// Opens the perf events and loads and attaches the eBPF programs, all before a gated child may run.
 fn start_sources<'obj>(
@@ -516,7 +567,7 @@ fn start_sources<'obj>(
     trace: &[u32],
     pids: &[u32],
     launched: bool,
-    bpf_obj: &'obj mut std::mem::MaybeUninit<libbpf_rs::OpenObject>,
+    objects: &'obj mut BpfObjects,
     notes: &mut Vec<String>,
 ) -> Result<Started<'obj>, RecordError> {
     let base = EventConfig {
@@ -545,7 +596,11 @@ fn start_sources<'obj>(
         sample_types.push(SampleType { name: "syscalls".into(), unit: "calls".into() });
     }
     let mut probe = match &opts.syscalls {
-        Some(_) => Some(SyscallProbe::load(bpf_obj, trace)?),
+        Some(_) => Some(SyscallProbe::load(&mut objects.syscalls, trace)?),
+        None => None,
+    };
+    let mut calls = match &opts.calls {
+        Some(c) => Some(CallProbe::load(&mut objects.calls, c.latency, c.follow_children)?),
         None => None,
     };
     let mut ev =
@@ -562,7 +617,21 @@ fn start_sources<'obj>(
         }
         p.attach()?;
     }
-    Ok((ev, probe, streams, sample_types))
+    if let (Some(cp), Some(co)) = (calls.as_mut(), &opts.calls) {
+        let mut skipped = Vec::new();
+        if co.follow_children {
+            for &pid in pids {
+                cp.track(pid)?;
+            }
+            skipped = cp.attach(&co.probes, -1)?;
+        } else {
+            for &pid in pids {
+                skipped = cp.attach(&co.probes, pid as i32)?;
+            }
+        }
+        notes.extend(skipped);
+    }
+    Ok(Started { ev, syscalls: probe, calls, streams, sample_types })
 }
 
 /// Opens events on every thread of every target process. Threads created while we open are caught by

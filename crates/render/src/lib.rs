@@ -1,6 +1,7 @@
 //! Renderers: text tables, JSON, SVG flame graphs and export formats. Every renderer writes to an
 //! `impl Write` it is given and never prints by itself.
 
+pub mod calls;
 pub mod export;
 pub mod flamegraph;
 pub mod json;

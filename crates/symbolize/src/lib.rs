@@ -159,6 +159,7 @@ pub fn symbolize(raw: RawRecording) -> Profile {
     }
     let mut p = b.finish();
     p.syscalls = raw.syscalls;
+    p.calls = raw.calls;
     p
 }
 

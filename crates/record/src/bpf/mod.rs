@@ -1,8 +1,10 @@
 //! The eBPF sources: generated skeletons (see build.rs) behind safe wrappers. Only this module touches
 //! libbpf. Programs detach when the wrapper is dropped, on every exit path.
 
+mod calls;
 mod syscalls;
 
+pub use calls::{CallCount, CallProbe};
 pub use syscalls::{syscall_numbers, SyscallProbe};
 
 use crate::RecordError;
@@ -11,6 +13,12 @@ use crate::RecordError;
 #[allow(non_upper_case_globals, non_snake_case, missing_docs)]
 mod skel {
     include!(concat!(env!("OUT_DIR"), "/syscalls.skel.rs"));
+}
+
+#[allow(clippy::all, dead_code, unused_imports, unused_qualifications, non_camel_case_types)]
+#[allow(non_upper_case_globals, non_snake_case, missing_docs)]
+mod calls_skel {
+    include!(concat!(env!("OUT_DIR"), "/calls.skel.rs"));
 }
 
 /// Fails early, with the fix, where eBPF cannot work: no kernel BTF.

@@ -1,0 +1,120 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * whyslow calls: exact call counts of chosen functions, in the kernel, per (process, probe). The probe
+ * index comes from the attach cookie, so one program serves every function. With `latency`, a return
+ * probe measures each call against a per-thread stack of entry times (return probes fire in LIFO order
+ * per thread). No per-call event reaches user space. Map overflow is counted, never silent.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include "track.h"
+
+#define DEPTH 32
+
+/* Set before load. */
+const volatile bool latency = false;
+/* Attached to every process (to follow children): count only tracked ones. */
+const volatile bool filter = false;
+
+struct ws_call_key {
+	u32 tgid;
+	u32 probe;
+};
+
+struct ws_call_val {
+	u64 calls;
+	u64 total_ns;
+	u64 max_ns;
+	u64 timed; /* calls whose return was seen */
+};
+
+struct ws_entries {
+	u32 depth;
+	u32 pad;
+	u64 ts[DEPTH];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct ws_call_key);
+	__type(value, struct ws_call_val);
+} counts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct ws_entries);
+} entries SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, u64);
+} drops SEC(".maps");
+
+static __always_inline struct ws_call_val *slot(u32 tgid, u32 probe)
+{
+	struct ws_call_key k = { .tgid = tgid, .probe = probe };
+	struct ws_call_val *v = bpf_map_lookup_elem(&counts, &k);
+	if (v)
+		return v;
+	struct ws_call_val zero = {};
+	bpf_map_update_elem(&counts, &k, &zero, BPF_NOEXIST);
+	v = bpf_map_lookup_elem(&counts, &k);
+	if (!v) {
+		u32 z = 0;
+		u64 *n = bpf_map_lookup_elem(&drops, &z);
+		if (n)
+			*n += 1;
+	}
+	return v;
+}
+
+SEC("uprobe.multi")
+int on_entry(struct pt_regs *ctx)
+{
+	u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	if (filter && !is_tracked(tgid))
+		return 0;
+	struct ws_call_val *v = slot(tgid, (u32)bpf_get_attach_cookie(ctx));
+	if (v)
+		__sync_fetch_and_add(&v->calls, 1);
+	if (latency) {
+		struct ws_entries *e = bpf_task_storage_get(&entries, bpf_get_current_task_btf(), 0,
+							    BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (e) {
+			u32 d = e->depth;
+			if (d < DEPTH)
+				e->ts[d] = bpf_ktime_get_ns();
+			e->depth = d + 1;
+		}
+	}
+	return 0;
+}
+
+SEC("uretprobe.multi")
+int on_return(struct pt_regs *ctx)
+{
+	struct ws_entries *e = bpf_task_storage_get(&entries, bpf_get_current_task_btf(), 0, 0);
+	if (!e || e->depth == 0)
+		return 0; /* entered before we attached */
+	u32 d = e->depth - 1;
+	e->depth = d;
+	if (d >= DEPTH)
+		return 0;
+	u64 dur = bpf_ktime_get_ns() - e->ts[d & (DEPTH - 1)];
+	struct ws_call_val *v = slot(bpf_get_current_pid_tgid() >> 32, (u32)bpf_get_attach_cookie(ctx));
+	if (!v)
+		return 0;
+	__sync_fetch_and_add(&v->total_ns, dur);
+	__sync_fetch_and_add(&v->timed, 1);
+	if (dur > v->max_ns)
+		v->max_ns = dur;
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";

@@ -1,0 +1,115 @@
+//! `whyslow calls` against workloads with exactly known call counts: launched and attached, a BIND_NOW +
+//! IBT build, memcpy through its IFUNC, a static function, C++ operator new, errors.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+
+/// The JSON document of a run; a launched workload's own output comes before it on the same stdout.
+fn calls_json(args: &[&str]) -> Value {
+    let mut all = vec!["calls", "--format", "json"];
+    all.extend_from_slice(args);
+    let out = ok(&all);
+    let start = out.find("\n{\n").map_or(0, |i| i + 1);
+    serde_json::from_str(&out[start..]).unwrap()
+}
+
+/// Calls of `name` in the module whose file name is `module`.
+fn count(v: &Value, name: &str, module: &str) -> u64 {
+    v["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["name"] == name && f["module"].as_str().unwrap().ends_with(module))
+        .map(|f| f["calls"].as_u64().unwrap())
+        .sum()
+}
+
+#[test]
+fn counts_are_exact_for_static_functions_malloc_and_memcpy_through_its_ifunc() {
+    for bin in ["calls", "calls_now"] {
+        let path = workload(bin);
+        let v = calls_json(&["malloc", "free", "memcpy", "bump", "--", path.to_str().unwrap(), "30000"]);
+        assert_eq!(count(&v, "bump", bin), 30000, "static function in {bin}: {v}");
+        assert_eq!(count(&v, "malloc", "libc.so.6"), 30000, "{bin}: {v}");
+        assert_eq!(count(&v, "free", "libc.so.6"), 30000, "{bin}: {v}");
+        assert_eq!(count(&v, "memcpy", "libc.so.6"), 30000, "memcpy through the IFUNC in {bin}: {v}");
+        let imp = v["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| {
+                f["name"] == "memcpy"
+                    && f["module"].as_str().unwrap().ends_with("libc.so.6")
+                    && f["calls"] != 0
+            })
+            .and_then(|f| f["implementation"].as_str())
+            .unwrap_or("");
+        assert!(imp.starts_with("__mem") && imp.contains("unaligned"), "IFUNC resolved to {imp:?}");
+        assert_eq!(v["unmatched"], serde_json::json!([]));
+    }
+}
+
+#[test]
+fn cpp_operator_new_and_latency() {
+    let path = workload("cppstrings");
+    let v = calls_json(&["--latency", "operator new*", "--", path.to_str().unwrap(), "20000"]);
+    // Each 40-char string allocates once, and its append reallocates once.
+    assert_eq!(count(&v, "operator new(unsigned long)", "libstdc++.so.6"), 40000, "{v}");
+    let f = v["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "operator new(unsigned long)")
+        .unwrap();
+    let (avg, max) = (f["avg_ns"].as_u64().unwrap(), f["max_ns"].as_u64().unwrap());
+    assert!(avg > 0 && avg <= max, "{f}");
+}
+
+#[test]
+fn attached_counts_are_exact_and_the_target_keeps_running() {
+    let bin = workload("calls");
+    let mut target = Command::new(&bin)
+        .args(["5000", "64", "wait"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut pid = String::new();
+    let mut stdout = BufReader::new(target.stdout.take().unwrap());
+    stdout.read_line(&mut pid).unwrap();
+    let pid = pid.trim().to_string();
+    let mut ws = whyslow()
+        .args(["calls", "--format", "json", "-p", &pid, "malloc", "bump"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(ws.stderr.as_mut().unwrap()).read_line(&mut line).unwrap();
+    assert!(line.contains(&format!("counting calls of pid {pid}")), "{line}");
+    target.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+    assert!(target.wait().unwrap().success());
+    let out = ws.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(count(&v, "bump", "calls"), 5000, "{v}");
+    assert_eq!(count(&v, "malloc", "libc.so.6"), 5000, "{v}");
+}
+
+#[test]
+fn default_set_is_grouped_and_bad_patterns_suggest_names() {
+    let path = workload("cppstrings");
+    let out = ok(&["calls", "--", path.to_str().unwrap(), "1000"]);
+    for group in ["allocation\n", "memory and strings\n"] {
+        assert!(out.contains(group), "{out}");
+    }
+    assert!(out.contains("operator new(unsigned long)"), "{out}");
+    let err = fails(&["calls", "mallok", "--", path.to_str().unwrap()]);
+    assert!(err.contains("no function matches 'mallok'") && err.contains("malloc"), "{err}");
+    let err = fails(&["calls", "-p", "999999999", "malloc"]);
+    assert!(err.contains("no such process"), "{err}");
+}

@@ -1,0 +1,148 @@
+//! Exact call counts (and optionally time per call) from bpf/calls.bpf.c: one uprobe.multi link per
+//! (module, process) carrying every probed offset, the probe index as the attach cookie.
+
+use super::calls_skel::{CallsSkel, CallsSkelBuilder, OpenCallsSkel};
+use super::{check_btf, classify, quiet_libbpf};
+use crate::calls::Probe;
+use crate::RecordError;
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, UprobeMultiOpts};
+use std::collections::BTreeMap;
+use std::mem::MaybeUninit;
+use std::path::PathBuf;
+
+/// Counters of one probe in one process.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CallCount {
+    pub pid: u32,
+    pub probe: u32,
+    pub calls: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
+    /// Calls whose return was seen (the time is over these).
+    pub timed: u64,
+}
+
+/// Loaded call counters; the links detach when dropped.
+pub struct CallProbe<'obj> {
+    skel: CallsSkel<'obj>,
+    links: Vec<Link>,
+    latency: bool,
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    b.get(at..at + 8).map_or(0, |s| u64::from_ne_bytes(s.try_into().expect("8 bytes")))
+}
+
+impl<'obj> CallProbe<'obj> {
+    /// Loads the programs. With `everywhere`, probes go into every process mapping the files and only
+    /// tracked processes (and their children) count; otherwise each target process gets its own links.
+    pub fn load(
+        obj: &'obj mut MaybeUninit<OpenObject>,
+        latency: bool,
+        everywhere: bool,
+    ) -> Result<Self, RecordError> {
+        check_btf()?;
+        quiet_libbpf();
+        let mut open: OpenCallsSkel =
+            CallsSkelBuilder::default().open(obj).map_err(|e| classify("open", e))?;
+        if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
+            ro.latency = latency;
+            ro.filter = everywhere;
+        }
+        open.progs.on_return.set_autoload(latency);
+        let skel = open.load().map_err(|e| classify("load", e))?;
+        Ok(CallProbe { skel, links: Vec::new(), latency })
+    }
+
+    pub fn track(&self, pid: u32) -> Result<(), RecordError> {
+        self.skel
+            .maps
+            .tracked
+            .update(&pid.to_ne_bytes(), &[1], MapFlags::ANY)
+            .map_err(|e| classify("track", e))
+    }
+
+    /// Attaches every probe for process `pid` (-1: every process). A function the kernel cannot probe
+    /// (its first instruction is one uprobes do not support) is skipped and named in the returned notes.
+    pub fn attach(&mut self, probes: &[Probe], pid: i32) -> Result<Vec<String>, RecordError> {
+        let mut by_module: BTreeMap<&PathBuf, Vec<usize>> = BTreeMap::new();
+        for (i, p) in probes.iter().enumerate() {
+            by_module.entry(&p.module).or_default().push(i);
+        }
+        let mut notes = Vec::new();
+        for (module, ids) in by_module {
+            if self.attach_batch(probes, &ids, module, pid).is_ok() {
+                continue;
+            }
+            // One at a time, to find and skip the ones that cannot be probed.
+            for &i in &ids {
+                if let Err(e) = self.attach_batch(probes, &[i], module, pid) {
+                    if matches!(e, RecordError::BpfPermission(_)) {
+                        return Err(e);
+                    }
+                    notes.push(format!(
+                        "{} in {} cannot be probed here: not counted",
+                        probes[i].name,
+                        module.display()
+                    ));
+                }
+            }
+        }
+        Ok(notes)
+    }
+
+    fn attach_batch(
+        &mut self,
+        probes: &[Probe],
+        ids: &[usize],
+        module: &PathBuf,
+        pid: i32,
+    ) -> Result<(), RecordError> {
+        let offsets: Vec<usize> = ids.iter().map(|&i| probes[i].offset as usize).collect();
+        let cookies: Vec<u64> = ids.iter().map(|&i| i as u64).collect();
+        let progs = [(&self.skel.progs.on_entry, false), (&self.skel.progs.on_return, true)];
+        let mut links = Vec::new();
+        for (prog, retprobe) in progs.into_iter().take(if self.latency { 2 } else { 1 }) {
+            let opts = UprobeMultiOpts {
+                offsets: offsets.clone(),
+                cookies: cookies.clone(),
+                retprobe,
+                ..Default::default()
+            };
+            let link = prog.attach_uprobe_multi_with_opts(pid, module, "", opts).map_err(|e| {
+                classify(&format!("attaching {} probes to {}", offsets.len(), module.display()), e)
+            })?;
+            links.push(link);
+        }
+        self.links.extend(links);
+        Ok(())
+    }
+
+    /// Calls a full map could not count.
+    pub fn lost(&self) -> u64 {
+        let k = 0u32.to_ne_bytes();
+        let per_cpu =
+            self.skel.maps.drops.lookup_percpu(&k, MapFlags::ANY).ok().flatten().unwrap_or_default();
+        per_cpu.iter().map(|v| u64_at(v, 0)).sum()
+    }
+
+    pub fn counts(&self) -> Vec<CallCount> {
+        let mut out = Vec::new();
+        for k in self.skel.maps.counts.keys() {
+            let Ok(Some(v)) = self.skel.maps.counts.lookup(&k, MapFlags::ANY) else { continue };
+            let pid = u32::from_ne_bytes(k[0..4].try_into().expect("key"));
+            let probe = u32::from_ne_bytes(k[4..8].try_into().expect("key"));
+            out.push(CallCount {
+                pid,
+                probe,
+                calls: u64_at(&v, 0),
+                total_ns: u64_at(&v, 8),
+                max_ns: u64_at(&v, 16),
+                timed: u64_at(&v, 24),
+            });
+        }
+        out.sort_by_key(|c| (c.pid, c.probe));
+        out
+    }
+}

@@ -1,0 +1,278 @@
+//! Which functions `whyslow calls` probes: glob patterns over the function symbols of the target's
+//! executable and shared libraries, resolved to (file, offset) of the function itself (never its PLT
+//! stub, so BIND_NOW and IBT binaries count the same), with IFUNCs resolved to the implementation the
+//! loader picks on this machine.
+
+use crate::target::{self, Target};
+use crate::RecordError;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use whyslow_model::close_matches;
+use whyslow_symbols::{functions, glob, name_forms, resolved_in_self, same_file, Function};
+
+/// One pattern and the output group it belongs to.
+#[derive(Debug, Clone)]
+pub struct PatternSpec {
+    pub group: String,
+    pub pattern: String,
+    /// A pattern the user typed: matching nothing is an error. Default-set patterns may match nothing.
+    pub required: bool,
+}
+
+/// One function to count: a distinct code address (aliases at the same address are one probe).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Probe {
+    pub module: PathBuf,
+    /// File offset of the code the probe sits on.
+    pub offset: u64,
+    /// The name shown (the first matched name), and the other names of the same code.
+    pub name: String,
+    pub aliases: Vec<String>,
+    pub group: String,
+    /// For an IFUNC: the implementation the probe sits on (e.g. `__memmove_avx_unaligned_erms`).
+    pub implementation: Option<String>,
+}
+
+/// The outcome of resolving patterns.
+#[derive(Debug, Clone, Default)]
+pub struct Resolution {
+    pub probes: Vec<Probe>,
+    /// (pattern, functions it matched), in the order given.
+    pub matched: Vec<(String, usize)>,
+    /// Things the user should know (IFUNCs that could not be resolved, unreadable modules).
+    pub notes: Vec<String>,
+}
+
+/// The usual suspects of a slow native program, by group.
+pub fn default_patterns() -> Vec<PatternSpec> {
+    let groups: [(&str, &[&str]); 6] = [
+        (
+            "allocation",
+            &[
+                "malloc",
+                "calloc",
+                "realloc",
+                "free",
+                "posix_memalign",
+                "aligned_alloc",
+                "memalign",
+                "operator new*",
+                "operator delete*",
+                "runtime.mallocgc",
+            ],
+        ),
+        (
+            "memory and strings",
+            &[
+                "memcpy", "memmove", "memset", "memcmp", "strlen", "strcmp", "strncmp", "strchr", "strrchr",
+                "strpbrk", "strstr", "strcpy", "strncpy", "strdup",
+            ],
+        ),
+        (
+            "formatting and time",
+            &[
+                "printf",
+                "fprintf",
+                "sprintf",
+                "snprintf",
+                "vfprintf",
+                "vsnprintf",
+                "vsprintf",
+                "fwrite",
+                "fputs",
+                "fflush",
+                "strftime",
+                "localtime",
+                "localtime_r",
+                "gmtime_r",
+                "mktime",
+                "tzset",
+            ],
+        ),
+        (
+            "locking",
+            &[
+                "pthread_mutex_lock",
+                "pthread_mutex_unlock",
+                "pthread_mutex_trylock",
+                "pthread_rwlock_*lock",
+                "pthread_cond_wait",
+                "pthread_cond_timedwait",
+                "pthread_cond_signal",
+                "pthread_cond_broadcast",
+                "pthread_spin_lock",
+            ],
+        ),
+        ("exceptions", &["__cxa_throw", "__cxa_allocate_exception", "_Unwind_RaiseException"]),
+        ("containers", &["std::_Rb_tree_increment*", "std::_Rb_tree_insert_and_rebalance*"]),
+    ];
+    groups
+        .iter()
+        .flat_map(|(g, pats)| {
+            pats.iter().map(|p| PatternSpec { group: g.to_string(), pattern: p.to_string(), required: false })
+        })
+        .collect()
+}
+
+/// The executable and shared libraries the target runs: from /proc for running processes, from the
+/// dynamic loader's `--list` for a command about to be launched.
+pub fn target_modules(t: &Target) -> Result<Vec<PathBuf>, RecordError> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    let mut push = |p: PathBuf| {
+        if !out.iter().any(|q| q == &p || same_file(q, &p)) {
+            out.push(p);
+        }
+    };
+    match t {
+        Target::Launch(argv) => {
+            let cmd = argv.first().ok_or(RecordError::NoCommand)?;
+            let exe = target::program_path(cmd).ok_or_else(|| {
+                RecordError::Exec(cmd.clone(), std::io::Error::from(std::io::ErrorKind::NotFound))
+            })?;
+            for lib in loader_list(&exe) {
+                push(lib);
+            }
+            push(exe);
+        }
+        Target::Pids(pids) => {
+            for &pid in pids {
+                if !target::alive(pid) {
+                    return Err(RecordError::NoSuchProcess(pid));
+                }
+                for m in target::exec_maps(pid).into_iter().filter(|m| m.path.starts_with('/')) {
+                    push(PathBuf::from(format!("/proc/{pid}/root{}", m.path)));
+                }
+            }
+        }
+        Target::Comm(name) => {
+            let pids = target::pids_by_comm(name);
+            if pids.is_empty() {
+                let all = target::all_comms();
+                let suggestions = close_matches(name, all.iter().map(String::as_str), 5);
+                return Err(RecordError::NoSuchComm { name: name.clone(), suggestions });
+            }
+            return target_modules(&Target::Pids(pids));
+        }
+    }
+    Ok(out)
+}
+
+/// Shared libraries of `exe` as its dynamic loader resolves them (nothing for a static executable).
+fn loader_list(exe: &Path) -> Vec<PathBuf> {
+    let Some(interp) = interpreter(exe) else { return Vec::new() };
+    let out = std::process::Command::new(&interp).arg("--list").arg(exe).output();
+    let mut libs = vec![PathBuf::from(&interp)];
+    if let Ok(out) = out {
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            // "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)" or "/lib64/ld-linux-x86-64.so.2 (0x...)"
+            let path = line.split("=>").last().unwrap_or("").split(" (").next().unwrap_or("").trim();
+            if path.starts_with('/') {
+                libs.push(PathBuf::from(path));
+            }
+        }
+    }
+    libs
+}
+
+fn interpreter(exe: &Path) -> Option<String> {
+    use object::read::elf::{ElfFile64, ProgramHeader};
+    let data = std::fs::read(exe).ok()?;
+    let elf = ElfFile64::<object::Endianness>::parse(&*data).ok()?;
+    let e = elf.endian();
+    elf.elf_program_headers().iter().find(|ph| ph.p_type(e) == object::elf::PT_INTERP).and_then(|ph| {
+        let bytes = ph.data(e, &*data).ok()?;
+        Some(String::from_utf8_lossy(bytes.split(|&b| b == 0).next()?).into_owned())
+    })
+}
+
+/// Resolves every pattern over every module. A required pattern that matches nothing is an error that
+/// names the closest function names.
+pub fn resolve(modules: &[PathBuf], patterns: &[PatternSpec]) -> Result<Resolution, RecordError> {
+    let mut res = Resolution::default();
+    let mut tables: Vec<(&PathBuf, Vec<Function>)> = Vec::new();
+    for m in modules {
+        match functions(m) {
+            Ok(f) => tables.push((m, f)),
+            Err(e) => res.notes.push(format!("not probed: {e}")),
+        }
+    }
+    // (module index, offset) -> probe index, so aliases and overlapping patterns share one probe.
+    let mut at: HashMap<(usize, u64), usize> = HashMap::new();
+    for spec in patterns {
+        let mut n = 0;
+        for (mi, (module, funcs)) in tables.iter().enumerate() {
+            // One entry per code address: the first matching name wins, the rest are aliases.
+            let mut hits: BTreeMap<u64, Vec<&Function>> = BTreeMap::new();
+            for f in funcs.iter().filter(|f| name_forms(f).iter().any(|form| glob(&spec.pattern, form))) {
+                hits.entry(f.offset).or_default().push(f);
+            }
+            for (_, fs) in hits {
+                let f = fs[0];
+                let (offset, implementation) = if f.ifunc {
+                    match resolve_ifunc(module, f, funcs) {
+                        Some(r) => r,
+                        None => {
+                            res.notes.push(format!(
+                                "{} in {} is an IFUNC whose implementation is unknown here: not counted",
+                                f.name,
+                                module.display()
+                            ));
+                            continue;
+                        }
+                    }
+                } else {
+                    (f.offset, None)
+                };
+                n += 1;
+                match at.get(&(mi, offset)) {
+                    Some(&i) => {
+                        let p = &mut res.probes[i];
+                        for a in fs.iter().map(|f| &f.name) {
+                            if *a != p.name && !p.aliases.contains(a) {
+                                p.aliases.push(a.clone());
+                            }
+                        }
+                    }
+                    None => {
+                        at.insert((mi, offset), res.probes.len());
+                        res.probes.push(Probe {
+                            module: (*module).clone(),
+                            offset,
+                            name: f.name.clone(),
+                            aliases: fs[1..]
+                                .iter()
+                                .map(|f| f.name.clone())
+                                .filter(|a| a != &f.name)
+                                .collect(),
+                            group: spec.group.clone(),
+                            implementation,
+                        });
+                    }
+                }
+            }
+        }
+        if n == 0 && spec.required {
+            let names = tables.iter().flat_map(|(_, fs)| fs.iter().map(|f| f.name.as_str()));
+            return Err(RecordError::NoSuchFunction {
+                pattern: spec.pattern.clone(),
+                suggestions: close_matches(&spec.pattern, names, 5),
+            });
+        }
+        res.matched.push((spec.pattern.clone(), n));
+    }
+    Ok(res)
+}
+
+/// Where the loader sends calls of IFUNC `f` of `module`: the file offset and name of the implementation.
+fn resolve_ifunc(module: &Path, f: &Function, funcs: &[Function]) -> Option<(u64, Option<String>)> {
+    let (path, offset) = resolved_in_self(&f.mangled)?;
+    if !same_file(Path::new(&path), module) {
+        return None;
+    }
+    let name =
+        funcs.iter().filter(|g| g.offset == offset && !g.ifunc).map(|g| g.name.clone()).min_by_key(|n| {
+            // Prefer the implementation's own name over public aliases that share its address.
+            (!n.starts_with("__"), n.len())
+        });
+    Some((offset, name))
+}

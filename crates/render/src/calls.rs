@@ -1,0 +1,112 @@
+//! Call count output, shaped like `ltrace -c` grown up: per group, calls and calls/s, and with time per
+//! call the total, average, max and share of wall time; plus the JSON form.
+
+use std::io::Write;
+use whyslow_analyze::CallRow;
+use whyslow_model::{basename, Profile};
+
+fn shown_name(r: &CallRow) -> String {
+    let s = &r.stat;
+    let mut name = s.name.clone();
+    if let Some(imp) = &s.implementation {
+        name = format!("{name} -> {imp}");
+    }
+    if !s.aliases.is_empty() {
+        name = format!("{name} (= {})", s.aliases.join(", "));
+    }
+    name
+}
+
+fn rate(calls: u64, secs: f64) -> String {
+    let r = if secs > 0.0 { calls as f64 / secs } else { 0.0 };
+    match r {
+        r if r >= 1e6 => format!("{:.2}M/s", r / 1e6),
+        r if r >= 1e3 => format!("{:.1}k/s", r / 1e3),
+        r => format!("{r:.0}/s"),
+    }
+}
+
+/// The table, one block per group. Time columns appear when the run measured time per call. Functions
+/// with no call are listed only with `zeros` (else counted in one line at the end).
+pub fn table(w: &mut impl Write, p: &Profile, rows: &[CallRow], zeros: bool) -> std::io::Result<()> {
+    let secs = p.meta.duration_ns as f64 / 1e9;
+    let uncalled = rows.iter().filter(|r| r.stat.calls == 0).count();
+    let shown: Vec<&CallRow> = rows.iter().filter(|r| zeros || r.stat.calls > 0).collect();
+    let rows = &shown[..];
+    let timed = rows.iter().any(|r| r.stat.timed > 0);
+    let mut group = None;
+    for r in rows {
+        let s = &r.stat;
+        if group != Some(&s.group) {
+            group = Some(&s.group);
+            writeln!(w, "{}{}", if std::ptr::eq(*r, rows[0]) { "" } else { "\n" }, s.group)?;
+            if timed {
+                writeln!(
+                    w,
+                    "{:>12} {:>10} {:>12} {:>10} {:>12} {:>7}  function  [module]",
+                    "calls", "calls/s", "total ms", "avg ns", "max ns", "% wall"
+                )?;
+            } else {
+                writeln!(w, "{:>12} {:>10}  function  [module]", "calls", "calls/s")?;
+            }
+        }
+        let module = basename(&s.module);
+        if timed {
+            let avg = if s.timed > 0 { s.total_ns / s.timed } else { 0 };
+            let wall = if p.meta.duration_ns > 0 {
+                100.0 * s.total_ns as f64 / p.meta.duration_ns as f64
+            } else {
+                0.0
+            };
+            writeln!(
+                w,
+                "{:>12} {:>10} {:>12.3} {avg:>10} {:>12} {wall:>6.1}%  {}  [{module}]",
+                s.calls,
+                rate(s.calls, secs),
+                s.total_ns as f64 / 1e6,
+                s.max_ns,
+                shown_name(r)
+            )?;
+        } else {
+            writeln!(w, "{:>12} {:>10}  {}  [{module}]", s.calls, rate(s.calls, secs), shown_name(r))?;
+        }
+    }
+    if rows.is_empty() {
+        writeln!(w, "none of the probed functions was called")?;
+    }
+    if !zeros && uncalled > 0 && !rows.is_empty() {
+        writeln!(w, "\n({uncalled} more probed functions were not called)")?;
+    }
+    if p.meta.lost_events > 0 {
+        writeln!(w, "lost: {} calls not counted (a kernel map was full)", p.meta.lost_events)?;
+    }
+    Ok(())
+}
+
+/// `{"duration_s", "functions": [{"name", "module", "calls", "total_ns"?, "avg_ns"?, ...}], "unmatched"}`.
+pub fn json(w: &mut impl Write, p: &Profile, rows: &[CallRow], unmatched: &[String]) -> std::io::Result<()> {
+    let functions: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|r| {
+            let s = &r.stat;
+            let mut v = serde_json::json!({
+                "name": s.name, "module": s.module, "calls": s.calls, "group": s.group,
+                "aliases": s.aliases, "implementation": s.implementation, "processes": r.processes,
+            });
+            if s.timed > 0 {
+                v["total_ns"] = s.total_ns.into();
+                v["avg_ns"] = (s.total_ns / s.timed).into();
+                v["max_ns"] = s.max_ns.into();
+            }
+            v
+        })
+        .collect();
+    let doc = serde_json::json!({
+        "duration_s": p.meta.duration_ns as f64 / 1e9,
+        "functions": functions,
+        "unmatched": unmatched,
+        "lost_events": p.meta.lost_events,
+    });
+    serde_json::to_writer_pretty(&mut *w, &doc)?;
+    writeln!(w)
+}
