@@ -52,7 +52,7 @@ pub fn table(w: &mut impl Write, p: &Profile, rows: &[CallRow], zeros: bool) -> 
         }
         let module = basename(&s.module);
         if timed {
-            let avg = if s.timed > 0 { s.total_ns / s.timed } else { 0 };
+            let avg = s.total_ns.checked_div(s.timed).unwrap_or(0);
             let wall = if p.meta.duration_ns > 0 {
                 100.0 * s.total_ns as f64 / p.meta.duration_ns as f64
             } else {
@@ -93,9 +93,9 @@ pub fn json(w: &mut impl Write, p: &Profile, rows: &[CallRow], unmatched: &[Stri
                 "name": s.name, "module": s.module, "calls": s.calls, "group": s.group,
                 "aliases": s.aliases, "implementation": s.implementation, "processes": r.processes,
             });
-            if s.timed > 0 {
+            if let Some(avg) = s.total_ns.checked_div(s.timed) {
                 v["total_ns"] = s.total_ns.into();
-                v["avg_ns"] = (s.total_ns / s.timed).into();
+                v["avg_ns"] = avg.into();
                 v["max_ns"] = s.max_ns.into();
             }
             v
