@@ -196,6 +196,19 @@ fn parse_maps_line(line: &str) -> Option<MapEntry> {
     })
 }
 
+/// The file `cmd` runs: itself when it has a slash, else the first executable of that name on PATH.
+pub fn program_path(cmd: &str) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let runnable =
+        |p: &std::path::Path| p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+    if cmd.contains('/') {
+        let p = std::path::PathBuf::from(cmd);
+        return runnable(&p).then_some(p);
+    }
+    let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
+    path.split(':').map(|d| std::path::Path::new(d).join(cmd)).find(|p| runnable(p))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,17 +230,4 @@ mod tests {
         assert!(!threads_of(std::process::id()).is_empty());
         assert!(!exec_maps(std::process::id()).is_empty());
     }
-}
-
-/// The file `cmd` runs: itself when it has a slash, else the first executable of that name on PATH.
-pub fn program_path(cmd: &str) -> Option<std::path::PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    let runnable =
-        |p: &std::path::Path| p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
-    if cmd.contains('/') {
-        let p = std::path::PathBuf::from(cmd);
-        return runnable(&p).then_some(p);
-    }
-    let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
-    path.split(':').map(|d| std::path::Path::new(d).join(cmd)).find(|p| runnable(p))
 }
