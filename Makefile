@@ -31,6 +31,7 @@ bench: build workloads
 	bench/unwind_completeness.sh
 	bench/postprocess.sh
 	bench/syscalls_overhead.sh
+	bench/calls_overhead.sh
 
 clean:
 	cargo clean
