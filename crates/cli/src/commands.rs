@@ -220,8 +220,7 @@ struct SyscallsView {
 impl Observer for SyscallsView {
     fn started(&mut self, pids: &[u32]) {
         if self.attach {
-            let list: Vec<String> = pids.iter().map(u32::to_string).collect();
-            eprintln!("whyslow: counting syscalls of pid {} (Ctrl-C to stop)", list.join(","));
+            announce("syscalls", pids);
         }
     }
 
@@ -331,9 +330,14 @@ struct Attached {
 
 impl Observer for Attached {
     fn started(&mut self, pids: &[u32]) {
-        let list: Vec<String> = pids.iter().map(u32::to_string).collect();
-        eprintln!("whyslow: counting {} of pid {} (Ctrl-C to stop)", self.what, list.join(","));
+        announce(self.what, pids);
     }
+}
+
+/// Tells the user (and scripts waiting for it) that counting has begun on attached processes.
+fn announce(what: &str, pids: &[u32]) {
+    let list: Vec<String> = pids.iter().map(u32::to_string).collect();
+    eprintln!("whyslow: counting {what} of pid {} (Ctrl-C to stop)", list.join(","));
 }
 
 pub fn calls(a: CallsArgs) -> Result<()> {

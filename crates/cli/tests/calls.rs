@@ -5,8 +5,6 @@ mod common;
 
 use common::*;
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
 
 /// The JSON document of a run; a launched workload's own output comes before it on the same stdout.
 fn calls_json(args: &[&str]) -> Value {
@@ -71,31 +69,12 @@ fn cpp_operator_new_and_latency() {
 
 #[test]
 fn attached_counts_are_exact_and_the_target_keeps_running() {
-    let bin = workload("calls");
-    let mut target = Command::new(&bin)
-        .args(["5000", "64", "wait"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut pid = String::new();
-    let mut stdout = BufReader::new(target.stdout.take().unwrap());
-    stdout.read_line(&mut pid).unwrap();
-    let pid = pid.trim().to_string();
-    let mut ws = whyslow()
-        .args(["calls", "--format", "json", "-p", &pid, "malloc", "bump"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(ws.stderr.as_mut().unwrap()).read_line(&mut line).unwrap();
-    assert!(line.contains(&format!("counting calls of pid {pid}")), "{line}");
-    target.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
-    assert!(target.wait().unwrap().success());
-    let out = ws.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let out = attach_to_waiting(
+        &workload("calls"),
+        &["5000", "64", "wait"],
+        &["calls", "--format", "json", "malloc", "bump"],
+    );
+    let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(count(&v, "bump", "calls"), 5000, "{v}");
     assert_eq!(count(&v, "malloc", "libc.so.6"), 5000, "{v}");
 }

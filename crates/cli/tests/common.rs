@@ -59,6 +59,41 @@ pub fn fails(args: &[&str]) -> String {
     err
 }
 
+/// Attaches `whyslow ARGS -p PID` to a workload started with `wait` as its last argument: the workload
+/// prints its pid and waits; whyslow announces "counting ... of pid PID"; then the workload is released
+/// and runs to its normal end, and whyslow ends with it. Returns whyslow's stdout.
+pub fn attach_to_waiting(workload_path: &Path, workload_args: &[&str], args: &[&str]) -> String {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::Stdio;
+    let mut target = Command::new(workload_path)
+        .args(workload_args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut pid = String::new();
+    // Kept open until the target ends: it may write more.
+    let mut target_out = BufReader::new(target.stdout.take().unwrap());
+    target_out.read_line(&mut pid).unwrap();
+    let pid = pid.trim().to_string();
+    let mut ws = whyslow()
+        .args(args)
+        .args(["-p", &pid])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(ws.stderr.as_mut().unwrap()).read_line(&mut line).unwrap();
+    assert!(line.contains(&format!(" of pid {pid} ")), "{line}");
+    target.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+    std::io::copy(&mut target_out, &mut std::io::sink()).unwrap();
+    assert!(target.wait().unwrap().success(), "the target runs to its normal end");
+    let out = ws.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
 pub fn tmp() -> tempfile::TempDir {
     tempfile::tempdir().unwrap()
 }

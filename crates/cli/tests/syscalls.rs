@@ -5,7 +5,6 @@ mod common;
 
 use common::*;
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 
 fn syscalls_json(args: &[&str]) -> Value {
@@ -122,30 +121,12 @@ fn stacks_show_the_code_that_issues_each_syscall() {
 
 #[test]
 fn attach_counts_exactly_and_leaves_the_target_running() {
-    let bin = workload("tzstat");
-    let mut target = Command::new(&bin)
-        .args(["3000", "7", "0", "wait"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut pid = String::new();
-    BufReader::new(target.stdout.as_mut().unwrap()).read_line(&mut pid).unwrap();
-    let pid = pid.trim().to_string();
-    let mut ws = whyslow()
-        .args(["syscalls", "--format", "json", "-p", &pid])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(ws.stderr.as_mut().unwrap()).read_line(&mut line).unwrap();
-    assert!(line.contains(&format!("counting syscalls of pid {pid}")), "{line}");
-    target.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
-    assert!(target.wait().unwrap().success(), "the target runs to its normal end");
-    let out = ws.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let out = attach_to_waiting(
+        &workload("tzstat"),
+        &["3000", "7", "0", "wait"],
+        &["syscalls", "--format", "json"],
+    );
+    let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(calls(&v, "newfstatat"), 3000, "{v}");
     assert_eq!(row(&v, "openat")["errnos"]["ENOENT"], 7);
     assert_eq!(calls(&v, "exit_group"), 1);

@@ -144,15 +144,7 @@ pub fn target_modules(t: &Target) -> Result<Vec<PathBuf>, RecordError> {
                 }
             }
         }
-        Target::Comm(name) => {
-            let pids = target::pids_by_comm(name);
-            if pids.is_empty() {
-                let all = target::all_comms();
-                let suggestions = close_matches(name, all.iter().map(String::as_str), 5);
-                return Err(RecordError::NoSuchComm { name: name.clone(), suggestions });
-            }
-            return target_modules(&Target::Pids(pids));
-        }
+        Target::Comm(name) => return target_modules(&Target::Pids(target::pids_named(name)?)),
     }
     Ok(out)
 }

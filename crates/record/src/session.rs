@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use whyslow_model::raw::{RawFrame, RawModule, RawRecording, RawThread};
 use whyslow_model::syscalls::TraceEvent;
-use whyslow_model::{close_matches, CallStat, Metadata, SampleType, SyscallStat, UnwindStats};
+use whyslow_model::{CallStat, Metadata, SampleType, SyscallStat, UnwindStats};
 use whyslow_unwind::{ObjectImage, Outcome, ProcessUnwinder, Regs};
 
 /// Live counters for a status line.
@@ -359,15 +359,7 @@ fn resolve_target(target: &Target) -> Result<Resolved, RecordError> {
             let list = pids.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
             (pids.clone(), vec!["-p".into(), list], None)
         }
-        Target::Comm(name) => {
-            let pids = target::pids_by_comm(name);
-            if pids.is_empty() {
-                let all = target::all_comms();
-                let suggestions = close_matches(name, all.iter().map(String::as_str), 5);
-                return Err(RecordError::NoSuchComm { name: name.clone(), suggestions });
-            }
-            (pids, vec!["--comm".into(), name.clone()], None)
-        }
+        Target::Comm(name) => (target::pids_named(name)?, vec!["--comm".into(), name.clone()], None),
     })
 }
 

@@ -196,6 +196,17 @@ fn parse_maps_line(line: &str) -> Option<MapEntry> {
     })
 }
 
+/// Every running process named `name`, or an error with the names that look like it.
+pub fn pids_named(name: &str) -> Result<Vec<u32>, RecordError> {
+    let pids = pids_by_comm(name);
+    if pids.is_empty() {
+        let all = all_comms();
+        let suggestions = whyslow_model::close_matches(name, all.iter().map(String::as_str), 5);
+        return Err(RecordError::NoSuchComm { name: name.to_string(), suggestions });
+    }
+    Ok(pids)
+}
+
 /// The file `cmd` runs: itself when it has a slash, else the first executable of that name on PATH.
 pub fn program_path(cmd: &str) -> Option<std::path::PathBuf> {
     use std::os::unix::fs::PermissionsExt;

@@ -2,7 +2,7 @@
 //! (module, process) carrying every probed offset, the probe index as the attach cookie.
 
 use super::calls_skel::{CallsSkel, CallsSkelBuilder, OpenCallsSkel};
-use super::{check_btf, classify, quiet_libbpf};
+use super::{check_btf, classify, quiet_libbpf, u64_at};
 use crate::calls::Probe;
 use crate::RecordError;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
@@ -30,10 +30,6 @@ pub struct CallProbe<'obj> {
     latency: bool,
 }
 
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    b.get(at..at + 8).map_or(0, |s| u64::from_ne_bytes(s.try_into().expect("8 bytes")))
-}
-
 impl<'obj> CallProbe<'obj> {
     /// Loads the programs. With `everywhere`, probes go into every process mapping the files and only
     /// tracked processes (and their children) count; otherwise each target process gets its own links.
@@ -56,11 +52,7 @@ impl<'obj> CallProbe<'obj> {
     }
 
     pub fn track(&self, pid: u32) -> Result<(), RecordError> {
-        self.skel
-            .maps
-            .tracked
-            .update(&pid.to_ne_bytes(), &[1], MapFlags::ANY)
-            .map_err(|e| classify("track", e))
+        super::track(&self.skel.maps.tracked, pid)
     }
 
     /// Attaches every probe for process `pid` (-1: every process). A function the kernel cannot probe

@@ -41,6 +41,17 @@ fn classify(what: &str, e: libbpf_rs::Error) -> RecordError {
     }
 }
 
+/// Puts process `pid` into a program's `tracked` map (bpf/track.h): counted from now on, with the
+/// processes it forks.
+fn track(tracked: &impl libbpf_rs::MapCore, pid: u32) -> Result<(), RecordError> {
+    tracked.update(&pid.to_ne_bytes(), &[1], libbpf_rs::MapFlags::ANY).map_err(|e| classify("track", e))
+}
+
+/// A native-endian u64 at `at` in a map value (0 when the value is short).
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    b.get(at..at + 8).map_or(0, |s| u64::from_ne_bytes(s.try_into().expect("8 bytes")))
+}
+
 /// libbpf's own messages go to stderr only when asked (`WHYSLOW_DEBUG=1`): errors reach the user as one
 /// line through [`RecordError`].
 fn quiet_libbpf() {

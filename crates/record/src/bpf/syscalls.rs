@@ -2,7 +2,7 @@
 //! drain the trace ring buffer, and read the kernel's counters.
 
 use super::skel::{OpenSyscallsSkel, SyscallsSkel, SyscallsSkelBuilder};
-use super::{check_btf, classify, quiet_libbpf};
+use super::{check_btf, classify, quiet_libbpf, u64_at};
 use crate::RecordError;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
@@ -38,10 +38,6 @@ pub fn syscall_numbers(names: &[String]) -> Result<Vec<u32>, RecordError> {
             })
         })
         .collect()
-}
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    b.get(at..at + 8).map_or(0, |s| u64::from_ne_bytes(s.try_into().expect("8 bytes")))
 }
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
@@ -115,11 +111,7 @@ impl<'obj> SyscallProbe<'obj> {
 
     /// Counts the syscalls of process `pid` (and of the processes it forks from now on).
     pub fn track(&self, pid: u32) -> Result<(), RecordError> {
-        self.skel
-            .maps
-            .tracked
-            .update(&pid.to_ne_bytes(), &[1], MapFlags::ANY)
-            .map_err(|e| classify("track", e))
+        super::track(&self.skel.maps.tracked, pid)
     }
 
     pub fn attach(&mut self) -> Result<(), RecordError> {
