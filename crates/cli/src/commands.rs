@@ -340,6 +340,9 @@ fn announce(what: &str, pids: &[u32]) {
     eprintln!("whyslow: counting {what} of pid {} (Ctrl-C to stop)", list.join(","));
 }
 
+/// --callers opens one perf event per function and CPU for each target thread.
+const MAX_CALLERS_PROBES: usize = 64;
+
 pub fn calls(a: CallsArgs) -> Result<()> {
     let target = target(&a.target)?;
     let patterns: Vec<PatternSpec> = if a.patterns.is_empty() {
@@ -364,6 +367,16 @@ pub fn calls(a: CallsArgs) -> Result<()> {
     if res.probes.is_empty() {
         bail!("none of the patterns matched a function of the target");
     }
+    if a.callers && res.probes.len() > MAX_CALLERS_PROBES {
+        bail!(
+            "--callers samples stacks with one event per function and CPU: give patterns matching at most \
+             {MAX_CALLERS_PROBES} functions (these match {})",
+            res.probes.len()
+        );
+    }
+    if a.callers_period == 0 {
+        bail!("--callers-period must be at least 1");
+    }
     let opts = RecordOptions {
         duration: duration(&a.target)?,
         cpu: false,
@@ -371,6 +384,7 @@ pub fn calls(a: CallsArgs) -> Result<()> {
             probes: res.probes.clone(),
             latency: a.latency,
             follow_children: a.follow_children,
+            callers_period: a.callers.then_some(a.callers_period),
         }),
         target,
         ..Default::default()
@@ -408,6 +422,30 @@ pub fn calls(a: CallsArgs) -> Result<()> {
                 }
             )?;
             render::calls::table(&mut out, &profile, &rows, !a.patterns.is_empty())?;
+            if let Some(value) = profile.sample_type("calls") {
+                let called: Vec<&str> =
+                    rows.iter().filter(|r| r.stat.calls > 0).map(|r| r.stat.name.as_str()).collect();
+                let every = if a.callers_period == 1 {
+                    "every call".to_string()
+                } else {
+                    format!("every {}th call", a.callers_period)
+                };
+                writeln!(out, "\ncallers (user stacks of {every}, aggregated in whyslow):")?;
+                render::text::stacks_ending_in(
+                    &mut out,
+                    &profile,
+                    value,
+                    &called[..called.len().min(10)],
+                    5,
+                )?;
+                if profile.meta.lost_samples > 0 {
+                    writeln!(
+                        out,
+                        "\n{} stack samples lost (the ring buffer was full): use --callers-period N",
+                        profile.meta.lost_samples
+                    )?;
+                }
+            }
             for n in &profile.meta.notes {
                 writeln!(out, "note: {n}")?;
             }

@@ -172,6 +172,12 @@ pub struct CallsArgs {
     /// Count children forked by the target too (probes then sit in every process mapping the files).
     #[arg(long)]
     pub follow_children: bool,
+    /// Show the top call sites of each function (samples the user stack of every call).
+    #[arg(long)]
+    pub callers: bool,
+    /// With --callers: take the stack of every Nth call only.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub callers_period: u64,
     /// List the functions the patterns match, without running anything.
     #[arg(long)]
     pub list: bool,

@@ -92,3 +92,23 @@ fn default_set_is_grouped_and_bad_patterns_suggest_names() {
     let err = fails(&["calls", "-p", "999999999", "malloc"]);
     assert!(err.contains("no such process"), "{err}");
 }
+
+#[test]
+fn callers_are_the_stacks_of_the_counted_calls() {
+    let path = workload("calls");
+    let out = ok(&["calls", "--callers", "malloc", "bump", "--", path.to_str().unwrap(), "400"]);
+    assert!(out.contains("callers (user stacks of every call"), "{out}");
+    let kept: u64 = out
+        .lines()
+        .filter_map(|l| l.strip_suffix(" calls with stacks"))
+        .map(|l| l.rsplit(": ").next().unwrap().parse::<u64>().unwrap())
+        .sum();
+    let lost: u64 = out
+        .lines()
+        .find_map(|l| {
+            l.strip_suffix(" stack samples lost (the ring buffer was full): use --callers-period N")
+        })
+        .map_or(0, |n| n.parse().unwrap());
+    assert_eq!(kept + lost, 800, "every counted call is a stack or a counted loss: {out}");
+    assert!(out.contains("__libc_start_call_main > main\n"), "malloc and bump are called from main: {out}");
+}

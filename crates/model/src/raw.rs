@@ -15,8 +15,17 @@ pub enum RawFrame {
     Unmapped(u64),
     /// A kernel address, symbolized from /proc/kallsyms.
     Kernel(u64),
-    /// The system call a stack ended in (by number), shown as a frame of its own at the leaf.
-    Syscall(u32),
+    /// A frame the source names itself (the syscall or probed function a stack ends in): index into
+    /// [`RawRecording::labels`].
+    Label(u32),
+}
+
+/// A frame named by the source rather than by symbolization.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RawLabel {
+    pub name: String,
+    pub module: String,
+    pub kind: crate::FrameKind,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,12 +51,25 @@ pub struct RawRecording {
     /// Thread names by (pid, tid).
     pub thread_names: HashMap<(u32, u32), String>,
     pub samples: HashMap<(Vec<RawFrame>, RawThread), Vec<i64>>,
+    pub labels: Vec<RawLabel>,
     /// Counter tables pass through symbolization unchanged.
     pub syscalls: Vec<SyscallStat>,
     pub calls: Vec<CallStat>,
 }
 
 impl RawRecording {
+    /// The index of a label, added when new.
+    pub fn label(&mut self, name: &str, module: &str, kind: crate::FrameKind) -> u32 {
+        let l = RawLabel { name: name.to_string(), module: module.to_string(), kind };
+        match self.labels.iter().position(|x| *x == l) {
+            Some(i) => i as u32,
+            None => {
+                self.labels.push(l);
+                (self.labels.len() - 1) as u32
+            }
+        }
+    }
+
     pub fn add(&mut self, stack_leaf_first: Vec<RawFrame>, thread: RawThread, values: &[i64]) {
         let n = self.sample_types.len();
         let acc = self.samples.entry((stack_leaf_first, thread)).or_insert_with(|| vec![0; n]);

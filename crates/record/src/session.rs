@@ -12,8 +12,8 @@ use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use whyslow_model::raw::{RawFrame, RawModule, RawRecording, RawThread};
-use whyslow_model::syscalls::TraceEvent;
-use whyslow_model::{CallStat, Metadata, SampleType, SyscallStat, UnwindStats};
+use whyslow_model::syscalls::{syscall_name, TraceEvent};
+use whyslow_model::{CallStat, FrameKind, Metadata, SampleType, SyscallStat, UnwindStats};
 use whyslow_unwind::{ObjectImage, Outcome, ProcessUnwinder, Regs};
 
 /// Live counters for a status line.
@@ -51,6 +51,8 @@ enum Stream {
     Cpu { slot: usize },
     /// A syscall entry: one call at `slot`; the stack ends in the syscall (from the tracepoint's `id`).
     Syscalls { slot: usize },
+    /// Entry of a probed function: one call at `slot`; the stack ends in the function's label.
+    Call { slot: usize, probe: usize },
 }
 
 /// Offset of `long id` in the raw_syscalls:sys_enter record (after the 8 bytes of common fields; stable
@@ -65,6 +67,8 @@ struct Collector {
     raw: RawRecording,
     /// What each event (index as in `Events::cfgs`) contributes to a sample's values.
     streams: Vec<Stream>,
+    /// (name, module) of each probed function, for the labels of call stacks.
+    probe_names: Vec<(String, String)>,
     samples: u64,
     lost: u64,
     bad_records: u64,
@@ -170,6 +174,8 @@ impl Collector {
             self.synthesize(s.pid);
         }
         let mut values = vec![0i64; self.raw.sample_types.len()];
+        // A probe at a function's entry: its first frame is the function itself, replaced by the label.
+        let mut skip_leaf = false;
         let mut stack: Vec<RawFrame> = match stream {
             Stream::Cpu { slot } => {
                 values[slot] = 1;
@@ -179,8 +185,15 @@ impl Collector {
             Stream::Syscalls { slot } => {
                 values[slot] = 1;
                 let nr = s.raw.get(SYS_ENTER_ID_OFFSET..SYS_ENTER_ID_OFFSET + 8);
-                let nr = nr.map_or(u64::MAX, |b| u64::from_ne_bytes(b.try_into().expect("8 bytes")));
-                vec![RawFrame::Syscall(nr as u32)]
+                let nr = nr.map_or(u64::MAX, |b| u64::from_ne_bytes(b.try_into().expect("8 bytes"))) as u32;
+                let name = syscall_name(nr).map_or_else(|| format!("syscall_{nr}"), str::to_string);
+                vec![RawFrame::Label(self.raw.label(&name, "[syscall]", FrameKind::Kernel))]
+            }
+            Stream::Call { slot, probe } => {
+                values[slot] = 1;
+                skip_leaf = true;
+                let (name, module) = &self.probe_names[probe];
+                vec![RawFrame::Label(self.raw.label(name, module, FrameKind::User))]
             }
         };
         if let Some([bp, sp, ip]) = s.regs {
@@ -193,7 +206,7 @@ impl Collector {
             if self.frames.is_empty() {
                 self.frames.push(ip);
             }
-            stack.extend(self.frames.iter().map(|&a| proc.normalize(a)));
+            stack.extend(self.frames.iter().skip(skip_leaf as usize).map(|&a| proc.normalize(a)));
         }
         let thread = RawThread { pid: s.pid, tid: s.tid };
         self.raw.add(stack, thread, &values);
@@ -265,7 +278,7 @@ impl Events {
     fn clock(&self) -> Option<Clock> {
         self.cfgs.iter().find_map(|c| match c.source {
             Source::Clock(clock) => Some(clock),
-            Source::Tracepoint { .. } => None,
+            Source::Tracepoint { .. } | Source::Uprobe { .. } => None,
         })
     }
 }
@@ -380,7 +393,7 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
     raise_fd_limit();
     let mut notes = Vec::new();
     let (pids, command, mut gate) = resolve_target(&opts.target)?;
-    let mut objects = BpfObjects::default();
+    let mut objects = BpfObjects::new(opts)?;
     let started = start_sources(opts, &trace, &pids, gate.is_some(), &mut objects, &mut notes);
     let Started { mut ev, syscalls: mut probe, calls, streams, sample_types } = match started {
         Ok(s) => s,
@@ -397,6 +410,12 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
         module_ids: HashMap::new(),
         raw: RawRecording { sample_types, ..Default::default() },
         streams,
+        probe_names: opts
+            .calls
+            .iter()
+            .flat_map(|c| &c.probes)
+            .map(|p| (p.name.clone(), p.module.to_string_lossy().into_owned()))
+            .collect(),
         samples: 0,
         lost: 0,
         bad_records: 0,
@@ -532,15 +551,28 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
     Ok(c.raw)
 }
 
-/// Storage the eBPF skeletons borrow for the length of a run.
+/// Storage the sources borrow for the length of a run: the eBPF skeletons' objects, and the probed
+/// files' paths the uprobe perf events point to.
 struct BpfObjects {
     syscalls: std::mem::MaybeUninit<libbpf_rs::OpenObject>,
     calls: std::mem::MaybeUninit<libbpf_rs::OpenObject>,
+    paths: Vec<std::ffi::CString>,
 }
 
-impl Default for BpfObjects {
-    fn default() -> Self {
-        BpfObjects { syscalls: std::mem::MaybeUninit::uninit(), calls: std::mem::MaybeUninit::uninit() }
+impl BpfObjects {
+    fn new(opts: &RecordOptions) -> Result<Self, RecordError> {
+        let probes = opts.calls.iter().flat_map(|c| &c.probes);
+        let paths = probes
+            .map(|p| {
+                let s = p.module.to_string_lossy().into_owned();
+                std::ffi::CString::new(s.clone()).map_err(|_| RecordError::BadArgument(s))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(BpfObjects {
+            syscalls: std::mem::MaybeUninit::uninit(),
+            calls: std::mem::MaybeUninit::uninit(),
+            paths,
+        })
     }
 }
 
@@ -586,6 +618,19 @@ fn start_sources<'obj>(
         cfgs.push(EventConfig { source: Source::Tracepoint { id, period }, ..base });
         streams.push(Stream::Syscalls { slot: sample_types.len() });
         sample_types.push(SampleType { name: "syscalls".into(), unit: "calls".into() });
+    }
+    if let Some((co, period)) = opts.calls.as_ref().and_then(|c| Some((c, c.callers_period?))) {
+        let pmu = sys::uprobe_pmu().map_err(|e| RecordError::Io("uprobe PMU".into(), e))?;
+        let slot = sample_types.len();
+        sample_types.push(SampleType { name: "calls".into(), unit: "calls".into() });
+        for (i, p) in co.probes.iter().enumerate() {
+            let path = &objects.paths[i];
+            cfgs.push(EventConfig {
+                source: Source::Uprobe { pmu, path: path.as_ptr(), offset: p.offset, period },
+                ..base
+            });
+            streams.push(Stream::Call { slot, probe: i });
+        }
     }
     let mut probe = match &opts.syscalls {
         Some(_) => Some(SyscallProbe::load(&mut objects.syscalls, trace)?),

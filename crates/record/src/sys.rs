@@ -50,6 +50,9 @@ pub enum Source {
     Clock(Clock),
     /// A tracepoint (id from tracefs), every `period`-th hit sampled; kernel callchains are not kept.
     Tracepoint { id: u64, period: u64 },
+    /// A uprobe on the code at file `offset` of the file whose NUL-terminated path `path` points to (it
+    /// must live until the event is open), every `period`-th hit sampled.
+    Uprobe { pmu: u32, path: *const libc::c_char, offset: u64, period: u64 },
 }
 
 /// Settings for one sampling event.
@@ -79,15 +82,20 @@ pub fn open_event(cfg: &EventConfig, pid: i32, cpu: i32) -> io::Result<OwnedFd> 
             attr.type_ = b::PERF_TYPE_TRACEPOINT;
             attr.config = id;
         }
+        Source::Uprobe { pmu, path, offset, .. } => {
+            attr.type_ = pmu;
+            attr.__bindgen_anon_3.uprobe_path = path as u64;
+            attr.__bindgen_anon_4.probe_offset = offset;
+        }
     }
     match cfg.source {
         Source::Clock(_) => {
             attr.__bindgen_anon_1.sample_freq = cfg.frequency;
             attr.set_freq(1);
         }
-        Source::Tracepoint { period, .. } => {
+        Source::Tracepoint { period, .. } | Source::Uprobe { period, .. } => {
             attr.__bindgen_anon_1.sample_period = period.max(1);
-            // The kernel part is the same syscall-entry path for every hit: noise.
+            // The kernel part is the same entry path (syscall or breakpoint trap) for every hit: noise.
             attr.set_exclude_callchain_kernel(1);
         }
     }
@@ -98,7 +106,7 @@ pub fn open_event(cfg: &EventConfig, pid: i32, cpu: i32) -> io::Result<OwnedFd> 
     attr.set_enable_on_exec(cfg.enable_on_exec as u64);
     attr.set_inherit(1);
     // A tracepoint fires in the kernel; excluding the kernel would silence it.
-    let kernel = cfg.kernel || matches!(cfg.source, Source::Tracepoint { .. });
+    let kernel = cfg.kernel || matches!(cfg.source, Source::Tracepoint { .. } | Source::Uprobe { .. });
     attr.set_exclude_kernel((!kernel) as u64);
     attr.set_exclude_hv(1);
     // User frames come from our own DWARF unwinding of the stack copy; the kernel's FP walk is useless there.
@@ -279,4 +287,11 @@ pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The perf PMU type of uprobes (from sysfs).
+pub fn uprobe_pmu() -> io::Result<u32> {
+    let path = "/sys/bus/event_source/devices/uprobe/type";
+    let text = std::fs::read_to_string(path)?;
+    text.trim().parse().map_err(|_| io::Error::new(io::ErrorKind::InvalidData, format!("bad type in {path}")))
 }

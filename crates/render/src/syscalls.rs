@@ -85,7 +85,7 @@ fn block(w: &mut impl Write, rows: &[SyscallRow]) -> std::io::Result<()> {
 }
 
 /// For the `top` syscalls of the summary (by time), the stacks that issued them (sample type `value`),
-/// most calls first, up to `per` each, as `outer > ... > inner` chains.
+/// most calls first, up to `per` each.
 pub fn issuing_stacks(
     w: &mut impl Write,
     p: &Profile,
@@ -100,21 +100,8 @@ pub fn issuing_stacks(
             names.push(&r.stat.name);
         }
     }
-    for name in names.into_iter().take(top) {
-        let stacks = whyslow_analyze::stacks_ending_in(p, value, name);
-        let total: i64 = stacks.iter().map(|s| s.1).sum();
-        if total == 0 {
-            continue;
-        }
-        writeln!(w, "\n{name}: {total} calls with stacks")?;
-        for (frames, n) in stacks.iter().take(per) {
-            let chain = &frames[..frames.len() - 1];
-            let shown = if chain.len() > 8 { &chain[chain.len() - 8..] } else { chain };
-            let more = if shown.len() < chain.len() { "... > " } else { "" };
-            writeln!(w, "  {n:9} {:5.1}%  {more}{}", 100.0 * *n as f64 / total as f64, shown.join(" > "))?;
-        }
-    }
-    Ok(())
+    names.truncate(top);
+    crate::text::stacks_ending_in(w, p, value, &names, per)
 }
 
 /// `{"duration_s", "syscalls": [{"name", "calls", "errors", "total_ns", "max_ns", "p99_ns", "errnos"}],

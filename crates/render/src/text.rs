@@ -140,6 +140,32 @@ pub fn neighbors(w: &mut impl Write, n: &Neighbors, callers: bool) -> Result<(),
     Ok(())
 }
 
+/// For each leaf name, the stacks that end in it (sample type `value`), most first, up to `per` each, as
+/// `outer > ... > inner` chains of at most 8 callers.
+pub fn stacks_ending_in(
+    w: &mut impl Write,
+    p: &Profile,
+    value: usize,
+    leaves: &[&str],
+    per: usize,
+) -> std::io::Result<()> {
+    for &name in leaves {
+        let stacks = whyslow_analyze::stacks_ending_in(p, value, name);
+        let total: i64 = stacks.iter().map(|s| s.1).sum();
+        if total == 0 {
+            continue;
+        }
+        writeln!(w, "\n{name}: {total} calls with stacks")?;
+        for (frames, n) in stacks.iter().take(per) {
+            let chain = &frames[..frames.len() - 1];
+            let shown = if chain.len() > 8 { &chain[chain.len() - 8..] } else { chain };
+            let more = if shown.len() < chain.len() { "... > " } else { "" };
+            writeln!(w, "  {n:9} {:5.1}%  {more}{}", 100.0 * *n as f64 / total as f64, shown.join(" > "))?;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -75,7 +75,7 @@ pub fn symbolize(raw: RawRecording) -> Profile {
             match *f {
                 RawFrame::User { module, offset } => by_module.entry(module).or_default().push(offset),
                 RawFrame::Kernel(a) => kernel_addrs.push(a),
-                RawFrame::Unmapped(_) | RawFrame::Syscall(_) => {}
+                RawFrame::Unmapped(_) | RawFrame::Label(_) => {}
             }
         }
     }
@@ -121,7 +121,6 @@ pub fn symbolize(raw: RawRecording) -> Profile {
     let mut b = ProfileBuilder::new(meta, raw.sample_types);
     let module_ids: Vec<u32> = raw.modules.iter().map(|m| b.module(&m.path, &m.build_id)).collect();
     let kernel_module = b.module(KERNEL_MODULE, "");
-    let mut syscall_module = None;
     let mut frame_cache: HashMap<RawFrame, Vec<u32>> = HashMap::new();
     // Deterministic output order: sort the aggregated samples.
     let mut samples: Vec<_> = raw.samples.into_iter().collect();
@@ -135,9 +134,10 @@ pub fn symbolize(raw: RawRecording) -> Profile {
                     RawFrame::User { module, .. } => module_ids[module as usize],
                     RawFrame::Kernel(_) => kernel_module,
                     RawFrame::Unmapped(_) => NONE,
-                    RawFrame::Syscall(nr) => {
-                        let m = *syscall_module.get_or_insert_with(|| b.module(SYSCALL_MODULE, ""));
-                        return vec![b.frame(&syscall_display_name(nr), m, "", FrameKind::Kernel)];
+                    RawFrame::Label(i) => {
+                        let l = &raw.labels[i as usize];
+                        let m = b.module(&l.module, "");
+                        return vec![b.frame(&l.name, m, "", l.kind)];
                     }
                 };
                 match resolved.get(raw_frame) {
@@ -161,11 +161,4 @@ pub fn symbolize(raw: RawRecording) -> Profile {
     p.syscalls = raw.syscalls;
     p.calls = raw.calls;
     p
-}
-
-/// Module of the frames that name the syscall a stack ended in.
-pub const SYSCALL_MODULE: &str = "[syscall]";
-
-fn syscall_display_name(nr: u32) -> String {
-    whyslow_model::syscalls::syscall_name(nr).map(str::to_string).unwrap_or_else(|| format!("syscall_{nr}"))
 }
