@@ -382,6 +382,7 @@ pub fn calls(a: CallsArgs) -> Result<()> {
         cpu: false,
         calls: Some(CallOptions {
             probes: res.probes.clone(),
+            modules: modules.clone(),
             latency: a.latency,
             follow_children: a.follow_children,
             callers_period: a.callers.then_some(a.callers_period),

@@ -112,3 +112,13 @@ fn callers_are_the_stacks_of_the_counted_calls() {
     assert_eq!(kept + lost, 800, "every counted call is a stack or a counted loss: {out}");
     assert!(out.contains("__libc_start_call_main > main\n"), "malloc and bump are called from main: {out}");
 }
+
+#[test]
+fn a_library_loaded_later_is_named_as_not_probed() {
+    let path = workload("dlopener");
+    let out = ok(&["calls", "malloc", "--", path.to_str().unwrap(), "100"]);
+    assert!(
+        out.contains("libm.so.6 was loaded after the start (dlopen): its functions were not probed"),
+        "{out}"
+    );
+}

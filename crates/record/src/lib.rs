@@ -50,6 +50,8 @@ pub struct RecordOptions {
 pub struct CallOptions {
     /// From [`calls::resolve`].
     pub probes: Vec<calls::Probe>,
+    /// Every file the patterns were resolved against (a file mapped later is reported as not probed).
+    pub modules: Vec<std::path::PathBuf>,
     /// Also time each call (return probes).
     pub latency: bool,
     /// Probe every process mapping the files and count the target and the children it forks (other

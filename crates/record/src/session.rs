@@ -441,6 +441,8 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
     let mut last_progress = Instant::now();
     let mut last_alive_check = Instant::now();
     let mut last_snapshot = Instant::now();
+    let mut last_maps_check = Instant::now();
+    let mut late_modules: Vec<String> = Vec::new();
     let poll_fd = probe.as_ref().and_then(|p| p.poll_fd());
     loop {
         sys::poll(&ev.rings, poll_fd, 100);
@@ -456,6 +458,12 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
             if last_snapshot.elapsed() >= every {
                 observer.snapshot(t0.elapsed(), &p.stats());
                 last_snapshot = Instant::now();
+            }
+        }
+        if let Some(co) = &opts.calls {
+            if last_maps_check.elapsed() >= Duration::from_millis(250) {
+                last_maps_check = Instant::now();
+                unprobed_modules(&pids, co, &mut late_modules);
             }
         }
         if signals::stop_requested() || opts.duration.is_some_and(|d| t0.elapsed() >= d) {
@@ -531,6 +539,9 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
     observer.progress(&Progress { elapsed: duration, samples: c.samples, lost: c.lost });
     if c.bad_records > 0 {
         notes.push(format!("{} malformed records skipped", c.bad_records));
+    }
+    for m in late_modules {
+        notes.push(format!("{m} was loaded after the start (dlopen): its functions were not probed"));
     }
     c.raw.meta = Metadata {
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -708,6 +719,20 @@ fn open_all(
         }
     }
     Ok(())
+}
+
+/// Adds to `seen` the executable files the target processes map now that were not probed (libraries
+/// loaded with dlopen after the probes were attached).
+fn unprobed_modules(pids: &[u32], co: &crate::CallOptions, seen: &mut Vec<String>) {
+    for &pid in pids {
+        for m in target::exec_maps(pid) {
+            let path = std::path::Path::new(&m.path);
+            let known = co.modules.iter().any(|x| whyslow_symbols::same_file(x, path));
+            if m.path.starts_with('/') && !known && !seen.contains(&m.path) {
+                seen.push(m.path);
+            }
+        }
+    }
 }
 
 fn try_wait(pid: u32) -> Option<i32> {
