@@ -12,7 +12,7 @@ use whyslow_model::syscalls::TraceEvent;
 use whyslow_model::{file, Profile, SyscallStat};
 use whyslow_record::calls::{default_patterns, PatternSpec};
 use whyslow_record::{
-    signals, CallOptions, Clock, Observer, Progress, RecordOptions, SyscallOptions, Target,
+    signals, AllocOptions, CallOptions, Clock, Observer, Progress, RecordOptions, SyscallOptions, Target,
 };
 use whyslow_render as render;
 
@@ -76,8 +76,13 @@ pub fn record(a: RecordArgs) -> Result<()> {
         },
         stack_bytes: a.stack_size,
         kernel: !a.no_kernel,
+        cpu: a.cpu || !a.alloc,
+        alloc: a.alloc.then_some(AllocOptions { period: a.alloc_period }),
         ..Default::default()
     };
+    if a.alloc_period == 0 {
+        bail!("--alloc-period must be at least 1");
+    }
     signals::install();
     let raw = whyslow_record::record(&opts, &mut StatusLine::new());
     end_status_line();
@@ -98,7 +103,7 @@ pub fn record(a: RecordArgs) -> Result<()> {
         eprintln!("whyslow: post-processing {:.3} s (symbolize + save)", stopped.elapsed().as_secs_f64());
     }
     if !a.quiet {
-        let value = value_index(&profile, Some("cpu"))?;
+        let value = value_index(&profile, None)?;
         let mut out = std::io::stdout().lock();
         render::text::report(
             &mut out,

@@ -62,6 +62,16 @@ pub struct RecordArgs {
     /// Do not record kernel stacks.
     #[arg(long)]
     pub no_kernel: bool,
+    /// Sample on-CPU time (the default when no other source is chosen).
+    #[arg(long)]
+    pub cpu: bool,
+    /// Record allocations (count and bytes) by stack: malloc, calloc, realloc, posix_memalign,
+    /// aligned_alloc, memalign (C++ operator new allocates through malloc), Go's runtime.mallocgc.
+    #[arg(long)]
+    pub alloc: bool,
+    /// With --alloc: take every Nth call of each allocation function (1: exact).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub alloc_period: u64,
     /// Bytes of user stack copied per sample (deeper stacks are cut).
     #[arg(long, default_value_t = 32768)]
     pub stack_size: u32,

@@ -41,6 +41,8 @@ pub struct RecordOptions {
     pub syscalls: Option<SyscallOptions>,
     /// Count calls of functions exactly.
     pub calls: Option<CallOptions>,
+    /// Record allocations (count and bytes) by stack.
+    pub alloc: Option<AllocOptions>,
     /// Call [`Observer::snapshot`] this often with the counters so far.
     pub interval: Option<std::time::Duration>,
 }
@@ -59,6 +61,13 @@ pub struct CallOptions {
     pub follow_children: bool,
     /// Sample the user stack of every Nth call of each function (perf uprobe events), for the callers.
     pub callers_period: Option<u64>,
+}
+
+/// How to record allocations.
+#[derive(Debug, Clone)]
+pub struct AllocOptions {
+    /// Take every Nth call of each allocation function (1: every call, exact counts and bytes).
+    pub period: u64,
 }
 
 /// What to collect about syscalls besides the exact counters.
@@ -83,6 +92,7 @@ impl Default for RecordOptions {
             cpu: true,
             syscalls: None,
             calls: None,
+            alloc: None,
             interval: None,
         }
     }

@@ -14,6 +14,18 @@ pub enum Record {
     Other,
 }
 
+/// The user registers of [`crate::sys::REGS_USER_MASK`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UserRegs {
+    pub ax: u64,
+    pub dx: u64,
+    pub si: u64,
+    pub di: u64,
+    pub bp: u64,
+    pub sp: u64,
+    pub ip: u64,
+}
+
 #[derive(Debug)]
 pub struct Sample {
     pub pid: u32,
@@ -23,8 +35,8 @@ pub struct Sample {
     pub period: u64,
     /// Kernel frames, innermost first (context markers removed).
     pub kernel: Vec<u64>,
-    /// User BP, SP, IP at the time of the sample (absent for kernel threads).
-    pub regs: Option<[u64; 3]>,
+    /// User registers at the time of the sample (absent for kernel threads).
+    pub regs: Option<UserRegs>,
     /// The copied user stack, starting at SP.
     pub stack: Vec<u8>,
     /// Tracepoint fields (empty for other events).
@@ -135,12 +147,13 @@ fn decode_sample(r: &mut Reader) -> Option<Timed> {
     let raw = r.bytes(raw_size)?.to_vec();
     let abi = r.u64()?;
     let regs = if abi != 0 {
-        let n = REGS_USER_MASK.count_ones() as usize;
-        let mut v = [0u64; 3];
-        for slot in v.iter_mut().take(n) {
+        let mut v = [0u64; 7];
+        debug_assert_eq!(REGS_USER_MASK.count_ones() as usize, v.len());
+        for slot in v.iter_mut() {
             *slot = r.u64()?;
         }
-        Some(v)
+        let [ax, dx, si, di, bp, sp, ip] = v;
+        Some(UserRegs { ax, dx, si, di, bp, sp, ip })
     } else {
         None
     };

@@ -3,6 +3,7 @@
 //! signal or target exit, and always detach.
 
 use crate::bpf::{syscall_numbers, CallCount, CallProbe, SyscallProbe};
+use crate::calls::{PatternSpec, Probe};
 use crate::records::{self, Record, Sample, Timed};
 use crate::sys::{self, Clock, EventConfig, Ring, Source};
 use crate::target::{self, Gated, Target};
@@ -53,6 +54,78 @@ enum Stream {
     Syscalls { slot: usize },
     /// Entry of a probed function: one call at `slot`; the stack ends in the function's label.
     Call { slot: usize, probe: usize },
+    /// Entry of an allocation function (every `period`-th call): count at `slot`, bytes at `slot + 1`
+    /// read from the size argument; the stack ends in the allocator's label.
+    Alloc { slot: usize, probe: usize, size: SizeArg, period: u64 },
+}
+
+/// Where an allocation function receives the requested size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SizeArg {
+    /// The Nth integer argument of the SysV ABI (0: rdi, 1: rsi, 2: rdx).
+    Arg(u8),
+    /// calloc: count (rdi) times size (rsi).
+    Product,
+    /// Go's register ABI: the first argument is in rax (runtime.mallocgc).
+    GoFirst,
+}
+
+impl SizeArg {
+    fn bytes(self, r: &crate::records::UserRegs) -> u64 {
+        match self {
+            SizeArg::Arg(0) => r.di,
+            SizeArg::Arg(1) => r.si,
+            SizeArg::Arg(_) => r.dx,
+            SizeArg::Product => r.di.saturating_mul(r.si),
+            SizeArg::GoFirst => r.ax,
+        }
+    }
+}
+
+/// The allocation functions of the target, each with where its size argument is.
+fn alloc_probes(t: &Target, notes: &mut Vec<String>) -> Result<Vec<(Probe, SizeArg)>, RecordError> {
+    // C++ operator new (every variant) allocates through malloc, so its allocations are counted once, at
+    // malloc, with operator new as the caller in the stack.
+    let table: [(&str, SizeArg); 7] = [
+        ("malloc", SizeArg::Arg(0)),
+        ("calloc", SizeArg::Product),
+        ("realloc", SizeArg::Arg(1)),
+        ("posix_memalign", SizeArg::Arg(2)),
+        ("aligned_alloc", SizeArg::Arg(1)),
+        ("memalign", SizeArg::Arg(1)),
+        ("runtime.mallocgc", SizeArg::GoFirst),
+    ];
+    let patterns: Vec<PatternSpec> = table
+        .iter()
+        .map(|(p, _)| PatternSpec { group: p.to_string(), pattern: p.to_string(), required: false })
+        .collect();
+    let modules = crate::calls::target_modules(t)?;
+    let res = crate::calls::resolve(&modules, &patterns)?;
+    notes.extend(res.notes);
+    // The loader's own minimal malloc is not the program's allocator.
+    let probes: Vec<(Probe, SizeArg)> = res
+        .probes
+        .into_iter()
+        .filter(|p| !p.module.to_string_lossy().contains("/ld-linux"))
+        .filter_map(|p| {
+            let size = table.iter().find(|(pat, _)| *pat == p.group)?.1;
+            Some((p, size))
+        })
+        .collect();
+    if probes.is_empty() {
+        return Err(RecordError::Invalid("--alloc: the target has no allocation function to probe".into()));
+    }
+    Ok(probes)
+}
+
+/// User stack bytes copied per event of streams that fire on every call (syscalls, calls, allocations).
+const EVENT_STACK_BYTES: u32 = 16 * 1024;
+/// Ring data pages per CPU for such streams (16 MB with 4 KB pages).
+const EVENT_RING_PAGES: usize = 4096;
+
+/// The (name, module) a probed function's stacks end in.
+fn label_of(p: &Probe) -> (String, String) {
+    (p.name.clone(), p.module.to_string_lossy().into_owned())
 }
 
 /// Offset of `long id` in the raw_syscalls:sys_enter record (after the 8 bytes of common fields; stable
@@ -69,6 +142,8 @@ struct Collector {
     streams: Vec<Stream>,
     /// (name, module) of each probed function, for the labels of call stacks.
     probe_names: Vec<(String, String)>,
+    /// The same for the allocation functions.
+    alloc_names: Vec<(String, String)>,
     samples: u64,
     lost: u64,
     bad_records: u64,
@@ -195,8 +270,16 @@ impl Collector {
                 let (name, module) = &self.probe_names[probe];
                 vec![RawFrame::Label(self.raw.label(name, module, FrameKind::User))]
             }
+            Stream::Alloc { slot, probe, size, period } => {
+                let bytes = s.regs.as_ref().map_or(0, |r| size.bytes(r));
+                values[slot] = period as i64;
+                values[slot + 1] = bytes.saturating_mul(period).min(i64::MAX as u64) as i64;
+                skip_leaf = true;
+                let (name, module) = &self.alloc_names[probe];
+                vec![RawFrame::Label(self.raw.label(name, module, FrameKind::User))]
+            }
         };
-        if let Some([bp, sp, ip]) = s.regs {
+        if let Some(crate::records::UserRegs { bp, sp, ip, .. }) = s.regs {
             let proc = self.procs.get_mut(&s.pid).expect("inserted above");
             let outcome = proc.unwinder.unwind(Regs { ip, sp, bp }, &s.stack, &mut self.frames);
             match outcome {
@@ -230,11 +313,14 @@ struct Events {
     cpus: Vec<i32>,
     /// Event id (as samples carry it) -> index into `cfgs`.
     ids: HashMap<u64, usize>,
+    /// Data pages of each ring.
+    pages: usize,
 }
 
 impl Events {
     /// Opens every event on every CPU for task `tid` (inherited by its future threads and children).
-    fn open_task(&mut self, tid: u32, pages: usize) -> Result<(), std::io::Error> {
+    fn open_task(&mut self, tid: u32) -> Result<(), std::io::Error> {
+        let pages = self.pages;
         for (k, cfg) in self.cfgs.iter().enumerate() {
             for (i, &cpu) in self.cpus.iter().enumerate() {
                 let fd = sys::open_event(cfg, tid as i32, cpu)?;
@@ -303,14 +389,9 @@ fn raise_fd_limit() {
 
 /// Opens events on the first task, falling back from cycles to cpu-clock and from kernel+user to user-only
 /// when the machine does not allow them. Returns the notes to show the user.
-fn open_first(
-    opts: &RecordOptions,
-    ev: &mut Events,
-    tid: u32,
-    notes: &mut Vec<String>,
-) -> Result<(), RecordError> {
+fn open_first(ev: &mut Events, tid: u32, notes: &mut Vec<String>) -> Result<(), RecordError> {
     loop {
-        match ev.open_task(tid, opts.ring_pages) {
+        match ev.open_task(tid) {
             Ok(()) => return Ok(()),
             Err(e) => {
                 ev.rings.clear();
@@ -383,7 +464,7 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
             "frequency > 0, stack <= 65528 bytes, ring pages a power of two".into(),
         ));
     }
-    if !opts.cpu && opts.syscalls.is_none() && opts.calls.is_none() {
+    if !opts.cpu && opts.syscalls.is_none() && opts.calls.is_none() && opts.alloc.is_none() {
         return Err(RecordError::Invalid("nothing to record".into()));
     }
     let trace = match &opts.syscalls {
@@ -393,8 +474,12 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
     raise_fd_limit();
     let mut notes = Vec::new();
     let (pids, command, mut gate) = resolve_target(&opts.target)?;
-    let mut objects = BpfObjects::new(opts)?;
-    let started = start_sources(opts, &trace, &pids, gate.is_some(), &mut objects, &mut notes);
+    let alloc = match &opts.alloc {
+        Some(_) => alloc_probes(&opts.target, &mut notes)?,
+        None => Vec::new(),
+    };
+    let mut objects = BpfObjects::new(opts, &alloc)?;
+    let started = start_sources(opts, &trace, &alloc, &pids, gate.is_some(), &mut objects, &mut notes);
     let Started { mut ev, syscalls: mut probe, calls, streams, sample_types } = match started {
         Ok(s) => s,
         Err(e) => {
@@ -410,12 +495,8 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
         module_ids: HashMap::new(),
         raw: RawRecording { sample_types, ..Default::default() },
         streams,
-        probe_names: opts
-            .calls
-            .iter()
-            .flat_map(|c| &c.probes)
-            .map(|p| (p.name.clone(), p.module.to_string_lossy().into_owned()))
-            .collect(),
+        probe_names: opts.calls.iter().flat_map(|c| &c.probes).map(label_of).collect(),
+        alloc_names: alloc.iter().map(|(p, _)| label_of(p)).collect(),
         samples: 0,
         lost: 0,
         bad_records: 0,
@@ -425,6 +506,12 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
     if gate.is_none() {
         for &p in &pids {
             c.synthesize(p);
+        }
+    } else if c.streams.iter().any(|s| !matches!(s, Stream::Cpu { .. })) {
+        // Event streams start with a burst (the loader, static constructors): have the unwind tables of
+        // the command's files ready before it runs, so the first samples drain fast.
+        for m in crate::calls::target_modules(&opts.target).unwrap_or_default() {
+            c.image(pids[0], &m.to_string_lossy());
         }
     }
     let start_unix_ns = std::time::SystemTime::now()
@@ -523,13 +610,21 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
             .collect();
         lost_events += cp.lost();
     }
-    let event = match ev.clock() {
-        Some(clock) => clock.name().to_string(),
-        None if c.streams.iter().any(|s| matches!(s, Stream::Syscalls { .. })) => {
-            "raw_syscalls:sys_enter".into()
-        }
-        None => "syscalls (eBPF)".into(),
-    };
+    // What produced the samples and counters, e.g. "cpu-clock + uprobes".
+    let mut sources: Vec<&str> = ev.clock().map(Clock::name).into_iter().collect();
+    if c.streams.iter().any(|s| matches!(s, Stream::Syscalls { .. })) {
+        sources.push("raw_syscalls:sys_enter");
+    }
+    if c.streams.iter().any(|s| matches!(s, Stream::Call { .. } | Stream::Alloc { .. })) {
+        sources.push("uprobes");
+    }
+    if opts.syscalls.is_some() {
+        sources.push("syscall counters (eBPF)");
+    }
+    if opts.calls.is_some() {
+        sources.push("call counters (eBPF)");
+    }
+    let event = sources.join(" + ");
     drop(ev);
     if let Some(g) = &gate {
         if exit_code.is_none() {
@@ -571,8 +666,9 @@ struct BpfObjects {
 }
 
 impl BpfObjects {
-    fn new(opts: &RecordOptions) -> Result<Self, RecordError> {
-        let probes = opts.calls.iter().flat_map(|c| &c.probes);
+    /// `paths` holds the calls' probe files, then the allocation probes' files, in order.
+    fn new(opts: &RecordOptions, alloc: &[(Probe, SizeArg)]) -> Result<Self, RecordError> {
+        let probes = opts.calls.iter().flat_map(|c| &c.probes).chain(alloc.iter().map(|a| &a.0));
         let paths = probes
             .map(|p| {
                 let s = p.module.to_string_lossy().into_owned();
@@ -600,6 +696,7 @@ struct Started<'obj> {
 fn start_sources<'obj>(
     opts: &RecordOptions,
     trace: &[u32],
+    alloc: &[(Probe, SizeArg)],
     pids: &[u32],
     launched: bool,
     objects: &'obj mut BpfObjects,
@@ -612,6 +709,8 @@ fn start_sources<'obj>(
         kernel: opts.kernel,
         enable_on_exec: launched,
     };
+    // Events that fire on every call come in bursts: a smaller stack copy each, and a larger ring.
+    let event_base = EventConfig { stack_bytes: opts.stack_bytes.min(EVENT_STACK_BYTES), ..base };
     let mut cfgs = Vec::new();
     let mut streams = Vec::new();
     let mut sample_types = Vec::new();
@@ -626,7 +725,7 @@ fn start_sources<'obj>(
             Some(libc::EACCES) | Some(libc::EPERM) => RecordError::Permission(e),
             _ => RecordError::Io("tracefs (raw_syscalls/sys_enter)".into(), e),
         })?;
-        cfgs.push(EventConfig { source: Source::Tracepoint { id, period }, ..base });
+        cfgs.push(EventConfig { source: Source::Tracepoint { id, period }, ..event_base });
         streams.push(Stream::Syscalls { slot: sample_types.len() });
         sample_types.push(SampleType { name: "syscalls".into(), unit: "calls".into() });
     }
@@ -643,6 +742,19 @@ fn start_sources<'obj>(
             streams.push(Stream::Call { slot, probe: i });
         }
     }
+    if let Some(ao) = &opts.alloc {
+        let pmu = sys::uprobe_pmu().map_err(|e| RecordError::Io("uprobe PMU".into(), e))?;
+        let slot = sample_types.len();
+        sample_types.push(SampleType { name: "alloc-count".into(), unit: "count".into() });
+        sample_types.push(SampleType { name: "alloc-bytes".into(), unit: "bytes".into() });
+        let first_path = opts.calls.as_ref().map_or(0, |c| c.probes.len());
+        for (i, (p, size)) in alloc.iter().enumerate() {
+            let path = &objects.paths[first_path + i];
+            let source = Source::Uprobe { pmu, path: path.as_ptr(), offset: p.offset, period: ao.period };
+            cfgs.push(EventConfig { source, ..event_base });
+            streams.push(Stream::Alloc { slot, probe: i, size: *size, period: ao.period });
+        }
+    }
     let mut probe = match &opts.syscalls {
         Some(_) => Some(SyscallProbe::load(&mut objects.syscalls, trace)?),
         None => None,
@@ -651,10 +763,18 @@ fn start_sources<'obj>(
         Some(c) => Some(CallProbe::load(&mut objects.calls, c.latency, c.follow_children)?),
         None => None,
     };
-    let mut ev =
-        Events { rings: Vec::new(), extra: Vec::new(), cfgs, cpus: sys::online_cpus(), ids: HashMap::new() };
+    let bursty = cfgs.iter().any(|c| !matches!(c.source, Source::Clock(_)));
+    let pages = if bursty { opts.ring_pages.max(EVENT_RING_PAGES) } else { opts.ring_pages };
+    let mut ev = Events {
+        rings: Vec::new(),
+        extra: Vec::new(),
+        cfgs,
+        cpus: sys::online_cpus(),
+        ids: HashMap::new(),
+        pages,
+    };
     if !ev.cfgs.is_empty() {
-        open_all(opts, &mut ev, pids, launched, notes)?;
+        open_all(&mut ev, pids, launched, notes)?;
     }
     if opts.cpu && ev.clock() != Some(Clock::CpuClock) {
         sample_types[1] = SampleType { name: "cycles".into(), unit: "count".into() };
@@ -685,7 +805,6 @@ fn start_sources<'obj>(
 /// Opens events on every thread of every target process. Threads created while we open are caught by
 /// re-listing until the set is stable (each new thread of an already-opened one inherits its events).
 fn open_all(
-    opts: &RecordOptions,
     ev: &mut Events,
     pids: &[u32],
     launched: bool,
@@ -702,9 +821,9 @@ fn open_all(
                 }
                 new = true;
                 let r = if ev.rings.is_empty() {
-                    open_first(opts, ev, tid, notes)
+                    open_first(ev, tid, notes)
                 } else {
-                    ev.open_task(tid, opts.ring_pages).map_err(|e| classify(e, tid))
+                    ev.open_task(tid).map_err(|e| classify(e, tid))
                 };
                 match r {
                     Ok(()) => {}

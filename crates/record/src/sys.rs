@@ -20,8 +20,9 @@ pub const SAMPLE_TYPE: u64 = (b::PERF_SAMPLE_IP
     | b::PERF_SAMPLE_REGS_USER
     | b::PERF_SAMPLE_STACK_USER) as u64;
 
-/// User registers copied with each sample, in perf_regs order: BP, SP, IP.
-pub const REGS_USER_MASK: u64 = (1 << 6) | (1 << 7) | (1 << 8);
+/// User registers copied with each sample, in perf_regs order: AX, DX, SI, DI (the arguments an allocation
+/// probe reads the size from, and Go's first argument), BP, SP, IP (for unwinding).
+pub const REGS_USER_MASK: u64 = (1 << 0) | (1 << 3) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8);
 
 /// Which clock drives sampling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

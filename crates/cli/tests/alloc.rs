@@ -1,0 +1,36 @@
+//! `whyslow record --alloc` on a workload with exactly known allocations: every malloc is a kept stack or
+//! a counted loss (checked against the exact in-kernel count of `whyslow calls`), and each kept stack
+//! carries the exact size its call site asked for.
+
+mod common;
+
+use common::*;
+
+#[test]
+fn allocations_are_attributed_to_their_call_sites_with_exact_sizes() {
+    let dir = tmp();
+    let bin = workload("allocs");
+    let bin = bin.to_str().unwrap();
+    let data = record(dir.path(), "alloc", &["--alloc"], &[bin, "2000"]);
+    let count = report_json(&data, &["--type", "alloc-count"]);
+    let bytes = report_json(&data, &["--type", "alloc-bytes"]);
+    let total = |r: &serde_json::Value, name: &str| {
+        function(r, |n| n == name).map_or(0, |f| f["total"].as_i64().unwrap())
+    };
+    for (site, size) in
+        [("site_small(long)", 100), ("site_big(long)", 1000), ("operator new(unsigned long)", 48)]
+    {
+        let n = total(&count, site);
+        assert!(n > 0, "{site} has allocation stacks");
+        assert_eq!(total(&bytes, site), n * size, "{site}: every kept stack carries its size");
+    }
+    assert_eq!(total(&count, "operator new(unsigned long)"), total(&count, "site_new(long)"));
+    // The exact number of malloc calls, counted in the kernel.
+    let out = ok(&["calls", "--format", "json", "malloc", "--", bin, "2000"]);
+    let v: serde_json::Value = serde_json::from_str(&out[out.find("\n{\n").map_or(0, |i| i + 1)..]).unwrap();
+    let mallocs: i64 = v["functions"].as_array().unwrap().iter().map(|f| f["calls"].as_i64().unwrap()).sum();
+    assert!(mallocs >= 5000, "2000 + 1000 + 2000 (operator new allocates through malloc): {mallocs}");
+    let kept = count["total_samples"].as_i64().unwrap();
+    let lost = count["lost_samples"].as_i64().unwrap();
+    assert_eq!(kept + lost, mallocs, "kept {kept} + lost {lost}");
+}
