@@ -12,7 +12,8 @@ use whyslow_model::syscalls::TraceEvent;
 use whyslow_model::{file, Profile, SyscallStat};
 use whyslow_record::calls::{default_patterns, PatternSpec};
 use whyslow_record::{
-    signals, AllocOptions, CallOptions, Clock, Observer, Progress, RecordOptions, SyscallOptions, Target,
+    signals, AllocOptions, CallOptions, Clock, Observer, OffCpuOptions, Progress, RecordOptions,
+    SyscallOptions, Target,
 };
 use whyslow_render as render;
 
@@ -76,8 +77,9 @@ pub fn record(a: RecordArgs) -> Result<()> {
         },
         stack_bytes: a.stack_size,
         kernel: !a.no_kernel,
-        cpu: a.cpu || !a.alloc,
+        cpu: a.cpu || !(a.alloc || a.offcpu),
         alloc: a.alloc.then_some(AllocOptions { period: a.alloc_period }),
+        offcpu: a.offcpu.then_some(OffCpuOptions { min_block: Duration::from_micros(a.min_block_us) }),
         ..Default::default()
     };
     if a.alloc_period == 0 {

@@ -65,6 +65,12 @@ pub struct RecordArgs {
     /// Sample on-CPU time (the default when no other source is chosen).
     #[arg(long)]
     pub cpu: bool,
+    /// Record blocked time by stack: every switch-out of a target thread, valued until it runs again.
+    #[arg(long)]
+    pub offcpu: bool,
+    /// With --offcpu: leave out blocks shorter than this many microseconds.
+    #[arg(long, default_value_t = 10, value_name = "US")]
+    pub min_block_us: u64,
     /// Record allocations (count and bytes) by stack: malloc, calloc, realloc, posix_memalign,
     /// aligned_alloc, memalign (C++ operator new allocates through malloc), Go's runtime.mallocgc.
     #[arg(long)]

@@ -43,6 +43,8 @@ pub struct RecordOptions {
     pub calls: Option<CallOptions>,
     /// Record allocations (count and bytes) by stack.
     pub alloc: Option<AllocOptions>,
+    /// Record blocked (off-CPU) time by stack.
+    pub offcpu: Option<OffCpuOptions>,
     /// Call [`Observer::snapshot`] this often with the counters so far.
     pub interval: Option<std::time::Duration>,
 }
@@ -61,6 +63,13 @@ pub struct CallOptions {
     pub follow_children: bool,
     /// Sample the user stack of every Nth call of each function (perf uprobe events), for the callers.
     pub callers_period: Option<u64>,
+}
+
+/// How to record off-CPU time.
+#[derive(Debug, Clone)]
+pub struct OffCpuOptions {
+    /// Blocks shorter than this are left out (bounds the cost on switch-heavy targets).
+    pub min_block: std::time::Duration,
 }
 
 /// How to record allocations.
@@ -93,6 +102,7 @@ impl Default for RecordOptions {
             syscalls: None,
             calls: None,
             alloc: None,
+            offcpu: None,
             interval: None,
         }
     }

@@ -7,9 +7,31 @@ use perf_event_open_sys::bindings as b;
 #[derive(Debug)]
 pub enum Record {
     Sample(Sample),
-    Mmap { pid: u32, start: u64, len: u64, pgoff: u64, exec: bool, path: String },
-    Comm { pid: u32, tid: u32, name: String, exec: bool },
-    Fork { pid: u32, ppid: u32, tid: u32, ptid: u32 },
+    Mmap {
+        pid: u32,
+        start: u64,
+        len: u64,
+        pgoff: u64,
+        exec: bool,
+        path: String,
+    },
+    Comm {
+        pid: u32,
+        tid: u32,
+        name: String,
+        exec: bool,
+    },
+    Fork {
+        pid: u32,
+        ppid: u32,
+        tid: u32,
+        ptid: u32,
+    },
+    /// A traced thread was switched out (`out`) or back in.
+    Switch {
+        tid: u32,
+        out: bool,
+    },
     Lost(u64),
     Other,
 }
@@ -117,6 +139,10 @@ pub fn decode(rec: &[u8]) -> Option<Timed> {
         b::PERF_RECORD_FORK => {
             let (pid, ppid, tid, ptid) = (r.u32()?, r.u32()?, r.u32()?, r.u32()?);
             Record::Fork { pid, ppid, tid, ptid }
+        }
+        b::PERF_RECORD_SWITCH => {
+            let tid = u32::from_ne_bytes(rec.get(end + 4..end + 8)?.try_into().ok()?);
+            Record::Switch { tid, out: misc & b::PERF_RECORD_MISC_SWITCH_OUT != 0 }
         }
         b::PERF_RECORD_LOST => {
             let _id = r.u64()?;

@@ -54,6 +54,9 @@ enum Stream {
     Syscalls { slot: usize },
     /// Entry of a probed function: one call at `slot`; the stack ends in the function's label.
     Call { slot: usize, probe: usize },
+    /// A switch-out of a target thread: its blocked time (until it is switched in again, at least
+    /// `min_block_ns`) goes to `slot`; `state_offset` is where sched_switch's prev_state is.
+    OffCpu { slot: usize, state_offset: usize, min_block_ns: u64 },
     /// Entry of an allocation function (every `period`-th call): count at `slot`, bytes at `slot + 1`
     /// read from the size argument; the stack ends in the allocator's label.
     Alloc { slot: usize, probe: usize, size: SizeArg, period: u64 },
@@ -144,6 +147,9 @@ struct Collector {
     probe_names: Vec<(String, String)>,
     /// The same for the allocation functions.
     alloc_names: Vec<(String, String)>,
+    /// The off-CPU stream, when recording it, and the threads blocked now.
+    offcpu: Option<Stream>,
+    blocked: HashMap<u32, Blocked>,
     samples: u64,
     lost: u64,
     bad_records: u64,
@@ -210,9 +216,11 @@ impl Collector {
         match t.record {
             Record::Sample(s) => {
                 if let Some(&stream) = ids.get(&s.id).and_then(|&k| self.streams.get(k)) {
-                    self.sample(s, stream)
+                    self.sample(s, stream, t.time)
                 }
             }
+            Record::Switch { tid, out: false } => self.switched_in(tid, t.time),
+            Record::Switch { .. } => {}
             Record::Mmap { pid, start, len, pgoff, exec, path } => {
                 if exec {
                     self.add_mapping(pid, start, start + len, pgoff, &path);
@@ -239,7 +247,32 @@ impl Collector {
         }
     }
 
-    fn sample(&mut self, s: Sample, stream: Stream) {
+    /// A thread runs again: the time since it blocked is off-CPU time of the stack it blocked in.
+    fn switched_in(&mut self, tid: u32, time: u64) {
+        if let Some(b) = self.blocked.remove(&tid) {
+            self.add_blocked(b, time);
+        }
+    }
+
+    fn add_blocked(&mut self, b: Blocked, until: u64) {
+        let ns = until.saturating_sub(b.since);
+        if let (Some(Stream::OffCpu { slot, min_block_ns, .. }), true) = (self.offcpu, ns > 0) {
+            if ns >= min_block_ns {
+                let mut values = vec![0i64; self.raw.sample_types.len()];
+                values[slot] = ns as i64;
+                self.raw.add(b.stack, b.thread, &values);
+            }
+        }
+    }
+
+    /// Threads still blocked when the recording ends: blocked until the end.
+    fn finish_blocked(&mut self, end: u64) {
+        for (_, b) in std::mem::take(&mut self.blocked) {
+            self.add_blocked(b, end);
+        }
+    }
+
+    fn sample(&mut self, s: Sample, stream: Stream, time: u64) {
         self.samples += 1;
         self.raw
             .thread_names
@@ -270,6 +303,18 @@ impl Collector {
                 let (name, module) = &self.probe_names[probe];
                 vec![RawFrame::Label(self.raw.label(name, module, FrameKind::User))]
             }
+            Stream::OffCpu { state_offset, .. } => {
+                let state = s.raw.get(state_offset..state_offset + 8);
+                let state = state.map_or(0, |b| u64::from_ne_bytes(b.try_into().expect("8 bytes")));
+                let mut stack: Vec<RawFrame> = Vec::new();
+                // TASK_RUNNING (0): preempted, so waiting for a CPU rather than blocked; marked as such so
+                // the wall view still adds up and the two can be told apart.
+                if state & 0xff == 0 {
+                    stack.push(RawFrame::Label(self.raw.label(PREEMPTED, "[sched]", FrameKind::Kernel)));
+                }
+                stack.extend(s.kernel.iter().map(|&a| RawFrame::Kernel(a)));
+                stack
+            }
             Stream::Alloc { slot, probe, size, period } => {
                 let bytes = s.regs.as_ref().map_or(0, |r| size.bytes(r));
                 values[slot] = period as i64;
@@ -292,8 +337,23 @@ impl Collector {
             stack.extend(self.frames.iter().skip(skip_leaf as usize).map(|&a| proc.normalize(a)));
         }
         let thread = RawThread { pid: s.pid, tid: s.tid };
-        self.raw.add(stack, thread, &values);
+        if matches!(stream, Stream::OffCpu { .. }) {
+            // Valued when the thread runs again.
+            self.blocked.insert(s.tid, Blocked { since: time, stack, thread });
+        } else {
+            self.raw.add(stack, thread, &values);
+        }
     }
+}
+
+/// Leaf frame of off-CPU time spent runnable (preempted), not blocked.
+pub const PREEMPTED: &str = "[waiting for a CPU]";
+
+/// A thread that blocked and has not run since.
+struct Blocked {
+    since: u64,
+    stack: Vec<RawFrame>,
+    thread: RawThread,
 }
 
 fn vdso_bytes() -> Option<Vec<u8>> {
@@ -464,7 +524,12 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
             "frequency > 0, stack <= 65528 bytes, ring pages a power of two".into(),
         ));
     }
-    if !opts.cpu && opts.syscalls.is_none() && opts.calls.is_none() && opts.alloc.is_none() {
+    if !opts.cpu
+        && opts.syscalls.is_none()
+        && opts.calls.is_none()
+        && opts.alloc.is_none()
+        && opts.offcpu.is_none()
+    {
         return Err(RecordError::Invalid("nothing to record".into()));
     }
     let trace = match &opts.syscalls {
@@ -497,12 +562,15 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
         streams,
         probe_names: opts.calls.iter().flat_map(|c| &c.probes).map(label_of).collect(),
         alloc_names: alloc.iter().map(|(p, _)| label_of(p)).collect(),
+        offcpu: None,
+        blocked: HashMap::new(),
         samples: 0,
         lost: 0,
         bad_records: 0,
         unwind: UnwindStats::default(),
         frames: Vec::new(),
     };
+    c.offcpu = c.streams.iter().copied().find(|s| matches!(s, Stream::OffCpu { .. }));
     if gate.is_none() {
         for &p in &pids {
             c.synthesize(p);
@@ -571,6 +639,8 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
     let duration = t0.elapsed();
     ev.set_enabled(false);
     ev.drain(&mut c, &mut buf);
+    c.finish_blocked(sys::monotonic_ns());
+    add_wall(&mut c.raw);
     let mut lost_events = 0;
     if let Some(p) = probe.take() {
         p.drain_events().iter().for_each(|e| observer.trace(e));
@@ -615,6 +685,9 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
     if c.streams.iter().any(|s| matches!(s, Stream::Syscalls { .. })) {
         sources.push("raw_syscalls:sys_enter");
     }
+    if c.streams.iter().any(|s| matches!(s, Stream::OffCpu { .. })) {
+        sources.push("sched:sched_switch");
+    }
     if c.streams.iter().any(|s| matches!(s, Stream::Call { .. } | Stream::Alloc { .. })) {
         sources.push("uprobes");
     }
@@ -655,6 +728,18 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
         notes,
     };
     Ok(c.raw)
+}
+
+/// With on-CPU time in ns and off-CPU time, adds `wall`: their sum per sample, so running and blocked
+/// time read in one unit and add up to the threads' wall time.
+fn add_wall(raw: &mut RawRecording) {
+    let pos = |n: &str| raw.sample_types.iter().position(|t| t.name == n);
+    let (Some(cpu), Some(off)) = (pos("cpu-ns"), pos("offcpu")) else { return };
+    raw.sample_types.push(SampleType { name: "wall".into(), unit: "nanoseconds".into() });
+    for v in raw.samples.values_mut() {
+        let wall = v[cpu] + v[off];
+        v.push(wall);
+    }
 }
 
 /// Storage the sources borrow for the length of a run: the eBPF skeletons' objects, and the probed
@@ -708,6 +793,7 @@ fn start_sources<'obj>(
         stack_bytes: opts.stack_bytes,
         kernel: opts.kernel,
         enable_on_exec: launched,
+        context_switch: false,
     };
     // Events that fire on every call come in bursts: a smaller stack copy each, and a larger ring.
     let event_base = EventConfig { stack_bytes: opts.stack_bytes.min(EVENT_STACK_BYTES), ..base };
@@ -725,7 +811,8 @@ fn start_sources<'obj>(
             Some(libc::EACCES) | Some(libc::EPERM) => RecordError::Permission(e),
             _ => RecordError::Io("tracefs (raw_syscalls/sys_enter)".into(), e),
         })?;
-        cfgs.push(EventConfig { source: Source::Tracepoint { id, period }, ..event_base });
+        let source = Source::Tracepoint { id, period, kernel_stack: false };
+        cfgs.push(EventConfig { source, ..event_base });
         streams.push(Stream::Syscalls { slot: sample_types.len() });
         sample_types.push(SampleType { name: "syscalls".into(), unit: "calls".into() });
     }
@@ -741,6 +828,20 @@ fn start_sources<'obj>(
             });
             streams.push(Stream::Call { slot, probe: i });
         }
+    }
+    if let Some(oo) = &opts.offcpu {
+        let tracefs = |e: std::io::Error| match e.raw_os_error() {
+            Some(libc::EACCES) | Some(libc::EPERM) => RecordError::Permission(e),
+            _ => RecordError::Io("tracefs (sched/sched_switch)".into(), e),
+        };
+        let id = sys::tracepoint_id("sched", "sched_switch").map_err(tracefs)?;
+        let state_offset =
+            sys::tracepoint_field_offset("sched", "sched_switch", "prev_state").map_err(tracefs)?;
+        let source = Source::Tracepoint { id, period: 1, kernel_stack: true };
+        cfgs.push(EventConfig { source, context_switch: true, ..event_base });
+        let min_block_ns = oo.min_block.as_nanos() as u64;
+        streams.push(Stream::OffCpu { slot: sample_types.len(), state_offset, min_block_ns });
+        sample_types.push(SampleType { name: "offcpu".into(), unit: "nanoseconds".into() });
     }
     if let Some(ao) = &opts.alloc {
         let pmu = sys::uprobe_pmu().map_err(|e| RecordError::Io("uprobe PMU".into(), e))?;

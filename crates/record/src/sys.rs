@@ -49,8 +49,9 @@ impl Clock {
 pub enum Source {
     /// Timer or cycles sampling at `frequency` Hz.
     Clock(Clock),
-    /// A tracepoint (id from tracefs), every `period`-th hit sampled; kernel callchains are not kept.
-    Tracepoint { id: u64, period: u64 },
+    /// A tracepoint (id from tracefs), every `period`-th hit sampled; the kernel callchain is kept only
+    /// with `kernel_stack` (the syscall-entry path is the same for every hit; a switch-out is not).
+    Tracepoint { id: u64, period: u64, kernel_stack: bool },
     /// A uprobe on the code at file `offset` of the file whose NUL-terminated path `path` points to (it
     /// must live until the event is open), every `period`-th hit sampled.
     Uprobe { pmu: u32, path: *const libc::c_char, offset: u64, period: u64 },
@@ -65,6 +66,8 @@ pub struct EventConfig {
     pub kernel: bool,
     /// Enable when the (gated) child calls exec, instead of immediately.
     pub enable_on_exec: bool,
+    /// Also emit a record each time a traced thread is switched in or out.
+    pub context_switch: bool,
 }
 
 pub fn open_event(cfg: &EventConfig, pid: i32, cpu: i32) -> io::Result<OwnedFd> {
@@ -94,9 +97,13 @@ pub fn open_event(cfg: &EventConfig, pid: i32, cpu: i32) -> io::Result<OwnedFd> 
             attr.__bindgen_anon_1.sample_freq = cfg.frequency;
             attr.set_freq(1);
         }
-        Source::Tracepoint { period, .. } | Source::Uprobe { period, .. } => {
+        Source::Tracepoint { period, kernel_stack, .. } => {
             attr.__bindgen_anon_1.sample_period = period.max(1);
-            // The kernel part is the same entry path (syscall or breakpoint trap) for every hit: noise.
+            attr.set_exclude_callchain_kernel((!kernel_stack) as u64);
+        }
+        Source::Uprobe { period, .. } => {
+            attr.__bindgen_anon_1.sample_period = period.max(1);
+            // The kernel part is the breakpoint trap path, the same for every hit: noise.
             attr.set_exclude_callchain_kernel(1);
         }
     }
@@ -117,6 +124,7 @@ pub fn open_event(cfg: &EventConfig, pid: i32, cpu: i32) -> io::Result<OwnedFd> 
     attr.set_comm(1);
     attr.set_comm_exec(1);
     attr.set_task(1);
+    attr.set_context_switch(cfg.context_switch as u64);
     attr.set_sample_id_all(1);
     attr.set_use_clockid(1);
     attr.clockid = libc::CLOCK_MONOTONIC;
@@ -272,6 +280,23 @@ const TRACEFS: &str = "/sys/kernel/tracing";
 /// The numeric id of tracepoint `group/name`, mounting tracefs first when nothing is mounted there.
 pub fn tracepoint_id(group: &str, name: &str) -> io::Result<u64> {
     let path = format!("{TRACEFS}/events/{group}/{name}/id");
+    mount_tracefs()?;
+    let text = std::fs::read_to_string(&path)?;
+    text.trim().parse().map_err(|_| io::Error::new(io::ErrorKind::InvalidData, format!("bad id in {path}")))
+}
+
+/// The byte offset of `field` in the raw record of tracepoint `group/name` (from its format file).
+pub fn tracepoint_field_offset(group: &str, name: &str, field: &str) -> io::Result<usize> {
+    let path = format!("{TRACEFS}/events/{group}/{name}/format");
+    mount_tracefs()?;
+    let text = std::fs::read_to_string(&path)?;
+    let bad = || io::Error::new(io::ErrorKind::InvalidData, format!("no field {field} in {path}"));
+    let line = text.lines().find(|l| l.contains(&format!(" {field};"))).ok_or_else(bad)?;
+    let offset = line.split("offset:").nth(1).and_then(|r| r.split(';').next()).ok_or_else(bad)?;
+    offset.trim().parse().map_err(|_| bad())
+}
+
+fn mount_tracefs() -> io::Result<()> {
     if !std::path::Path::new(&format!("{TRACEFS}/events")).exists() {
         let c = |s: &str| std::ffi::CString::new(s).expect("no NUL");
         let (src, dir, fs) = (c("nodev"), c(TRACEFS), c("tracefs"));
@@ -279,8 +304,7 @@ pub fn tracepoint_id(group: &str, name: &str) -> io::Result<u64> {
             return Err(io::Error::last_os_error());
         }
     }
-    let text = std::fs::read_to_string(&path)?;
-    text.trim().parse().map_err(|_| io::Error::new(io::ErrorKind::InvalidData, format!("bad id in {path}")))
+    Ok(())
 }
 
 /// CLOCK_MONOTONIC now, in ns: the clock of every event time (perf records and eBPF alike).

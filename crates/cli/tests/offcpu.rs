@@ -1,0 +1,33 @@
+//! `whyslow record --cpu --offcpu` on a workload with known shares of wall time (50% CPU, 30% blocked on a
+//! pipe, 20% asleep), built without frame pointers.
+
+mod common;
+
+use common::*;
+
+#[test]
+fn wall_time_splits_into_running_and_blocked_by_stack() {
+    let dir = tmp();
+    let bin = workload("offcpu");
+    let data = record(dir.path(), "off", &["--cpu", "--offcpu"], &[bin.to_str().unwrap(), "10"]);
+    let wall = report_json(&data, &["--type", "wall"]);
+    let total = |r: &serde_json::Value, name: &str| {
+        function(r, |n| n == name).map_or(0, |f| f["total"].as_i64().unwrap())
+    };
+    let phases = ["burn_phase", "read_phase", "sleep_phase"].map(|p| total(&wall, p) as f64);
+    let sum: f64 = phases.iter().sum();
+    // The main thread's 10 x 200 ms: 100 ms running, 60 ms blocked on the pipe, 40 ms asleep.
+    assert!((sum / 1e9 - 2.0).abs() < 0.2, "the phases add up to the main thread's wall time: {sum}");
+    for (got, want, name) in
+        [(phases[0], 50.0, "burn"), (phases[1], 30.0, "read"), (phases[2], 20.0, "sleep")]
+    {
+        let share = 100.0 * got / sum;
+        assert!((share - want).abs() <= 5.0, "{name}: {share:.1}% of wall, want {want}% +- 5");
+    }
+    // Blocked stacks are complete: through libc's read/nanosleep wrappers to main.
+    let off = report_json(&data, &["--type", "offcpu"]);
+    let main_blocked = total(&off, "read_phase") + total(&off, "sleep_phase");
+    assert!(main_blocked > 900_000_000, "about 1 s blocked on the main thread: {main_blocked}");
+    assert!(total(&off, "main") >= main_blocked, "blocked stacks reach main");
+    assert!(total(&off, "feeder") > 0, "the writer thread's blocked time is there too");
+}
