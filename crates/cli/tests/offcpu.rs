@@ -31,3 +31,31 @@ fn wall_time_splits_into_running_and_blocked_by_stack() {
     assert!(total(&off, "main") >= main_blocked, "blocked stacks reach main");
     assert!(total(&off, "feeder") > 0, "the writer thread's blocked time is there too");
 }
+
+/// A real program from apt: sqlite3 committing 2000 single-row transactions spends its wall time blocked
+/// in fdatasync, which an on-CPU profile would not show.
+#[test]
+fn sqlite_without_a_transaction_waits_in_fdatasync() {
+    if std::process::Command::new("sqlite3").arg("-version").output().is_err() {
+        eprintln!("sqlite3 missing: skipping");
+        return;
+    }
+    let dir = tmp();
+    let db = dir.path().join("t.db");
+    let sql = dir.path().join("insert.sql");
+    let mut text = String::from("CREATE TABLE t(a INTEGER, b TEXT);\n");
+    for i in 0..2000 {
+        text.push_str(&format!("INSERT INTO t VALUES({i}, 'row {i}');\n"));
+    }
+    std::fs::write(&sql, text).unwrap();
+    let read = format!(".read {}", sql.display());
+    let data =
+        record(dir.path(), "sqlite", &["--cpu", "--offcpu"], &["sqlite3", db.to_str().unwrap(), &read]);
+    let wall = report_json(&data, &["--type", "wall"]);
+    let sync = function(&wall, |n| n.contains("fdatasync")).map_or(0.0, |f| f["total_pct"].as_f64().unwrap());
+    assert!(sync > 50.0, "most of the wall time is blocked in fdatasync: {sync}%");
+    let cpu = report_json(&data, &["--type", "cpu"]);
+    let on_cpu =
+        function(&cpu, |n| n.contains("fdatasync")).map_or(0.0, |f| f["total_pct"].as_f64().unwrap());
+    assert!(on_cpu < sync, "on-CPU alone understates it: {on_cpu}% vs {sync}%");
+}

@@ -11,6 +11,9 @@ pub mod syscalls;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
+/// Leaf frame of off-CPU time a thread spent runnable (preempted) rather than blocked.
+pub const PREEMPTED_FRAME: &str = "[waiting for a CPU]";
+
 /// Marker for "no parent" in the stack trie and "no module" on a frame.
 pub const NONE: u32 = u32::MAX;
 

@@ -310,7 +310,11 @@ impl Collector {
                 // TASK_RUNNING (0): preempted, so waiting for a CPU rather than blocked; marked as such so
                 // the wall view still adds up and the two can be told apart.
                 if state & 0xff == 0 {
-                    stack.push(RawFrame::Label(self.raw.label(PREEMPTED, "[sched]", FrameKind::Kernel)));
+                    stack.push(RawFrame::Label(self.raw.label(
+                        whyslow_model::PREEMPTED_FRAME,
+                        "[sched]",
+                        FrameKind::Kernel,
+                    )));
                 }
                 stack.extend(s.kernel.iter().map(|&a| RawFrame::Kernel(a)));
                 stack
@@ -345,9 +349,6 @@ impl Collector {
         }
     }
 }
-
-/// Leaf frame of off-CPU time spent runnable (preempted), not blocked.
-pub const PREEMPTED: &str = "[waiting for a CPU]";
 
 /// A thread that blocked and has not run since.
 struct Blocked {

@@ -50,6 +50,25 @@ pub fn header(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), Rende
         let share = pct(u.complete as i64, (u.complete + u.partial) as i64);
         writeln!(w, "  user stacks: {} complete, {} partial ({share:.1}% complete)", u.complete, u.partial)?;
     }
+    if let (Some(wall), Some(off)) = (p.sample_type("wall"), p.sample_type("offcpu")) {
+        let (wall, off) = (p.total(wall), p.total(off));
+        let waiting: i64 = whyslow_analyze::stacks_ending_in(
+            p,
+            p.sample_type("offcpu").unwrap_or(0),
+            whyslow_model::PREEMPTED_FRAME,
+        )
+        .iter()
+        .map(|s| s.1)
+        .sum();
+        writeln!(
+            w,
+            "  wall time: {:.1}% running, {:.1}% blocked, {:.1}% waiting for a CPU (of {:.2} thread-seconds)",
+            pct(wall - off, wall),
+            pct(off - waiting, wall),
+            pct(waiting, wall),
+            wall as f64 / 1e9
+        )?;
+    }
     if let Some(code) = m.exit_code.filter(|&c| c != 0) {
         writeln!(w, "  the command exited with status {code}")?;
     }
