@@ -32,6 +32,7 @@ bench: build workloads
 	bench/postprocess.sh
 	bench/syscalls_overhead.sh
 	bench/calls_overhead.sh
+	bench/offcpu_alloc_overhead.sh
 
 clean:
 	cargo clean
