@@ -1,4 +1,5 @@
-// Exactly known allocations from known call sites. Usage: allocs N
+// Exactly known allocations from known call sites, interleaved (so any stretch of the run has all three).
+// Usage: allocs N
 //   site_small: N x malloc(100)      site_big: N/2 x malloc(1000)      site_new: N x new Obj (48 bytes)
 #include <cstdio>
 #include <cstdlib>
@@ -33,8 +34,10 @@ __attribute__((noinline)) void site_new(long n) {
 
 int main(int argc, char **argv) {
     long n = argc > 1 ? atol(argv[1]) : 10000;
-    site_small(n);
-    site_big(n / 2);
-    site_new(n);
+    for (long i = 0; i < n; i++) {
+        site_small(1);
+        if (i % 2) site_big(1);
+        site_new(1);
+    }
     return 0;
 }
