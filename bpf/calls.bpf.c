@@ -16,6 +16,34 @@
 const volatile bool latency = false;
 /* Attached to every process (to follow children): count only tracked ones. */
 const volatile bool filter = false;
+/* Also count calls and requested bytes per call site (the return address at entry), for allocators. */
+const volatile bool sites = false;
+
+/* Where a probe's size argument is, for `sites`: 0 rdi, 1 rsi, 2 rdx, 3 rdi * rsi, 4 rax (Go). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 4096);
+	__type(key, u32);
+	__type(value, u32);
+} size_arg SEC(".maps");
+
+struct ws_site_key {
+	u32 tgid;
+	u32 probe;
+	u64 ret;
+};
+
+struct ws_site_val {
+	u64 calls;
+	u64 bytes;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct ws_site_key);
+	__type(value, struct ws_site_val);
+} site_counts SEC(".maps");
 
 struct ws_call_key {
 	u32 tgid;
@@ -74,15 +102,50 @@ static __always_inline struct ws_call_val *slot(u32 tgid, u32 probe)
 	return v;
 }
 
+static __always_inline void count_site(struct pt_regs *ctx, u32 tgid, u32 probe)
+{
+	struct ws_site_key k = { .tgid = tgid, .probe = probe };
+	/* At a function's first instruction the return address is on top of the stack. */
+	if (bpf_probe_read_user(&k.ret, sizeof(k.ret), (void *)PT_REGS_SP(ctx)))
+		return;
+	u32 *how = bpf_map_lookup_elem(&size_arg, &probe);
+	u64 size = 0;
+	switch (how ? *how : 0) {
+	case 0: size = PT_REGS_PARM1(ctx); break;
+	case 1: size = PT_REGS_PARM2(ctx); break;
+	case 2: size = PT_REGS_PARM3(ctx); break;
+	case 3: size = PT_REGS_PARM1(ctx) * PT_REGS_PARM2(ctx); break;
+	default: size = PT_REGS_RC(ctx); break;
+	}
+	struct ws_site_val *v = bpf_map_lookup_elem(&site_counts, &k);
+	if (!v) {
+		struct ws_site_val zero = {};
+		bpf_map_update_elem(&site_counts, &k, &zero, BPF_NOEXIST);
+		v = bpf_map_lookup_elem(&site_counts, &k);
+		if (!v) {
+			u32 z = 0;
+			u64 *n = bpf_map_lookup_elem(&drops, &z);
+			if (n)
+				*n += 1;
+			return;
+		}
+	}
+	__sync_fetch_and_add(&v->calls, 1);
+	__sync_fetch_and_add(&v->bytes, size);
+}
+
 SEC("uprobe.multi")
 int on_entry(struct pt_regs *ctx)
 {
 	u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	if (filter && !is_tracked(tgid))
 		return 0;
-	struct ws_call_val *v = slot(tgid, (u32)bpf_get_attach_cookie(ctx));
+	u32 probe = (u32)bpf_get_attach_cookie(ctx);
+	struct ws_call_val *v = slot(tgid, probe);
 	if (v)
 		__sync_fetch_and_add(&v->calls, 1);
+	if (sites)
+		count_site(ctx, tgid, probe);
 	if (latency) {
 		struct ws_entries *e = bpf_task_storage_get(&entries, bpf_get_current_task_btf(), 0,
 							    BPF_LOCAL_STORAGE_GET_F_CREATE);

@@ -1,6 +1,6 @@
-//! `whyslow record --alloc` on a workload with exactly known allocations: every malloc is a kept stack or
-//! a counted loss (checked against the exact in-kernel count of `whyslow calls`), and each kept stack
-//! carries the exact size its call site asked for.
+//! `whyslow record --alloc` on a workload with exactly known allocations: exact counts and bytes per call
+//! site (counted in the kernel), and complete stacks where every malloc is a kept stack or a counted loss
+//! (checked against the exact in-kernel count of `whyslow calls`), each carrying its exact size.
 
 mod common;
 
@@ -25,6 +25,17 @@ fn allocations_are_attributed_to_their_call_sites_with_exact_sizes() {
         assert_eq!(total(&bytes, site), n * size, "{site}: every kept stack carries its size");
     }
     assert_eq!(total(&count, "operator new(unsigned long)"), total(&count, "site_new(long)"));
+    // Exact per call site, whatever the ring buffer kept.
+    let site_count = report_json(&data, &["--type", "alloc-site-count"]);
+    let site_bytes = report_json(&data, &["--type", "alloc-site-bytes"]);
+    for (site, calls, size) in [
+        ("site_small(long)", 2000, 100),
+        ("site_big(long)", 1000, 1000),
+        ("operator new(unsigned long)", 2000, 48),
+    ] {
+        assert_eq!(total(&site_count, site), calls, "{site} calls malloc exactly {calls} times");
+        assert_eq!(total(&site_bytes, site), calls * size, "{site} asks for {size} bytes each time");
+    }
     // The exact number of malloc calls, counted in the kernel.
     let out = ok(&["calls", "--format", "json", "malloc", "--", bin, "2000"]);
     let v: serde_json::Value = serde_json::from_str(&out[out.find("\n{\n").map_or(0, |i| i + 1)..]).unwrap();

@@ -2,7 +2,7 @@
 //! ring-buffer side-band records, unwind and normalize every sample as it arrives, stop on duration,
 //! signal or target exit, and always detach.
 
-use crate::bpf::{syscall_numbers, CallCount, CallProbe, SyscallProbe};
+use crate::bpf::{syscall_numbers, CallCount, CallProbe, SiteCount, SyscallProbe};
 use crate::calls::{PatternSpec, Probe};
 use crate::records::{self, Record, Sample, Timed};
 use crate::sys::{self, Clock, EventConfig, Ring, Source};
@@ -74,6 +74,15 @@ pub enum SizeArg {
 }
 
 impl SizeArg {
+    /// How bpf/calls.bpf.c's `size_arg` map names it.
+    fn bpf_code(self) -> u32 {
+        match self {
+            SizeArg::Arg(n) => n.min(2) as u32,
+            SizeArg::Product => 3,
+            SizeArg::GoFirst => 4,
+        }
+    }
+
     fn bytes(self, r: &crate::records::UserRegs) -> u64 {
         match self {
             SizeArg::Arg(0) => r.di,
@@ -244,6 +253,31 @@ impl Collector {
             }
             Record::Other => {}
             Record::Lost(n) => self.lost += n,
+        }
+    }
+
+    /// Exact per-call-site allocation counts as two-frame samples: the allocator, and the code that called
+    /// it (normalized with the mappings the run tracked, so exited processes resolve too).
+    fn add_alloc_sites(&mut self, sites: &[SiteCount]) {
+        let n = self.raw.sample_types.len();
+        let (Some(count), Some(bytes)) = (
+            self.raw.sample_types.iter().position(|t| t.name == "alloc-site-count"),
+            self.raw.sample_types.iter().position(|t| t.name == "alloc-site-bytes"),
+        ) else {
+            return;
+        };
+        for s in sites {
+            let Some((name, module)) = self.alloc_names.get(s.probe as usize).cloned() else { continue };
+            let label = RawFrame::Label(self.raw.label(&name, &module, FrameKind::User));
+            // A return address points after the call; step back into it.
+            let caller = match self.procs.get(&s.pid) {
+                Some(p) => p.normalize(s.ret.saturating_sub(1)),
+                None => RawFrame::Unmapped(s.ret),
+            };
+            let mut values = vec![0i64; n];
+            values[count] = s.calls as i64;
+            values[bytes] = s.bytes.min(i64::MAX as u64) as i64;
+            self.raw.add(vec![label, caller], RawThread { pid: s.pid, tid: s.pid }, &values);
         }
     }
 
@@ -546,7 +580,7 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
     };
     let mut objects = BpfObjects::new(opts, &alloc)?;
     let started = start_sources(opts, &trace, &alloc, &pids, gate.is_some(), &mut objects, &mut notes);
-    let Started { mut ev, syscalls: mut probe, calls, streams, sample_types } = match started {
+    let Started { mut ev, syscalls: mut probe, calls, alloc_sites, streams, sample_types } = match started {
         Ok(s) => s,
         Err(e) => {
             if let Some(g) = gate.take() {
@@ -641,8 +675,12 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
     ev.set_enabled(false);
     ev.drain(&mut c, &mut buf);
     c.finish_blocked(sys::monotonic_ns());
-    add_wall(&mut c.raw);
     let mut lost_events = 0;
+    if let Some(sites) = alloc_sites {
+        c.add_alloc_sites(&sites.site_counts());
+        lost_events += sites.lost();
+    }
+    add_wall(&mut c.raw);
     if let Some(p) = probe.take() {
         p.drain_events().iter().for_each(|e| observer.trace(e));
         c.raw.syscalls = p.stats();
@@ -748,6 +786,7 @@ fn add_wall(raw: &mut RawRecording) {
 struct BpfObjects {
     syscalls: std::mem::MaybeUninit<libbpf_rs::OpenObject>,
     calls: std::mem::MaybeUninit<libbpf_rs::OpenObject>,
+    alloc: std::mem::MaybeUninit<libbpf_rs::OpenObject>,
     paths: Vec<std::ffi::CString>,
 }
 
@@ -764,6 +803,7 @@ impl BpfObjects {
         Ok(BpfObjects {
             syscalls: std::mem::MaybeUninit::uninit(),
             calls: std::mem::MaybeUninit::uninit(),
+            alloc: std::mem::MaybeUninit::uninit(),
             paths,
         })
     }
@@ -774,6 +814,8 @@ struct Started<'obj> {
     ev: Events,
     syscalls: Option<SyscallProbe<'obj>>,
     calls: Option<CallProbe<'obj>>,
+    /// Exact allocation counts and bytes per call site, counted in the kernel.
+    alloc_sites: Option<CallProbe<'obj>>,
     streams: Vec<Stream>,
     sample_types: Vec<SampleType>,
 }
@@ -861,8 +903,20 @@ fn start_sources<'obj>(
         Some(_) => Some(SyscallProbe::load(&mut objects.syscalls, trace)?),
         None => None,
     };
+    let mut alloc_sites = match &opts.alloc {
+        Some(_) => {
+            let codes: Vec<u32> = alloc.iter().map(|(_, s)| s.bpf_code()).collect();
+            let mut p = CallProbe::load(&mut objects.alloc, false, false, Some(&codes))?;
+            let probes: Vec<Probe> = alloc.iter().map(|(p, _)| p.clone()).collect();
+            for &pid in pids {
+                notes.extend(p.attach(&probes, pid as i32)?);
+            }
+            Some(p)
+        }
+        None => None,
+    };
     let mut calls = match &opts.calls {
-        Some(c) => Some(CallProbe::load(&mut objects.calls, c.latency, c.follow_children)?),
+        Some(c) => Some(CallProbe::load(&mut objects.calls, c.latency, c.follow_children, None)?),
         None => None,
     };
     let bursty = cfgs.iter().any(|c| !matches!(c.source, Source::Clock(_)));
@@ -901,7 +955,11 @@ fn start_sources<'obj>(
         }
         notes.extend(skipped);
     }
-    Ok(Started { ev, syscalls: probe, calls, streams, sample_types })
+    if alloc_sites.is_some() {
+        sample_types.push(SampleType { name: "alloc-site-count".into(), unit: "count".into() });
+        sample_types.push(SampleType { name: "alloc-site-bytes".into(), unit: "bytes".into() });
+    }
+    Ok(Started { ev, syscalls: probe, calls, alloc_sites: alloc_sites.take(), streams, sample_types })
 }
 
 /// Opens events on every thread of every target process. Threads created while we open are caught by

@@ -23,6 +23,16 @@ pub struct CallCount {
     pub timed: u64,
 }
 
+/// Calls and requested bytes of one probe from one call site (return address) in one process.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SiteCount {
+    pub pid: u32,
+    pub probe: u32,
+    pub ret: u64,
+    pub calls: u64,
+    pub bytes: u64,
+}
+
 /// Loaded call counters; the links detach when dropped.
 pub struct CallProbe<'obj> {
     skel: CallsSkel<'obj>,
@@ -33,10 +43,13 @@ pub struct CallProbe<'obj> {
 impl<'obj> CallProbe<'obj> {
     /// Loads the programs. With `everywhere`, probes go into every process mapping the files and only
     /// tracked processes (and their children) count; otherwise each target process gets its own links.
+    /// With `size_args` (one per probe: 0 rdi, 1 rsi, 2 rdx, 3 rdi * rsi, 4 rax), calls and requested
+    /// bytes are also counted per call site.
     pub fn load(
         obj: &'obj mut MaybeUninit<OpenObject>,
         latency: bool,
         everywhere: bool,
+        size_args: Option<&[u32]>,
     ) -> Result<Self, RecordError> {
         check_btf()?;
         quiet_libbpf();
@@ -45,9 +58,17 @@ impl<'obj> CallProbe<'obj> {
         if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
             ro.latency = latency;
             ro.filter = everywhere;
+            ro.sites = size_args.is_some();
         }
         open.progs.on_return.set_autoload(latency);
         let skel = open.load().map_err(|e| classify("load", e))?;
+        for (i, how) in size_args.unwrap_or_default().iter().enumerate() {
+            let key = (i as u32).to_ne_bytes();
+            skel.maps
+                .size_arg
+                .update(&key, &how.to_ne_bytes(), MapFlags::ANY)
+                .map_err(|e| classify("size args", e))?;
+        }
         Ok(CallProbe { skel, links: Vec::new(), latency })
     }
 
@@ -117,6 +138,21 @@ impl<'obj> CallProbe<'obj> {
         let per_cpu =
             self.skel.maps.drops.lookup_percpu(&k, MapFlags::ANY).ok().flatten().unwrap_or_default();
         per_cpu.iter().map(|v| u64_at(v, 0)).sum()
+    }
+
+    pub fn site_counts(&self) -> Vec<SiteCount> {
+        let mut out = Vec::new();
+        for k in self.skel.maps.site_counts.keys() {
+            let Ok(Some(v)) = self.skel.maps.site_counts.lookup(&k, MapFlags::ANY) else { continue };
+            out.push(SiteCount {
+                pid: u32::from_ne_bytes(k[0..4].try_into().expect("key")),
+                probe: u32::from_ne_bytes(k[4..8].try_into().expect("key")),
+                ret: u64_at(&k, 8),
+                calls: u64_at(&v, 0),
+                bytes: u64_at(&v, 8),
+            });
+        }
+        out
     }
 
     pub fn counts(&self) -> Vec<CallCount> {

@@ -4,7 +4,7 @@
 mod calls;
 mod syscalls;
 
-pub use calls::{CallCount, CallProbe};
+pub use calls::{CallCount, CallProbe, SiteCount};
 pub use syscalls::{syscall_numbers, SyscallProbe};
 
 use crate::RecordError;
