@@ -1,4 +1,4 @@
-/* Loads libm with dlopen 300 ms after start and calls cos() N times, then lingers 300 ms: functions of a
+/* Loads libm with dlopen 300 ms after start and calls cos() N times, then lingers 1 s: functions of a
  * library that appears during a run. Usage: dlopener [N] */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -18,7 +18,7 @@ int main(int argc, char **argv) {
     double (*cosine)(double) = (double (*)(double))dlsym(m, "cos");
     double s = 0;
     for (long i = 0; i < n; i++) s += cosine((double)i);
-    nap(300);
+    nap(1000);
     printf("%f\n", s);
     return 0;
 }

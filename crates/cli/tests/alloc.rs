@@ -45,3 +45,15 @@ fn allocations_are_attributed_to_their_call_sites_with_exact_sizes() {
     let lost = count["lost_samples"].as_i64().unwrap();
     assert_eq!(kept + lost, mallocs, "kept {kept} + lost {lost}");
 }
+
+/// The probes must not disturb a target that starts threads (Go's runtime does at once): its clone()
+/// calls succeed and it exits normally, and Go allocations are seen at runtime.mallocgc.
+#[test]
+fn a_go_program_starting_threads_runs_normally_under_alloc() {
+    let dir = tmp();
+    let bin = workload("gowork");
+    let data = record(dir.path(), "go", &["--alloc"], &[bin.to_str().unwrap(), "0.3"]);
+    let r = report_json(&data, &["--type", "alloc-site-count"]);
+    assert_eq!(r["exit_code"], 0, "the Go program exits normally: {r}");
+    assert!(function(&r, |n| n == "runtime.mallocgc").is_some(), "{r}");
+}

@@ -459,7 +459,7 @@ impl Events {
     fn clock(&self) -> Option<Clock> {
         self.cfgs.iter().find_map(|c| match c.source {
             Source::Clock(clock) => Some(clock),
-            Source::Tracepoint { .. } | Source::Uprobe { .. } => None,
+            Source::Tracepoint { .. } => None,
         })
     }
 }
@@ -651,7 +651,7 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
             }
         }
         if let Some(co) = &opts.calls {
-            if last_maps_check.elapsed() >= Duration::from_millis(250) {
+            if last_maps_check.elapsed() >= Duration::from_millis(100) {
                 last_maps_check = Instant::now();
                 unprobed_modules(&pids, co, &mut late_modules);
             }
@@ -781,30 +781,43 @@ fn add_wall(raw: &mut RawRecording) {
     }
 }
 
-/// Storage the sources borrow for the length of a run: the eBPF skeletons' objects, and the probed
-/// files' paths the uprobe perf events point to.
+/// What the sources borrow for the length of a run: the eBPF skeletons' objects, and the tracefs
+/// uprobes whose events sample stacks (removed when this is dropped, after the events are closed).
 struct BpfObjects {
     syscalls: std::mem::MaybeUninit<libbpf_rs::OpenObject>,
     calls: std::mem::MaybeUninit<libbpf_rs::OpenObject>,
     alloc: std::mem::MaybeUninit<libbpf_rs::OpenObject>,
-    paths: Vec<std::ffi::CString>,
+    uprobes: Vec<sys::TraceUprobe>,
 }
 
 impl BpfObjects {
-    /// `paths` holds the calls' probe files, then the allocation probes' files, in order.
+    /// `uprobes` holds the calls' probes (with --callers), then the allocation probes, in order.
     fn new(opts: &RecordOptions, alloc: &[(Probe, SizeArg)]) -> Result<Self, RecordError> {
-        let probes = opts.calls.iter().flat_map(|c| &c.probes).chain(alloc.iter().map(|a| &a.0));
-        let paths = probes
-            .map(|p| {
-                let s = p.module.to_string_lossy().into_owned();
-                std::ffi::CString::new(s.clone()).map_err(|_| RecordError::BadArgument(s))
-            })
-            .collect::<Result<_, _>>()?;
+        let callers = opts.calls.iter().filter(|c| c.callers_period.is_some()).flat_map(|c| &c.probes);
+        let probes: Vec<&Probe> = callers.chain(alloc.iter().map(|a| &a.0)).collect();
+        let mut uprobes = Vec::new();
+        if !probes.is_empty() {
+            static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+            sys::TraceUprobe::remove_stale("whyslow_", target::alive);
+            let run = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let group = format!("whyslow_{}_{run}", std::process::id());
+            for (i, p) in probes.iter().enumerate() {
+                let path = p.module.to_string_lossy();
+                let u =
+                    sys::TraceUprobe::create(&group, &format!("p{i}"), &path, p.offset).map_err(
+                        |e| match e.raw_os_error() {
+                            Some(libc::EACCES) | Some(libc::EPERM) => RecordError::Permission(e),
+                            _ => RecordError::Io(format!("tracefs uprobe on {}+{:#x}", path, p.offset), e),
+                        },
+                    )?;
+                uprobes.push(u);
+            }
+        }
         Ok(BpfObjects {
             syscalls: std::mem::MaybeUninit::uninit(),
             calls: std::mem::MaybeUninit::uninit(),
             alloc: std::mem::MaybeUninit::uninit(),
-            paths,
+            uprobes,
         })
     }
 }
@@ -860,15 +873,11 @@ fn start_sources<'obj>(
         sample_types.push(SampleType { name: "syscalls".into(), unit: "calls".into() });
     }
     if let Some((co, period)) = opts.calls.as_ref().and_then(|c| Some((c, c.callers_period?))) {
-        let pmu = sys::uprobe_pmu().map_err(|e| RecordError::Io("uprobe PMU".into(), e))?;
         let slot = sample_types.len();
         sample_types.push(SampleType { name: "calls".into(), unit: "calls".into() });
-        for (i, p) in co.probes.iter().enumerate() {
-            let path = &objects.paths[i];
-            cfgs.push(EventConfig {
-                source: Source::Uprobe { pmu, path: path.as_ptr(), offset: p.offset, period },
-                ..base
-            });
+        for i in 0..co.probes.len() {
+            let source = Source::Tracepoint { id: objects.uprobes[i].id, period, kernel_stack: false };
+            cfgs.push(EventConfig { source, ..event_base });
             streams.push(Stream::Call { slot, probe: i });
         }
     }
@@ -887,14 +896,13 @@ fn start_sources<'obj>(
         sample_types.push(SampleType { name: "offcpu".into(), unit: "nanoseconds".into() });
     }
     if let Some(ao) = &opts.alloc {
-        let pmu = sys::uprobe_pmu().map_err(|e| RecordError::Io("uprobe PMU".into(), e))?;
         let slot = sample_types.len();
         sample_types.push(SampleType { name: "alloc-count".into(), unit: "count".into() });
         sample_types.push(SampleType { name: "alloc-bytes".into(), unit: "bytes".into() });
-        let first_path = opts.calls.as_ref().map_or(0, |c| c.probes.len());
-        for (i, (p, size)) in alloc.iter().enumerate() {
-            let path = &objects.paths[first_path + i];
-            let source = Source::Uprobe { pmu, path: path.as_ptr(), offset: p.offset, period: ao.period };
+        let first = objects.uprobes.len() - alloc.len();
+        for (i, (_, size)) in alloc.iter().enumerate() {
+            let id = objects.uprobes[first + i].id;
+            let source = Source::Tracepoint { id, period: ao.period, kernel_stack: false };
             cfgs.push(EventConfig { source, ..event_base });
             streams.push(Stream::Alloc { slot, probe: i, size: *size, period: ao.period });
         }

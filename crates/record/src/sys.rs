@@ -52,9 +52,6 @@ pub enum Source {
     /// A tracepoint (id from tracefs), every `period`-th hit sampled; the kernel callchain is kept only
     /// with `kernel_stack` (the syscall-entry path is the same for every hit; a switch-out is not).
     Tracepoint { id: u64, period: u64, kernel_stack: bool },
-    /// A uprobe on the code at file `offset` of the file whose NUL-terminated path `path` points to (it
-    /// must live until the event is open), every `period`-th hit sampled.
-    Uprobe { pmu: u32, path: *const libc::c_char, offset: u64, period: u64 },
 }
 
 /// Settings for one sampling event.
@@ -86,11 +83,6 @@ pub fn open_event(cfg: &EventConfig, pid: i32, cpu: i32) -> io::Result<OwnedFd> 
             attr.type_ = b::PERF_TYPE_TRACEPOINT;
             attr.config = id;
         }
-        Source::Uprobe { pmu, path, offset, .. } => {
-            attr.type_ = pmu;
-            attr.__bindgen_anon_3.uprobe_path = path as u64;
-            attr.__bindgen_anon_4.probe_offset = offset;
-        }
     }
     match cfg.source {
         Source::Clock(_) => {
@@ -101,11 +93,6 @@ pub fn open_event(cfg: &EventConfig, pid: i32, cpu: i32) -> io::Result<OwnedFd> 
             attr.__bindgen_anon_1.sample_period = period.max(1);
             attr.set_exclude_callchain_kernel((!kernel_stack) as u64);
         }
-        Source::Uprobe { period, .. } => {
-            attr.__bindgen_anon_1.sample_period = period.max(1);
-            // The kernel part is the breakpoint trap path, the same for every hit: noise.
-            attr.set_exclude_callchain_kernel(1);
-        }
     }
     attr.sample_type = SAMPLE_TYPE;
     attr.sample_regs_user = REGS_USER_MASK;
@@ -114,7 +101,7 @@ pub fn open_event(cfg: &EventConfig, pid: i32, cpu: i32) -> io::Result<OwnedFd> 
     attr.set_enable_on_exec(cfg.enable_on_exec as u64);
     attr.set_inherit(1);
     // A tracepoint fires in the kernel; excluding the kernel would silence it.
-    let kernel = cfg.kernel || matches!(cfg.source, Source::Tracepoint { .. } | Source::Uprobe { .. });
+    let kernel = cfg.kernel || matches!(cfg.source, Source::Tracepoint { .. });
     attr.set_exclude_kernel((!kernel) as u64);
     attr.set_exclude_hv(1);
     // User frames come from our own DWARF unwinding of the stack copy; the kernel's FP walk is useless there.
@@ -314,9 +301,57 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// The perf PMU type of uprobes (from sysfs).
-pub fn uprobe_pmu() -> io::Result<u32> {
-    let path = "/sys/bus/event_source/devices/uprobe/type";
-    let text = std::fs::read_to_string(path)?;
-    text.trim().parse().map_err(|_| io::Error::new(io::ErrorKind::InvalidData, format!("bad type in {path}")))
+const UPROBE_EVENTS: &str = "/sys/kernel/tracing/uprobe_events";
+
+/// A uprobe defined in tracefs, opened as a tracepoint: its perf events inherit into the target's new
+/// threads and children. (perf's uprobe PMU cannot: its path is a pointer into our memory, which the
+/// kernel reads again in the child's address space when it clones the event, failing the target's
+/// clone() with EFAULT.) Removed when dropped; the perf events using it must be closed first.
+pub struct TraceUprobe {
+    group: String,
+    name: String,
+    pub id: u64,
+}
+
+impl TraceUprobe {
+    pub fn create(group: &str, name: &str, path: &str, offset: u64) -> io::Result<TraceUprobe> {
+        if path.contains(char::is_whitespace) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("cannot probe a path with spaces: {path}"),
+            ));
+        }
+        mount_tracefs()?;
+        append(UPROBE_EVENTS, &format!("p:{group}/{name} {path}:{offset:#x}\n"))?;
+        // Defined from here on: dropping `probe` removes it again if the id cannot be read.
+        let mut probe = TraceUprobe { group: group.to_string(), name: name.to_string(), id: 0 };
+        probe.id = tracepoint_id(group, name)?;
+        Ok(probe)
+    }
+
+    /// Removes probes left behind by whyslow runs that no longer exist (killed with SIGKILL).
+    pub fn remove_stale(prefix: &str, alive: impl Fn(u32) -> bool) {
+        let Ok(text) = std::fs::read_to_string(UPROBE_EVENTS) else { return };
+        for line in text.lines() {
+            let Some(event) = line.split_whitespace().next().and_then(|e| e.strip_prefix("p:")) else {
+                continue;
+            };
+            let Some(rest) = event.strip_prefix(prefix) else { continue };
+            let pid = rest.split(['_', '/']).next().and_then(|p| p.parse().ok());
+            if pid.is_some_and(|p| !alive(p)) {
+                let _ = append(UPROBE_EVENTS, &format!("-:{event}\n"));
+            }
+        }
+    }
+}
+
+impl Drop for TraceUprobe {
+    fn drop(&mut self) {
+        let _ = append(UPROBE_EVENTS, &format!("-:{}/{}\n", self.group, self.name));
+    }
+}
+
+fn append(path: &str, line: &str) -> io::Result<()> {
+    use std::io::Write;
+    std::fs::OpenOptions::new().append(true).open(path)?.write_all(line.as_bytes())
 }
