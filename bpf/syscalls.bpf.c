@@ -36,6 +36,7 @@ struct ws_stat {
 	u64 total_ns;
 	u64 max_ns;
 	u64 hist[HIST_BUCKETS];
+	u64 bytes; /* sum of positive results of the data-moving syscalls (bytes read or written) */
 };
 
 struct ws_inflight {
@@ -128,6 +129,18 @@ static __always_inline u32 log2_bucket(u64 v)
 	return b < HIST_BUCKETS ? b : HIST_BUCKETS - 1;
 }
 
+/* read, write, pread64, pwrite64, readv, writev, sendfile, sendto, recvfrom, sendmsg, recvmsg, preadv,
+ * pwritev, preadv2, pwritev2 (x86_64 numbers): their result is a byte count. */
+static __always_inline int moves_bytes(u32 nr)
+{
+	switch (nr) {
+	case 0: case 1: case 17: case 18: case 19: case 20: case 40: case 44: case 45: case 46: case 47:
+	case 295: case 296: case 327: case 328:
+		return 1;
+	}
+	return 0;
+}
+
 static __always_inline void count(u32 tgid, u32 tid, u32 nr, u64 dur, s64 ret)
 {
 	struct ws_key k = { .tgid = tgid, .tid = tid, .nr = nr };
@@ -147,6 +160,8 @@ static __always_inline void count(u32 tgid, u32 tid, u32 nr, u64 dur, s64 ret)
 	if (dur > s->max_ns)
 		s->max_ns = dur;
 	s->hist[log2_bucket(dur)] += 1;
+	if (ret > 0 && moves_bytes(nr))
+		s->bytes += ret;
 	if (ret < 0 && ret >= -4095) {
 		s->errors += 1;
 		k.err = (u32)-ret;

@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 8] = b"WHYSLOW\0";
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 const HEADER_LEN: usize = 8 + 4 + 8 + 4;
 
 #[derive(Debug, thiserror::Error)]
@@ -20,7 +20,7 @@ pub enum FileError {
     Write { path: PathBuf, source: std::io::Error },
     #[error("{path} is not a whyslow recording (bad magic)")]
     NotRecording { path: PathBuf },
-    #[error("{path} was written by a newer whyslow (format {found}, this build reads {FORMAT_VERSION})")]
+    #[error("{path} was written by another version of whyslow (format {found}, this build reads {FORMAT_VERSION})")]
     Version { path: PathBuf, found: u32 },
     #[error("{path} is truncated: expected {expected} bytes of data, found {found}")]
     Truncated { path: PathBuf, expected: u64, found: u64 },

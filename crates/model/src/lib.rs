@@ -48,6 +48,8 @@ pub struct Module {
     pub path: String,
     /// GNU build id as lowercase hex, empty when the file has none.
     pub build_id: String,
+    /// Compilers and flags of its compile units (DWARF `DW_AT_producer`), when it has debug info.
+    pub producers: Vec<String>,
 }
 
 /// A node of the stack trie: the frame and the node of its caller.
@@ -118,6 +120,9 @@ pub struct Metadata {
     pub kernel_release: String,
     /// Things the user should know about the run (fallbacks, partial coverage).
     pub notes: Vec<String>,
+    /// How long the exact call counters ran when that was not the whole run (the doctor counts calls in
+    /// a second phase); 0: for `duration_ns`.
+    pub calls_duration_ns: u64,
 }
 
 /// A whole profile: what one recording file holds.
@@ -176,6 +181,9 @@ pub struct SyscallStat {
     pub max_ns: u64,
     /// `hist[i]` counts calls that took [2^i, 2^(i+1)) ns; the last bucket takes everything above.
     pub hist: Vec<u64>,
+    /// Bytes moved by the data-moving syscalls (read, write, send, recv and their variants): the sum of
+    /// their positive results; 0 for the others.
+    pub bytes: u64,
 }
 
 impl SyscallStat {
@@ -184,6 +192,7 @@ impl SyscallStat {
         self.calls += o.calls;
         self.errors += o.errors;
         self.total_ns += o.total_ns;
+        self.bytes += o.bytes;
         self.max_ns = self.max_ns.max(o.max_ns);
         if self.hist.len() < o.hist.len() {
             self.hist.resize(o.hist.len(), 0);
@@ -206,6 +215,7 @@ impl SyscallStat {
         d.calls = self.calls.saturating_sub(earlier.calls);
         d.errors = self.errors.saturating_sub(earlier.errors);
         d.total_ns = self.total_ns.saturating_sub(earlier.total_ns);
+        d.bytes = self.bytes.saturating_sub(earlier.bytes);
         for (a, b) in d.hist.iter_mut().zip(&earlier.hist) {
             *a = a.saturating_sub(*b);
         }
@@ -360,7 +370,11 @@ impl ProfileBuilder {
             return id;
         }
         let id = self.profile.modules.len() as u32;
-        self.profile.modules.push(Module { path: path.to_string(), build_id: build_id.to_string() });
+        self.profile.modules.push(Module {
+            path: path.to_string(),
+            build_id: build_id.to_string(),
+            producers: Vec::new(),
+        });
         self.modules.insert(path.to_string(), id);
         id
     }

@@ -15,7 +15,7 @@ mod sys;
 pub mod target;
 
 pub use bpf::syscall_numbers;
-pub use session::{record, Observer, Progress};
+pub use session::{record, stop_launched, Observer, Progress};
 pub use sys::{monotonic_ns, Clock};
 pub use target::Target;
 
@@ -47,6 +47,9 @@ pub struct RecordOptions {
     pub offcpu: Option<OffCpuOptions>,
     /// Call [`Observer::snapshot`] this often with the counters so far.
     pub interval: Option<std::time::Duration>,
+    /// Leave a launched command that is still running at the end running (its pid is the first of
+    /// `meta.target_pids`; the caller ends it with [`stop_launched`]); otherwise it is stopped.
+    pub leave_running: bool,
 }
 
 /// Which functions to count and how.
@@ -104,6 +107,7 @@ impl Default for RecordOptions {
             alloc: None,
             offcpu: None,
             interval: None,
+            leave_running: false,
         }
     }
 }

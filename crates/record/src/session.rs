@@ -738,9 +738,9 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
     }
     let event = sources.join(" + ");
     drop(ev);
-    if let Some(g) = &gate {
+    if let Some(g) = gate.as_ref().filter(|_| !opts.leave_running) {
         if exit_code.is_none() {
-            exit_code = Some(stop_child(g.pid));
+            exit_code = Some(stop_launched(g.pid));
         }
     }
     observer.progress(&Progress { elapsed: duration, samples: c.samples, lost: c.lost });
@@ -765,6 +765,7 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
         hostname: read_trim("/proc/sys/kernel/hostname"),
         kernel_release: read_trim("/proc/sys/kernel/osrelease"),
         notes,
+        calls_duration_ns: 0,
     };
     Ok(c.raw)
 }
@@ -1036,8 +1037,9 @@ fn exit_code(st: i32) -> i32 {
     }
 }
 
-/// Ends a launched command that outlived the recording: SIGTERM, then SIGKILL after a grace period.
-fn stop_child(pid: u32) -> i32 {
+/// Ends a launched command that outlived the recording (or was left running by
+/// [`RecordOptions::leave_running`]): SIGTERM, then SIGKILL after a grace period. Returns its exit code.
+pub fn stop_launched(pid: u32) -> i32 {
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     let deadline = Instant::now() + Duration::from_secs(3);
     while Instant::now() < deadline {

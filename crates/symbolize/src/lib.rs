@@ -11,6 +11,7 @@ pub use whyslow_symbols::demangle;
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 use std::collections::HashMap;
+use std::path::Path;
 use whyslow_model::raw::{RawFrame, RawRecording};
 use whyslow_model::{basename, FrameKind, Profile, ProfileBuilder, NONE};
 
@@ -80,6 +81,7 @@ pub fn symbolize(raw: RawRecording) -> Profile {
         }
     }
     let mut resolved: HashMap<RawFrame, Vec<Func>> = HashMap::new();
+    let sampled: Vec<u32> = by_module.keys().copied().collect();
     for (module, mut offsets) in by_module {
         offsets.sort_unstable();
         offsets.dedup();
@@ -158,6 +160,12 @@ pub fn symbolize(raw: RawRecording) -> Profile {
         b.add_sample(leaf, t, &values);
     }
     let mut p = b.finish();
+    for (raw_id, m) in raw.modules.iter().enumerate() {
+        if sampled.contains(&(raw_id as u32)) && m.path.starts_with('/') {
+            p.modules[module_ids[raw_id] as usize].producers =
+                whyslow_symbols::producers(Path::new(&m.path)).unwrap_or_default();
+        }
+    }
     p.syscalls = raw.syscalls;
     p.calls = raw.calls;
     p

@@ -17,6 +17,65 @@ pub enum SymbolError {
     Parse(String, object::Error),
 }
 
+/// The distinct `DW_AT_producer` strings of a file's compile units (compiler and flags, e.g.
+/// `GNU C17 12.2.0 -mtune=generic -march=x86-64 -g -O2`) from the file's own DWARF (a distribution's
+/// separate debug files are not read: their flags are known); empty when it has no debug info.
+pub fn producers(path: &Path) -> Result<Vec<String>, SymbolError> {
+    use object::ObjectSection;
+    let shown = path.display().to_string();
+    let data = std::fs::read(path).map_err(|e| SymbolError::Read(shown.clone(), e))?;
+    let file = object::File::parse(&*data).map_err(|e| SymbolError::Parse(shown, e))?;
+    let sections: Vec<(String, Vec<u8>)> = file
+        .sections()
+        .filter_map(|s| Some((s.name().ok()?.to_string(), s.uncompressed_data().ok()?.into_owned())))
+        .filter(|(n, _)| n.starts_with(".debug_"))
+        .collect();
+    let section = |id: gimli::SectionId| {
+        let data = sections.iter().find(|(n, _)| n == id.name()).map_or(&[][..], |(_, d)| &d[..]);
+        Ok::<_, gimli::Error>(gimli::EndianSlice::new(data, gimli::LittleEndian))
+    };
+    let Ok(dwarf) = gimli::Dwarf::load(section) else { return Ok(Vec::new()) };
+    let mut out = Vec::new();
+    let mut units = dwarf.units();
+    while let Ok(Some(header)) = units.next() {
+        let Ok(unit) = dwarf.unit(header) else { continue };
+        let mut entries = unit.entries();
+        let Ok(Some(cu)) = entries.next_dfs() else { continue };
+        let Some(attr) = cu.attr_value(gimli::DW_AT_producer) else { continue };
+        if let Ok(s) = dwarf.attr_string(&unit, attr) {
+            let s = s.to_string_lossy().into_owned();
+            if !out.contains(&s) {
+                out.push(s);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The separate debug file of a build id (`/usr/lib/debug/.build-id/xx/yyyy.debug`).
+fn debug_file(id: &[u8]) -> Option<String> {
+    if id.len() < 2 {
+        return None;
+    }
+    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    Some(format!("/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..]))
+}
+
+/// Whether a compiler's producer string says the code was optimized (`-O1`.. `-O3`, `-Os`, `-Oz`,
+/// `-Ofast`, `-Og`); None when the string does not record the flags (clang and rustc leave them out).
+pub fn optimized(producer: &str) -> Option<bool> {
+    if !producer.starts_with("GNU ") || producer.starts_with("GNU AS") {
+        return None;
+    }
+    let mut level = None;
+    for flag in producer.split_whitespace() {
+        if let Some(l) = flag.strip_prefix("-O") {
+            level = Some(l != "0");
+        }
+    }
+    Some(level.unwrap_or(false))
+}
+
 /// A function with a symbol: its names and where its code starts in the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Function {
@@ -39,10 +98,7 @@ pub fn functions(path: &Path) -> Result<Vec<Function>, SymbolError> {
     let data = std::fs::read(path).map_err(|e| SymbolError::Read(shown.clone(), e))?;
     let file = object::File::parse(&*data).map_err(|e| SymbolError::Parse(shown, e))?;
     let debug_data = match (file.symbol_table(), file.build_id()) {
-        (None, Ok(Some(id))) if id.len() > 1 => {
-            let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
-            std::fs::read(format!("/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..])).ok()
-        }
+        (None, Ok(Some(id))) => debug_file(id).and_then(|p| std::fs::read(p).ok()),
         _ => None,
     };
     let debug = debug_data.as_deref().and_then(|d| object::File::parse(d).ok());
@@ -182,6 +238,27 @@ pub fn same_file(a: &Path, b: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn optimization_from_producer() {
+        assert_eq!(optimized("GNU C17 12.2.0 -mtune=generic -march=x86-64 -g -O2"), Some(true));
+        assert_eq!(optimized("GNU C17 12.2.0 -mtune=generic -march=x86-64 -g"), Some(false));
+        assert_eq!(optimized("GNU C++17 12.2.0 -g -O2 -O0"), Some(false));
+        assert_eq!(optimized("GNU C11 12.2.0 -Os"), Some(true));
+        assert_eq!(optimized("clang version 14.0.6"), None);
+        assert_eq!(optimized("GNU AS 2.40"), None);
+    }
+
+    #[test]
+    fn reads_producers_of_a_compiled_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let (src, bin) = (dir.path().join("p.c"), dir.path().join("p"));
+        std::fs::write(&src, "int main(void) { return 0; }\n").unwrap();
+        let st = std::process::Command::new("gcc").args(["-g", "-O1", "-o"]).arg(&bin).arg(&src).status();
+        assert!(st.unwrap().success());
+        let p = producers(&bin).unwrap();
+        assert!(p.iter().any(|s| s.starts_with("GNU C") && optimized(s) == Some(true)), "{p:?}");
+    }
 
     #[test]
     fn globs() {

@@ -18,7 +18,7 @@ use whyslow_model::{close_matches, SyscallStat, HIST_BUCKETS};
 const MAX_SYSCALL: u32 = 1024;
 const PATH_LEN: usize = 256;
 const EVENT_LEN: usize = 8 * 4 + 8 + 8 * 6 + 2 * PATH_LEN;
-const STAT_LEN: usize = 8 * (4 + HIST_BUCKETS);
+const STAT_LEN: usize = 8 * (5 + HIST_BUCKETS);
 const DROP_SLOTS: u32 = 2;
 
 /// Loaded and attached syscall counters; detached when dropped.
@@ -173,6 +173,7 @@ impl<'obj> SyscallProbe<'obj> {
                 total_ns: u64_at(&v, 16),
                 max_ns: u64_at(&v, 24),
                 hist: (0..HIST_BUCKETS).map(|i| u64_at(&v, 32 + 8 * i)).collect(),
+                bytes: u64_at(&v, 32 + 8 * HIST_BUCKETS),
             });
         }
         out.sort_by(|a, b| (a.pid, a.tid, &a.name).cmp(&(b.pid, b.tid, &b.name)));
