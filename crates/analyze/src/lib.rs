@@ -6,6 +6,8 @@
 //! not) count as one. `value` is the index of the sample type to weigh by; an index the profile does not
 //! have weighs every sample as 0.
 
+pub mod doctor;
+
 use serde::Serialize;
 use std::collections::HashMap;
 use whyslow_model::{basename, close_matches, CallStat, Profile, Sample, SyscallStat, NONE};
@@ -536,6 +538,7 @@ mod tests {
             total_ns,
             max_ns: total_ns / calls,
             hist: vec![calls],
+            bytes: 0,
         };
         let p = Profile {
             syscalls: vec![

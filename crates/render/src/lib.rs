@@ -84,6 +84,7 @@ pub(crate) mod fixture {
             hostname: "host".into(),
             kernel_release: "6.1".into(),
             notes: vec!["example note".into()],
+            calls_duration_ns: 0,
         };
         let types = vec![
             SampleType { name: "cpu".into(), unit: "samples".into() },

@@ -358,6 +358,7 @@ mod tests {
                 h[10] = calls;
                 h
             },
+            bytes: 0,
         };
         p.syscalls = vec![s("newfstatat", 200_000, 300_000_000, 0), s("openat", 1000, 3_000_000, 1000)];
         p.meta.lost_events = 3;

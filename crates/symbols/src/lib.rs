@@ -61,21 +61,6 @@ fn debug_file(id: &[u8]) -> Option<String> {
     Some(format!("/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..]))
 }
 
-/// Whether a compiler's producer string says the code was optimized (`-O1`.. `-O3`, `-Os`, `-Oz`,
-/// `-Ofast`, `-Og`); None when the string does not record the flags (clang and rustc leave them out).
-pub fn optimized(producer: &str) -> Option<bool> {
-    if !producer.starts_with("GNU ") || producer.starts_with("GNU AS") {
-        return None;
-    }
-    let mut level = None;
-    for flag in producer.split_whitespace() {
-        if let Some(l) = flag.strip_prefix("-O") {
-            level = Some(l != "0");
-        }
-    }
-    Some(level.unwrap_or(false))
-}
-
 /// A function with a symbol: its names and where its code starts in the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Function {
@@ -240,16 +225,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn optimization_from_producer() {
-        assert_eq!(optimized("GNU C17 12.2.0 -mtune=generic -march=x86-64 -g -O2"), Some(true));
-        assert_eq!(optimized("GNU C17 12.2.0 -mtune=generic -march=x86-64 -g"), Some(false));
-        assert_eq!(optimized("GNU C++17 12.2.0 -g -O2 -O0"), Some(false));
-        assert_eq!(optimized("GNU C11 12.2.0 -Os"), Some(true));
-        assert_eq!(optimized("clang version 14.0.6"), None);
-        assert_eq!(optimized("GNU AS 2.40"), None);
-    }
-
-    #[test]
     fn reads_producers_of_a_compiled_file() {
         let dir = tempfile::tempdir().unwrap();
         let (src, bin) = (dir.path().join("p.c"), dir.path().join("p"));
@@ -257,7 +232,7 @@ mod tests {
         let st = std::process::Command::new("gcc").args(["-g", "-O1", "-o"]).arg(&bin).arg(&src).status();
         assert!(st.unwrap().success());
         let p = producers(&bin).unwrap();
-        assert!(p.iter().any(|s| s.starts_with("GNU C") && optimized(s) == Some(true)), "{p:?}");
+        assert!(p.iter().any(|s| s.starts_with("GNU C") && s.contains(" -O1")), "{p:?}");
     }
 
     #[test]

@@ -1,0 +1,101 @@
+//! The doctor: rules that read one profile and name the known performance anti-patterns in it, each with
+//! its impact, the evidence behind it, why it is slow, the fix and how to verify the fix. Pure functions
+//! of the profile (a live run and a saved recording are diagnosed alike); a rule whose data the profile
+//! lacks says so instead of guessing. Thresholds live in [`thresholds`], one rule per module in `rules/`.
+
+mod facts;
+mod rules;
+pub mod thresholds;
+
+pub use facts::Facts;
+use serde::Serialize;
+use whyslow_model::Profile;
+
+/// How sure a rule is that the pattern is there (not how big it is: that is the impact).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Confidence {
+    Low,
+    Medium,
+    High,
+}
+
+/// One diagnosed anti-pattern.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Finding {
+    /// Stable rule id (part of the JSON contract), e.g. `tz-stat-storm`.
+    pub id: &'static str,
+    pub title: String,
+    /// Share of CPU time (rules about running code) or of wall time (rules about blocking) the pattern
+    /// explains, in percent.
+    pub impact_pct: f64,
+    /// What `impact_pct` is a share of: `cpu` or `wall`.
+    pub impact_of: &'static str,
+    pub confidence: Confidence,
+    /// The facts behind the finding: stacks, counts, rates, call sites.
+    pub evidence: Vec<String>,
+    pub why: String,
+    pub fix: String,
+    pub verify: String,
+}
+
+/// A heavy call path, for the user to read when no rule matches (and after the findings when some do).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HotPath {
+    /// Function names, outermost first.
+    pub frames: Vec<String>,
+    pub pct: f64,
+    /// `cpu` or `wall` (blocked paths are shown when the profile has off-CPU time).
+    pub of: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Diagnosis {
+    /// Most impact first.
+    pub findings: Vec<Finding>,
+    pub hot_paths: Vec<HotPath>,
+    /// Rules that could not run on this profile, with what they need.
+    pub skipped: Vec<String>,
+    /// Share of CPU samples taken inside whyslow's own probes (uprobes, eBPF), left out of every share.
+    pub instrumentation_pct: f64,
+}
+
+/// What a rule says about a profile.
+pub(crate) enum Verdict {
+    Found(Finding),
+    Clear,
+    /// The profile lacks the data this rule needs (e.g. call counts, off-CPU time).
+    NeedsData(&'static str),
+}
+
+/// Runs every rule; findings sorted by impact (then id, for a stable order).
+pub fn diagnose(p: &Profile) -> Diagnosis {
+    let f = Facts::new(p);
+    let mut findings = Vec::new();
+    let mut skipped = Vec::new();
+    for (id, rule) in rules::ALL {
+        match rule(&f) {
+            Verdict::Found(x) => findings.push(x),
+            Verdict::Clear => {}
+            Verdict::NeedsData(what) => skipped.push(format!("{id}: needs {what}")),
+        }
+    }
+    findings.sort_by(|a, b| b.impact_pct.total_cmp(&a.impact_pct).then(a.id.cmp(b.id)));
+    Diagnosis {
+        findings,
+        hot_paths: f.hot_paths(thresholds::HOT_PATHS),
+        skipped,
+        instrumentation_pct: f.instrumentation_pct(),
+    }
+}
+
+/// Functions worth counting exactly in a second phase: the hottest user functions by self CPU time and
+/// their heaviest callees in the same file (a caller/callee call ratio needs both).
+pub fn call_candidates(p: &Profile) -> Vec<String> {
+    Facts::new(p).call_candidates(thresholds::CANDIDATE_FUNCTIONS, thresholds::CANDIDATE_CALLEES)
+}
+
+/// Rule ids, in the order they run.
+pub fn rule_ids() -> Vec<&'static str> {
+    rules::ALL.iter().map(|(id, _)| *id).collect()
+}

@@ -1,0 +1,95 @@
+//! alloc-churn: malloc/free/new/delete (or Go's mallocgc) take a large share of CPU: short-lived heap
+//! objects created and destroyed at a high rate.
+
+use super::{cpu_evidence, finding, named, Text};
+use crate::doctor::facts::{Facts, Func};
+use crate::doctor::thresholds::ALLOC_CPU_PCT;
+use crate::doctor::{Confidence, Verdict};
+
+const TEXT: Text = Text {
+    id: "alloc-churn",
+    title: "heap allocation churn",
+    why: "every allocation and free runs the allocator (locking, size-class bookkeeping, cache misses on \
+          fresh memory); temporaries created per item or per request make it a hot path of its own",
+    fix: "reuse buffers and objects across iterations (clear() instead of a new container, reserve() \
+          once, object pools, arena allocation per request), pass by reference instead of copying, and \
+          build strings in place",
+    shrinks: "malloc/free/operator new/delete",
+};
+
+pub fn is_allocator(f: &Func) -> bool {
+    !f.kernel
+        && named(
+            f.plain(),
+            &[
+                "malloc",
+                "free",
+                "calloc",
+                "realloc",
+                "cfree",
+                "posix_memalign",
+                "aligned_alloc",
+                "memalign",
+                "int_malloc",
+                "int_free",
+                "int_realloc",
+                "malloc_consolidate",
+                "runtime.mallocgc",
+                "runtime.newobject",
+                "runtime.makeslice",
+            ],
+            &[
+                "operator new",
+                "operator delete",
+                "tcache",
+                "int_free",
+                "runtime.(*mcache)",
+                "runtime.(*mheap)",
+                "runtime.mallocgc",
+            ],
+        )
+}
+
+pub fn check(f: &Facts) -> Verdict {
+    if !f.has_cpu() {
+        return Verdict::NeedsData("CPU samples");
+    }
+    let m = f.cpu(&is_allocator);
+    if m.pct < ALLOC_CPU_PCT {
+        return Verdict::Clear;
+    }
+    let mut evidence = cpu_evidence(&m, f.cpu_total);
+    if let Some(count) = f.p.sample_type("alloc-site-count") {
+        let total: i64 = f.p.samples.iter().map(|s| s.values[count]).sum();
+        let mut sites = crate::top_functions(f.p, count);
+        sites.retain(|s| s.self_ > 0);
+        let top: Vec<String> =
+            sites.iter().take(3).map(|s| format!("{} ({} calls)", s.name, s.self_)).collect();
+        evidence.push(format!(
+            "{total} allocations counted exactly ({:.0}/s); top call sites: {}",
+            total as f64 / f.seconds().max(1e-9),
+            top.join(", ")
+        ));
+    }
+    Verdict::Found(finding(f, &TEXT, &m, "cpu", Confidence::High, evidence))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::doctor::facts::test_profile::profile;
+    use crate::doctor::rules::tests::fired;
+
+    #[test]
+    fn counts_allocator_time_under_new_and_free() {
+        let p = profile(&[
+            ("main;build;operator new(unsigned long);lib:malloc;lib:_int_malloc", 15, 0),
+            ("main;build;lib:free", 10, 0),
+            ("main;build", 75, 0),
+        ]);
+        assert_eq!(fired(super::check, &p), Some(25.0));
+        assert_eq!(
+            fired(super::check, &profile(&[("main;build;lib:malloc", 5, 0), ("main;build", 95, 0)])),
+            None
+        );
+    }
+}

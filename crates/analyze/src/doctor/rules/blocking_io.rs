@@ -1,0 +1,101 @@
+//! blocking-io: wall time blocked in fsync/fdatasync or in file reads and writes waiting for the disk
+//! (e.g. a database committing every statement).
+
+use super::{finding, list, named, Text};
+use crate::doctor::facts::{Facts, Func};
+use crate::doctor::thresholds::BLOCKING_IO_WALL_PCT;
+use crate::doctor::{Confidence, Verdict};
+
+const TEXT: Text = Text {
+    id: "blocking-io",
+    title: "threads wait for the disk (fsync/fdatasync and file I/O)",
+    why: "a sync waits until the data is on stable storage (milliseconds each); doing one per record or \
+          per statement makes the disk's latency, not the CPU, the program's speed limit",
+    fix: "batch durable writes (one transaction or one fsync per batch, group commit), move syncing off \
+          the request path (a writer thread), or relax durability where it is not needed (e.g. SQLite \
+          PRAGMA synchronous=NORMAL with WAL)",
+    shrinks: "blocked time under fsync/fdatasync (`whyslow report --type offcpu`)",
+};
+
+const SYNCS: [&str; 6] = ["fsync", "fdatasync", "sync_file_range", "msync", "syncfs", "sync"];
+
+fn is_disk_wait(f: &Func) -> bool {
+    if f.kernel {
+        named(
+            f.name,
+            &[],
+            &[
+                "__x64_sys_fsync",
+                "__x64_sys_fdatasync",
+                "__x64_sys_sync_file_range",
+                "__x64_sys_msync",
+                "__x64_sys_syncfs",
+                "do_fsync",
+                "file_write_and_wait",
+                "__filemap_fdatawait",
+                "filemap_",
+                "folio_wait",
+                "wait_on_page",
+                "io_schedule",
+                "jbd2_",
+                "ext4_",
+                "xfs_",
+                "btrfs_",
+                "blkdev_",
+                "submit_bio",
+            ],
+        )
+    } else {
+        !f.is_user_code() && named(f.plain(), &SYNCS, &[])
+    }
+}
+
+pub fn check(f: &Facts) -> Verdict {
+    if !f.has_offcpu() {
+        return Verdict::NeedsData("off-CPU time (record --offcpu)");
+    }
+    let m = f.blocked(&is_disk_wait);
+    if m.pct < BLOCKING_IO_WALL_PCT {
+        return Verdict::Clear;
+    }
+    let mut evidence = vec![format!(
+        "{:.1}% of the threads' wall time is spent blocked in: {}",
+        m.pct,
+        list(&m.entries, f.wall_total)
+    )];
+    if !m.sites.is_empty() {
+        evidence.push(format!("called from: {}", list(&m.sites, f.wall_total)));
+    }
+    if f.has_syscalls() {
+        let s = f.syscall(&SYNCS);
+        if s.calls > 0 {
+            evidence.push(format!(
+                "{} sync syscalls ({:.0}/s), {:.2} ms each on average",
+                s.calls,
+                s.calls as f64 / f.seconds().max(1e-9),
+                s.total_ns as f64 / s.calls as f64 / 1e6
+            ));
+        }
+    }
+    Verdict::Found(finding(f, &TEXT, &m, "wall", Confidence::High, evidence))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::doctor::facts::test_profile::profile;
+    use crate::doctor::rules::tests::fired;
+
+    #[test]
+    fn fires_on_fdatasync_blocking_not_on_pipes() {
+        let p = profile(&[
+            ("main;commit;lib:fdatasync;k:__x64_sys_fdatasync;k:file_write_and_wait_range;k:schedule", 0, 60),
+            ("main;insert", 40, 0),
+        ]);
+        assert_eq!(fired(super::check, &p), Some(60.0));
+        let pipe = profile(&[
+            ("main;lib:read;k:__x64_sys_read;k:pipe_read;k:schedule", 0, 60),
+            ("main;insert", 40, 0),
+        ]);
+        assert_eq!(fired(super::check, &pipe), None);
+    }
+}

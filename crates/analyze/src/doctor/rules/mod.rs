@@ -1,0 +1,131 @@
+//! One module per rule; each reads [`Facts`] and returns a [`Verdict`]. Shared here: the shape of a
+//! "too much CPU under these functions" rule and the wording of evidence and verification.
+
+mod alloc_churn;
+mod blocking_io;
+mod excess_copying;
+mod gc_pressure;
+mod hot_logging;
+mod lock_contention;
+mod protobuf_reflection;
+mod redundant_calls;
+mod reflection_dispatch;
+mod small_writes;
+mod tiny_container_lookups;
+mod tz_stat_storm;
+mod unoptimized_build;
+
+use super::facts::{Facts, Func, Match};
+use super::thresholds::EVIDENCE_ROWS;
+use super::{Confidence, Finding, Verdict};
+
+pub type Rule = fn(&Facts) -> Verdict;
+
+pub const ALL: [(&str, Rule); 13] = [
+    ("tz-stat-storm", tz_stat_storm::check),
+    ("hot-logging", hot_logging::check),
+    ("small-writes", small_writes::check),
+    ("alloc-churn", alloc_churn::check),
+    ("excess-copying", excess_copying::check),
+    ("protobuf-reflection", protobuf_reflection::check),
+    ("reflection-dispatch", reflection_dispatch::check),
+    ("gc-pressure", gc_pressure::check),
+    ("redundant-calls", redundant_calls::check),
+    ("tiny-container-lookups", tiny_container_lookups::check),
+    ("unoptimized-build", unoptimized_build::check),
+    ("lock-contention", lock_contention::check),
+    ("blocking-io", blocking_io::check),
+];
+
+/// The words of a finding that do not depend on the numbers.
+pub struct Text {
+    pub id: &'static str,
+    pub title: &'static str,
+    pub why: &'static str,
+    pub fix: &'static str,
+    /// What should shrink after the fix (for the verify line).
+    pub shrinks: &'static str,
+}
+
+/// "`a` 12.3%, `b` 4.5%" for the first rows of a ranked list, shares of `total`.
+pub fn list(rows: &[(String, i64)], total: i64) -> String {
+    rows.iter()
+        .take(EVIDENCE_ROWS)
+        .map(|(n, v)| format!("{n} ({:.1}%)", super::facts::pct(*v, total)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// How to check the fix: run the doctor again and diff against this recording.
+pub fn verify(f: &Facts, t: &Text) -> String {
+    let cmd = if f.p.meta.command.is_empty() { "CMD".to_string() } else { f.p.meta.command.join(" ") };
+    let target =
+        if f.p.meta.command.first().is_some_and(|c| c.starts_with('-')) { cmd } else { format!("-- {cmd}") };
+    format!(
+        "after the fix, `whyslow doctor -o after.data {target}` no longer reports {}; `whyslow diff whyslow.data \
+         after.data` shows {} shrinking",
+        t.id, t.shrinks
+    )
+}
+
+pub fn finding(
+    f: &Facts,
+    t: &Text,
+    impact: &Match,
+    of: &'static str,
+    confidence: Confidence,
+    evidence: Vec<String>,
+) -> Finding {
+    Finding {
+        id: t.id,
+        title: t.title.to_string(),
+        impact_pct: (impact.pct * 10.0).round() / 10.0,
+        impact_of: of,
+        confidence,
+        evidence,
+        why: t.why.to_string(),
+        fix: t.fix.to_string(),
+        verify: verify(f, t),
+    }
+}
+
+/// Evidence lines of a CPU match: where the time goes and which user code calls into it.
+pub fn cpu_evidence(m: &Match, total: i64) -> Vec<String> {
+    let mut ev = vec![format!("{:.1}% of CPU time is spent in: {}", m.pct, list(&m.entries, total))];
+    if !m.sites.is_empty() {
+        ev.push(format!("called from: {}", list(&m.sites, total)));
+    }
+    ev
+}
+
+/// A rule that fires when the CPU share under functions `pred` matches reaches `min_pct`.
+pub fn cpu_share_rule(f: &Facts, t: &Text, min_pct: f64, pred: &dyn Fn(&Func) -> bool) -> Verdict {
+    if !f.has_cpu() {
+        return Verdict::NeedsData("CPU samples");
+    }
+    let m = f.cpu(pred);
+    if m.pct < min_pct {
+        return Verdict::Clear;
+    }
+    let ev = cpu_evidence(&m, f.cpu_total);
+    Verdict::Found(finding(f, t, &m, "cpu", Confidence::High, ev))
+}
+
+/// Whether `name` is one of `names` or starts with one of `prefixes`.
+pub fn named(name: &str, names: &[&str], prefixes: &[&str]) -> bool {
+    names.contains(&name) || prefixes.iter().any(|p| name.starts_with(p))
+}
+
+#[cfg(test)]
+pub mod tests {
+    use crate::doctor::{Facts, Verdict};
+    use whyslow_model::Profile;
+
+    /// Runs a rule on a profile: Some(impact) when it fired.
+    pub fn fired(rule: super::Rule, p: &Profile) -> Option<f64> {
+        match rule(&Facts::new(p)) {
+            Verdict::Found(x) => Some(x.impact_pct),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,43 @@
+//! Every threshold of the doctor's rules, in one place. Shares are percentages of CPU time (rules about
+//! running code) or of all threads' wall time (rules about blocking); rates are per second of the run.
+
+/// tz-stat-storm: stat-family syscalls per second, and the CPU share under glibc's time-zone file reader.
+pub const TZ_STAT_RATE: f64 = 1000.0;
+pub const TZ_CPU_PCT: f64 = 2.0;
+/// hot-logging: CPU share under formatting/logging functions.
+pub const LOGGING_CPU_PCT: f64 = 10.0;
+/// small-writes: write-family calls per second, with at most this many bytes per call on average.
+pub const SMALL_WRITES_RATE: f64 = 1000.0;
+pub const SMALL_WRITE_BYTES: f64 = 512.0;
+/// small-writes: share of CPU in those syscalls (or of wall blocked in them) worth acting on.
+pub const SMALL_WRITES_PCT: f64 = 5.0;
+/// alloc-churn: CPU share in the allocator.
+pub const ALLOC_CPU_PCT: f64 = 10.0;
+/// excess-copying: CPU share in memcpy/memmove and string copy/append.
+pub const COPY_CPU_PCT: f64 = 10.0;
+/// protobuf-reflection: CPU share in protobuf's reflection-based serialization.
+pub const PROTOBUF_REFLECTION_CPU_PCT: f64 = 10.0;
+/// reflection-dispatch: CPU share in Go's reflect package and reflection-based encoders.
+pub const REFLECTION_CPU_PCT: f64 = 15.0;
+/// gc-pressure: CPU share in Go's allocator and garbage collector.
+pub const GC_CPU_PCT: f64 = 15.0;
+/// redundant-calls: a caller runs at least this many times per call of its work callee, and takes at
+/// least this share of CPU itself (with what it calls).
+pub const REDUNDANT_RATIO: f64 = 100.0;
+pub const REDUNDANT_CPU_PCT: f64 = 5.0;
+/// tiny-container-lookups: CPU share in tree/hash map lookups and their key comparisons.
+pub const CONTAINER_CPU_PCT: f64 = 10.0;
+/// unoptimized-build: self CPU share of a module built without optimization.
+pub const UNOPTIMIZED_CPU_PCT: f64 = 10.0;
+/// lock-contention: share of wall time blocked waiting for a lock.
+pub const LOCK_WALL_PCT: f64 = 5.0;
+/// blocking-io: share of wall time blocked in file I/O and syncs.
+pub const BLOCKING_IO_WALL_PCT: f64 = 10.0;
+
+/// Evidence lists show this many call sites / functions.
+pub const EVIDENCE_ROWS: usize = 3;
+/// Hot paths printed after the findings.
+pub const HOT_PATHS: usize = 5;
+/// Second phase: count calls of this many hottest functions and this many callees of each.
+pub const CANDIDATE_FUNCTIONS: usize = 6;
+pub const CANDIDATE_CALLEES: usize = 3;
