@@ -6,12 +6,14 @@ need=()
 have() { command -v "$1" >/dev/null 2>&1; }
 pkg_installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 for cmd_pkg in gcc:gcc g++:g++ make:make pkg-config:pkg-config clang:clang perf:linux-perf \
-               strace:strace ltrace:ltrace hyperfine:hyperfine bpftool:bpftool sqlite3:sqlite3; do
+               strace:strace ltrace:ltrace hyperfine:hyperfine bpftool:bpftool sqlite3:sqlite3 \
+               protoc:protobuf-compiler; do
   cmd=${cmd_pkg%%:*}; pkg=${cmd_pkg#*:}
   have "$cmd" || need+=("$pkg")
 done
 # libc6-dbg: the symbols of glibc's local functions (IFUNC implementations such as __memmove_avx_unaligned_erms).
-for pkg in libelf-dev zlib1g-dev libc6-dbg; do pkg_installed "$pkg" || need+=("$pkg"); done
+# libprotobuf-dev: the doctor's protobuf-reflection workload links the real library.
+for pkg in libelf-dev zlib1g-dev libc6-dbg libprotobuf-dev; do pkg_installed "$pkg" || need+=("$pkg"); done
 if ! have go && [ ! -x /usr/local/go/bin/go ]; then need+=(golang-go); fi
 if [ ${#need[@]} -gt 0 ]; then
   echo "deps: installing ${need[*]}"

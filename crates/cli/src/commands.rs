@@ -1,7 +1,7 @@
 //! Subcommand bodies: options in, library calls, renderer out.
 
 use crate::{
-    CallsArgs, EventArg, ExportArgs, ExportFormat, FlamegraphArgs, OutputFormat, RecordArgs, ReportArgs,
+    CallsArgs, DoctorArgs, EventArg, ExportArgs, ExportFormat, FlamegraphArgs, OutputFormat, RecordArgs, ReportArgs,
     SyscallsArgs, TargetArgs,
 };
 use anyhow::{bail, Context, Result};
@@ -460,5 +460,44 @@ pub fn calls(a: CallsArgs) -> Result<()> {
         }
     }
     out.flush()?;
+    Ok(())
+}
+
+pub fn doctor(a: DoctorArgs) -> Result<()> {
+    let t = &a.target;
+    let live = !(t.pids.is_empty() && t.comm.is_none() && t.command.is_empty());
+    let profile = match (&a.file, live) {
+        (Some(_), true) => bail!("give either a recording file or a target (-- CMD, -p PID, --comm NAME), not both"),
+        (Some(f), false) => load(f)?,
+        (None, _) => {
+            if a.stacks_period == 0 {
+                bail!("--stacks-period must be at least 1");
+            }
+            let opts = whyslow_investigate::Options {
+                target: target(t)?,
+                duration: duration(t)?,
+                frequency: a.freq,
+                stacks_period: a.stacks_period,
+                alloc_period: a.stacks_period * 4,
+                ..Default::default()
+            };
+            signals::install();
+            let profile = whyslow_investigate::investigate(&opts, &mut StatusLine::new());
+            end_status_line();
+            let profile = profile?;
+            file::save(&profile, &a.output)?;
+            profile
+        }
+    };
+    let d = whyslow_analyze::doctor::diagnose(&profile);
+    let mut out = std::io::stdout().lock();
+    match a.format {
+        OutputFormat::Text => render::doctor::text(&mut out, &profile, &d)?,
+        OutputFormat::Json => render::doctor::json(&mut out, &profile, &d)?,
+    }
+    out.flush()?;
+    if a.file.is_none() {
+        eprintln!("whyslow: wrote {}; next: `whyslow report {0} --type wall`, `whyslow flamegraph {0}`", a.output.display());
+    }
     Ok(())
 }

@@ -27,6 +27,8 @@ enum Command {
     Syscalls(SyscallsArgs),
     /// Count calls of library and program functions exactly (like `ltrace -c`, at uprobe cost).
     Calls(CallsArgs),
+    /// Investigate and explain: diagnose known performance anti-patterns with evidence and the fix.
+    Doctor(DoctorArgs),
 }
 
 /// Which processes to profile.
@@ -201,6 +203,26 @@ pub struct CallsArgs {
     pub format: OutputFormat,
 }
 
+#[derive(Args)]
+pub struct DoctorArgs {
+    /// Diagnose this saved recording instead of running a target.
+    #[arg(value_name = "RECORDING")]
+    pub file: Option<PathBuf>,
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// Where to save the investigation's recording (for `whyslow diff` after a fix).
+    #[arg(short = 'o', long, default_value = "whyslow.data")]
+    pub output: PathBuf,
+    /// CPU sampling frequency in Hz.
+    #[arg(short = 'F', long = "freq", default_value_t = 999)]
+    pub freq: u64,
+    /// Take the stack of every Nth syscall and of every Nth call of each allocation function.
+    #[arg(long, default_value_t = 16, value_name = "N")]
+    pub stacks_period: u64,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 pub enum ExportFormat {
     Pprof,
@@ -233,6 +255,7 @@ fn main() {
         Command::Export(a) => commands::export(a),
         Command::Syscalls(a) => commands::syscalls(a),
         Command::Calls(a) => commands::calls(a),
+        Command::Doctor(a) => commands::doctor(a),
     };
     if let Err(e) = result {
         let broken_pipe = |io: &std::io::Error| io.kind() == std::io::ErrorKind::BrokenPipe;

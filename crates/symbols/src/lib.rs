@@ -61,6 +61,17 @@ fn debug_file(id: &[u8]) -> Option<String> {
     Some(format!("/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..]))
 }
 
+/// The name of the function a GCC clone was made from (`parse.constprop.0.isra.0` -> `parse`,
+/// `f(int) [clone .isra.0]` -> `f(int)`): a clone is the function, specialized. `.cold` parts are not
+/// entry points and keep their name.
+fn without_clone_suffix(name: &str) -> &str {
+    [".constprop.", ".isra.", ".part.", ".lto_priv.", " [clone .constprop", " [clone .isra", " [clone .part"]
+        .iter()
+        .filter_map(|s| name.find(s))
+        .min()
+        .map_or(name, |i| &name[..i])
+}
+
 /// A function with a symbol: its names and where its code starts in the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Function {
@@ -150,7 +161,7 @@ pub fn glob(pattern: &str, text: &str) -> bool {
 /// without its namespace/class qualification, and the mangled symbol (so `parse_frames` finds
 /// `proto::parse_frames(char const*)` as gdb's `break parse_frames` would).
 pub fn name_forms(f: &Function) -> [&str; 4] {
-    let base = strip_params(&f.name);
+    let base = strip_params(without_clone_suffix(&f.name));
     let tail = unqualified(base);
     [f.name.as_str(), base, tail, f.mangled.as_str()]
 }
@@ -247,6 +258,9 @@ mod tests {
         assert!(glob("pthread_rwlock_*", "pthread_rwlock_rdlock"));
         assert!(glob("str?hr", "strchr") && !glob("str?hr", "strrchr"));
         assert!(glob("*", "") && !glob("a*b", "ac"));
+        assert_eq!(without_clone_suffix("parse_frames.constprop.0.isra.0"), "parse_frames");
+        assert_eq!(without_clone_suffix("f(int) [clone .isra.0]"), "f(int)");
+        assert_eq!(without_clone_suffix("g.cold"), "g.cold");
     }
 
     #[test]

@@ -1,0 +1,107 @@
+//! The doctor's report: findings first, most impact first, each short enough to read in a terminal;
+//! then the hot paths, the rules that could not run, and what the run did. JSON carries the same.
+
+use serde::Serialize;
+use std::io::Write;
+use whyslow_analyze::doctor::{Diagnosis, Finding, HotPath};
+use whyslow_model::Profile;
+
+/// Folds `text` into lines of at most `width` characters, each starting with `indent`.
+fn wrap(w: &mut impl Write, indent: &str, text: &str, width: usize) -> std::io::Result<()> {
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        if !line.is_empty() && indent.len() + line.len() + 1 + word.len() > width {
+            writeln!(w, "{indent}{line}")?;
+            line.clear();
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() {
+        writeln!(w, "{indent}{line}")?;
+    }
+    Ok(())
+}
+
+fn path(h: &HotPath) -> String {
+    h.frames.join(" > ")
+}
+
+fn finding(w: &mut impl Write, n: usize, f: &Finding) -> std::io::Result<()> {
+    writeln!(w, "{n}. [{}] {}", f.id, f.title)?;
+    let conf = serde_json::to_value(f.confidence).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+    writeln!(w, "   impact: {:.1}% of {} time, confidence {conf}", f.impact_pct, f.impact_of)?;
+    for e in &f.evidence {
+        wrap(w, "   - ", e, 110)?;
+    }
+    wrap(w, "   why: ", &f.why, 110)?;
+    wrap(w, "   fix: ", &f.fix, 110)?;
+    wrap(w, "   verify: ", &f.verify, 110)?;
+    writeln!(w)
+}
+
+pub fn text(w: &mut impl Write, p: &Profile, d: &Diagnosis) -> std::io::Result<()> {
+    let pids: Vec<String> = p.meta.target_pids.iter().map(u32::to_string).collect();
+    writeln!(
+        w,
+        "whyslow doctor: {} (pid {}), {:.1} s: {} finding{}\n",
+        p.meta.command.join(" "),
+        pids.join(","),
+        p.meta.duration_ns as f64 / 1e9,
+        d.findings.len(),
+        if d.findings.len() == 1 { "" } else { "s" }
+    )?;
+    if d.findings.is_empty() {
+        writeln!(w, "No known anti-pattern matched. Where the time goes:\n")?;
+    }
+    for (i, f) in d.findings.iter().enumerate() {
+        finding(w, i + 1, f)?;
+    }
+    writeln!(w, "hot paths:")?;
+    for h in &d.hot_paths {
+        writeln!(w, "  {:5.1}% of {:<15} {}", h.pct, h.of, path(h))?;
+    }
+    if !d.skipped.is_empty() {
+        writeln!(w, "\nnot checked: {}", d.skipped.join("; "))?;
+    }
+    if d.instrumentation_pct >= 1.0 {
+        writeln!(w, "\n{:.1}% of CPU samples were whyslow's own probes and are left out of the shares", d.instrumentation_pct)?;
+    }
+    let lost = p.meta.lost_samples + p.meta.lost_events;
+    if lost > 0 {
+        writeln!(w, "{lost} events lost (ring buffers full); exact counters are unaffected")?;
+    }
+    for n in &p.meta.notes {
+        writeln!(w, "note: {n}")?;
+    }
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct Json<'a> {
+    command: &'a [String],
+    duration_s: f64,
+    findings: &'a [Finding],
+    hot_paths: &'a [HotPath],
+    skipped: &'a [String],
+    instrumentation_pct: f64,
+    lost_events: u64,
+    notes: &'a [String],
+}
+
+pub fn json(w: &mut impl Write, p: &Profile, d: &Diagnosis) -> std::io::Result<()> {
+    let j = Json {
+        command: &p.meta.command,
+        duration_s: p.meta.duration_ns as f64 / 1e9,
+        findings: &d.findings,
+        hot_paths: &d.hot_paths,
+        skipped: &d.skipped,
+        instrumentation_pct: (d.instrumentation_pct * 10.0).round() / 10.0,
+        lost_events: p.meta.lost_samples + p.meta.lost_events,
+        notes: &p.meta.notes,
+    };
+    serde_json::to_writer_pretty(&mut *w, &j)?;
+    writeln!(w)
+}
