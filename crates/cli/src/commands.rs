@@ -1,8 +1,8 @@
 //! Subcommand bodies: options in, library calls, renderer out.
 
 use crate::{
-    CallsArgs, DoctorArgs, EventArg, ExportArgs, ExportFormat, FlamegraphArgs, OutputFormat, RecordArgs, ReportArgs,
-    SyscallsArgs, TargetArgs,
+    CallsArgs, DoctorArgs, EventArg, ExportArgs, ExportFormat, FlamegraphArgs, OutputFormat, RecordArgs,
+    ReportArgs, SyscallsArgs, TargetArgs,
 };
 use anyhow::{bail, Context, Result};
 use std::io::{IsTerminal, Write};
@@ -467,7 +467,9 @@ pub fn doctor(a: DoctorArgs) -> Result<()> {
     let t = &a.target;
     let live = !(t.pids.is_empty() && t.comm.is_none() && t.command.is_empty());
     let profile = match (&a.file, live) {
-        (Some(_), true) => bail!("give either a recording file or a target (-- CMD, -p PID, --comm NAME), not both"),
+        (Some(_), true) => {
+            bail!("give either a recording file or a target (-- CMD, -p PID, --comm NAME), not both")
+        }
         (Some(f), false) => load(f)?,
         (None, _) => {
             if a.stacks_period == 0 {
@@ -497,7 +499,10 @@ pub fn doctor(a: DoctorArgs) -> Result<()> {
     }
     out.flush()?;
     if a.file.is_none() {
-        eprintln!("whyslow: wrote {}; next: `whyslow report {0} --type wall`, `whyslow flamegraph {0}`", a.output.display());
+        eprintln!(
+            "whyslow: wrote {}; next: `whyslow report {0} --type wall`, `whyslow flamegraph {0}`",
+            a.output.display()
+        );
     }
     Ok(())
 }

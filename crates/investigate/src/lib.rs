@@ -82,7 +82,9 @@ fn second_phase(
 ) -> Result<Profile, InvestigateError> {
     if raw.samples.is_empty() {
         let how = match raw.meta.exit_code {
-            Some(code) => format!("exited after {} ms (exit code {code}) before any sample", elapsed.as_millis()),
+            Some(code) => {
+                format!("exited after {} ms (exit code {code}) before any sample", elapsed.as_millis())
+            }
             None => format!("did not run on a CPU in {} ms", elapsed.as_millis()),
         };
         return Err(InvestigateError::NoSamples(how));
@@ -109,7 +111,10 @@ fn second_phase(
         .collect();
     let res = whyslow_record::calls::resolve(&modules, &patterns)?;
     if res.probes.is_empty() {
-        profile.meta.notes.push("phase 2 (exact call counts) skipped: the hot functions have no symbols to probe".into());
+        profile
+            .meta
+            .notes
+            .push("phase 2 (exact call counts) skipped: the hot functions have no symbols to probe".into());
         return Ok(profile);
     }
     let phase2 = RecordOptions {

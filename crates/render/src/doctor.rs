@@ -6,12 +6,16 @@ use std::io::Write;
 use whyslow_analyze::doctor::{Diagnosis, Finding, HotPath};
 use whyslow_model::Profile;
 
-/// Folds `text` into lines of at most `width` characters, each starting with `indent`.
-fn wrap(w: &mut impl Write, indent: &str, text: &str, width: usize) -> std::io::Result<()> {
+/// Folds `text` into lines of at most `width` characters: the first starts with `first`, the others
+/// are indented to line up with it.
+fn wrap(w: &mut impl Write, first: &str, text: &str, width: usize) -> std::io::Result<()> {
+    let rest = " ".repeat(first.len());
+    let mut indent = first;
     let mut line = String::new();
     for word in text.split_whitespace() {
         if !line.is_empty() && indent.len() + line.len() + 1 + word.len() > width {
             writeln!(w, "{indent}{line}")?;
+            indent = &rest;
             line.clear();
         }
         if !line.is_empty() {
@@ -31,7 +35,10 @@ fn path(h: &HotPath) -> String {
 
 fn finding(w: &mut impl Write, n: usize, f: &Finding) -> std::io::Result<()> {
     writeln!(w, "{n}. [{}] {}", f.id, f.title)?;
-    let conf = serde_json::to_value(f.confidence).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+    let conf = serde_json::to_value(f.confidence)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
     writeln!(w, "   impact: {:.1}% of {} time, confidence {conf}", f.impact_pct, f.impact_of)?;
     for e in &f.evidence {
         wrap(w, "   - ", e, 110)?;
@@ -67,7 +74,11 @@ pub fn text(w: &mut impl Write, p: &Profile, d: &Diagnosis) -> std::io::Result<(
         writeln!(w, "\nnot checked: {}", d.skipped.join("; "))?;
     }
     if d.instrumentation_pct >= 1.0 {
-        writeln!(w, "\n{:.1}% of CPU samples were whyslow's own probes and are left out of the shares", d.instrumentation_pct)?;
+        writeln!(
+            w,
+            "\n{:.1}% of CPU samples were whyslow's own probes and are left out of the shares",
+            d.instrumentation_pct
+        )?;
     }
     let lost = p.meta.lost_samples + p.meta.lost_events;
     if lost > 0 {
@@ -104,4 +115,80 @@ pub fn json(w: &mut impl Write, p: &Profile, d: &Diagnosis) -> std::io::Result<(
     };
     serde_json::to_writer_pretty(&mut *w, &j)?;
     writeln!(w)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::fixture::check_golden;
+    use whyslow_model::{FrameKind, Metadata, Profile, ProfileBuilder, SampleType, SyscallStat};
+
+    /// A server that stamps log lines with localtime (TZ unset) and commits with fdatasync.
+    fn server() -> Profile {
+        let meta = Metadata {
+            command: vec!["./server".into(), "--port".into(), "9000".into()],
+            target_pids: vec![4242],
+            duration_ns: 10_000_000_000,
+            ..Default::default()
+        };
+        let types = ["cpu-ns", "offcpu"].map(|n| SampleType { name: n.into(), unit: "nanoseconds".into() });
+        let mut b = ProfileBuilder::new(meta, types.to_vec());
+        let app = b.module("/srv/server", "");
+        let libc = b.module("/usr/lib/x86_64-linux-gnu/libc.so.6", "");
+        let k = b.module("[kernel]", "");
+        let t = b.thread(4242, 4242, "server");
+        let stacks: [(&[&str], i64, i64); 4] = [
+            (&["main", "handle", "log_line", "localtime", "__tz_convert", "__tzfile_read"], 3_000_000_000, 0),
+            (&["main", "handle", "parse"], 5_000_000_000, 0),
+            (&["main", "commit", "fdatasync", "k:__x64_sys_fdatasync", "k:schedule"], 0, 6_000_000_000),
+            (&["main", "handle", "render"], 2_000_000_000, 0),
+        ];
+        for (frames, cpu, off) in stacks {
+            let ids: Vec<u32> = frames
+                .iter()
+                .map(|f| match f.strip_prefix("k:") {
+                    Some(kf) => b.frame(kf, k, "", FrameKind::Kernel),
+                    None if f.starts_with("__") || ["localtime", "fdatasync"].contains(f) => {
+                        b.frame(f, libc, "", FrameKind::User)
+                    }
+                    None => b.frame(f, app, "server.c", FrameKind::User),
+                })
+                .collect();
+            let s = b.stack(&ids);
+            b.add_sample(s, t, &[cpu, off]);
+        }
+        let mut p = b.finish();
+        p.syscalls = vec![
+            SyscallStat {
+                pid: 4242,
+                tid: 4242,
+                name: "newfstatat".into(),
+                calls: 500_000,
+                total_ns: 900_000_000,
+                ..Default::default()
+            },
+            SyscallStat {
+                pid: 4242,
+                tid: 4242,
+                name: "fdatasync".into(),
+                calls: 2_000,
+                total_ns: 6_000_000_000,
+                ..Default::default()
+            },
+        ];
+        p
+    }
+
+    #[test]
+    fn doctor_report_golden() {
+        let p = server();
+        let d = whyslow_analyze::doctor::diagnose(&p);
+        let ids: Vec<&str> = d.findings.iter().map(|f| f.id).collect();
+        assert_eq!(ids, ["blocking-io", "hot-logging", "tz-stat-storm"]);
+        let mut text = Vec::new();
+        super::text(&mut text, &p, &d).unwrap();
+        check_golden("doctor.txt", &text);
+        let mut json = Vec::new();
+        super::json(&mut json, &p, &d).unwrap();
+        check_golden("doctor.json", &json);
+    }
 }

@@ -307,17 +307,11 @@ impl<'a> Facts<'a> {
         self.ranked(by)
     }
 
-    /// CPU time of stacks where `inner` runs below `outer` (outside our probes).
-    pub fn cpu_below(&self, outer: &str, inner: &str) -> i64 {
+    /// CPU time spent in the function itself, not in what it calls (outside our probes).
+    pub fn cpu_self(&self, name: &str) -> i64 {
         self.views
             .iter()
-            .filter(|v| !v.instrumentation && v.cpu != 0)
-            .filter(|v| {
-                v.funcs
-                    .iter()
-                    .position(|&f| self.names[f] == outer)
-                    .is_some_and(|i| v.funcs[i + 1..].iter().any(|&f| self.names[f] == inner))
-            })
+            .filter(|v| !v.instrumentation && v.funcs.last().is_some_and(|&f| self.names[f] == name))
             .map(|v| v.cpu)
             .sum()
     }

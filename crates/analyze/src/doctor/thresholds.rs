@@ -14,7 +14,7 @@ pub const SMALL_WRITES_PCT: f64 = 5.0;
 /// alloc-churn: CPU share in the allocator.
 pub const ALLOC_CPU_PCT: f64 = 10.0;
 /// excess-copying: CPU share in memcpy/memmove and string copy/append.
-pub const COPY_CPU_PCT: f64 = 10.0;
+pub const COPY_CPU_PCT: f64 = 15.0;
 /// protobuf-reflection: CPU share in protobuf's reflection-based serialization.
 pub const PROTOBUF_REFLECTION_CPU_PCT: f64 = 10.0;
 /// reflection-dispatch: CPU share in Go's reflect package and reflection-based encoders.
@@ -22,7 +22,7 @@ pub const REFLECTION_CPU_PCT: f64 = 15.0;
 /// gc-pressure: CPU share in Go's allocator and garbage collector.
 pub const GC_CPU_PCT: f64 = 15.0;
 /// redundant-calls: a caller runs at least this many times per call of its work callee, and takes at
-/// least this share of CPU itself (with what it calls).
+/// least this share of CPU in its own code (time in its callees is work, not the pattern).
 pub const REDUNDANT_RATIO: f64 = 100.0;
 pub const REDUNDANT_CPU_PCT: f64 = 5.0;
 /// tiny-container-lookups: CPU share in tree/hash map lookups and their key comparisons.

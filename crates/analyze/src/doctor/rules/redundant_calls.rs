@@ -24,15 +24,13 @@ pub fn check(f: &Facts) -> Verdict {
         return Verdict::NeedsData("CPU samples");
     }
     let secs = f.call_seconds().max(1e-9);
-    // The worst pair: the caller with the most CPU outside its work callee.
-    let mut best: Option<(i64, String)> = None;
+    // The worst pair: the caller with the most CPU in its own code.
+    let mut best: Option<i64> = None;
     let mut evidence = Vec::new();
     for c in f.p.calls.iter().filter(|c| c.calls > 0) {
-        if evidence.iter().any(|_: &String| false) {
-            continue;
-        }
         let outer = f.cpu(&|x| x.name == c.name).value;
-        if pct(outer, f.cpu_total) < REDUNDANT_CPU_PCT {
+        let idle = f.cpu_self(&c.name);
+        if pct(idle, f.cpu_total) < REDUNDANT_CPU_PCT {
             continue;
         }
         for (callee, _) in f.callees(&c.name) {
@@ -41,24 +39,23 @@ pub fn check(f: &Facts) -> Verdict {
             if ratio < REDUNDANT_RATIO {
                 continue;
             }
-            let idle = outer - f.cpu_below(&c.name, &callee);
-            if best.as_ref().is_some_and(|b| b.0 >= idle) {
+            if best.is_some_and(|b| b >= idle) {
                 continue;
             }
             let ns_per_call = outer as f64 / f.seconds().max(1e-9) / (c.calls as f64 / secs);
             evidence = vec![
                 format!("{} was called {} times ({:.0}/s while counted) but its work, {callee}, only {work} times: {ratio:.0} calls per unit of work", c.name, c.calls, c.calls as f64 / secs),
-                format!("{} takes {:.1}% of CPU, {:.1}% outside {callee}; about {ns_per_call:.0} ns per call", c.name, pct(outer, f.cpu_total), pct(idle, f.cpu_total)),
+                format!("{} takes {:.1}% of CPU, {:.1}% in its own code; about {ns_per_call:.0} ns per call", c.name, pct(outer, f.cpu_total), pct(idle, f.cpu_total)),
             ];
             let callers = f.cpu(&|x| x.name == c.name);
             if !callers.sites.is_empty() {
                 evidence.push(format!("called from: {}", super::list(&callers.sites, f.cpu_total)));
             }
-            best = Some((idle, c.name.clone()));
+            best = Some(idle);
         }
     }
     match best {
-        Some((idle, _)) => {
+        Some(idle) => {
             let m = Match { value: idle, pct: pct(idle, f.cpu_total), ..Default::default() };
             Verdict::Found(finding(f, &TEXT, &m, "cpu", Confidence::High, evidence))
         }
