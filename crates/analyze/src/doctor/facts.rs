@@ -353,9 +353,11 @@ impl<'a> Facts<'a> {
             };
             let end =
                 v.funcs.iter().rposition(|&f| self.func(f).is_user_code()).map_or(v.funcs.len(), |i| i + 1);
-            // One library frame after the last user frame says what the user code was doing.
+            // One library frame after the last user frame says what the user code was doing; startup
+            // frames above the first user frame (`_start`, `__libc_start_main`, `runtime.main`) say nothing.
             let end = (end + 1).min(v.funcs.len());
-            let path: Vec<usize> = v.funcs[..end]
+            let start = v.funcs.iter().position(|&f| self.func(f).is_user_code()).unwrap_or(0).min(end);
+            let path: Vec<usize> = v.funcs[start..end]
                 .iter()
                 .copied()
                 .filter(|&f| !self.kernel[f] || self.names[f] == PREEMPTED_FRAME)
