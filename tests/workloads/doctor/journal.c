@@ -39,7 +39,7 @@ __attribute__((noinline)) static void append_record(int fd, long i, int fixed) {
 int main(int argc, char **argv) {
     int fixed = argc > 1 && strcmp(argv[1], "fixed") == 0;
     char path[4096];
-    snprintf(path, sizeof path, "%s/whyslow-journal-%d.log", argc > 2 ? argv[2] : ".", getpid());
+    snprintf(path, sizeof path, "%s/whyslow-journal-%d.log", argc > 2 ? argv[2] : ".", (int)getpid());
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) { perror(path); return 1; }
     double until = now_s() + 2.0;

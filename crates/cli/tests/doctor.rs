@@ -1,0 +1,135 @@
+//! `whyslow doctor` on one workload per rule (tests/workloads/doctor/): the bad variant ranks the rule's
+//! finding in the top 3, the fixed variant does not raise it.
+
+mod common;
+
+use common::{fails, ok, whyslow, workload};
+use serde_json::Value;
+
+/// Runs the doctor on a workload and returns its JSON report.
+fn doctor(prog: &str, args: &[&str], env: &[(&str, &str)]) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("d.data");
+    let bin = workload(prog);
+    let mut cmd = whyslow();
+    cmd.args(["doctor", "--format", "json", "-o"]).arg(&data).arg("--").arg(&bin).args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "doctor {prog} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn ids(report: &Value) -> Vec<String> {
+    report["findings"].as_array().unwrap().iter().map(|f| f["id"].as_str().unwrap().to_string()).collect()
+}
+
+/// The bad variant (no argument) ranks `rule` in the top 3; the fixed one (`fixed`) does not raise it.
+fn check_rule(rule: &str, bad: &str, fixed: &str, fixed_args: &[&str]) {
+    let report = doctor(bad, &[], &[]);
+    let found = ids(&report);
+    let rank = found.iter().position(|id| id == rule);
+    assert!(rank.is_some_and(|r| r < 3), "{rule} not in the top 3 for {bad}: {found:?}\n{report:#}");
+    let f = &report["findings"][rank.unwrap()];
+    assert!(
+        f["impact_pct"].as_f64().unwrap() > 0.0 && !f["evidence"].as_array().unwrap().is_empty(),
+        "{f:#}"
+    );
+    let clean = ids(&doctor(fixed, fixed_args, &[]));
+    assert!(!clean.contains(&rule.to_string()), "{rule} raised on the fixed variant of {fixed}: {clean:?}");
+    println!("{rule}: bad {found:?} (rank {}), fixed {clean:?}", rank.unwrap() + 1);
+}
+
+#[test]
+fn tz_stat_storm() {
+    check_rule("tz-stat-storm", "doctor_tzlog", "doctor_tzlog", &["fixed"]);
+}
+
+#[test]
+fn hot_logging() {
+    check_rule("hot-logging", "doctor_reqlog", "doctor_reqlog", &["fixed"]);
+}
+
+#[test]
+fn small_writes() {
+    check_rule("small-writes", "doctor_emitter", "doctor_emitter", &["fixed"]);
+}
+
+#[test]
+fn alloc_churn() {
+    check_rule("alloc-churn", "doctor_churn", "doctor_churn", &["fixed"]);
+}
+
+#[test]
+fn excess_copying() {
+    check_rule("excess-copying", "doctor_concat", "doctor_concat", &["fixed"]);
+}
+
+#[test]
+fn protobuf_reflection() {
+    check_rule("protobuf-reflection", "doctor_pbserial", "doctor_pbserial", &["fixed"]);
+}
+
+#[test]
+fn reflection_dispatch() {
+    check_rule("reflection-dispatch", "doctor_godispatch", "doctor_godispatch", &["fixed"]);
+}
+
+#[test]
+fn gc_pressure() {
+    check_rule("gc-pressure", "doctor_gogc", "doctor_gogc", &["fixed"]);
+}
+
+#[test]
+fn redundant_calls() {
+    check_rule("redundant-calls", "doctor_frames", "doctor_frames", &["fixed"]);
+}
+
+#[test]
+fn tiny_container_lookups() {
+    check_rule("tiny-container-lookups", "doctor_headers", "doctor_headers", &["fixed"]);
+}
+
+#[test]
+fn unoptimized_build() {
+    check_rule("unoptimized-build", "doctor_optwork_O0", "doctor_optwork_O2", &[]);
+}
+
+#[test]
+fn lock_contention() {
+    check_rule("lock-contention", "doctor_lockbox", "doctor_lockbox", &["fixed"]);
+}
+
+#[test]
+fn blocking_io() {
+    // The journal is written where the test's target dir is (a real disk: tmpfs would make syncs free).
+    let dir = env!("CARGO_TARGET_TMPDIR");
+    let report = doctor("doctor_journal", &["bad", dir], &[]);
+    let found = ids(&report);
+    assert!(found.iter().take(3).any(|id| id == "blocking-io"), "{found:?}");
+    let clean = ids(&doctor("doctor_journal", &["fixed", dir], &[]));
+    assert!(!clean.contains(&"blocking-io".to_string()), "{clean:?}");
+}
+
+/// A saved recording is diagnosed alike; the second phase's exact call counts travel with it.
+#[test]
+fn diagnoses_a_saved_recording_and_rejects_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("frames.data");
+    let bin = workload("doctor_frames");
+    let live = ok(&["doctor", "--format", "json", "-o", data.to_str().unwrap(), "--", bin.to_str().unwrap()]);
+    let saved = ok(&["doctor", "--format", "json", data.to_str().unwrap()]);
+    let (live, saved): (Value, Value) =
+        (serde_json::from_str(&live).unwrap(), serde_json::from_str(&saved).unwrap());
+    assert_eq!(live["findings"], saved["findings"]);
+    assert_eq!(ids(&saved)[0], "redundant-calls");
+    let text = ok(&["doctor", data.to_str().unwrap()]);
+    assert!(text.contains("1. [redundant-calls]") && text.contains("hot paths:"), "{text}");
+    let err = fails(&["doctor", data.to_str().unwrap(), "--", "true"]);
+    assert!(err.contains("not both"), "{err}");
+    let err = fails(&["doctor", "/nonexistent.data"]);
+    assert!(err.contains("/nonexistent.data"), "{err}");
+    let err = fails(&["doctor", "--", "/no/such/program"]);
+    assert!(err.contains("/no/such/program"), "{err}");
+}
