@@ -22,7 +22,7 @@ pub fn optimized(producer: &str) -> Option<bool> {
     if !producer.starts_with("GNU ") || producer.starts_with("GNU AS") {
         return None;
     }
-    let level = producer.split_whitespace().filter_map(|f| f.strip_prefix("-O")).last();
+    let level = producer.split_whitespace().rev().find_map(|f| f.strip_prefix("-O"));
     Some(level.is_some_and(|l| l != "0"))
 }
 
