@@ -112,6 +112,39 @@ fn blocking_io() {
     assert!(!clean.contains(&"blocking-io".to_string()), "{clean:?}");
 }
 
+/// A real program from apt: sqlite3 inserting 2000 rows, each statement its own transaction (an
+/// fdatasync per row), then the same rows in one transaction.
+#[test]
+fn blocking_io_in_sqlite3() {
+    let dir = tempfile::Builder::new().tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let run = |transaction: bool| {
+        let sql = dir.path().join("insert.sql");
+        let mut text = String::from("create table t(a, b);\n");
+        text += if transaction { "begin;\n" } else { "" };
+        for i in 0..2000 {
+            text += &format!("insert into t values({i}, 'row {i}');\n");
+        }
+        text += if transaction { "commit;\n" } else { "" };
+        std::fs::write(&sql, text).unwrap();
+        let db = dir.path().join(format!("t{transaction}.db"));
+        let out = whyslow()
+            .args(["doctor", "--format", "json", "-o"])
+            .arg(dir.path().join("s.data"))
+            .args(["--", "sqlite3"])
+            .arg(&db)
+            .arg(format!(".read {}", sql.display()))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let bad = run(false);
+    assert_eq!(ids(&bad).first().map(String::as_str), Some("blocking-io"), "{bad:#}");
+    assert!(bad["findings"][0]["impact_pct"].as_f64().unwrap() > 30.0, "{bad:#}");
+    let good = run(true);
+    assert!(!ids(&good).contains(&"blocking-io".to_string()), "{good:#}");
+}
+
 /// A saved recording is diagnosed alike; the second phase's exact call counts travel with it.
 #[test]
 fn diagnoses_a_saved_recording_and_rejects_bad_input() {

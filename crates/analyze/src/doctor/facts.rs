@@ -170,8 +170,9 @@ impl<'a> Facts<'a> {
         self.has_offcpu
     }
 
+    /// Syscalls were counted (a run that made none counted them too: its source list says so).
     pub fn has_syscalls(&self) -> bool {
-        !self.p.syscalls.is_empty()
+        !self.p.syscalls.is_empty() || self.p.meta.event.contains("syscall counters")
     }
 
     pub fn has_syscall_stacks(&self) -> bool {

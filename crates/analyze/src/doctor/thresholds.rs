@@ -31,8 +31,10 @@ pub const CONTAINER_CPU_PCT: f64 = 10.0;
 pub const UNOPTIMIZED_CPU_PCT: f64 = 10.0;
 /// lock-contention: share of wall time blocked waiting for a lock.
 pub const LOCK_WALL_PCT: f64 = 5.0;
-/// blocking-io: share of wall time blocked in file I/O and syncs.
+/// blocking-io: share of wall time blocked in file I/O and syncs, and at least this much blocked time
+/// in all (a short run that syncs a few times is fine however large its share).
 pub const BLOCKING_IO_WALL_PCT: f64 = 10.0;
+pub const BLOCKING_IO_MIN_MS: f64 = 100.0;
 
 /// Evidence lists show this many call sites / functions.
 pub const EVIDENCE_ROWS: usize = 3;

@@ -3,7 +3,7 @@
 
 use super::{finding, list, named, Text};
 use crate::doctor::facts::{Facts, Func};
-use crate::doctor::thresholds::BLOCKING_IO_WALL_PCT;
+use crate::doctor::thresholds::{BLOCKING_IO_MIN_MS, BLOCKING_IO_WALL_PCT};
 use crate::doctor::{Confidence, Verdict};
 
 const TEXT: Text = Text {
@@ -55,7 +55,7 @@ pub fn check(f: &Facts) -> Verdict {
         return Verdict::NeedsData("off-CPU time (record --offcpu)");
     }
     let m = f.blocked(&is_disk_wait);
-    if m.pct < BLOCKING_IO_WALL_PCT {
+    if m.pct < BLOCKING_IO_WALL_PCT || (m.value as f64) < BLOCKING_IO_MIN_MS * 1e6 {
         return Verdict::Clear;
     }
     let mut evidence = vec![format!(
@@ -88,10 +88,19 @@ mod tests {
     #[test]
     fn fires_on_fdatasync_blocking_not_on_pipes() {
         let p = profile(&[
-            ("main;commit;lib:fdatasync;k:__x64_sys_fdatasync;k:file_write_and_wait_range;k:schedule", 0, 60),
-            ("main;insert", 40, 0),
+            (
+                "main;commit;lib:fdatasync;k:__x64_sys_fdatasync;k:file_write_and_wait_range;k:schedule",
+                0,
+                600_000_000,
+            ),
+            ("main;insert", 400_000_000, 0),
         ]);
         assert_eq!(fired(super::check, &p), Some(60.0));
+        let short = profile(&[
+            ("main;commit;lib:fdatasync;k:__x64_sys_fdatasync", 0, 60_000_000),
+            ("main;insert", 40_000_000, 0),
+        ]);
+        assert_eq!(fired(super::check, &short), None, "60 ms blocked in all");
         let pipe = profile(&[
             ("main;lib:read;k:__x64_sys_read;k:pipe_read;k:schedule", 0, 60),
             ("main;insert", 40, 0),

@@ -18,7 +18,7 @@ const TEXT: Text = Text {
 
 pub fn check(f: &Facts) -> Verdict {
     if !f.has_calls() {
-        return Verdict::NeedsData("exact call counts (run the doctor live: its second phase counts calls)");
+        return Verdict::NeedsData("exact call counts of the hot functions (the live doctor's second phase)");
     }
     if !f.has_cpu() {
         return Verdict::NeedsData("CPU samples");
