@@ -70,6 +70,13 @@ pub fn text(w: &mut impl Write, p: &Profile, d: &Diagnosis) -> std::io::Result<(
     for h in &d.hot_paths {
         writeln!(w, "  {:5.1}% of {:<15} {}", h.pct, h.of, path(h))?;
     }
+    let calls = counted_calls(p);
+    if !calls.is_empty() {
+        writeln!(w, "\nexact call counts of the hot functions ({:.1} s):", calls_seconds(p))?;
+        for c in &calls {
+            writeln!(w, "  {:>12} calls {:>12.0}/s  {}", c.calls, c.per_s, c.name)?;
+        }
+    }
     if !d.skipped.is_empty() {
         writeln!(w, "\nnot checked: {}", d.skipped.join("; "))?;
     }
@@ -90,12 +97,39 @@ pub fn text(w: &mut impl Write, p: &Profile, d: &Diagnosis) -> std::io::Result<(
     Ok(())
 }
 
+/// One function counted in the doctor's second phase.
+#[derive(Serialize)]
+struct Counted {
+    name: String,
+    calls: u64,
+    per_s: f64,
+}
+
+fn calls_seconds(p: &Profile) -> f64 {
+    match p.meta.calls_duration_ns {
+        0 => p.meta.duration_ns as f64 / 1e9,
+        ns => ns as f64 / 1e9,
+    }
+}
+
+/// The counted functions, most calls first.
+fn counted_calls(p: &Profile) -> Vec<Counted> {
+    let secs = calls_seconds(p).max(1e-9);
+    let mut v: Vec<Counted> = whyslow_analyze::call_summary(p)
+        .into_iter()
+        .map(|r| Counted { per_s: r.stat.calls as f64 / secs, name: r.stat.name, calls: r.stat.calls })
+        .collect();
+    v.sort_by(|a, b| b.calls.cmp(&a.calls).then(a.name.cmp(&b.name)));
+    v
+}
+
 #[derive(Serialize)]
 struct Json<'a> {
     command: &'a [String],
     duration_s: f64,
     findings: &'a [Finding],
     hot_paths: &'a [HotPath],
+    calls: Vec<Counted>,
     skipped: &'a [String],
     instrumentation_pct: f64,
     lost_events: u64,
@@ -108,6 +142,7 @@ pub fn json(w: &mut impl Write, p: &Profile, d: &Diagnosis) -> std::io::Result<(
         duration_s: p.meta.duration_ns as f64 / 1e9,
         findings: &d.findings,
         hot_paths: &d.hot_paths,
+        calls: counted_calls(p),
         skipped: &d.skipped,
         instrumentation_pct: (d.instrumentation_pct * 10.0).round() / 10.0,
         lost_events: p.meta.lost_samples + p.meta.lost_events,

@@ -42,10 +42,9 @@ pub fn check(f: &Facts) -> Verdict {
             if best.is_some_and(|b| b >= idle) {
                 continue;
             }
-            let ns_per_call = outer as f64 / f.seconds().max(1e-9) / (c.calls as f64 / secs);
             evidence = vec![
-                format!("{} was called {} times ({:.0}/s while counted) but its work, {callee}, only {work} times: {ratio:.0} calls per unit of work", c.name, c.calls, c.calls as f64 / secs),
-                format!("{} takes {:.1}% of CPU, {:.1}% in its own code; about {ns_per_call:.0} ns per call", c.name, pct(outer, f.cpu_total), pct(idle, f.cpu_total)),
+                format!("{} was called {} times ({:.0}/s while counted, slowed by the probes) but its work, {callee}, only {work} times: {ratio:.0} calls per unit of work", c.name, c.calls, c.calls as f64 / secs),
+                format!("{} takes {:.1}% of CPU, {:.1}% in its own code", c.name, pct(outer, f.cpu_total), pct(idle, f.cpu_total)),
             ];
             let callers = f.cpu(&|x| x.name == c.name);
             if !callers.sites.is_empty() {
