@@ -1,4 +1,4 @@
-# Quickstart: `make demo` (build, profile a bundled example, print the report, write the SVG)
+# Quickstart: `make demo` (build, profile a bundled example, print the report, write the SVG, run the doctor)
 #             `make test` (everything CI runs). Both install missing system packages first.
 export PATH := $(PATH):/usr/local/go/bin:$(HOME)/.cargo/bin
 WHYSLOW := target/release/whyslow
@@ -18,6 +18,7 @@ demo: build workloads
 	$(WHYSLOW) record -o demo.data -- tests/workloads/bin/cpu_split 3
 	$(WHYSLOW) report demo.data --limit 10
 	$(WHYSLOW) flamegraph demo.data -o demo.svg
+	$(WHYSLOW) doctor -o doctor.data -- tests/workloads/bin/doctor_tzlog
 
 test: deps workloads
 	cargo test --workspace --locked -- --test-threads=2

@@ -491,7 +491,8 @@ pub fn doctor(a: DoctorArgs) -> Result<()> {
             profile
         }
     };
-    let d = whyslow_analyze::doctor::diagnose(&profile);
+    let recording = a.file.as_ref().unwrap_or(&a.output).display().to_string();
+    let d = whyslow_analyze::doctor::diagnose(&profile, &recording);
     let mut out = std::io::stdout().lock();
     match a.format {
         OutputFormat::Text => render::doctor::text(&mut out, &profile, &d)?,

@@ -216,7 +216,7 @@ mod tests {
     #[test]
     fn doctor_report_golden() {
         let p = server();
-        let d = whyslow_analyze::doctor::diagnose(&p);
+        let d = whyslow_analyze::doctor::diagnose(&p, "whyslow.data");
         let ids: Vec<&str> = d.findings.iter().map(|f| f.id).collect();
         assert_eq!(ids, ["blocking-io", "hot-logging", "tz-stat-storm"]);
         let mut text = Vec::new();

@@ -74,6 +74,8 @@ pub struct Facts<'a> {
     has_cpu: bool,
     has_offcpu: bool,
     has_syscall_stacks: bool,
+    /// The file the profile is saved in (named in the verification commands).
+    pub recording: String,
 }
 
 /// Kernel functions (and user pseudo-modules) that only run because a probe of ours fired.
@@ -155,6 +157,7 @@ impl<'a> Facts<'a> {
             cpu_total,
             instrumentation_cpu,
             wall_total,
+            recording: "whyslow.data".into(),
         }
     }
 

@@ -68,9 +68,11 @@ pub(crate) enum Verdict {
     NeedsData(&'static str),
 }
 
-/// Runs every rule; findings sorted by impact (then id, for a stable order).
-pub fn diagnose(p: &Profile) -> Diagnosis {
-    let f = Facts::new(p);
+/// Runs every rule; findings sorted by impact (then id, for a stable order). `recording` is the file the
+/// profile is saved in, for the verification commands.
+pub fn diagnose(p: &Profile, recording: &str) -> Diagnosis {
+    let mut f = Facts::new(p);
+    f.recording = recording.to_string();
     let mut findings = Vec::new();
     let mut skipped = Vec::new();
     for (id, rule) in rules::ALL {

@@ -62,9 +62,9 @@ pub fn verify(f: &Facts, t: &Text) -> String {
     let target =
         if f.p.meta.command.first().is_some_and(|c| c.starts_with('-')) { cmd } else { format!("-- {cmd}") };
     format!(
-        "after the fix, `whyslow doctor -o after.data {target}` no longer reports {}; `whyslow diff whyslow.data \
+        "after the fix, `whyslow doctor -o after.data {target}` no longer reports {}; `whyslow diff {} \
          after.data` shows {} shrinking",
-        t.id, t.shrinks
+        t.id, f.recording, t.shrinks
     )
 }
 
