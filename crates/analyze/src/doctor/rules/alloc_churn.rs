@@ -1,10 +1,10 @@
 //! alloc-churn: malloc/free/new/delete (or Go's mallocgc) take a large share of CPU: short-lived heap
 //! objects created and destroyed at a high rate.
 
-use super::{cpu_evidence, finding, named, Text};
+use super::{named, share_rule, Share, Text};
 use crate::doctor::facts::{Facts, Func};
 use crate::doctor::thresholds::ALLOC_CPU_PCT;
-use crate::doctor::{Confidence, Verdict};
+use crate::doctor::Verdict;
 
 const TEXT: Text = Text {
     id: "alloc-churn",
@@ -50,28 +50,19 @@ pub fn is_allocator(f: &Func) -> bool {
         )
 }
 
+/// The allocation call sites counted exactly in the kernel, when the run recorded them.
+fn site_counts(f: &Facts) -> Vec<String> {
+    let Some(count) = f.p.sample_type("alloc-site-count") else { return Vec::new() };
+    let total: i64 = f.p.samples.iter().map(|s| s.values[count]).sum();
+    let mut sites = crate::top_functions(f.p, count);
+    sites.retain(|s| s.self_ > 0);
+    let top: Vec<String> = sites.iter().take(3).map(|s| format!("{} ({} calls)", s.name, s.self_)).collect();
+    let rate = total as f64 / f.seconds().max(1e-9);
+    vec![format!("{total} allocations counted exactly ({rate:.0}/s); top call sites: {}", top.join(", "))]
+}
+
 pub fn check(f: &Facts) -> Verdict {
-    if !f.has_cpu() {
-        return Verdict::NeedsData("CPU samples");
-    }
-    let m = f.cpu(&is_allocator);
-    if m.pct < ALLOC_CPU_PCT {
-        return Verdict::Clear;
-    }
-    let mut evidence = cpu_evidence(&m, f.cpu_total);
-    if let Some(count) = f.p.sample_type("alloc-site-count") {
-        let total: i64 = f.p.samples.iter().map(|s| s.values[count]).sum();
-        let mut sites = crate::top_functions(f.p, count);
-        sites.retain(|s| s.self_ > 0);
-        let top: Vec<String> =
-            sites.iter().take(3).map(|s| format!("{} ({} calls)", s.name, s.self_)).collect();
-        evidence.push(format!(
-            "{total} allocations counted exactly ({:.0}/s); top call sites: {}",
-            total as f64 / f.seconds().max(1e-9),
-            top.join(", ")
-        ));
-    }
-    Verdict::Found(finding(f, &TEXT, &m, "cpu", Confidence::High, evidence))
+    share_rule(f, &TEXT, Share { extra: &site_counts, ..Share::cpu(&is_allocator, ALLOC_CPU_PCT) })
 }
 
 #[cfg(test)]

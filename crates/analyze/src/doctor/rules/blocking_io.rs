@@ -1,10 +1,10 @@
 //! blocking-io: wall time blocked in fsync/fdatasync or in file reads and writes waiting for the disk
 //! (e.g. a database committing every statement).
 
-use super::{finding, list, named, Text};
+use super::{named, share_rule, Share, Text};
 use crate::doctor::facts::{Facts, Func};
 use crate::doctor::thresholds::{BLOCKING_IO_MIN_MS, BLOCKING_IO_WALL_PCT};
-use crate::doctor::{Confidence, Verdict};
+use crate::doctor::Verdict;
 
 const TEXT: Text = Text {
     id: "blocking-io",
@@ -50,34 +50,22 @@ fn is_disk_wait(f: &Func) -> bool {
     }
 }
 
+fn syncs(f: &Facts) -> Vec<String> {
+    let s = f.syscall(&SYNCS);
+    if s.calls == 0 {
+        return Vec::new();
+    }
+    let (rate, ms) = (s.calls as f64 / f.seconds().max(1e-9), s.total_ns as f64 / s.calls as f64 / 1e6);
+    vec![format!("{} sync syscalls ({rate:.0}/s), {ms:.2} ms each on average", s.calls)]
+}
+
 pub fn check(f: &Facts) -> Verdict {
-    if !f.has_offcpu() {
-        return Verdict::NeedsData("off-CPU time (record --offcpu)");
-    }
-    let m = f.blocked(&is_disk_wait);
-    if m.pct < BLOCKING_IO_WALL_PCT || (m.value as f64) < BLOCKING_IO_MIN_MS * 1e6 {
-        return Verdict::Clear;
-    }
-    let mut evidence = vec![format!(
-        "{:.1}% of the threads' wall time is spent blocked in: {}",
-        m.pct,
-        list(&m.entries, f.wall_total)
-    )];
-    if !m.sites.is_empty() {
-        evidence.push(format!("called from: {}", list(&m.sites, f.wall_total)));
-    }
-    if f.has_syscalls() {
-        let s = f.syscall(&SYNCS);
-        if s.calls > 0 {
-            evidence.push(format!(
-                "{} sync syscalls ({:.0}/s), {:.2} ms each on average",
-                s.calls,
-                s.calls as f64 / f.seconds().max(1e-9),
-                s.total_ns as f64 / s.calls as f64 / 1e6
-            ));
-        }
-    }
-    Verdict::Found(finding(f, &TEXT, &m, "wall", Confidence::High, evidence))
+    let min_value = (BLOCKING_IO_MIN_MS * 1e6) as i64;
+    share_rule(
+        f,
+        &TEXT,
+        Share { min_value, extra: &syncs, ..Share::blocked(&is_disk_wait, BLOCKING_IO_WALL_PCT) },
+    )
 }
 
 #[cfg(test)]

@@ -1,10 +1,10 @@
 //! lock-contention: threads blocked waiting for a mutex or rwlock (futex waits under pthread_mutex_lock
 //! and friends), with the code that takes the lock.
 
-use super::{finding, list, named, Text};
+use super::{named, share_rule, Share, Text};
 use crate::doctor::facts::{Facts, Func};
 use crate::doctor::thresholds::LOCK_WALL_PCT;
-use crate::doctor::{Confidence, Verdict};
+use crate::doctor::Verdict;
 
 const TEXT: Text = Text {
     id: "lock-contention",
@@ -44,31 +44,16 @@ fn is_lock_wait(f: &Func) -> bool {
         )
 }
 
+fn futexes(f: &Facts) -> Vec<String> {
+    if !f.has_syscalls() {
+        return Vec::new();
+    }
+    let futex = f.syscall(&["futex"]);
+    vec![format!("{} futex syscalls, {:.1} ms in total", futex.calls, futex.total_ns as f64 / 1e6)]
+}
+
 pub fn check(f: &Facts) -> Verdict {
-    if !f.has_offcpu() {
-        return Verdict::NeedsData("off-CPU time (record --offcpu)");
-    }
-    let m = f.blocked(&is_lock_wait);
-    if m.pct < LOCK_WALL_PCT {
-        return Verdict::Clear;
-    }
-    let mut evidence = vec![format!(
-        "{:.1}% of the threads' wall time is spent blocked in: {}",
-        m.pct,
-        list(&m.entries, f.wall_total)
-    )];
-    if !m.sites.is_empty() {
-        evidence.push(format!("lock taken in: {}", list(&m.sites, f.wall_total)));
-    }
-    if f.has_syscalls() {
-        let futex = f.syscall(&["futex"]);
-        evidence.push(format!(
-            "{} futex syscalls, {:.1} ms in total",
-            futex.calls,
-            futex.total_ns as f64 / 1e6
-        ));
-    }
-    Verdict::Found(finding(f, &TEXT, &m, "wall", Confidence::High, evidence))
+    share_rule(f, &TEXT, Share { extra: &futexes, ..Share::blocked(&is_lock_wait, LOCK_WALL_PCT) })
 }
 
 #[cfg(test)]

@@ -89,26 +89,61 @@ pub fn finding(
     }
 }
 
-/// Evidence lines of a CPU match: where the time goes and which user code calls into it.
-pub fn cpu_evidence(m: &Match, total: i64) -> Vec<String> {
-    let mut ev = vec![format!("{:.1}% of CPU time is spent in: {}", m.pct, list(&m.entries, total))];
-    if !m.sites.is_empty() {
-        ev.push(format!("called from: {}", list(&m.sites, total)));
+/// What a "too much time under these functions" rule looks for.
+pub struct Share<'a> {
+    pub pred: &'a dyn Fn(&Func) -> bool,
+    /// Blocked (off-CPU) time as a share of wall time; otherwise CPU time as a share of CPU time.
+    pub blocked: bool,
+    pub min_pct: f64,
+    /// Least value (ns) in all, for rules where a share of a short run means little.
+    pub min_value: i64,
+    pub confidence: Confidence,
+    /// Evidence lines beyond where the time went and who called it.
+    pub extra: &'a dyn Fn(&Facts) -> Vec<String>,
+}
+
+impl<'a> Share<'a> {
+    pub fn cpu(pred: &'a dyn Fn(&Func) -> bool, min_pct: f64) -> Share<'a> {
+        Share {
+            pred,
+            blocked: false,
+            min_pct,
+            min_value: 0,
+            confidence: Confidence::High,
+            extra: &|_| Vec::new(),
+        }
     }
-    ev
+
+    pub fn blocked(pred: &'a dyn Fn(&Func) -> bool, min_pct: f64) -> Share<'a> {
+        Share { blocked: true, ..Share::cpu(pred, min_pct) }
+    }
+}
+
+/// Fires when the time under the functions `s.pred` matches reaches the thresholds; the evidence says
+/// where it went and which user code called into it.
+pub fn share_rule(f: &Facts, t: &Text, s: Share) -> Verdict {
+    let (m, total, of) = match s.blocked {
+        true if !f.has_offcpu() => return Verdict::NeedsData("off-CPU time (record --offcpu)"),
+        false if !f.has_cpu() => return Verdict::NeedsData("CPU samples"),
+        true => (f.blocked(s.pred), f.wall_total, "wall"),
+        false => (f.cpu(s.pred), f.cpu_total, "cpu"),
+    };
+    if m.pct < s.min_pct || m.value < s.min_value {
+        return Verdict::Clear;
+    }
+    let what =
+        if s.blocked { "of the threads' wall time is spent blocked in" } else { "of CPU time is spent in" };
+    let mut evidence = vec![format!("{:.1}% {what}: {}", m.pct, list(&m.entries, total))];
+    if !m.sites.is_empty() {
+        evidence.push(format!("called from: {}", list(&m.sites, total)));
+    }
+    evidence.extend((s.extra)(f));
+    Verdict::Found(finding(f, t, &m, of, s.confidence, evidence))
 }
 
 /// A rule that fires when the CPU share under functions `pred` matches reaches `min_pct`.
 pub fn cpu_share_rule(f: &Facts, t: &Text, min_pct: f64, pred: &dyn Fn(&Func) -> bool) -> Verdict {
-    if !f.has_cpu() {
-        return Verdict::NeedsData("CPU samples");
-    }
-    let m = f.cpu(pred);
-    if m.pct < min_pct {
-        return Verdict::Clear;
-    }
-    let ev = cpu_evidence(&m, f.cpu_total);
-    Verdict::Found(finding(f, t, &m, "cpu", Confidence::High, ev))
+    share_rule(f, t, Share::cpu(pred, min_pct))
 }
 
 /// Whether `name` is one of `names` or starts with one of `prefixes`.

@@ -1,7 +1,7 @@
 //! tiny-container-lookups (seed 003): tree/hash map lookups (std::map, std::unordered_map, JsonCpp's
 //! map-backed values) dominating on small data sets, where a flat array or a switch would be far cheaper.
 
-use super::{cpu_evidence, finding, named, Text};
+use super::{named, share_rule, Share, Text};
 use crate::doctor::facts::{Facts, Func};
 use crate::doctor::thresholds::CONTAINER_CPU_PCT;
 use crate::doctor::{Confidence, Verdict};
@@ -46,18 +46,19 @@ fn is_lookup(f: &Func) -> bool {
 }
 
 pub fn check(f: &Facts) -> Verdict {
-    if !f.has_cpu() {
-        return Verdict::NeedsData("CPU samples");
-    }
-    let m = f.cpu(&is_lookup);
-    if m.pct < CONTAINER_CPU_PCT {
-        return Verdict::Clear;
-    }
-    let mut evidence = cpu_evidence(&m, f.cpu_total);
-    evidence.push(
-        "the containers' sizes are not measured: check that they are small before flattening them".into(),
-    );
-    Verdict::Found(finding(f, &TEXT, &m, "cpu", Confidence::Medium, evidence))
+    let unsized_ = |_: &Facts| {
+        vec!["the containers' sizes are not measured: check that they are small before flattening them"
+            .to_string()]
+    };
+    share_rule(
+        f,
+        &TEXT,
+        Share {
+            confidence: Confidence::Medium,
+            extra: &unsized_,
+            ..Share::cpu(&is_lookup, CONTAINER_CPU_PCT)
+        },
+    )
 }
 
 #[cfg(test)]
