@@ -6,6 +6,9 @@
 //! not) count as one. `value` is the index of the sample type to weigh by; an index the profile does not
 //! have weighs every sample as 0.
 
+pub mod diff;
+pub mod stats;
+
 use serde::Serialize;
 use std::collections::HashMap;
 use whyslow_model::{basename, close_matches, CallStat, Profile, Sample, SyscallStat, NONE};
