@@ -8,6 +8,7 @@
 
 mod bpf;
 pub mod calls;
+pub mod load;
 mod records;
 mod session;
 pub mod signals;
@@ -47,6 +48,8 @@ pub struct RecordOptions {
     pub offcpu: Option<OffCpuOptions>,
     /// Call [`Observer::snapshot`] this often with the counters so far.
     pub interval: Option<std::time::Duration>,
+    /// Stop when another thread sets this (e.g. when a load command ends).
+    pub stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// Which functions to count and how.
@@ -104,6 +107,7 @@ impl Default for RecordOptions {
             alloc: None,
             offcpu: None,
             interval: None,
+            stop: None,
         }
     }
 }
@@ -144,4 +148,14 @@ pub enum RecordError {
     NoSuchFunction { pattern: String, suggestions: Vec<String> },
     #[error("unknown syscall '{name}'{}", whyslow_model::did_you_mean(.suggestions))]
     NoSuchSyscall { name: String, suggestions: Vec<String> },
+    #[error(
+        "the server did not accept connections on 127.0.0.1:{port} within {seconds:.1} s (--ready-timeout)"
+    )]
+    ServerNotReady { port: u16, seconds: f64 },
+    #[error("the server exited with status {code} {when}")]
+    ServerExited { code: i32, when: &'static str },
+    #[error("port {0} already accepts connections before the server started: stop what listens there or pick another port")]
+    PortInUse(u16),
+    #[error("interrupted")]
+    Interrupted,
 }
