@@ -264,6 +264,35 @@ pub fn compare(before: &[f64], after: &[f64]) -> Option<Comparison> {
     Some(Comparison { before: sb, after: sa, change, ci, test, significant })
 }
 
+/// One measure of a comparison (CPU time, wall time, requests/s) with every run's value.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Measure {
+    /// `cpu time`, `wall time`, `requests/s`, ...
+    pub name: String,
+    /// `s`, `req/s`, `ms`.
+    pub unit: String,
+    /// True for throughput: a positive change is an improvement.
+    pub higher_is_better: bool,
+    pub before: Vec<f64>,
+    pub after: Vec<f64>,
+    /// None when a side has no usable value.
+    pub comparison: Option<Comparison>,
+}
+
+impl Measure {
+    pub fn new(name: &str, unit: &str, higher_is_better: bool, before: Vec<f64>, after: Vec<f64>) -> Measure {
+        let comparison = compare(&before, &after);
+        Measure {
+            name: name.to_string(),
+            unit: unit.to_string(),
+            higher_is_better,
+            before,
+            after,
+            comparison,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
