@@ -1,7 +1,8 @@
 //! Before/after: per-function deltas of two profiles, and merging the profiles of several runs into one.
 //!
 //! Functions are joined by name and module file name (never by address or full path), so two builds of a
-//! program, or the same program installed in two places, compare function by function. Both profiles are
+//! program, or the same program installed in two places, compare function by function; a name left over
+//! exactly once on each side is joined too (the program was renamed: `app` and `app_v2`). Both profiles are
 //! normalized: to seconds when both sides know what one unit of their value is worth (a time unit, a
 //! sampling frequency, or a measured total given by the caller), else to shares of each side's total.
 //! Pure functions: they never print and never panic on profiles that pass [`Profile::validate`].
@@ -136,6 +137,43 @@ fn by_key(p: &Profile, value: usize) -> HashMap<(String, String), (i64, i64)> {
     m
 }
 
+type Key = (String, String);
+
+/// Pairs functions of the two sides: the same (name, module file name) first; then a name left over
+/// exactly once on each side is the same function in a renamed module (two builds `app` and `app_v2`).
+fn join<'a, V>(b: &'a HashMap<Key, V>, a: &'a HashMap<Key, V>) -> Vec<(Option<&'a Key>, Option<&'a Key>)> {
+    let mut pairs: Vec<(Option<&Key>, Option<&Key>)> = Vec::new();
+    let mut left_b: Vec<&Key> = Vec::new();
+    for k in b.keys() {
+        match a.get_key_value(k) {
+            Some((ka, _)) => pairs.push((Some(k), Some(ka))),
+            None => left_b.push(k),
+        }
+    }
+    let mut left_a: Vec<&Key> = a.keys().filter(|k| !b.contains_key(*k)).collect();
+    left_b.sort();
+    left_a.sort();
+    let count = |v: &[&Key], name: &str| v.iter().filter(|k| k.0 == name).count();
+    let mut used_a = vec![false; left_a.len()];
+    for kb in &left_b {
+        let unique = count(&left_b, &kb.0) == 1 && count(&left_a, &kb.0) == 1;
+        let found = left_a.iter().position(|ka| ka.0 == kb.0).filter(|_| unique);
+        match found {
+            Some(i) => {
+                used_a[i] = true;
+                pairs.push((Some(kb), Some(left_a[i])));
+            }
+            None => pairs.push((Some(kb), None)),
+        }
+    }
+    for (i, ka) in left_a.iter().enumerate() {
+        if !used_a[i] {
+            pairs.push((None, Some(ka)));
+        }
+    }
+    pairs
+}
+
 fn pct(part: i64, whole: i64) -> f64 {
     if whole == 0 {
         0.0
@@ -153,26 +191,25 @@ pub fn diff(before: Side, after: Side, shares_only: bool) -> Diff {
         _ => None,
     };
     let (fb, fa) = (by_key(before.profile, before.value), by_key(after.profile, after.value));
-    let mut keys: Vec<&(String, String)> = fb.keys().chain(fa.keys()).collect();
-    keys.sort();
-    keys.dedup();
-    let mut functions: Vec<FunctionDelta> = keys
+    let mut functions: Vec<FunctionDelta> = join(&fb, &fa)
         .into_iter()
-        .map(|key| {
-            let (sb, tob) = fb.get(key).copied().unwrap_or_default();
-            let (sa, toa) = fa.get(key).copied().unwrap_or_default();
-            let status = match (fb.contains_key(key), fa.contains_key(key)) {
-                (true, true) => Status::Both,
-                (false, _) => Status::New,
-                (_, false) => Status::Vanished,
+        .map(|(kb, ka)| {
+            let (sb, tob) = kb.and_then(|k| fb.get(k)).copied().unwrap_or_default();
+            let (sa, toa) = ka.and_then(|k| fa.get(k)).copied().unwrap_or_default();
+            let (status, name, module) = match (kb, ka) {
+                (Some(b), Some(a)) if b.1 == a.1 => (Status::Both, a.0.clone(), a.1.clone()),
+                (Some(b), Some(a)) => (Status::Both, a.0.clone(), format!("{} -> {}", b.1, a.1)),
+                (None, Some(a)) => (Status::New, a.0.clone(), a.1.clone()),
+                (Some(b), None) => (Status::Vanished, b.0.clone(), b.1.clone()),
+                (None, None) => unreachable!("join pairs at least one side"),
             };
             let [self_before, self_after, total_before, total_after] = match scales {
                 Some((b, a)) => [sb as f64 * b, sa as f64 * a, tob as f64 * b, toa as f64 * a],
                 None => [pct(sb, tb), pct(sa, ta), pct(tob, tb), pct(toa, ta)],
             };
             FunctionDelta {
-                name: key.0.clone(),
-                module: key.1.clone(),
+                name,
+                module,
                 status,
                 self_before,
                 self_after,
@@ -278,7 +315,7 @@ mod tests {
         let m = pb.module(path, "");
         let main = pb.frame("main", m, "", FrameKind::User);
         let t = pb.thread(1, 1, "w");
-        let mut add = |pb: &mut ProfileBuilder, name: &str, n: i64| {
+        let add = |pb: &mut ProfileBuilder, name: &str, n: i64| {
             let f = pb.frame(name, m, "", FrameKind::User);
             let s = pb.stack(&[main, f]);
             pb.add_sample(s, t, &[n]);
@@ -313,6 +350,17 @@ mod tests {
         let sum: f64 = d.functions.iter().map(|f| f.self_delta).sum();
         assert!((sum - d.total_delta()).abs() < 1e-9 && (d.total_delta() - 1.2).abs() < 1e-9);
         assert_eq!(d.new_functions().count() + d.vanished_functions().count(), 2);
+    }
+
+    #[test]
+    fn a_renamed_program_is_joined_by_function_name() {
+        let b = profile("/bin/app", 200, 100, None);
+        let a = profile("/bin/app_v2", 200, 200, None);
+        let d = diff(Side::new(&b, 0), Side::new(&a, 0), false);
+        assert_eq!(d.functions.len(), 3, "{:?}", d.functions);
+        let wb = row(&d, "work_b");
+        assert_eq!((wb.module.as_str(), wb.status), ("app -> app_v2", Status::Both));
+        assert!((wb.self_delta - 1.0).abs() < 1e-9);
     }
 
     #[test]

@@ -10,6 +10,9 @@ use whyslow_analyze::diff::{Diff, DiffUnit, FunctionDelta, Scale, Side, Status};
 const NAME_WIDTH: usize = 50;
 
 fn signed(v: f64, unit: DiffUnit) -> String {
+    // No "-0.000" for a change that rounds to nothing.
+    let digits = if unit == DiffUnit::Seconds { 1e3 } else { 1e2 };
+    let v = if (v * digits).round() == 0.0 { 0.0 } else { v };
     match unit {
         DiffUnit::Seconds => format!("{v:+.3}"),
         DiffUnit::Percent => format!("{v:+.2}%"),
