@@ -12,7 +12,7 @@ pub const ALPHA: f64 = 0.05;
 /// Bootstrap resamples behind a confidence interval.
 pub const BOOTSTRAP_RESAMPLES: usize = 10_000;
 /// Seed of the bootstrap's random numbers, so a comparison reads the same every time it is rendered.
-pub const BOOTSTRAP_SEED: u64 = 0x5eed_0f_c0ffee;
+pub const BOOTSTRAP_SEED: u64 = 0x5eed_0fc0_ffee;
 
 /// Median and spread of one side's runs.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
