@@ -156,6 +156,6 @@ pub enum RecordError {
     ServerExited { code: i32, when: &'static str },
     #[error("port {0} already accepts connections before the server started: stop what listens there or pick another port")]
     PortInUse(u16),
-    #[error("interrupted")]
+    #[error("interrupted (Ctrl-C or SIGTERM) before the run finished")]
     Interrupted,
 }

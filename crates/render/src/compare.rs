@@ -28,6 +28,8 @@ pub struct CompareView<'a> {
 fn value(v: f64, unit: &str) -> String {
     match unit {
         "req/s" => format!("{v:.0}"),
+        // Short runs keep their digits: 0.0012 s rather than 0.001.
+        _ if v.abs() < 1.0 => format!("{v:.4}"),
         _ => format!("{v:.3}"),
     }
 }
@@ -146,7 +148,11 @@ pub fn report(w: &mut impl Write, v: &CompareView) -> Result<(), RenderError> {
              add up to {:+.3} s):",
             d.total_delta()
         )?;
-        crate::diff::table(w, d, v.limit)?;
+        if d.functions.is_empty() {
+            writeln!(w, "no CPU samples were recorded (runs shorter than the sampling period?)")?;
+        } else {
+            crate::diff::table(w, d, v.limit)?;
+        }
     }
     if let Some(f) = v.flamegraph {
         writeln!(w, "\ndiff flame graph: {f} (red grew, blue shrank; widths: after)")?;
