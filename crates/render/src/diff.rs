@@ -49,7 +49,7 @@ pub fn table(w: &mut impl Write, d: &Diff, limit: usize) -> Result<(), RenderErr
             )?
         }
         DiffUnit::Percent => {
-            writeln!(w, "{:<29} {}", "   self % of each total", "   total % of each total")?;
+            writeln!(w, "   self % of each total          total % of each total")?;
             writeln!(
                 w,
                 "{:>9} {:>9} {:>9} {:>9} {:>9} {:>9}  {:<nw$}  module",
