@@ -243,6 +243,53 @@ mod tests {
         String::from_utf8(render(|w| report(w, &v))).unwrap()
     }
 
+    /// A comparison of the diff fixture's two builds: 5 runs per side, the after side 25% slower, wall
+    /// time noisy; both report formats against golden files.
+    #[test]
+    fn compare_golden() {
+        use whyslow_analyze::diff::{diff, Scale, Side};
+        let (pb, pa) = crate::diff::tests::pair();
+        let before_cpu = vec![4.2, 4.25, 4.18, 4.3, 4.22];
+        let after_cpu = vec![5.25, 5.3, 5.2, 5.31, 5.27];
+        let measures = vec![
+            Measure::new("cpu time", "s", false, before_cpu.clone(), after_cpu.clone()),
+            Measure::new(
+                "wall time",
+                "s",
+                false,
+                vec![5.0, 6.1, 4.9, 5.5, 5.2],
+                vec![5.4, 5.0, 6.3, 5.1, 5.6],
+            ),
+        ];
+        let scale = |p: &whyslow_model::Profile, m: f64| Scale::SecondsPerUnit(m / p.total(0) as f64);
+        let (mb, ma) = (4.22, 5.27);
+        let d = diff(
+            Side { profile: &pb, value: 0, scale: scale(&pb, mb) },
+            Side { profile: &pa, value: 0, scale: scale(&pa, ma) },
+            false,
+        );
+        let (b, a) = (pb.meta.command.clone(), pa.meta.command.clone());
+        let v = CompareView {
+            before: &b,
+            after: &a,
+            load: None,
+            runs: 5,
+            measures: &measures,
+            primary: 0,
+            diff: Some(&d),
+            flamegraph: Some("out/diff.svg"),
+            output_dir: "out",
+            limit: 5,
+        };
+        let mut out = render(|w| report(w, &v));
+        out.extend(b"\n--- json ---\n");
+        out.extend(render(|w| json(w, &v)));
+        crate::fixture::check_golden("compare.txt", &out);
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("the deltas add up to +1.050 s"), "{text}");
+        assert!(text.contains("wall time (s)") && text.contains("+24.9%"), "{text}");
+    }
+
     #[test]
     fn verdicts_say_significant_or_not_and_which_test() {
         let slower = Measure::new("cpu time", "s", false, vec![1.0, 1.01, 0.99, 1.02, 0.98], vec![1.25; 5]);
