@@ -1,8 +1,9 @@
 #define _GNU_SOURCE
 /* A small HTTP server for profiling under load: one thread, epoll, keep-alive. Every request ("GET ...
  * \r\n\r\n") goes through handle_request, which burns a little CPU (BURN_BODY(1)) and answers "hello\n".
- * SIGTERM or SIGINT: exits 0 after printing how many requests it served. Usage: httpserv PORT [DIE_AFTER]
- * (with DIE_AFTER, it exits with status 3 without a word after that many requests, like a crash). */
+ * SIGTERM or SIGINT: exits 0 after printing how many requests it served. Usage: httpserv PORT [DIE_AFTER
+ * [UNITS]] (with DIE_AFTER > 0, it exits with status 3 without a word after that many requests, like a crash;
+ * UNITS: BURN_BODY units per request, default 1). */
 #include <errno.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -20,6 +21,7 @@ static volatile sig_atomic_t stopping;
 static char bufs[MAX_FDS][4096];
 static int lens[MAX_FDS];
 static long served;
+static int burn_units = 1;
 
 static void on_term(int sig) { (void)sig; stopping = 1; }
 
@@ -27,7 +29,7 @@ static const char RESPONSE[] = "HTTP/1.1 200 OK\r\nContent-Length: 6\r\nContent-
 
 __attribute__((noinline)) int handle_request(int fd, const char *req, int len) {
     (void)req; (void)len;
-    BURN_BODY(1);
+    BURN_BODY(burn_units);
     served++;
     return write(fd, RESPONSE, sizeof RESPONSE - 1) == (ssize_t)(sizeof RESPONSE - 1) ? 0 : -1;
 }
@@ -53,9 +55,10 @@ __attribute__((noinline)) static int serve_client(int fd) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) { fprintf(stderr, "usage: httpserv PORT [DIE_AFTER]\n"); return 2; }
+    if (argc < 2) { fprintf(stderr, "usage: httpserv PORT [DIE_AFTER [UNITS]]\n"); return 2; }
     int port = atoi(argv[1]);
     long die_after = argc > 2 ? atol(argv[2]) : 0;
+    if (argc > 3) burn_units = atoi(argv[3]);
     struct sigaction sa = {0};
     sa.sa_handler = on_term;
     sigaction(SIGTERM, &sa, NULL);
