@@ -116,6 +116,21 @@ fn a_server_that_exits_early_or_dies_under_load_is_an_error() {
         "300",
     ]);
     assert!(e.contains("the server exited with status 3 while the load ran"), "{e}");
+    // Something else already listens on the port: readiness would mean nothing.
+    let _taken = std::net::TcpListener::bind("127.0.0.1:18436").unwrap();
+    let e = fails(&[
+        "record",
+        "-o",
+        data.to_str().unwrap(),
+        "--load",
+        "wrk -d1s http://127.0.0.1:18436/",
+        "--ready-port",
+        "18436",
+        "--",
+        srv.to_str().unwrap(),
+        "18436",
+    ]);
+    assert!(e.contains("port 18436 already accepts connections"), "{e}");
     let e = fails(&["record", "-o", data.to_str().unwrap(), "--load", "wrk http://x/", "--", "true"]);
     assert!(e.contains("--ready-port PORT or --ready-delay SECONDS"), "{e}");
     let e = fails(&[
