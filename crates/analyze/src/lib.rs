@@ -6,7 +6,9 @@
 //! not) count as one. `value` is the index of the sample type to weigh by; an index the profile does not
 //! have weighs every sample as 0.
 
+pub mod diff;
 pub mod doctor;
+pub mod stats;
 
 use serde::Serialize;
 use std::collections::HashMap;

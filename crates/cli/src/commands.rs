@@ -1,16 +1,19 @@
 //! Subcommand bodies: options in, library calls, renderer out.
 
 use crate::{
-    CallsArgs, DoctorArgs, EventArg, ExportArgs, ExportFormat, FlamegraphArgs, OutputFormat, RecordArgs,
-    ReportArgs, SyscallsArgs, TargetArgs,
+    CallsArgs, CompareArgs, DiffArgs, DoctorArgs, EventArg, ExportArgs, ExportFormat, FlamegraphArgs,
+    LoadArgs, OutputFormat, RecordArgs, ReportArgs, SyscallsArgs, TargetArgs,
 };
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::time::Duration;
+use whyslow_analyze::diff::{Scale, Side};
+use whyslow_analyze::stats::Measure;
 use whyslow_model::syscalls::TraceEvent;
 use whyslow_model::{file, Profile, SyscallStat};
 use whyslow_record::calls::{default_patterns, PatternSpec};
+use whyslow_record::load::{split_command, LoadOptions, LoadOutput, Ready};
 use whyslow_record::{
     signals, AllocOptions, CallOptions, Clock, Observer, OffCpuOptions, Progress, RecordOptions,
     SyscallOptions, Target,
@@ -85,10 +88,32 @@ pub fn record(a: RecordArgs) -> Result<()> {
     if a.alloc_period == 0 {
         bail!("--alloc-period must be at least 1");
     }
+    let load = load_options(&a.load)?;
+    if load.is_some() {
+        if !matches!(opts.target, Target::Launch(_)) {
+            bail!("--load needs the server command after `--` (it is started, loaded, then stopped)");
+        }
+        if opts.duration.is_some() {
+            bail!("--load ends the recording when the load command ends: leave out -d");
+        }
+    }
     signals::install();
-    let raw = whyslow_record::record(&opts, &mut StatusLine::new());
-    end_status_line();
-    let raw = raw?;
+    let (raw, load_run) = match &load {
+        Some(l) => {
+            let run = whyslow_record::load::record_under_load(&opts, l, &mut StatusLine::new());
+            end_status_line();
+            let run = run?;
+            (run.raw, Some((run.load, run.ready_after)))
+        }
+        None => {
+            let raw = whyslow_record::record(&opts, &mut StatusLine::new());
+            end_status_line();
+            (raw?, None)
+        }
+    };
+    if let Some((out, ready_after)) = &load_run {
+        show_load(out, *ready_after, raw.meta.exit_code)?;
+    }
     if raw.samples.is_empty() {
         let ms = raw.meta.duration_ns as f64 / 1e6;
         match raw.meta.exit_code {
@@ -505,5 +530,237 @@ pub fn doctor(a: DoctorArgs) -> Result<()> {
             a.output.display()
         );
     }
+    Ok(())
+}
+/// The load options from the command line (None without --load).
+fn load_options(l: &LoadArgs) -> Result<Option<LoadOptions>> {
+    let Some(cmd) = &l.load else { return Ok(None) };
+    let command = split_command(cmd).map_err(|e| anyhow!("--load: {e}"))?;
+    let seconds = |what: &str, s: f64| -> Result<Duration> {
+        if !(s >= 0.0 && s.is_finite()) {
+            bail!("{what} must be a number of seconds >= 0");
+        }
+        Ok(Duration::from_secs_f64(s))
+    };
+    let ready = match (l.ready_port, l.ready_delay) {
+        (Some(0), _) => bail!("--ready-port must be a port number (1-65535)"),
+        (Some(p), _) => Ready::Port(p),
+        (None, Some(d)) => Ready::Delay(seconds("--ready-delay", d)?),
+        (None, None) => {
+            bail!("--load needs --ready-port PORT or --ready-delay SECONDS to know when the server is ready")
+        }
+    };
+    let ready_timeout = seconds("--ready-timeout", l.ready_timeout)?;
+    Ok(Some(LoadOptions { command, ready, ready_timeout }))
+}
+
+/// The load tool's own output, then what whyslow read from it and how the server ended.
+fn show_load(out: &LoadOutput, ready_after: Duration, server_exit: Option<i32>) -> Result<()> {
+    let mut o = std::io::stdout().lock();
+    o.write_all(out.stdout.as_bytes())?;
+    if !out.stdout.is_empty() && !out.stdout.ends_with('\n') {
+        writeln!(o)?;
+    }
+    o.flush()?;
+    eprint!("{}", out.stderr);
+    if let Some(s) = whyslow_record::load::parse_load_output(&out.stdout) {
+        let ms = |v: Option<f64>, name: &str| v.map_or(String::new(), |v| format!(", {name} {v:.3} ms"));
+        writeln!(
+            o,
+            "load: {}: {:.0} requests/s{}{}{}{}",
+            s.tool,
+            s.requests_per_sec,
+            ms(s.latency_avg_ms, "latency avg"),
+            ms(s.latency_p50_ms, "p50"),
+            ms(s.latency_p99_ms, "p99"),
+            if s.errors > 0 { format!(", {} errors", s.errors) } else { String::new() }
+        )?;
+    }
+    writeln!(
+        o,
+        "server: ready after {:.2} s, load ran {:.2} s, then stopped (SIGTERM){}\n",
+        ready_after.as_secs_f64(),
+        out.elapsed.as_secs_f64(),
+        server_exit.map_or(String::new(), |c| format!(", exit status {c}"))
+    )?;
+    if out.status != 0 {
+        eprintln!("whyslow: warning: the load command exited with status {}", out.status);
+    }
+    Ok(())
+}
+
+pub fn diff(a: DiffArgs) -> Result<()> {
+    let (before, after) = (load(&a.before)?, load(&a.after)?);
+    let bv = value_index(&before, a.value_type.as_deref())?;
+    let name = before.sample_types[bv].name.clone();
+    let av = value_index(&after, Some(&name)).with_context(|| format!("{}", a.after.display()))?;
+    let (b, af) = (Side::new(&before, bv), Side::new(&after, av));
+    let d = whyslow_analyze::diff::diff(b, af, a.shares);
+    let mut out = std::io::stdout().lock();
+    match a.format {
+        OutputFormat::Text => render::diff::report(&mut out, &d, a.limit)?,
+        OutputFormat::Json => render::diff::json(&mut out, &d, a.limit)?,
+    }
+    out.flush()?;
+    if let Some(path) = &a.output {
+        let opts = render::diff::DiffFlameOptions {
+            title: format!("whyslow diff ({name}): {} -> {}", a.before.display(), a.after.display()),
+            negate: a.negate,
+            shares_only: a.shares,
+        };
+        write_output(path, |w| Ok(render::diff::svg(w, b, af, &opts)?))?;
+        eprintln!("whyslow: wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// What one run of a comparison measured.
+struct RunResult {
+    cpu_s: f64,
+    wall_s: f64,
+    load: Option<whyslow_record::load::LoadStats>,
+}
+
+pub fn compare(a: CompareArgs) -> Result<()> {
+    if a.runs < 2 {
+        bail!("-n must be at least 2 runs per side (5 or more for a useful verdict)");
+    }
+    if a.freq == 0 {
+        bail!("-F must be at least 1 Hz");
+    }
+    let before = split_command(&a.before).map_err(|e| anyhow!("--before: {e}"))?;
+    let after = split_command(&a.after).map_err(|e| anyhow!("--after: {e}"))?;
+    let load = load_options(&a.load)?;
+    if a.runs < 4 {
+        eprintln!("whyslow: note: with fewer than 4 runs per side no difference can reach p < 0.05");
+    }
+    std::fs::create_dir_all(&a.output).with_context(|| format!("cannot create {}", a.output.display()))?;
+    signals::install();
+    let sides = [("before", &before), ("after", &after)];
+    let mut results: [Vec<RunResult>; 2] = [Vec::new(), Vec::new()];
+    let mut profiles: [Vec<Profile>; 2] = [Vec::new(), Vec::new()];
+    for i in 1..=a.runs {
+        for (s, (name, cmd)) in sides.iter().enumerate() {
+            let opts = RecordOptions {
+                target: Target::Launch(cmd.to_vec()),
+                frequency: a.freq,
+                ..Default::default()
+            };
+            let m = whyslow_record::load::measured_run(&opts, load.as_ref(), &mut StatusLine { tty: false })
+                .with_context(|| format!("{name} run {i}"))?;
+            if load.is_none() {
+                if let Some(code) = m.raw.meta.exit_code.filter(|&c| c != 0) {
+                    bail!("the {name} command exited with status {code} (run {i}): compare needs runs that succeed");
+                }
+            }
+            let stats = m.load.as_ref().and_then(|l| whyslow_record::load::parse_load_output(&l.stdout));
+            if let Some(l) = &m.load {
+                if l.status != 0 {
+                    bail!(
+                        "the load command exited with status {} ({name} run {i}): {}",
+                        l.status,
+                        l.stderr.trim()
+                    );
+                }
+                let path = a.output.join(format!("{name}-{i}.load.txt"));
+                std::fs::write(&path, &l.stdout)
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+            }
+            let r =
+                RunResult { cpu_s: m.cpu.total().as_secs_f64(), wall_s: m.wall.as_secs_f64(), load: stats };
+            eprintln!(
+                "whyslow: run {i}/{} {name:<6}: cpu {:.3} s, wall {:.3} s{}",
+                a.runs,
+                r.cpu_s,
+                r.wall_s,
+                r.load.as_ref().map_or(String::new(), |l| format!(", {:.0} requests/s", l.requests_per_sec))
+            );
+            let profile = whyslow_symbolize::symbolize(m.raw);
+            file::save(&profile, &a.output.join(format!("{name}-{i}.data")))?;
+            results[s].push(r);
+            profiles[s].push(profile);
+        }
+    }
+    let col = |s: usize, f: &dyn Fn(&RunResult) -> Option<f64>| -> Option<Vec<f64>> {
+        results[s].iter().map(f).collect()
+    };
+    let mut measures = vec![Measure::new(
+        "cpu time",
+        "s",
+        false,
+        col(0, &|r| Some(r.cpu_s)).unwrap_or_default(),
+        col(1, &|r| Some(r.cpu_s)).unwrap_or_default(),
+    )];
+    let mut primary = 0;
+    if load.is_none() {
+        measures.push(Measure::new(
+            "wall time",
+            "s",
+            false,
+            col(0, &|r| Some(r.wall_s)).unwrap_or_default(),
+            col(1, &|r| Some(r.wall_s)).unwrap_or_default(),
+        ));
+    } else {
+        let rps = |r: &RunResult| r.load.as_ref().map(|l| l.requests_per_sec);
+        if let (Some(b), Some(af)) = (col(0, &rps), col(1, &rps)) {
+            primary = measures.len();
+            measures.push(Measure::new("requests/s", "req/s", true, b, af));
+        } else {
+            eprintln!(
+                "whyslow: note: the load command's output is not wrk's or redis-benchmark's: no requests/s"
+            );
+        }
+        let lat = |r: &RunResult| r.load.as_ref().and_then(|l| l.latency_avg_ms);
+        if let (Some(b), Some(af)) = (col(0, &lat), col(1, &lat)) {
+            measures.push(Measure::new("latency avg", "ms", false, b, af));
+        }
+    }
+    let merged: Vec<Profile> = profiles.iter().map(|p| whyslow_analyze::diff::merge(p)).collect();
+    file::save(&merged[0], &a.output.join("before.data"))?;
+    file::save(&merged[1], &a.output.join("after.data"))?;
+    // Each side's merged samples are scaled to its median CPU time, so the deltas add up to the change.
+    fn side(p: &Profile, median: Option<f64>) -> Option<Side<'_>> {
+        let v = p.sample_type("cpu")?;
+        let total = p.total(v);
+        let scale = match median {
+            Some(m) if total > 0 => Scale::SecondsPerUnit(m / total as f64),
+            _ => Scale::Shares,
+        };
+        Some(Side { profile: p, value: v, scale })
+    }
+    let medians = measures[0].comparison.as_ref().map(|c| (c.before.median, c.after.median));
+    let sides_diff = side(&merged[0], medians.map(|m| m.0)).zip(side(&merged[1], medians.map(|m| m.1)));
+    let d = sides_diff.map(|(b, af)| whyslow_analyze::diff::diff(b, af, false));
+    let svg_path = a.output.join("diff.svg");
+    let mut flamegraph = None;
+    if let Some((b, af)) = sides_diff {
+        let opts = render::diff::DiffFlameOptions {
+            title: format!("whyslow compare: {} -> {}", a.before, a.after),
+            ..Default::default()
+        };
+        match write_output(&svg_path, |w| Ok(render::diff::svg(w, b, af, &opts)?)) {
+            Ok(()) => flamegraph = Some(svg_path.display().to_string()),
+            Err(e) => eprintln!("whyslow: note: no diff flame graph: {e:#}"),
+        }
+    }
+    let dir = a.output.display().to_string();
+    let view = render::compare::CompareView {
+        before: &before,
+        after: &after,
+        load: load.as_ref().map(|l| l.command.as_slice()),
+        runs: a.runs,
+        measures: &measures,
+        primary,
+        diff: d.as_ref(),
+        flamegraph: flamegraph.as_deref(),
+        output_dir: &dir,
+        limit: a.limit,
+    };
+    let mut out = std::io::stdout().lock();
+    match a.format {
+        OutputFormat::Text => render::compare::report(&mut out, &view)?,
+        OutputFormat::Json => render::compare::json(&mut out, &view)?,
+    }
+    out.flush()?;
     Ok(())
 }

@@ -29,6 +29,11 @@ enum Command {
     Calls(CallsArgs),
     /// Investigate and explain: diagnose known performance anti-patterns with evidence and the fix.
     Doctor(DoctorArgs),
+    /// Per-function deltas of two recordings and a differential flame graph.
+    Diff(DiffArgs),
+    /// Run two commands interleaved N times each, measure and record them, and say whether (and where)
+    /// they differ.
+    Compare(CompareArgs),
 }
 
 /// Which processes to profile.
@@ -92,6 +97,27 @@ pub struct RecordArgs {
     /// Print timings of the phases after the recording stops.
     #[arg(short, long)]
     pub verbose: bool,
+    #[command(flatten)]
+    pub load: LoadArgs,
+}
+
+/// Profiling a server under load.
+#[derive(Args)]
+pub struct LoadArgs {
+    /// Load command to run against the server once it is ready (split into words like a shell does,
+    /// not run by one); the recording ends when it ends and the server is stopped (SIGTERM, then SIGKILL
+    /// after 3 s). wrk and redis-benchmark output is parsed for requests/s and latency.
+    #[arg(long, value_name = "CMD")]
+    pub load: Option<String>,
+    /// With --load: the server is ready when 127.0.0.1:PORT accepts connections.
+    #[arg(long, value_name = "PORT", requires = "load", conflicts_with = "ready_delay")]
+    pub ready_port: Option<u16>,
+    /// With --load: the server is ready this many seconds after it started.
+    #[arg(long, value_name = "SECONDS", requires = "load")]
+    pub ready_delay: Option<f64>,
+    /// With --ready-port: give up when the port does not accept connections within this many seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
+    pub ready_timeout: f64,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -223,6 +249,57 @@ pub struct DoctorArgs {
     pub format: OutputFormat,
 }
 
+#[derive(Args)]
+pub struct DiffArgs {
+    /// The before recording.
+    pub before: PathBuf,
+    /// The after recording.
+    pub after: PathBuf,
+    /// Also write a differential flame graph (SVG): red grew, blue shrank.
+    #[arg(short = 'o', long, value_name = "SVG")]
+    pub output: Option<PathBuf>,
+    /// With -o: widths from the before profile (shows what vanished), colors still after - before.
+    #[arg(long)]
+    pub negate: bool,
+    /// Compare shares of each total even when both recordings give absolute time.
+    #[arg(long)]
+    pub shares: bool,
+    /// Sample type to weigh by (default: cpu, else the recordings' first).
+    #[arg(long = "type")]
+    pub value_type: Option<String>,
+    /// Rows to show.
+    #[arg(long, default_value_t = 25)]
+    pub limit: usize,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
+}
+
+#[derive(Args)]
+pub struct CompareArgs {
+    /// Runs per side.
+    #[arg(short = 'n', long = "runs", default_value_t = 10)]
+    pub runs: usize,
+    /// The before command (split into words like a shell does; use `sh -c '...'` for pipes).
+    #[arg(long, value_name = "CMD")]
+    pub before: String,
+    /// The after command.
+    #[arg(long, value_name = "CMD")]
+    pub after: String,
+    #[command(flatten)]
+    pub load: LoadArgs,
+    /// Directory for the recordings (one per run, merged before.data and after.data) and diff.svg.
+    #[arg(short = 'o', long, value_name = "DIR", default_value = "whyslow-compare")]
+    pub output: PathBuf,
+    /// Sampling frequency in Hz.
+    #[arg(short = 'F', long = "freq", default_value_t = 999)]
+    pub freq: u64,
+    /// Rows of the function table.
+    #[arg(long, default_value_t = 15)]
+    pub limit: usize,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 pub enum ExportFormat {
     Pprof,
@@ -256,6 +333,8 @@ fn main() {
         Command::Syscalls(a) => commands::syscalls(a),
         Command::Calls(a) => commands::calls(a),
         Command::Doctor(a) => commands::doctor(a),
+        Command::Diff(a) => commands::diff(a),
+        Command::Compare(a) => commands::compare(a),
     };
     if let Err(e) = result {
         let broken_pipe = |io: &std::io::Error| io.kind() == std::io::ErrorKind::BrokenPipe;

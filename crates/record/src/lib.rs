@@ -8,6 +8,7 @@
 
 mod bpf;
 pub mod calls;
+pub mod load;
 mod records;
 mod session;
 pub mod signals;
@@ -50,6 +51,8 @@ pub struct RecordOptions {
     /// Leave a launched command that is still running at the end running (its pid is the first of
     /// `meta.target_pids`; the caller ends it with [`stop_launched`]); otherwise it is stopped.
     pub leave_running: bool,
+    /// Stop when another thread sets this (e.g. when a load command ends).
+    pub stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// Which functions to count and how.
@@ -108,6 +111,7 @@ impl Default for RecordOptions {
             offcpu: None,
             interval: None,
             leave_running: false,
+            stop: None,
         }
     }
 }
@@ -148,4 +152,14 @@ pub enum RecordError {
     NoSuchFunction { pattern: String, suggestions: Vec<String> },
     #[error("unknown syscall '{name}'{}", whyslow_model::did_you_mean(.suggestions))]
     NoSuchSyscall { name: String, suggestions: Vec<String> },
+    #[error(
+        "the server did not accept connections on 127.0.0.1:{port} within {seconds:.1} s (--ready-timeout)"
+    )]
+    ServerNotReady { port: u16, seconds: f64 },
+    #[error("the server exited with status {code} {when}")]
+    ServerExited { code: i32, when: &'static str },
+    #[error("port {0} already accepts connections before the server started: stop what listens there or pick another port")]
+    PortInUse(u16),
+    #[error("interrupted (Ctrl-C or SIGTERM) before the run finished")]
+    Interrupted,
 }

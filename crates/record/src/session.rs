@@ -656,7 +656,10 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
                 unprobed_modules(&pids, co, &mut late_modules);
             }
         }
-        if signals::stop_requested() || opts.duration.is_some_and(|d| t0.elapsed() >= d) {
+        if signals::stop_requested()
+            || opts.duration.is_some_and(|d| t0.elapsed() >= d)
+            || opts.stop.as_ref().is_some_and(|s| s.load(std::sync::atomic::Ordering::SeqCst))
+        {
             break;
         }
         if let Some(g) = &gate {

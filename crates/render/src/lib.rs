@@ -2,6 +2,8 @@
 //! `impl Write` it is given and never prints by itself.
 
 pub mod calls;
+pub mod compare;
+pub mod diff;
 pub mod doctor;
 pub mod export;
 pub mod flamegraph;
