@@ -8,8 +8,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::time::Duration;
-use whyslow_analyze::diff::{Scale, Side};
-use whyslow_analyze::stats::Measure;
+use whyslow_analyze::diff::Side;
+use whyslow_investigate::compare::{CompareOptions, SIDES};
 use whyslow_model::syscalls::TraceEvent;
 use whyslow_model::{file, Profile, SyscallStat};
 use whyslow_record::calls::{default_patterns, PatternSpec};
@@ -614,13 +614,6 @@ pub fn diff(a: DiffArgs) -> Result<()> {
     Ok(())
 }
 
-/// What one run of a comparison measured.
-struct RunResult {
-    cpu_s: f64,
-    wall_s: f64,
-    load: Option<whyslow_record::load::LoadStats>,
-}
-
 pub fn compare(a: CompareArgs) -> Result<()> {
     if a.runs < 2 {
         bail!("-n must be at least 2 runs per side (5 or more for a useful verdict)");
@@ -636,100 +629,32 @@ pub fn compare(a: CompareArgs) -> Result<()> {
     }
     std::fs::create_dir_all(&a.output).with_context(|| format!("cannot create {}", a.output.display()))?;
     signals::install();
-    let sides = [("before", &before), ("after", &after)];
-    let mut results: [Vec<RunResult>; 2] = [Vec::new(), Vec::new()];
-    let mut profiles: [Vec<Profile>; 2] = [Vec::new(), Vec::new()];
-    for i in 1..=a.runs {
-        for (s, (name, cmd)) in sides.iter().enumerate() {
-            let opts = RecordOptions {
-                target: Target::Launch(cmd.to_vec()),
-                frequency: a.freq,
-                ..Default::default()
-            };
-            let m = whyslow_record::load::measured_run(&opts, load.as_ref(), &mut StatusLine { tty: false })
-                .with_context(|| format!("{name} run {i}"))?;
-            if load.is_none() {
-                if let Some(code) = m.raw.meta.exit_code.filter(|&c| c != 0) {
-                    bail!("the {name} command exited with status {code} (run {i}): compare needs runs that succeed");
-                }
-            }
-            let stats = m.load.as_ref().and_then(|l| whyslow_record::load::parse_load_output(&l.stdout));
-            if let Some(l) = &m.load {
-                if l.status != 0 {
-                    bail!(
-                        "the load command exited with status {} ({name} run {i}): {}",
-                        l.status,
-                        l.stderr.trim()
-                    );
-                }
-                let path = a.output.join(format!("{name}-{i}.load.txt"));
-                std::fs::write(&path, &l.stdout)
-                    .with_context(|| format!("cannot write {}", path.display()))?;
-            }
-            let r =
-                RunResult { cpu_s: m.cpu.total().as_secs_f64(), wall_s: m.wall.as_secs_f64(), load: stats };
-            eprintln!(
-                "whyslow: run {i}/{} {name:<6}: cpu {:.3} s, wall {:.3} s{}",
-                a.runs,
-                r.cpu_s,
-                r.wall_s,
-                r.load.as_ref().map_or(String::new(), |l| format!(", {:.0} requests/s", l.requests_per_sec))
-            );
-            let profile = whyslow_symbolize::symbolize(m.raw);
-            file::save(&profile, &a.output.join(format!("{name}-{i}.data")))?;
-            results[s].push(r);
-            profiles[s].push(profile);
+    let opts =
+        CompareOptions { commands: [before.clone(), after.clone()], runs: a.runs, frequency: a.freq, load };
+    let c = whyslow_investigate::compare::compare(&opts, &mut StatusLine { tty: false }, |r| {
+        let rps =
+            r.load.as_ref().map_or(String::new(), |l| format!(", {:.0} requests/s", l.requests_per_sec));
+        let (n, side) = (a.runs, SIDES[r.side]);
+        eprintln!(
+            "whyslow: run {}/{n} {side:<6}: cpu {:.3} s, wall {:.3} s{rps}",
+            r.number, r.cpu_s, r.wall_s
+        );
+    })?;
+    for r in &c.runs {
+        let name = format!("{}-{}", SIDES[r.side], r.number);
+        if let Some(out) = &r.load_output {
+            let path = a.output.join(format!("{name}.load.txt"));
+            std::fs::write(&path, out).with_context(|| format!("cannot write {}", path.display()))?;
         }
+        file::save(&r.profile, &a.output.join(format!("{name}.data")))?;
     }
-    let col = |s: usize, f: &dyn Fn(&RunResult) -> Option<f64>| -> Option<Vec<f64>> {
-        results[s].iter().map(f).collect()
-    };
-    let mut measures = vec![Measure::new(
-        "cpu time",
-        "s",
-        false,
-        col(0, &|r| Some(r.cpu_s)).unwrap_or_default(),
-        col(1, &|r| Some(r.cpu_s)).unwrap_or_default(),
-    )];
-    let mut primary = 0;
-    if load.is_none() {
-        measures.push(Measure::new(
-            "wall time",
-            "s",
-            false,
-            col(0, &|r| Some(r.wall_s)).unwrap_or_default(),
-            col(1, &|r| Some(r.wall_s)).unwrap_or_default(),
-        ));
-    } else {
-        let rps = |r: &RunResult| r.load.as_ref().map(|l| l.requests_per_sec);
-        if let (Some(b), Some(af)) = (col(0, &rps), col(1, &rps)) {
-            primary = measures.len();
-            measures.push(Measure::new("requests/s", "req/s", true, b, af));
-        } else {
-            eprintln!(
-                "whyslow: note: the load command's output is not wrk's or redis-benchmark's: no requests/s"
-            );
-        }
-        let lat = |r: &RunResult| r.load.as_ref().and_then(|l| l.latency_avg_ms);
-        if let (Some(b), Some(af)) = (col(0, &lat), col(1, &lat)) {
-            measures.push(Measure::new("latency avg", "ms", false, b, af));
-        }
+    for (side, p) in c.merged.iter().enumerate() {
+        file::save(p, &a.output.join(format!("{}.data", SIDES[side])))?;
     }
-    let merged: Vec<Profile> = profiles.iter().map(|p| whyslow_analyze::diff::merge(p)).collect();
-    file::save(&merged[0], &a.output.join("before.data"))?;
-    file::save(&merged[1], &a.output.join("after.data"))?;
-    // Each side's merged samples are scaled to its median CPU time, so the deltas add up to the change.
-    fn side(p: &Profile, median: Option<f64>) -> Option<Side<'_>> {
-        let v = p.sample_type("cpu")?;
-        let total = p.total(v);
-        let scale = match median {
-            Some(m) if total > 0 => Scale::SecondsPerUnit(m / total as f64),
-            _ => Scale::Shares,
-        };
-        Some(Side { profile: p, value: v, scale })
+    for n in &c.notes {
+        eprintln!("whyslow: note: {n}");
     }
-    let medians = measures[0].comparison.as_ref().map(|c| (c.before.median, c.after.median));
-    let sides_diff = side(&merged[0], medians.map(|m| m.0)).zip(side(&merged[1], medians.map(|m| m.1)));
+    let sides_diff = c.sides();
     let d = sides_diff.map(|(b, af)| whyslow_analyze::diff::diff(b, af, false));
     let svg_path = a.output.join("diff.svg");
     let mut flamegraph = None;
@@ -747,10 +672,10 @@ pub fn compare(a: CompareArgs) -> Result<()> {
     let view = render::compare::CompareView {
         before: &before,
         after: &after,
-        load: load.as_ref().map(|l| l.command.as_slice()),
+        load: opts.load.as_ref().map(|l| l.command.as_slice()),
         runs: a.runs,
-        measures: &measures,
-        primary,
+        measures: &c.measures,
+        primary: c.primary,
         diff: d.as_ref(),
         flamegraph: flamegraph.as_deref(),
         output_dir: &dir,

@@ -5,6 +5,10 @@
 //!
 //! A launched command still running after phase 1 is counted in place; one that already ended is run a
 //! second time for phase 2. It never stops or slows the target beyond the probes themselves.
+//!
+//! [`compare`] runs two commands interleaved for `whyslow compare`.
+
+pub mod compare;
 
 use std::time::Duration;
 use whyslow_model::Profile;
@@ -19,6 +23,12 @@ pub enum InvestigateError {
     Record(#[from] RecordError),
     #[error("no samples: the target {0}")]
     NoSamples(String),
+    #[error("{side} run {number}: {source}")]
+    Run { side: &'static str, number: usize, source: RecordError },
+    #[error("the {side} command exited with status {code} (run {number}): compare needs runs that succeed")]
+    CommandFailed { side: &'static str, number: usize, code: i32 },
+    #[error("the load command exited with status {status} ({side} run {number}): {stderr}")]
+    LoadFailed { side: &'static str, number: usize, status: i32, stderr: String },
 }
 
 /// How to investigate.
