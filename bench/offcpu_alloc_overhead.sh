@@ -3,6 +3,9 @@
 # and of `record --alloc` on an allocation-heavy one, as wall-time ratios to a plain run and to the
 # nearest peer: `perf record -e sched:sched_switch --call-graph dwarf`, and a perf uprobe on malloc with
 # `--call-graph dwarf`. Interleaved runs, medians.
+# Read the peer's row with its lost samples: perf drops what its buffer cannot take, so a fast perf run
+# may have recorded a fraction of the events. In a VM the plain ping-pong can be slower than a traced one
+# (idle CPUs wake slowly; a busy recorder keeps them awake): compare whyslow with perf there.
 source "$(dirname "$0")/lib.sh"
 RUNS=${RUNS:-3}
 SWITCHES=${SWITCHES:-100000}
@@ -24,6 +27,8 @@ for i in $(seq "$RUNS"); do
   t[alloc_perf]+=" $(timeit perf record -q -e probe_libc:malloc --call-graph dwarf -o "$OUT/a.perf" -- "$ALLOC" "$ALLOCS")"
 done
 m() { echo "${t[$1]}" | median; }
+# perf's LOST_SAMPLES count (events the kernel dropped because perf's buffer was full).
+perf_lost() { perf report -i "$1" --stats 2>/dev/null | awk '/LOST_SAMPLES events:/ {if ($3 > n) n = $3} END {print n + 0}'; }
 row() { printf "  %-52s %8ss  %sx of plain\n" "$1" "$2" "$(ratio "$2" "$3")"; }
 echo "off-CPU and allocation recording overhead ($RUNS interleaved runs, medians)"
 p=$(m ping_plain); echo "  pingpong $SWITCHES rounds (2 switch-outs each):"
@@ -31,10 +36,10 @@ row "plain" "$p" "$p"
 row "whyslow record --offcpu" "$(m ping_whyslow)" "$p"
 row "perf record -e sched:sched_switch --call-graph dwarf" "$(m ping_perf)" "$p"
 lost=$("$WHYSLOW" report "$OUT/o.data" --type offcpu --format json | python3 -c 'import json,sys; print(json.load(sys.stdin)["lost_samples"])')
-echo "    whyslow lost samples in the last run: $lost"
+echo "    lost samples in the last run: whyslow $lost, perf $(perf_lost "$OUT/o.perf")"
 a=$(m alloc_plain); echo "  allocs $ALLOCS (2.5 x $ALLOCS mallocs):"
 row "plain" "$a" "$a"
 row "whyslow record --alloc" "$(m alloc_whyslow)" "$a"
 row "perf probe malloc + perf record --call-graph dwarf" "$(m alloc_perf)" "$a"
 lost=$("$WHYSLOW" report "$OUT/a.data" --type alloc-count --format json | python3 -c 'import json,sys; print(json.load(sys.stdin)["lost_samples"])')
-echo "    whyslow lost samples in the last run: $lost"
+echo "    lost samples in the last run: whyslow $lost, perf $(perf_lost "$OUT/a.perf") (of $((ALLOCS * 5 / 2)) mallocs)"
