@@ -344,7 +344,14 @@ fn main() {
         }) {
             std::process::exit(0);
         }
-        eprintln!("whyslow: error: {e:#}");
+        // Typed errors often name their source in their own message; print each cause once.
+        let mut message = e.to_string();
+        for cause in e.chain().skip(1).map(|c| c.to_string()) {
+            if !message.contains(&cause) {
+                message = format!("{message}: {cause}");
+            }
+        }
+        eprintln!("whyslow: error: {message}");
         std::process::exit(1);
     }
 }
