@@ -385,7 +385,13 @@ pub fn calls(a: CallsArgs) -> Result<()> {
             .map(|p| PatternSpec { group: p.clone(), pattern: p.clone(), required: true })
             .collect()
     };
-    let modules = whyslow_record::calls::target_modules(&target)?;
+    let mut modules = whyslow_record::calls::target_modules(&target)?;
+    for lib in &a.lib {
+        if !lib.is_file() {
+            bail!("--lib {}: no such file", lib.display());
+        }
+        modules.push(lib.clone());
+    }
     let res = whyslow_record::calls::resolve(&modules, &patterns)?;
     let unmatched: Vec<String> = res.matched.iter().filter(|m| m.1 == 0).map(|m| m.0.clone()).collect();
     if a.list {
@@ -415,6 +421,7 @@ pub fn calls(a: CallsArgs) -> Result<()> {
         calls: Some(CallOptions {
             probes: res.probes.clone(),
             modules: modules.clone(),
+            patterns,
             latency: a.latency,
             follow_children: a.follow_children,
             callers_period: a.callers.then_some(a.callers_period),
@@ -443,10 +450,16 @@ pub fn calls(a: CallsArgs) -> Result<()> {
                     .collect();
                 writeln!(out, "patterns: {}", m.join(", "))?;
             }
+            // The resolved functions and those of libraries loaded during the run.
+            let mut counted: Vec<(&str, &str)> =
+                profile.calls.iter().map(|c| (c.name.as_str(), c.module.as_str())).collect();
+            counted.sort_unstable();
+            counted.dedup();
+            let n = counted.len();
             writeln!(
                 out,
-                "{} functions counted exactly in the kernel for {:.2} s{}\n",
-                res.probes.len(),
+                "{n} function{} counted exactly in the kernel for {:.2} s{}\n",
+                if n == 1 { "" } else { "s" },
                 profile.meta.duration_ns as f64 / 1e9,
                 if a.follow_children {
                     " (target and its children)"

@@ -222,6 +222,11 @@ pub struct CallsArgs {
     /// With --callers: take the stack of every Nth call only.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub callers_period: u64,
+    /// Also resolve the patterns in this library, which the target loads later with dlopen: its
+    /// functions are counted from the first call (a library found loaded during the run without it is
+    /// probed from when it is seen).
+    #[arg(long, value_name = "PATH")]
+    pub lib: Vec<PathBuf>,
     /// List the functions the patterns match, without running anything.
     #[arg(long)]
     pub list: bool,

@@ -1,5 +1,6 @@
 //! `whyslow calls` against workloads with exactly known call counts: launched and attached, a BIND_NOW +
-//! IBT build, memcpy through its IFUNC, a static function, C++ operator new, errors.
+//! IBT build, memcpy through its IFUNC, a static function, C++ operator new, a library loaded later with
+//! dlopen, errors.
 
 mod common;
 
@@ -113,12 +114,31 @@ fn callers_are_the_stacks_of_the_counted_calls() {
     assert!(out.contains("__libc_start_call_main > main\n"), "malloc and bump are called from main: {out}");
 }
 
+/// dlplug loads libplug.so with dlopen, waits 300 ms and calls plug_parse 3000 times: the library is
+/// found while the run goes on (checked every 0.1 s) and its function counted exactly; with --lib it is
+/// probed before it is loaded, also when it is loaded at once. A loaded library matching nothing is named.
 #[test]
-fn a_library_loaded_later_is_named_as_not_probed() {
-    let path = workload("dlopener");
-    let out = ok(&["calls", "malloc", "--", path.to_str().unwrap(), "100"]);
+fn functions_of_a_library_loaded_later_are_counted() {
+    let prog = workload("dlplug");
+    let lib = prog.with_file_name("libplug.so");
+    let (prog, lib) = (prog.to_str().unwrap(), lib.to_str().unwrap());
+    let v = calls_json(&["plug_*", "--", prog, "3000", "50"]);
+    assert_eq!(count(&v, "plug_parse", "libplug.so"), 3000, "{v:#}");
+    assert_eq!(count(&v, "plug_init", "dlplug"), 1, "{v:#}");
+    let out = ok(&["calls", "plug_*", "--", prog, "10", "50"]);
     assert!(
-        out.contains("libm.so.6 was loaded after the start (dlopen): its functions were not probed"),
+        out.contains("libplug.so was loaded after the start (dlopen): its 1 matching function counted"),
         "{out}"
     );
+    let v = calls_json(&["--lib", lib, "plug_parse", "--", prog, "3000", "0"]);
+    assert_eq!(count(&v, "plug_parse", "libplug.so"), 3000, "{v:#}");
+    let out = ok(&["calls", "malloc", "--", workload("dlopener").to_str().unwrap(), "100"]);
+    assert!(
+        out.contains(
+            "libm.so.6 was loaded after the start (dlopen): none of its functions match the patterns"
+        ),
+        "{out}"
+    );
+    let e = fails(&["calls", "--lib", "/no/such/lib.so", "malloc", "--", prog, "1", "0"]);
+    assert!(e.contains("--lib /no/such/lib.so: no such file"), "{e}");
 }

@@ -60,8 +60,10 @@ pub struct RecordOptions {
 pub struct CallOptions {
     /// From [`calls::resolve`].
     pub probes: Vec<calls::Probe>,
-    /// Every file the patterns were resolved against (a file mapped later is reported as not probed).
+    /// Every file the patterns were resolved against.
     pub modules: Vec<std::path::PathBuf>,
+    /// The patterns, resolved again in a library the target loads later (dlopen) to probe its matches.
+    pub patterns: Vec<calls::PatternSpec>,
     /// Also time each call (return probes).
     pub latency: bool,
     /// Probe every process mapping the files and count the target and the children it forks (other

@@ -10,6 +10,7 @@ use crate::target::{self, Gated, Target};
 use crate::{signals, RecordError, RecordOptions};
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use whyslow_model::raw::{RawFrame, RawModule, RawRecording, RawThread};
@@ -580,7 +581,8 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
     };
     let mut objects = BpfObjects::new(opts, &alloc)?;
     let started = start_sources(opts, &trace, &alloc, &pids, gate.is_some(), &mut objects, &mut notes);
-    let Started { mut ev, syscalls: mut probe, calls, alloc_sites, streams, sample_types } = match started {
+    let Started { mut ev, syscalls: mut probe, mut calls, alloc_sites, streams, sample_types } = match started
+    {
         Ok(s) => s,
         Err(e) => {
             if let Some(g) = gate.take() {
@@ -632,7 +634,9 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
     let mut last_alive_check = Instant::now();
     let mut last_snapshot = Instant::now();
     let mut last_maps_check = Instant::now();
-    let mut late_modules: Vec<String> = Vec::new();
+    // Every probe counted, in counter order: the resolved ones, then those of libraries loaded later.
+    let mut probes: Vec<Probe> = opts.calls.iter().flat_map(|c| c.probes.clone()).collect();
+    let mut late_seen: Vec<(u32, String)> = Vec::new();
     let poll_fd = probe.as_ref().and_then(|p| p.poll_fd());
     loop {
         sys::poll(&ev.rings, poll_fd, 100);
@@ -650,10 +654,12 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
                 last_snapshot = Instant::now();
             }
         }
-        if let Some(co) = &opts.calls {
+        if let (Some(co), Some(cp)) = (&opts.calls, calls.as_mut()) {
             if last_maps_check.elapsed() >= Duration::from_millis(100) {
                 last_maps_check = Instant::now();
-                unprobed_modules(&pids, co, &mut late_modules);
+                for (pid, path) in late_modules(&pids, co, &mut late_seen) {
+                    notes.extend(probe_late_module(cp, co, &mut probes, pid, &path));
+                }
             }
         }
         if signals::stop_requested()
@@ -690,10 +696,10 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
         lost_events = p.lost();
         // Dropping the probe detaches its programs.
     }
-    if let (Some(cp), Some(co)) = (calls, &opts.calls) {
+    if let Some(cp) = calls {
         let mut counts = cp.counts();
         // A probed function nobody called is an answer too: zero calls in the first target process.
-        for i in 0..co.probes.len() as u32 {
+        for i in 0..probes.len() as u32 {
             if !counts.iter().any(|n| n.probe == i) {
                 counts.push(CallCount {
                     pid: c.raw.meta.target_pids.first().copied().unwrap_or(0),
@@ -705,7 +711,7 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
         c.raw.calls = counts
             .into_iter()
             .filter_map(|n| {
-                let p = co.probes.get(n.probe as usize)?;
+                let p = probes.get(n.probe as usize)?;
                 Some(CallStat {
                     pid: n.pid,
                     name: p.name.clone(),
@@ -749,9 +755,6 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
     observer.progress(&Progress { elapsed: duration, samples: c.samples, lost: c.lost });
     if c.bad_records > 0 {
         notes.push(format!("{} malformed records skipped", c.bad_records));
-    }
-    for m in late_modules {
-        notes.push(format!("{m} was loaded after the start (dlopen): its functions were not probed"));
     }
     c.raw.meta = Metadata {
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -921,7 +924,7 @@ fn start_sources<'obj>(
             let mut p = CallProbe::load(&mut objects.alloc, false, false, Some(&codes))?;
             let probes: Vec<Probe> = alloc.iter().map(|(p, _)| p.clone()).collect();
             for &pid in pids {
-                notes.extend(p.attach(&probes, pid as i32)?);
+                notes.extend(p.attach(&probes, 0..probes.len(), pid as i32)?);
             }
             Some(p)
         }
@@ -959,10 +962,10 @@ fn start_sources<'obj>(
             for &pid in pids {
                 cp.track(pid)?;
             }
-            skipped = cp.attach(&co.probes, -1)?;
+            skipped = cp.attach(&co.probes, 0..co.probes.len(), -1)?;
         } else {
             for &pid in pids {
-                skipped = cp.attach(&co.probes, pid as i32)?;
+                skipped = cp.attach(&co.probes, 0..co.probes.len(), pid as i32)?;
             }
         }
         notes.extend(skipped);
@@ -1012,18 +1015,58 @@ fn open_all(
     Ok(())
 }
 
-/// Adds to `seen` the executable files the target processes map now that were not probed (libraries
-/// loaded with dlopen after the probes were attached).
-fn unprobed_modules(pids: &[u32], co: &crate::CallOptions, seen: &mut Vec<String>) {
+/// Executable files the target processes map now that the patterns were not resolved against (libraries
+/// loaded with dlopen after the start), each once: per process, or once in all with --follow-children.
+fn late_modules(pids: &[u32], co: &crate::CallOptions, seen: &mut Vec<(u32, String)>) -> Vec<(u32, String)> {
+    let mut new = Vec::new();
     for &pid in pids {
         for m in target::exec_maps(pid) {
+            let key = (if co.follow_children { 0 } else { pid }, m.path.clone());
             let path = std::path::Path::new(&m.path);
             let known = co.modules.iter().any(|x| whyslow_symbols::same_file(x, path));
-            if m.path.starts_with('/') && !known && !seen.contains(&m.path) {
-                seen.push(m.path);
+            if m.path.starts_with('/') && !known && !seen.contains(&key) {
+                seen.push(key);
+                new.push((pid, m.path));
             }
         }
     }
+    new
+}
+
+/// Resolves the patterns in a library that process `pid` loaded after the start and probes its matches
+/// from now on (calls made before that are not counted). Returns the note that tells the user (none
+/// when there are no patterns: the probes were chosen by module, as the doctor does).
+fn probe_late_module(
+    cp: &mut CallProbe<'_>,
+    co: &crate::CallOptions,
+    probes: &mut Vec<Probe>,
+    pid: u32,
+    path: &str,
+) -> Option<String> {
+    if co.patterns.is_empty() {
+        return None;
+    }
+    let file = PathBuf::from(format!("/proc/{pid}/root{path}"));
+    let specs: Vec<PatternSpec> =
+        co.patterns.iter().map(|p| PatternSpec { required: false, ..p.clone() }).collect();
+    let found = crate::calls::resolve(&[file], &specs).map(|r| r.probes).unwrap_or_default();
+    let loaded = format!("{path} was loaded after the start (dlopen)");
+    if found.is_empty() {
+        return Some(format!("{loaded}: none of its functions match the patterns"));
+    }
+    let ids = probes.len()..probes.len() + found.len();
+    probes.extend(found);
+    let filter = if co.follow_children { -1 } else { pid as i32 };
+    let n = ids.len();
+    Some(match cp.attach(probes, ids, filter) {
+        Ok(skipped) => format!(
+            "{loaded}: its {n} matching function{} counted from when it was seen, up to 0.1 s later \
+             (--lib {path} counts from the first call){}",
+            if n == 1 { "" } else { "s" },
+            skipped.iter().map(|s| format!("; {s}")).collect::<String>()
+        ),
+        Err(e) => format!("{loaded}: its functions could not be probed: {e}"),
+    })
 }
 
 fn try_wait(pid: u32) -> Option<i32> {

@@ -9,6 +9,7 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, UprobeMultiOpts};
 use std::collections::BTreeMap;
 use std::mem::MaybeUninit;
+use std::ops::Range;
 use std::path::PathBuf;
 
 /// Counters of one probe in one process.
@@ -76,12 +77,18 @@ impl<'obj> CallProbe<'obj> {
         super::track(&self.skel.maps.tracked, pid)
     }
 
-    /// Attaches every probe for process `pid` (-1: every process). A function the kernel cannot probe
-    /// (its first instruction is one uprobes do not support) is skipped and named in the returned notes.
-    pub fn attach(&mut self, probes: &[Probe], pid: i32) -> Result<Vec<String>, RecordError> {
+    /// Attaches the probes `ids` of `probes` (an index is the probe's number in the counters) for process
+    /// `pid` (-1: every process). A function the kernel cannot probe (its first instruction is one
+    /// uprobes do not support) is skipped and named in the returned notes.
+    pub fn attach(
+        &mut self,
+        probes: &[Probe],
+        ids: Range<usize>,
+        pid: i32,
+    ) -> Result<Vec<String>, RecordError> {
         let mut by_module: BTreeMap<&PathBuf, Vec<usize>> = BTreeMap::new();
-        for (i, p) in probes.iter().enumerate() {
-            by_module.entry(&p.module).or_default().push(i);
+        for i in ids {
+            by_module.entry(&probes[i].module).or_default().push(i);
         }
         let mut notes = Vec::new();
         for (module, ids) in by_module {
