@@ -1061,8 +1061,9 @@ fn probe_late_module(
     Some(match cp.attach(probes, ids, filter) {
         Ok(skipped) => format!(
             "{loaded}: its {n} matching function{} counted from when it was seen, up to 0.1 s later \
-             (--lib {path} counts from the first call){}",
+             (--lib {path} counts from the first call){}{}",
             if n == 1 { "" } else { "s" },
+            if co.callers_period.is_some() { "; their callers are not sampled" } else { "" },
             skipped.iter().map(|s| format!("; {s}")).collect::<String>()
         ),
         Err(e) => format!("{loaded}: its functions could not be probed: {e}"),
