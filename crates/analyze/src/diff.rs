@@ -255,7 +255,7 @@ pub fn diff(before: Side, after: Side, shares_only: bool) -> Diff {
 /// One profile holding the samples of all `profiles` (several runs of one command): frames, modules and
 /// threads are re-interned, values of sample types the first profile has are summed by type name.
 /// Metadata is the first profile's, with durations, lost counts and unwinding statistics summed.
-pub fn merge(profiles: &[Profile]) -> Profile {
+pub fn merge(profiles: &[&Profile]) -> Profile {
     let Some(first) = profiles.first() else { return Profile::default() };
     let types = first.sample_types.clone();
     let mut meta = Metadata { notes: Vec::new(), exit_code: None, ..first.meta.clone() };
@@ -378,7 +378,7 @@ mod tests {
     #[test]
     fn merge_sums_runs_and_keeps_stacks() {
         let runs = [profile("/bin/app", 10, 5, None), profile("/bin/app", 20, 5, Some(("x", 1)))];
-        let m = merge(&runs);
+        let m = merge(&[&runs[0], &runs[1]]);
         m.validate().unwrap();
         assert_eq!(m.total(0), 41);
         assert_eq!(m.meta.duration_ns, 4_000_000_000);

@@ -390,7 +390,7 @@ pub fn calls(a: CallsArgs) -> Result<()> {
         if !lib.is_file() {
             bail!("--lib {}: no such file", lib.display());
         }
-        modules.push(lib.clone());
+        whyslow_record::calls::add_module(&mut modules, lib.clone());
     }
     let res = whyslow_record::calls::resolve(&modules, &patterns)?;
     let unmatched: Vec<String> = res.matched.iter().filter(|m| m.1 == 0).map(|m| m.0.clone()).collect();

@@ -122,8 +122,7 @@ pub fn compare(
             .extend(measure("latency avg", "ms", false, &|r| r.load.as_ref().and_then(|l| l.latency_avg_ms)));
     }
     let merged = [0, 1].map(|side| {
-        let profiles: Vec<Profile> =
-            runs.iter().filter(|r| r.side == side).map(|r| r.profile.clone()).collect();
+        let profiles: Vec<&Profile> = runs.iter().filter(|r| r.side == side).map(|r| &r.profile).collect();
         whyslow_analyze::diff::merge(&profiles)
     });
     Ok(Comparison { runs, measures, primary, merged, notes })

@@ -118,11 +118,7 @@ pub fn default_patterns() -> Vec<PatternSpec> {
 /// dynamic loader's `--list` for a command about to be launched.
 pub fn target_modules(t: &Target) -> Result<Vec<PathBuf>, RecordError> {
     let mut out: Vec<PathBuf> = Vec::new();
-    let mut push = |p: PathBuf| {
-        if !out.iter().any(|q| q == &p || same_file(q, &p)) {
-            out.push(p);
-        }
-    };
+    let mut push = |p: PathBuf| add_module(&mut out, p);
     match t {
         Target::Launch(argv) => {
             let cmd = argv.first().ok_or(RecordError::NoCommand)?;
@@ -147,6 +143,14 @@ pub fn target_modules(t: &Target) -> Result<Vec<PathBuf>, RecordError> {
         Target::Comm(name) => return target_modules(&Target::Pids(target::pids_named(name)?)),
     }
     Ok(out)
+}
+
+/// Adds `module` to `modules` unless it is already there (under any path): a file resolved twice would
+/// count each call twice.
+pub fn add_module(modules: &mut Vec<PathBuf>, module: PathBuf) {
+    if !modules.iter().any(|q| q == &module || same_file(q, &module)) {
+        modules.push(module);
+    }
 }
 
 /// Shared libraries of `exe` as its dynamic loader resolves them (nothing for a static executable).

@@ -1017,15 +1017,18 @@ fn open_all(
 
 /// Executable files the target processes map now that the patterns were not resolved against (libraries
 /// loaded with dlopen after the start), each once: per process, or once in all with --follow-children.
+/// `seen` keeps every mapping already looked at, so each file is compared with the modules only once.
 fn late_modules(pids: &[u32], co: &crate::CallOptions, seen: &mut Vec<(u32, String)>) -> Vec<(u32, String)> {
     let mut new = Vec::new();
     for &pid in pids {
-        for m in target::exec_maps(pid) {
+        for m in target::exec_maps(pid).into_iter().filter(|m| m.path.starts_with('/')) {
             let key = (if co.follow_children { 0 } else { pid }, m.path.clone());
+            if seen.contains(&key) {
+                continue;
+            }
+            seen.push(key);
             let path = std::path::Path::new(&m.path);
-            let known = co.modules.iter().any(|x| whyslow_symbols::same_file(x, path));
-            if m.path.starts_with('/') && !known && !seen.contains(&key) {
-                seen.push(key);
+            if !co.modules.iter().any(|x| whyslow_symbols::same_file(x, path)) {
                 new.push((pid, m.path));
             }
         }
