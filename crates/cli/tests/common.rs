@@ -94,6 +94,13 @@ pub fn attach_to_waiting(workload_path: &Path, workload_args: &[&str], args: &[&
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// Held by the tests of one test program that measure time (throughput under load, CPU time of
+/// compared runs): on two cores, a second such test beside one would distort what it measures.
+pub fn exclusive() -> std::sync::MutexGuard<'static, ()> {
+    static MEASURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    MEASURING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 pub fn tmp() -> tempfile::TempDir {
     tempfile::tempdir().unwrap()
 }

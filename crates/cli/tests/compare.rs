@@ -33,6 +33,7 @@ fn measure<'a>(v: &'a Value, name: &str) -> &'a Value {
 /// to work_b, in seconds that add up to the change of the medians.
 #[test]
 fn compare_finds_the_doubled_function_and_the_size_of_the_change() {
+    let _alone = exclusive();
     let dir = tmp();
     let (v1, v2) = (workload("diffwork"), workload("diffwork_2x"));
     let before = format!("{} 1500", v1.display());
@@ -78,6 +79,7 @@ fn compare_finds_the_doubled_function_and_the_size_of_the_change() {
 /// a false positive (both false: ~0.1%). A comparison that always finds a difference fails here.
 #[test]
 fn compare_of_identical_commands_finds_no_significant_difference() {
+    let _alone = exclusive();
     let bin = workload("diffwork");
     let cmd = format!("{} 1000", bin.display());
     let mut verdicts = Vec::new();

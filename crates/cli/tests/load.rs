@@ -12,13 +12,6 @@ fn have_wrk() -> bool {
     found
 }
 
-/// Held by the tests that put a server under load: on two cores, a second one beside it would
-/// distort the requests/s they measure.
-fn exclusive() -> std::sync::MutexGuard<'static, ()> {
-    static LOAD: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOAD.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// Processes whose command line is exactly `argv`.
 fn processes_running(argv: &[&str]) -> Vec<u32> {
     let want: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
