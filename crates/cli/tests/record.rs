@@ -169,7 +169,9 @@ fn bad_input_gives_one_line_errors() {
     assert!(err.contains("no running process is named"), "{err}");
     let err = fails(&["record", "-o", d.join("y.data").to_str().unwrap(), "--", "/nonexistent/cmd"]);
     assert!(err.contains("cannot run /nonexistent/cmd"), "{err}");
-    let err = fails(&["record", "-o", d.join("z.data").to_str().unwrap(), "--", "true"]);
+    // `true` runs for about a millisecond: at 1 Hz (a 1 s cpu-clock period) no sample can land in it,
+    // where at the default 999 Hz one rarely does on a busy machine.
+    let err = fails(&["record", "-F", "1", "-o", d.join("z.data").to_str().unwrap(), "--", "true"]);
     assert!(err.contains("no samples"), "{err}");
     assert!(!d.join("z.data").exists(), "no file may be written when nothing was recorded");
     let err = fails(&["report", d.join("missing.data").to_str().unwrap()]);
