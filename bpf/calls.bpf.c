@@ -14,17 +14,22 @@
 
 /* Set before load. */
 const volatile bool latency = false;
-/* Attached to every process (to follow children): count only tracked ones. */
-const volatile bool filter = false;
 /* Also count calls and requested bytes per call site (the return address at entry), for allocators. */
 const volatile bool sites = false;
 
-/* Where a probe's size argument is, for `sites`: 0 rdi, 1 rsi, 2 rdx, 3 rdi * rsi, 4 rax (Go). */
+/* For `sites`, per probe: where the size argument is (0 rdi, 1 rsi, 2 rdx, 3 rdi * rsi, 4 rax for Go),
+ * and the bytes pushed between the function's entry and the probe's site (a probe moved past a push
+ * finds the return address that far up the stack). */
+struct ws_size_arg {
+	u32 how;
+	u32 stack_delta;
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 4096);
 	__type(key, u32);
-	__type(value, u32);
+	__type(value, struct ws_size_arg);
 } size_arg SEC(".maps");
 
 struct ws_site_key {
@@ -105,12 +110,13 @@ static __always_inline struct ws_call_val *slot(u32 tgid, u32 probe)
 static __always_inline void count_site(struct pt_regs *ctx, u32 tgid, u32 probe)
 {
 	struct ws_site_key k = { .tgid = tgid, .probe = probe };
+	struct ws_size_arg *arg = bpf_map_lookup_elem(&size_arg, &probe);
+	u64 delta = arg ? arg->stack_delta : 0;
 	/* At a function's first instruction the return address is on top of the stack. */
-	if (bpf_probe_read_user(&k.ret, sizeof(k.ret), (void *)PT_REGS_SP(ctx)))
+	if (bpf_probe_read_user(&k.ret, sizeof(k.ret), (void *)(PT_REGS_SP(ctx) + delta)))
 		return;
-	u32 *how = bpf_map_lookup_elem(&size_arg, &probe);
 	u64 size = 0;
-	switch (how ? *how : 0) {
+	switch (arg ? arg->how : 0) {
 	case 0: size = PT_REGS_PARM1(ctx); break;
 	case 1: size = PT_REGS_PARM2(ctx); break;
 	case 2: size = PT_REGS_PARM3(ctx); break;
@@ -138,7 +144,9 @@ SEC("uprobe.multi")
 int on_entry(struct pt_regs *ctx)
 {
 	u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	if (filter && !is_tracked(tgid))
+	/* Only tracked processes count: probes attached to every process (to follow children) fire in others
+	 * too, and a launched command counts from its exec, not in whyslow's forked child before it. */
+	if (!is_tracked(tgid))
 		return 0;
 	u32 probe = (u32)bpf_get_attach_cookie(ctx);
 	struct ws_call_val *v = slot(tgid, probe);

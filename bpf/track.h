@@ -1,10 +1,15 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * The processes a program observes: user space puts the target's tgids into `tracked`; children forked
- * by a tracked process are added from their first instruction. Shared by the programs of bpf/.
+ * by a tracked process are added from their first instruction. A launched command is put in ARMED while
+ * it is still whyslow's forked child (its calls before exec are whyslow's own, e.g. execvp's PATH search)
+ * and becomes TRACKED at its exec. Shared by the programs of bpf/.
  */
 #ifndef WHYSLOW_TRACK_H
 #define WHYSLOW_TRACK_H
+
+#define WS_TRACKED 1
+#define WS_ARMED 2
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -15,7 +20,8 @@ struct {
 
 static __always_inline bool is_tracked(u32 tgid)
 {
-	return bpf_map_lookup_elem(&tracked, &tgid) != NULL;
+	u8 *v = bpf_map_lookup_elem(&tracked, &tgid);
+	return v && *v == WS_TRACKED;
 }
 
 SEC("tp_btf/sched_process_fork")
@@ -23,9 +29,19 @@ int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
 {
 	u32 ptgid = parent->tgid, ctgid = child->tgid;
 	if (ptgid != ctgid && is_tracked(ptgid)) {
-		u8 one = 1;
+		u8 one = WS_TRACKED;
 		bpf_map_update_elem(&tracked, &ctgid, &one, BPF_ANY);
 	}
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(on_exec, struct task_struct *p)
+{
+	u32 tgid = p->tgid;
+	u8 *v = bpf_map_lookup_elem(&tracked, &tgid);
+	if (v && *v == WS_ARMED)
+		*v = WS_TRACKED;
 	return 0;
 }
 

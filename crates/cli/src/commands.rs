@@ -392,7 +392,8 @@ pub fn calls(a: CallsArgs) -> Result<()> {
         }
         whyslow_record::calls::add_module(&mut modules, lib.clone());
     }
-    let res = whyslow_record::calls::resolve(&modules, &patterns)?;
+    let needs = CallOptions { latency: a.latency, ..Default::default() }.needs();
+    let res = whyslow_record::calls::resolve(&modules, &patterns, |_| needs)?;
     let unmatched: Vec<String> = res.matched.iter().filter(|m| m.1 == 0).map(|m| m.0.clone()).collect();
     if a.list {
         let mut out = std::io::stdout().lock();

@@ -119,7 +119,7 @@ fn second_phase(
         .iter()
         .map(|n| PatternSpec { group: n.clone(), pattern: n.clone(), required: false })
         .collect();
-    let res = whyslow_record::calls::resolve(&modules, &patterns)?;
+    let res = whyslow_record::calls::resolve(&modules, &patterns, |_| Default::default())?;
     if res.probes.is_empty() {
         profile
             .meta

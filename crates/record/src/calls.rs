@@ -8,6 +8,8 @@ use crate::RecordError;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use whyslow_model::close_matches;
+use whyslow_symbols::placement::{Code, Placement};
+pub use whyslow_symbols::placement::{Execution, Needs, Site, StackNeed};
 use whyslow_symbols::{functions, glob, name_forms, resolved_in_self, same_file, Function};
 
 /// One pattern and the output group it belongs to.
@@ -23,8 +25,13 @@ pub struct PatternSpec {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Probe {
     pub module: PathBuf,
-    /// File offset of the code the probe sits on.
+    /// File offset of the instruction the probe sits on: the entry, or a later one reached exactly once
+    /// per call (see [`whyslow_symbols::placement`]).
     pub offset: u64,
+    /// File offset of the function's first instruction.
+    pub entry: u64,
+    /// The probed instruction and how the kernel runs it.
+    pub site: Site,
     /// The name shown (the first matched name), and the other names of the same code.
     pub name: String,
     pub aliases: Vec<String>,
@@ -33,10 +40,28 @@ pub struct Probe {
     pub implementation: Option<String>,
 }
 
+/// A matched function that is not probed because no probe site keeps its results intact.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    pub module: PathBuf,
+    pub name: String,
+    pub implementation: Option<String>,
+    pub reason: String,
+}
+
+impl std::fmt::Display for Skipped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let imp = self.implementation.as_ref().map_or(String::new(), |i| format!(" -> {i}"));
+        write!(f, "{}{imp}: {}; not counted", self.name, self.reason)
+    }
+}
+
 /// The outcome of resolving patterns.
 #[derive(Debug, Clone, Default)]
 pub struct Resolution {
     pub probes: Vec<Probe>,
+    /// Functions matched but not probed (each also in `notes`).
+    pub skipped: Vec<Skipped>,
     /// (pattern, functions it matched), in the order given.
     pub matched: Vec<(String, usize)>,
     /// Things the user should know (IFUNCs that could not be resolved, unreadable modules).
@@ -181,22 +206,29 @@ fn interpreter(exe: &Path) -> Option<String> {
     })
 }
 
-/// Resolves every pattern over every module. A required pattern that matches nothing is an error that
-/// names the closest function names.
-pub fn resolve(modules: &[PathBuf], patterns: &[PatternSpec]) -> Result<Resolution, RecordError> {
+/// Resolves every pattern over every module and places each function's probe where it cannot change
+/// what the function computes (`needs` says what the probe of a pattern's functions reads). A required
+/// pattern that matches nothing is an error that names the closest function names; a function that
+/// cannot be probed safely is named in `skipped` with the reason.
+pub fn resolve(
+    modules: &[PathBuf],
+    patterns: &[PatternSpec],
+    needs: impl Fn(&PatternSpec) -> Needs,
+) -> Result<Resolution, RecordError> {
     let mut res = Resolution::default();
-    let mut tables: Vec<(&PathBuf, Vec<Function>)> = Vec::new();
+    let mut tables: Vec<(&PathBuf, Vec<Function>, Option<Code>)> = Vec::new();
     for m in modules {
         match functions(m) {
-            Ok(f) => tables.push((m, f)),
+            Ok(f) => tables.push((m, f, None)),
             Err(e) => res.notes.push(format!("not probed: {e}")),
         }
     }
-    // (module index, offset) -> probe index, so aliases and overlapping patterns share one probe.
+    // (module index, entry offset) -> probe index, so aliases and overlapping patterns share one probe.
     let mut at: HashMap<(usize, u64), usize> = HashMap::new();
+    let mut skipped_at: Vec<(usize, u64)> = Vec::new();
     for spec in patterns {
         let mut n = 0;
-        for (mi, (module, funcs)) in tables.iter().enumerate() {
+        for (mi, (module, funcs, code)) in tables.iter_mut().enumerate() {
             // One entry per code address: the first matching name wins, the rest are aliases.
             let mut hits: BTreeMap<u64, Vec<&Function>> = BTreeMap::new();
             for f in funcs.iter().filter(|f| name_forms(f).iter().any(|form| glob(&spec.pattern, form))) {
@@ -204,9 +236,9 @@ pub fn resolve(modules: &[PathBuf], patterns: &[PatternSpec]) -> Result<Resoluti
             }
             for (_, fs) in hits {
                 let f = fs[0];
-                let (offset, implementation) = if f.ifunc {
+                let (body, implementation) = if f.ifunc {
                     match resolve_ifunc(module, f, funcs) {
-                        Some(r) => r,
+                        Some(imp) => (imp, Some(imp.name.clone())),
                         None => {
                             res.notes.push(format!(
                                 "{} in {} is an IFUNC whose implementation is unknown here: not counted",
@@ -217,23 +249,43 @@ pub fn resolve(modules: &[PathBuf], patterns: &[PatternSpec]) -> Result<Resoluti
                         }
                     }
                 } else {
-                    (f.offset, None)
+                    (f, None)
                 };
                 n += 1;
-                match at.get(&(mi, offset)) {
-                    Some(&i) => {
-                        let p = &mut res.probes[i];
-                        for a in fs.iter().map(|f| &f.name) {
-                            if *a != p.name && !p.aliases.contains(a) {
-                                p.aliases.push(a.clone());
+                let key = (mi, body.offset);
+                if let Some(&i) = at.get(&key) {
+                    let p = &mut res.probes[i];
+                    for a in fs.iter().map(|f| &f.name) {
+                        if *a != p.name && !p.aliases.contains(a) {
+                            p.aliases.push(a.clone());
+                        }
+                    }
+                    continue;
+                }
+                if skipped_at.contains(&key) {
+                    continue;
+                }
+                let code = match code {
+                    Some(c) => c,
+                    None => {
+                        let starts: Vec<u64> = funcs.iter().map(|f| f.address).collect();
+                        match Code::read(module, &starts) {
+                            Ok(c) => code.insert(c),
+                            Err(e) => {
+                                res.notes.push(format!("not probed: {e}"));
+                                break;
                             }
                         }
                     }
-                    None => {
-                        at.insert((mi, offset), res.probes.len());
+                };
+                match code.place(body.address, body.size, needs(spec)) {
+                    Placement::Site(site) => {
+                        at.insert(key, res.probes.len());
                         res.probes.push(Probe {
                             module: (*module).clone(),
-                            offset,
+                            offset: body.offset + site.moved,
+                            entry: body.offset,
+                            site,
                             name: f.name.clone(),
                             aliases: fs[1..]
                                 .iter()
@@ -244,11 +296,17 @@ pub fn resolve(modules: &[PathBuf], patterns: &[PatternSpec]) -> Result<Resoluti
                             implementation,
                         });
                     }
+                    Placement::Unsafe(reason) => {
+                        skipped_at.push(key);
+                        let s = Skipped { module: (*module).clone(), name: f.name.clone(), implementation, reason };
+                        res.notes.push(s.to_string());
+                        res.skipped.push(s);
+                    }
                 }
             }
         }
         if n == 0 && spec.required {
-            let names = tables.iter().flat_map(|(_, fs)| fs.iter().map(|f| f.name.as_str()));
+            let names = tables.iter().flat_map(|(_, fs, _)| fs.iter().map(|f| f.name.as_str()));
             return Err(RecordError::NoSuchFunction {
                 pattern: spec.pattern.clone(),
                 suggestions: close_matches(&spec.pattern, names, 5),
@@ -259,16 +317,14 @@ pub fn resolve(modules: &[PathBuf], patterns: &[PatternSpec]) -> Result<Resoluti
     Ok(res)
 }
 
-/// Where the loader sends calls of IFUNC `f` of `module`: the file offset and name of the implementation.
-fn resolve_ifunc(module: &Path, f: &Function, funcs: &[Function]) -> Option<(u64, Option<String>)> {
+/// The implementation the loader sends calls of IFUNC `f` of `module` to, on this machine.
+fn resolve_ifunc<'a>(module: &Path, f: &Function, funcs: &'a [Function]) -> Option<&'a Function> {
     let (path, offset) = resolved_in_self(&f.mangled)?;
     if !same_file(Path::new(&path), module) {
         return None;
     }
-    let name =
-        funcs.iter().filter(|g| g.offset == offset && !g.ifunc).map(|g| g.name.clone()).min_by_key(|n| {
-            // Prefer the implementation's own name over public aliases that share its address.
-            (!n.starts_with("__"), n.len())
-        });
-    Some((offset, name))
+    funcs.iter().filter(|g| g.offset == offset && !g.ifunc).min_by_key(|g| {
+        // Prefer the implementation's own name over public aliases that share its address.
+        (!g.name.starts_with("__"), g.name.len())
+    })
 }

@@ -73,6 +73,15 @@ pub struct CallOptions {
     pub callers_period: Option<u64>,
 }
 
+impl CallOptions {
+    /// What the probes of these options read at their sites: with `latency`, a return probe hijacks the
+    /// return address on top of the stack, so nothing may have been pushed before the site.
+    pub fn needs(&self) -> whyslow_symbols::placement::Needs {
+        use whyslow_symbols::placement::{Needs, StackNeed};
+        Needs { stack: if self.latency { StackNeed::Untouched } else { StackNeed::Any }, ..Needs::default() }
+    }
+}
+
 /// How to record off-CPU time.
 #[derive(Debug, Clone)]
 pub struct OffCpuOptions {

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use whyslow_model::raw::{RawFrame, RawModule, RawRecording, RawThread};
 use whyslow_model::syscalls::{syscall_name, TraceEvent};
 use whyslow_model::{CallStat, FrameKind, Metadata, SampleType, SyscallStat, UnwindStats};
+use whyslow_symbols::placement::{Args, Needs, StackNeed};
 use whyslow_unwind::{ObjectImage, Outcome, ProcessUnwinder, Regs};
 
 /// Live counters for a status line.
@@ -84,6 +85,18 @@ impl SizeArg {
         }
     }
 
+    /// What a probe reading this argument and the return address needs kept intact at its site.
+    fn needs(self) -> Needs {
+        let args = match self {
+            SizeArg::Arg(0) => Args::RDI,
+            SizeArg::Arg(1) => Args::RSI,
+            SizeArg::Arg(_) => Args::RDX,
+            SizeArg::Product => Args::RDI.with(Args::RSI),
+            SizeArg::GoFirst => Args::RAX,
+        };
+        Needs { stack: StackNeed::Known, args }
+    }
+
     fn bytes(self, r: &crate::records::UserRegs) -> u64 {
         match self {
             SizeArg::Arg(0) => r.di,
@@ -112,8 +125,11 @@ fn alloc_probes(t: &Target, notes: &mut Vec<String>) -> Result<Vec<(Probe, SizeA
         .iter()
         .map(|(p, _)| PatternSpec { group: p.to_string(), pattern: p.to_string(), required: false })
         .collect();
+    let size_of = |group: &str| table.iter().find(|(pat, _)| *pat == group).map(|(_, s)| *s);
     let modules = crate::calls::target_modules(t)?;
-    let res = crate::calls::resolve(&modules, &patterns)?;
+    let res = crate::calls::resolve(&modules, &patterns, |spec| {
+        size_of(&spec.group).map_or_else(Needs::default, SizeArg::needs)
+    })?;
     notes.extend(res.notes);
     // The loader's own minimal malloc is not the program's allocator.
     let probes: Vec<(Probe, SizeArg)> = res
@@ -121,7 +137,7 @@ fn alloc_probes(t: &Target, notes: &mut Vec<String>) -> Result<Vec<(Probe, SizeA
         .into_iter()
         .filter(|p| !p.module.to_string_lossy().contains("/ld-linux"))
         .filter_map(|p| {
-            let size = table.iter().find(|(pat, _)| *pat == p.group)?.1;
+            let size = size_of(&p.group)?;
             Some((p, size))
         })
         .collect();
@@ -920,10 +936,12 @@ fn start_sources<'obj>(
     };
     let mut alloc_sites = match &opts.alloc {
         Some(_) => {
-            let codes: Vec<u32> = alloc.iter().map(|(_, s)| s.bpf_code()).collect();
+            let codes: Vec<(u32, u32)> =
+                alloc.iter().map(|(p, s)| (s.bpf_code(), p.site.stack_delta)).collect();
             let mut p = CallProbe::load(&mut objects.alloc, false, false, Some(&codes))?;
             let probes: Vec<Probe> = alloc.iter().map(|(p, _)| p.clone()).collect();
             for &pid in pids {
+                p.track(pid, launched)?;
                 notes.extend(p.attach(&probes, 0..probes.len(), pid as i32)?);
             }
             Some(p)
@@ -952,23 +970,21 @@ fn start_sources<'obj>(
     }
     if let Some(p) = probe.as_mut() {
         for &pid in pids {
-            p.track(pid)?;
+            p.track(pid, launched)?;
         }
         p.attach()?;
     }
     if let (Some(cp), Some(co)) = (calls.as_mut(), &opts.calls) {
-        let mut skipped = Vec::new();
+        for &pid in pids {
+            cp.track(pid, launched)?;
+        }
         if co.follow_children {
-            for &pid in pids {
-                cp.track(pid)?;
-            }
-            skipped = cp.attach(&co.probes, 0..co.probes.len(), -1)?;
+            notes.extend(cp.attach(&co.probes, 0..co.probes.len(), -1)?);
         } else {
             for &pid in pids {
-                skipped = cp.attach(&co.probes, 0..co.probes.len(), pid as i32)?;
+                notes.extend(cp.attach(&co.probes, 0..co.probes.len(), pid as i32)?);
             }
         }
-        notes.extend(skipped);
     }
     if alloc_sites.is_some() {
         sample_types.push(SampleType { name: "alloc-site-count".into(), unit: "count".into() });
@@ -1052,7 +1068,8 @@ fn probe_late_module(
     let file = PathBuf::from(format!("/proc/{pid}/root{path}"));
     let specs: Vec<PatternSpec> =
         co.patterns.iter().map(|p| PatternSpec { required: false, ..p.clone() }).collect();
-    let found = crate::calls::resolve(&[file], &specs).map(|r| r.probes).unwrap_or_default();
+    let needs = co.needs();
+    let found = crate::calls::resolve(&[file], &specs, |_| needs).map(|r| r.probes).unwrap_or_default();
     let loaded = format!("{path} was loaded after the start (dlopen)");
     if found.is_empty() {
         return Some(format!("{loaded}: none of its functions match the patterns"));

@@ -3,6 +3,7 @@
 //! touches a target.
 
 mod demangle;
+pub mod placement;
 
 pub use demangle::demangle;
 
@@ -81,6 +82,8 @@ pub struct Function {
     pub mangled: String,
     /// File offset of the first instruction (what a uprobe attaches to).
     pub offset: u64,
+    /// Virtual address of the first instruction, as the file's code refers to it.
+    pub address: u64,
     pub size: u64,
     /// A GNU indirect function: the symbol is a resolver that picks the implementation at load time.
     pub ifunc: bool,
@@ -125,6 +128,7 @@ pub fn functions(path: &Path) -> Result<Vec<Function>, SymbolError> {
             name: demangle(plain),
             mangled: plain.to_string(),
             offset,
+            address: sym.address(),
             size: sym.size(),
             ifunc,
         });
@@ -269,6 +273,7 @@ mod tests {
             name: name.into(),
             mangled: "_Zx".into(),
             offset: 0,
+            address: 0,
             size: 0,
             ifunc: false,
         };

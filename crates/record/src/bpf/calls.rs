@@ -42,15 +42,17 @@ pub struct CallProbe<'obj> {
 }
 
 impl<'obj> CallProbe<'obj> {
-    /// Loads the programs. With `everywhere`, probes go into every process mapping the files and only
-    /// tracked processes (and their children) count; otherwise each target process gets its own links.
-    /// With `size_args` (one per probe: 0 rdi, 1 rsi, 2 rdx, 3 rdi * rsi, 4 rax), calls and requested
-    /// bytes are also counted per call site.
+    /// Loads the programs. Only tracked processes count (see [`CallProbe::track`]). With `everywhere`,
+    /// probes go into every process mapping the files (children are followed); otherwise each target
+    /// process gets its own links.
+    /// With `size_args` (one per probe: where the size is, 0 rdi, 1 rsi, 2 rdx, 3 rdi * rsi, 4 rax; and
+    /// the bytes pushed between the function's entry and the probe's site), calls and requested bytes are
+    /// also counted per call site.
     pub fn load(
         obj: &'obj mut MaybeUninit<OpenObject>,
         latency: bool,
         everywhere: bool,
-        size_args: Option<&[u32]>,
+        size_args: Option<&[(u32, u32)]>,
     ) -> Result<Self, RecordError> {
         check_btf()?;
         quiet_libbpf();
@@ -58,23 +60,29 @@ impl<'obj> CallProbe<'obj> {
             CallsSkelBuilder::default().open(obj).map_err(|e| classify("open", e))?;
         if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
             ro.latency = latency;
-            ro.filter = everywhere;
             ro.sites = size_args.is_some();
         }
         open.progs.on_return.set_autoload(latency);
         let skel = open.load().map_err(|e| classify("load", e))?;
-        for (i, how) in size_args.unwrap_or_default().iter().enumerate() {
+        let mut links = Vec::new();
+        if everywhere {
+            links.push(skel.progs.on_fork.attach().map_err(|e| classify("attach fork hook", e))?);
+        }
+        links.push(skel.progs.on_exec.attach().map_err(|e| classify("attach exec hook", e))?);
+        for (i, (how, stack_delta)) in size_args.unwrap_or_default().iter().enumerate() {
             let key = (i as u32).to_ne_bytes();
+            let value = [how.to_ne_bytes(), stack_delta.to_ne_bytes()].concat();
             skel.maps
                 .size_arg
-                .update(&key, &how.to_ne_bytes(), MapFlags::ANY)
+                .update(&key, &value, MapFlags::ANY)
                 .map_err(|e| classify("size args", e))?;
         }
-        Ok(CallProbe { skel, links: Vec::new(), latency })
+        Ok(CallProbe { skel, links, latency })
     }
 
-    pub fn track(&self, pid: u32) -> Result<(), RecordError> {
-        super::track(&self.skel.maps.tracked, pid)
+    /// Counts the calls of process `pid` (of a `launched` command from its exec on).
+    pub fn track(&self, pid: u32, launched: bool) -> Result<(), RecordError> {
+        super::track(&self.skel.maps.tracked, pid, launched)
     }
 
     /// Attaches the probes `ids` of `probes` (an index is the probe's number in the counters) for process

@@ -2,9 +2,11 @@
 //! libbpf. Programs detach when the wrapper is dropped, on every exit path.
 
 mod calls;
+mod exits;
 mod syscalls;
 
 pub use calls::{CallCount, CallProbe, SiteCount};
+pub use exits::ExitWatch;
 pub use syscalls::{syscall_numbers, SyscallProbe};
 
 use crate::RecordError;
@@ -19,6 +21,12 @@ mod skel {
 #[allow(non_upper_case_globals, non_snake_case, missing_docs)]
 mod calls_skel {
     include!(concat!(env!("OUT_DIR"), "/calls.skel.rs"));
+}
+
+#[allow(clippy::all, dead_code, unused_imports, unused_qualifications, non_camel_case_types)]
+#[allow(non_upper_case_globals, non_snake_case, missing_docs)]
+mod exits_skel {
+    include!(concat!(env!("OUT_DIR"), "/exits.skel.rs"));
 }
 
 /// Fails early, with the fix, where eBPF cannot work: no kernel BTF.
@@ -41,10 +49,13 @@ fn classify(what: &str, e: libbpf_rs::Error) -> RecordError {
     }
 }
 
-/// Puts process `pid` into a program's `tracked` map (bpf/track.h): counted from now on, with the
-/// processes it forks.
-fn track(tracked: &impl libbpf_rs::MapCore, pid: u32) -> Result<(), RecordError> {
-    tracked.update(&pid.to_ne_bytes(), &[1], libbpf_rs::MapFlags::ANY).map_err(|e| classify("track", e))
+/// Puts process `pid` into a program's `tracked` map (bpf/track.h): observed from now on, with the
+/// processes it forks; a `launched` command (still whyslow's forked child) from its exec on.
+fn track(tracked: &impl libbpf_rs::MapCore, pid: u32, launched: bool) -> Result<(), RecordError> {
+    const TRACKED: u8 = 1; // WS_TRACKED, WS_ARMED in bpf/track.h
+    const ARMED: u8 = 2;
+    let state = if launched { ARMED } else { TRACKED };
+    tracked.update(&pid.to_ne_bytes(), &[state], libbpf_rs::MapFlags::ANY).map_err(|e| classify("track", e))
 }
 
 /// A native-endian u64 at `at` in a map value (0 when the value is short).

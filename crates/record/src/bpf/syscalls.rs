@@ -109,9 +109,10 @@ impl<'obj> SyscallProbe<'obj> {
         Ok(probe)
     }
 
-    /// Counts the syscalls of process `pid` (and of the processes it forks from now on).
-    pub fn track(&self, pid: u32) -> Result<(), RecordError> {
-        super::track(&self.skel.maps.tracked, pid)
+    /// Counts the syscalls of process `pid` (and of the processes it forks from now on); of a `launched`
+    /// command from its exec on.
+    pub fn track(&self, pid: u32, launched: bool) -> Result<(), RecordError> {
+        super::track(&self.skel.maps.tracked, pid, launched)
     }
 
     pub fn attach(&mut self) -> Result<(), RecordError> {
