@@ -11,8 +11,8 @@ use std::time::Duration;
 use whyslow_analyze::diff::Side;
 use whyslow_investigate::compare::{CompareOptions, SIDES};
 use whyslow_model::syscalls::TraceEvent;
-use whyslow_model::{file, Profile, SyscallStat};
-use whyslow_record::calls::{default_patterns, PatternSpec};
+use whyslow_model::{file, Killed, Profile, SyscallStat};
+use whyslow_record::calls::{default_patterns, Execution, PatternSpec};
 use whyslow_record::load::{split_command, LoadOptions, LoadOutput, Ready};
 use whyslow_record::{
     signals, AllocOptions, CallOptions, Clock, Observer, OffCpuOptions, Progress, RecordOptions,
@@ -111,6 +111,7 @@ pub fn record(a: RecordArgs) -> Result<()> {
             (raw?, None)
         }
     };
+    remember_killed(&raw.meta);
     if let Some((out, ready_after)) = &load_run {
         show_load(out, *ready_after, raw.meta.exit_code)?;
     }
@@ -146,6 +147,20 @@ pub fn record(a: RecordArgs) -> Result<()> {
         profile.meta.duration_ns as f64 / 1e9
     );
     Ok(())
+}
+
+/// The first target process a signal ended during this command's run: main reports it after the output
+/// and exits with 128 + the signal, as a shell does, so a crash never hides behind a normal exit.
+static KILLED: std::sync::OnceLock<Killed> = std::sync::OnceLock::new();
+
+fn remember_killed(meta: &whyslow_model::Metadata) {
+    if let Some(k) = meta.killed.first() {
+        let _ = KILLED.set(k.clone());
+    }
+}
+
+pub fn target_killed() -> Option<&'static Killed> {
+    KILLED.get()
 }
 
 fn load(path: &Path) -> Result<Profile> {
@@ -318,6 +333,7 @@ pub fn syscalls(a: SyscallsArgs) -> Result<()> {
         last: Duration::ZERO,
     };
     let raw = whyslow_record::record(&opts, &mut view)?;
+    remember_killed(&raw.meta);
     let profile = whyslow_symbolize::symbolize(raw);
     let output = a.output.clone().or_else(|| a.stacks.then(|| "whyslow.data".into()));
     let rows = whyslow_analyze::syscall_summary(&profile, a.per_thread);
@@ -399,7 +415,26 @@ pub fn calls(a: CallsArgs) -> Result<()> {
         let mut out = std::io::stdout().lock();
         for p in &res.probes {
             let imp = p.implementation.as_ref().map_or(String::new(), |i| format!(" -> {i}"));
-            writeln!(out, "{}{imp}  [{}+{:#x}]  ({})", p.name, p.module.display(), p.offset, p.group)?;
+            let at = match p.site.moved {
+                0 => "entry".to_string(),
+                n => format!("entry+{n:#x}"),
+            };
+            let how = match p.site.execution {
+                Execution::Emulated => "emulated",
+                Execution::SingleStepped => "single-stepped",
+            };
+            writeln!(
+                out,
+                "{}{imp}  [{}+{:#x}]  ({})  probe at {at}: {} ({how})",
+                p.name,
+                p.module.display(),
+                p.offset,
+                p.group,
+                p.site.instruction
+            )?;
+        }
+        for s in &res.skipped {
+            writeln!(out, "{s}  [{}]", s.module.display())?;
         }
         return Ok(());
     }
@@ -436,6 +471,7 @@ pub fn calls(a: CallsArgs) -> Result<()> {
     } else {
         whyslow_record::record(&opts, &mut Attached { what: "calls" })?
     };
+    remember_killed(&raw.meta);
     let mut profile = whyslow_symbolize::symbolize(raw);
     profile.meta.notes.extend(res.notes.iter().cloned());
     let rows = whyslow_analyze::call_summary(&profile);
@@ -526,6 +562,7 @@ pub fn doctor(a: DoctorArgs) -> Result<()> {
             let profile = whyslow_investigate::investigate(&opts, &mut StatusLine::new());
             end_status_line();
             let profile = profile?;
+            remember_killed(&profile.meta);
             file::save(&profile, &a.output)?;
             profile
         }

@@ -341,6 +341,10 @@ fn main() {
         Command::Diff(a) => commands::diff(a),
         Command::Compare(a) => commands::compare(a),
     };
+    let killed = commands::target_killed();
+    if let Some(k) = killed {
+        eprintln!("whyslow: {k}");
+    }
     if let Err(e) = result {
         let broken_pipe = |io: &std::io::Error| io.kind() == std::io::ErrorKind::BrokenPipe;
         if e.chain().any(|c| {
@@ -358,5 +362,8 @@ fn main() {
         }
         eprintln!("whyslow: error: {message}");
         std::process::exit(1);
+    }
+    if let Some(k) = killed {
+        std::process::exit(128 + k.signal);
     }
 }

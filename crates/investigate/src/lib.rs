@@ -150,6 +150,7 @@ fn second_phase(
     ));
     profile.meta.calls_duration_ns = raw2.meta.duration_ns.max(1);
     profile.meta.lost_events += raw2.meta.lost_events;
+    profile.meta.killed.extend(raw2.meta.killed);
     // Each pattern was a function name of the profile: name the counters the same way (a GCC clone such as
     // `parse.constprop.0` is counted for `parse`), so rules join calls and samples by name.
     profile.calls = raw2.calls;

@@ -123,6 +123,48 @@ pub struct Metadata {
     /// How long the exact call counters ran when that was not the whole run (the doctor counts calls in
     /// a second phase); 0: for `duration_ns`.
     pub calls_duration_ns: u64,
+    /// Target processes a signal ended during the run (not the stop at its end).
+    pub killed: Vec<Killed>,
+}
+
+/// A target process that a signal ended during a run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Killed {
+    pub pid: u32,
+    pub signal: i32,
+    pub core_dumped: bool,
+}
+
+impl Killed {
+    /// From a wait status (signal in the low 7 bits, 0x80 when it dumped core); None for a normal exit.
+    pub fn from_wait_status(pid: u32, status: i32) -> Option<Killed> {
+        let signal = status & 0x7f;
+        (signal != 0 && signal != 0x7f).then_some(Killed { pid, signal, core_dumped: status & 0x80 != 0 })
+    }
+}
+
+impl std::fmt::Display for Killed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "target pid {} was killed by {}", self.pid, signal_name(self.signal))?;
+        if self.core_dumped {
+            write!(f, " (core dumped)")?;
+        }
+        write!(f, " during the run")
+    }
+}
+
+/// `SIGSEGV` for 11; `signal 40` for those without a name.
+pub fn signal_name(signal: i32) -> String {
+    const NAMES: [&str; 32] = [
+        "", "SIGHUP", "SIGINT", "SIGQUIT", "SIGILL", "SIGTRAP", "SIGABRT", "SIGBUS", "SIGFPE", "SIGKILL",
+        "SIGUSR1", "SIGSEGV", "SIGUSR2", "SIGPIPE", "SIGALRM", "SIGTERM", "SIGSTKFLT", "SIGCHLD", "SIGCONT",
+        "SIGSTOP", "SIGTSTP", "SIGTTIN", "SIGTTOU", "SIGURG", "SIGXCPU", "SIGXFSZ", "SIGVTALRM", "SIGPROF",
+        "SIGWINCH", "SIGIO", "SIGPWR", "SIGSYS",
+    ];
+    match NAMES.get(signal as usize) {
+        Some(n) if signal > 0 => n.to_string(),
+        _ => format!("signal {signal}"),
+    }
 }
 
 /// A whole profile: what one recording file holds.

@@ -2,7 +2,7 @@
 //! ring-buffer side-band records, unwind and normalize every sample as it arrives, stop on duration,
 //! signal or target exit, and always detach.
 
-use crate::bpf::{syscall_numbers, CallCount, CallProbe, SiteCount, SyscallProbe};
+use crate::bpf::{syscall_numbers, CallCount, CallProbe, ExitWatch, SiteCount, SyscallProbe};
 use crate::calls::{PatternSpec, Probe};
 use crate::records::{self, Record, Sample, Timed};
 use crate::sys::{self, Clock, EventConfig, Ring, Source};
@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use whyslow_model::raw::{RawFrame, RawModule, RawRecording, RawThread};
 use whyslow_model::syscalls::{syscall_name, TraceEvent};
-use whyslow_model::{CallStat, FrameKind, Metadata, SampleType, SyscallStat, UnwindStats};
+use whyslow_model::{CallStat, FrameKind, Killed, Metadata, SampleType, SyscallStat, UnwindStats};
 use whyslow_symbols::placement::{Args, Needs, StackNeed};
 use whyslow_unwind::{ObjectImage, Outcome, ProcessUnwinder, Regs};
 
@@ -597,7 +597,7 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
     };
     let mut objects = BpfObjects::new(opts, &alloc)?;
     let started = start_sources(opts, &trace, &alloc, &pids, gate.is_some(), &mut objects, &mut notes);
-    let Started { mut ev, syscalls: mut probe, mut calls, alloc_sites, streams, sample_types } = match started
+    let Started { mut ev, syscalls: mut probe, mut calls, alloc_sites, exits, streams, sample_types } = match started
     {
         Ok(s) => s,
         Err(e) => {
@@ -646,6 +646,7 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
     }
     let mut buf = Vec::new();
     let mut exit_code = None;
+    let mut killed = Vec::new();
     let mut last_progress = Instant::now();
     let mut last_alive_check = Instant::now();
     let mut last_snapshot = Instant::now();
@@ -685,8 +686,9 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
             break;
         }
         if let Some(g) = &gate {
-            if let Some(code) = try_wait(g.pid) {
-                exit_code = Some(code);
+            if let Some(status) = try_wait(g.pid) {
+                exit_code = Some(exit_code_of(status));
+                killed.extend(Killed::from_wait_status(g.pid, status));
                 break;
             }
         } else if last_alive_check.elapsed() >= Duration::from_millis(500) {
@@ -697,6 +699,12 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
         }
     }
     let duration = t0.elapsed();
+    if gate.is_none() {
+        // Attached targets that a signal ended during the run (whyslow is not their parent to wait).
+        let ended = exits.iter().flat_map(|w| pids.iter().filter_map(|&p| Some((p, w.status(p)?))));
+        killed.extend(ended.filter_map(|(p, status)| Killed::from_wait_status(p, status)));
+    }
+    drop(exits);
     ev.set_enabled(false);
     ev.drain(&mut c, &mut buf);
     c.finish_blocked(sys::monotonic_ns());
@@ -784,6 +792,7 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
         lost_events,
         unwind: c.unwind,
         exit_code,
+        killed,
         hostname: read_trim("/proc/sys/kernel/hostname"),
         kernel_release: read_trim("/proc/sys/kernel/osrelease"),
         notes,
@@ -810,6 +819,7 @@ struct BpfObjects {
     syscalls: std::mem::MaybeUninit<libbpf_rs::OpenObject>,
     calls: std::mem::MaybeUninit<libbpf_rs::OpenObject>,
     alloc: std::mem::MaybeUninit<libbpf_rs::OpenObject>,
+    exits: std::mem::MaybeUninit<libbpf_rs::OpenObject>,
     uprobes: Vec<sys::TraceUprobe>,
 }
 
@@ -840,6 +850,7 @@ impl BpfObjects {
             syscalls: std::mem::MaybeUninit::uninit(),
             calls: std::mem::MaybeUninit::uninit(),
             alloc: std::mem::MaybeUninit::uninit(),
+            exits: std::mem::MaybeUninit::uninit(),
             uprobes,
         })
     }
@@ -852,6 +863,8 @@ struct Started<'obj> {
     calls: Option<CallProbe<'obj>>,
     /// Exact allocation counts and bytes per call site, counted in the kernel.
     alloc_sites: Option<CallProbe<'obj>>,
+    /// How attached targets end (None where eBPF is unavailable: then only their exit is seen).
+    exits: Option<ExitWatch<'obj>>,
     streams: Vec<Stream>,
     sample_types: Vec<SampleType>,
 }
@@ -990,7 +1003,11 @@ fn start_sources<'obj>(
         sample_types.push(SampleType { name: "alloc-site-count".into(), unit: "count".into() });
         sample_types.push(SampleType { name: "alloc-site-bytes".into(), unit: "bytes".into() });
     }
-    Ok(Started { ev, syscalls: probe, calls, alloc_sites: alloc_sites.take(), streams, sample_types })
+    let exits = ExitWatch::load(&mut objects.exits).ok();
+    for (w, &pid) in exits.iter().flat_map(|w| pids.iter().map(move |p| (w, p))) {
+        w.track(pid, launched)?;
+    }
+    Ok(Started { ev, syscalls: probe, calls, alloc_sites: alloc_sites.take(), exits, streams, sample_types })
 }
 
 /// Opens events on every thread of every target process. Threads created while we open are caught by
@@ -1090,13 +1107,15 @@ fn probe_late_module(
     })
 }
 
+/// The wait status of launched child `pid` if it ended.
 fn try_wait(pid: u32) -> Option<i32> {
     let mut st = 0;
+    // SAFETY: waitpid only writes the status integer we own.
     let r = unsafe { libc::waitpid(pid as i32, &mut st, libc::WNOHANG) };
-    (r == pid as i32).then(|| exit_code(st))
+    (r == pid as i32).then_some(st)
 }
 
-fn exit_code(st: i32) -> i32 {
+fn exit_code_of(st: i32) -> i32 {
     if libc::WIFEXITED(st) {
         libc::WEXITSTATUS(st)
     } else {
@@ -1110,15 +1129,15 @@ pub fn stop_launched(pid: u32) -> i32 {
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     let deadline = Instant::now() + Duration::from_secs(3);
     while Instant::now() < deadline {
-        if let Some(code) = try_wait(pid) {
-            return code;
+        if let Some(status) = try_wait(pid) {
+            return exit_code_of(status);
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     let mut st = 0;
     unsafe { libc::waitpid(pid as i32, &mut st, 0) };
-    exit_code(st)
+    exit_code_of(st)
 }
 
 fn read_trim(path: &str) -> String {

@@ -335,6 +335,7 @@ fn text(insn: &iced_x86::Instruction) -> String {
     f.options_mut().set_hex_prefix("0x");
     f.options_mut().set_hex_suffix("");
     f.options_mut().set_space_after_operand_separator(false);
+    f.options_mut().set_branch_leading_zeros(false);
     let mut s = String::new();
     f.format(insn, &mut s);
     s
