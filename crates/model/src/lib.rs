@@ -486,6 +486,16 @@ impl ProfileBuilder {
 mod tests {
     use super::*;
 
+    #[test]
+    fn killed_targets_are_read_from_wait_statuses_and_named_by_signal() {
+        assert_eq!(Killed::from_wait_status(7, 3 << 8), None, "exit(3) is not a kill");
+        let k = Killed::from_wait_status(7, 11 | 0x80).unwrap();
+        assert_eq!(k.to_string(), "target pid 7 was killed by SIGSEGV (core dumped) during the run");
+        let k = Killed::from_wait_status(8, 9).unwrap();
+        assert_eq!(k.to_string(), "target pid 8 was killed by SIGKILL during the run");
+        assert_eq!(signal_name(40), "signal 40");
+    }
+
     pub(crate) fn sample_profile() -> Profile {
         let mut b = ProfileBuilder::new(
             Metadata { event: "cpu-clock".into(), frequency_hz: 999, ..Default::default() },

@@ -106,6 +106,8 @@ pub fn json(w: &mut impl Write, p: &Profile, rows: &[CallRow], unmatched: &[Stri
         "functions": functions,
         "unmatched": unmatched,
         "lost_events": p.meta.lost_events,
+        "killed": p.meta.killed,
+        "notes": p.meta.notes,
     });
     serde_json::to_writer_pretty(&mut *w, &doc)?;
     writeln!(w)

@@ -91,6 +91,9 @@ pub fn text(w: &mut impl Write, p: &Profile, d: &Diagnosis) -> std::io::Result<(
     if lost > 0 {
         writeln!(w, "{lost} events lost (ring buffers full); exact counters are unaffected")?;
     }
+    for k in &p.meta.killed {
+        writeln!(w, "{k}")?;
+    }
     for n in &p.meta.notes {
         writeln!(w, "note: {n}")?;
     }
@@ -133,6 +136,7 @@ struct Json<'a> {
     skipped: &'a [String],
     instrumentation_pct: f64,
     lost_events: u64,
+    killed: &'a [whyslow_model::Killed],
     notes: &'a [String],
 }
 
@@ -146,6 +150,7 @@ pub fn json(w: &mut impl Write, p: &Profile, d: &Diagnosis) -> std::io::Result<(
         skipped: &d.skipped,
         instrumentation_pct: (d.instrumentation_pct * 10.0).round() / 10.0,
         lost_events: p.meta.lost_samples + p.meta.lost_events,
+        killed: &p.meta.killed,
         notes: &p.meta.notes,
     };
     serde_json::to_writer_pretty(&mut *w, &j)?;

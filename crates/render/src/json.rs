@@ -36,6 +36,7 @@ pub fn report(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), Rende
         "frequency_hz": m.frequency_hz,
         "duration_s": m.duration_ns as f64 / 1e9,
         "exit_code": m.exit_code,
+        "killed": m.killed,
         "notes": m.notes,
         "functions": functions,
         "threads": threads,

@@ -88,6 +88,7 @@ pub(crate) mod fixture {
             kernel_release: "6.1".into(),
             notes: vec!["example note".into()],
             calls_duration_ns: 0,
+            killed: Vec::new(),
         };
         let types = vec![
             SampleType { name: "cpu".into(), unit: "samples".into() },

@@ -111,6 +111,7 @@ pub fn json(w: &mut impl Write, p: &Profile, rows: &[SyscallRow]) -> std::io::Re
         "duration_s": p.meta.duration_ns as f64 / 1e9,
         "syscalls": rows_json(rows),
         "lost_events": p.meta.lost_events,
+        "killed": p.meta.killed,
     });
     serde_json::to_writer_pretty(&mut *w, &doc)?;
     writeln!(w)

@@ -69,7 +69,10 @@ pub fn header(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), Rende
             wall as f64 / 1e9
         )?;
     }
-    if let Some(code) = m.exit_code.filter(|&c| c != 0) {
+    for k in &m.killed {
+        writeln!(w, "  {k}")?;
+    }
+    if let Some(code) = m.exit_code.filter(|&c| c != 0 && m.killed.is_empty()) {
         writeln!(w, "  the command exited with status {code}")?;
     }
     for n in &m.notes {
