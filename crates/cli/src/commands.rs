@@ -12,7 +12,7 @@ use whyslow_analyze::diff::Side;
 use whyslow_investigate::compare::{CompareOptions, SIDES};
 use whyslow_model::syscalls::TraceEvent;
 use whyslow_model::{file, Killed, Profile, SyscallStat};
-use whyslow_record::calls::{default_patterns, Execution, PatternSpec};
+use whyslow_record::calls::{default_patterns, hit_cost_ns, Execution, PatternSpec};
 use whyslow_record::load::{split_command, LoadOptions, LoadOutput, Ready};
 use whyslow_record::{
     signals, AllocOptions, CallOptions, Clock, Observer, OffCpuOptions, Progress, RecordOptions,
@@ -388,6 +388,9 @@ fn announce(what: &str, pids: &[u32]) {
     eprintln!("whyslow: counting {what} of pid {} (Ctrl-C to stop)", list.join(","));
 }
 
+/// More probes than this need --yes: every call of every probed function traps into the kernel.
+const MAX_PROBES_WITHOUT_YES: usize = 500;
+
 /// --callers opens one perf event per function and CPU for each target thread.
 const MAX_CALLERS_PROBES: usize = 64;
 
@@ -440,6 +443,27 @@ pub fn calls(a: CallsArgs) -> Result<()> {
     }
     if res.probes.is_empty() {
         bail!("none of the patterns matched a function of the target");
+    }
+    if res.probes.len() > MAX_PROBES_WITHOUT_YES && !a.yes {
+        let (mut emulated, mut stepped) = (0, 0);
+        for p in &res.probes {
+            match p.site.execution {
+                Execution::Emulated => emulated += 1,
+                Execution::SingleStepped => stepped += 1,
+            }
+        }
+        let avg_ns = res.probes.iter().map(|p| hit_cost_ns(p.site.execution)).sum::<u64>() as f64
+            / res.probes.len() as f64;
+        bail!(
+            "these patterns match {} functions ({emulated} probed on an emulated instruction at ~{:.1} us per \
+             call, {stepped} on a single-stepped one at ~{:.1} us): a target making 100k such calls per second \
+             would spend ~{:.0}% of a CPU in the probes. Narrow the patterns (`--list` shows them) or pass \
+             --yes to probe them all",
+            res.probes.len(),
+            hit_cost_ns(Execution::Emulated) as f64 / 1e3,
+            hit_cost_ns(Execution::SingleStepped) as f64 / 1e3,
+            avg_ns * 100_000.0 / 1e9 * 100.0
+        );
     }
     if a.callers && res.probes.len() > MAX_CALLERS_PROBES {
         bail!(

@@ -227,9 +227,13 @@ pub struct CallsArgs {
     /// probed from when it is seen).
     #[arg(long, value_name = "PATH")]
     pub lib: Vec<PathBuf>,
-    /// List the functions the patterns match, without running anything.
+    /// List the functions the patterns match, where each probe sits and how the kernel runs it, without
+    /// running anything.
     #[arg(long)]
     pub list: bool,
+    /// Probe more functions than the guard allows (every probed call traps into the kernel).
+    #[arg(long)]
+    pub yes: bool,
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub format: OutputFormat,
 }

@@ -597,16 +597,16 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
     };
     let mut objects = BpfObjects::new(opts, &alloc)?;
     let started = start_sources(opts, &trace, &alloc, &pids, gate.is_some(), &mut objects, &mut notes);
-    let Started { mut ev, syscalls: mut probe, mut calls, alloc_sites, exits, streams, sample_types } = match started
-    {
-        Ok(s) => s,
-        Err(e) => {
-            if let Some(g) = gate.take() {
-                g.abort();
+    let Started { mut ev, syscalls: mut probe, mut calls, alloc_sites, exits, streams, sample_types } =
+        match started {
+            Ok(s) => s,
+            Err(e) => {
+                if let Some(g) = gate.take() {
+                    g.abort();
+                }
+                return Err(e);
             }
-            return Err(e);
-        }
-    };
+        };
     let mut c = Collector {
         procs: HashMap::new(),
         images: HashMap::new(),

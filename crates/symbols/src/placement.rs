@@ -165,7 +165,8 @@ impl Code {
         };
         let whole = size > 0 && code.len() as u64 == size;
         let movable = whole && self.provable(code, address);
-        let mut decoder = Decoder::with_ip(64, &code[..code.len().min(MAX_PREFIX_BYTES)], address, DecoderOptions::NONE);
+        let mut decoder =
+            Decoder::with_ip(64, &code[..code.len().min(MAX_PREFIX_BYTES)], address, DecoderOptions::NONE);
         let mut info = InstructionInfoFactory::new();
         let mut stack: Option<i64> = Some(0);
         let mut written = Args::NONE;
@@ -199,7 +200,9 @@ impl Code {
                     first_safe.get_or_insert(site);
                 }
                 Ok(_) => {}
-                Err(why) if k == 0 => entry_problem = Some(format!("its first instruction ({}) {why}", text(&insn))),
+                Err(why) if k == 0 => {
+                    entry_problem = Some(format!("its first instruction ({}) {why}", text(&insn)))
+                }
                 Err(_) => {}
             }
             if insn.is_invalid() || insn.flow_control() != FlowControl::Next {
@@ -226,7 +229,8 @@ impl Code {
         match first_safe {
             Some(site) => Placement::Site(site),
             None => {
-                let problem = entry_problem.unwrap_or_else(|| "its first instruction cannot be kept intact".into());
+                let problem =
+                    entry_problem.unwrap_or_else(|| "its first instruction cannot be kept intact".into());
                 let tail = if !movable {
                     "and the function cannot be proven to have a later site reached exactly once per call"
                 } else {
@@ -299,7 +303,10 @@ fn classify(insn: &iced_x86::Instruction) -> Result<Execution, &'static str> {
         }
         FlowControl::Next if matches!(insn.code(), Op::Push_r64) => Ok(Execution::Emulated),
         FlowControl::Next
-            if matches!(insn.code(), Op::Nopw | Op::Nopd | Op::Nopq | Op::Nop_rm16 | Op::Nop_rm32 | Op::Nop_rm64) =>
+            if matches!(
+                insn.code(),
+                Op::Nopw | Op::Nopd | Op::Nopq | Op::Nop_rm16 | Op::Nop_rm32 | Op::Nop_rm64
+            ) =>
         {
             Ok(Execution::Emulated)
         }
@@ -487,7 +494,11 @@ mod tests {
     fn vex_opcodes_the_kernel_misreads_are_never_probed() {
         // vpbroadcastb (c4 e2 79 78 c0: opcode byte 78), vmovdqu store (c5 fe 7f 07), vpsubsb (c5 f9 e8 c1):
         // each followed by ret only, so there is nowhere else to go.
-        for f in [&[0xc4, 0xe2, 0x79, 0x78, 0xc0, 0xc3][..], &[0xc5, 0xfe, 0x7f, 0x07, 0xc3], &[0xc5, 0xf9, 0xe8, 0xc1, 0xc3]] {
+        for f in [
+            &[0xc4, 0xe2, 0x79, 0x78, 0xc0, 0xc3][..],
+            &[0xc5, 0xfe, 0x7f, 0x07, 0xc3],
+            &[0xc5, 0xf9, 0xe8, 0xc1, 0xc3],
+        ] {
             match place(f, Needs::default()) {
                 Placement::Unsafe(why) => assert!(why.contains("VEX"), "{why}"),
                 Placement::Site(s) => {

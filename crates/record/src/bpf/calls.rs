@@ -72,10 +72,7 @@ impl<'obj> CallProbe<'obj> {
         for (i, (how, stack_delta)) in size_args.unwrap_or_default().iter().enumerate() {
             let key = (i as u32).to_ne_bytes();
             let value = [how.to_ne_bytes(), stack_delta.to_ne_bytes()].concat();
-            skel.maps
-                .size_arg
-                .update(&key, &value, MapFlags::ANY)
-                .map_err(|e| classify("size args", e))?;
+            skel.maps.size_arg.update(&key, &value, MapFlags::ANY).map_err(|e| classify("size args", e))?;
         }
         Ok(CallProbe { skel, links, latency })
     }
