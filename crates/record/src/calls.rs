@@ -224,6 +224,8 @@ pub fn resolve(
     patterns: &[PatternSpec],
     needs: impl Fn(&PatternSpec) -> Needs,
 ) -> Result<Resolution, RecordError> {
+    // Benchmarks set WHYSLOW_PROBE_AT_ENTRY to measure what moving probes saves.
+    let at_entry = std::env::var_os("WHYSLOW_PROBE_AT_ENTRY").is_some();
     let mut res = Resolution::default();
     let mut tables: Vec<(&PathBuf, Vec<Function>, Option<Code>)> = Vec::new();
     for m in modules {
@@ -287,7 +289,7 @@ pub fn resolve(
                         }
                     }
                 };
-                match code.place(body.address, body.size, needs(spec)) {
+                match code.place(body.address, body.size, Needs { at_entry, ..needs(spec) }) {
                     Placement::Site(site) => {
                         at.insert(key, res.probes.len());
                         res.probes.push(Probe {

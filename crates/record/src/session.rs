@@ -94,7 +94,7 @@ impl SizeArg {
             SizeArg::Product => Args::RDI.with(Args::RSI),
             SizeArg::GoFirst => Args::RAX,
         };
-        Needs { stack: StackNeed::Known, args }
+        Needs { stack: StackNeed::Known, args, ..Needs::default() }
     }
 
     fn bytes(self, r: &crate::records::UserRegs) -> u64 {

@@ -27,6 +27,8 @@ pub struct Needs {
     pub stack: StackNeed,
     /// Argument registers the probe reads: none of them may be written before the site.
     pub args: Args,
+    /// Keep the probe at the entry whenever the entry is safe (benchmarks compare entry and moved probes).
+    pub at_entry: bool,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -194,7 +196,7 @@ impl Code {
                         instruction: text(&insn),
                         stack_delta: stack.map_or(0, |s| (-s) as u32),
                     };
-                    if execution == Execution::Emulated {
+                    if execution == Execution::Emulated || (k == 0 && needs.at_entry) {
                         return Placement::Site(site);
                     }
                     first_safe.get_or_insert(site);
@@ -485,6 +487,8 @@ mod tests {
         let f = [0xf3, 0x0f, 0x1e, 0xfa, 0x55, 0x48, 0x89, 0xe5, 0x5d, 0xc3];
         let s = site(place(&f, Needs::default()));
         assert_eq!((s.moved, s.execution, s.instruction.as_str()), (4, Execution::Emulated, "push %rbp"));
+        let s = site(place(&f, Needs { at_entry: true, ..Default::default() }));
+        assert_eq!((s.moved, s.instruction.as_str()), (0, "endbr64"), "asked to stay where it is safe");
         // A return probe may sit on the push too: the push has not run when the probe fires.
         let s = site(place(&f, Needs { stack: StackNeed::Untouched, ..Default::default() }));
         assert_eq!(s.moved, 4);
