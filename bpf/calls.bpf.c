@@ -148,8 +148,16 @@ int on_entry(struct pt_regs *ctx)
 	 * too, and a launched command counts from its exec, not in whyslow's forked child before it. */
 	if (!is_tracked(tgid))
 		return 0;
-	u32 probe = (u32)bpf_get_attach_cookie(ctx);
+	u64 cookie = bpf_get_attach_cookie(ctx);
+	u32 probe = (u32)cookie;
 	struct ws_call_val *v = slot(tgid, probe);
+	/* A jump from another function into the instructions before the probe's site: the site's next hit
+	 * is not a call of the function, so it is taken back here. */
+	if (cookie >> 63) {
+		if (v)
+			__sync_fetch_and_add(&v->calls, -1);
+		return 0;
+	}
 	if (v)
 		__sync_fetch_and_add(&v->calls, 1);
 	if (sites)

@@ -411,7 +411,8 @@ pub fn calls(a: CallsArgs) -> Result<()> {
         }
         whyslow_record::calls::add_module(&mut modules, lib.clone());
     }
-    let needs = CallOptions { latency: a.latency, ..Default::default() }.needs();
+    let callers_period = a.callers.then_some(a.callers_period);
+    let needs = CallOptions { latency: a.latency, callers_period, ..Default::default() }.needs();
     let res = whyslow_record::calls::resolve(&modules, &patterns, |_| needs)?;
     let unmatched: Vec<String> = res.matched.iter().filter(|m| m.1 == 0).map(|m| m.0.clone()).collect();
     if a.list {
@@ -422,10 +423,14 @@ pub fn calls(a: CallsArgs) -> Result<()> {
                 0 => "entry".to_string(),
                 n => format!("entry+{n:#x}"),
             };
-            let how = match p.site.execution {
-                Execution::Emulated => "emulated",
-                Execution::SingleStepped => "single-stepped",
+            let mut how = match p.site.execution {
+                Execution::Emulated => "emulated".to_string(),
+                Execution::SingleStepped => "single-stepped".to_string(),
             };
+            if let [first, rest @ ..] = &p.site.compensate[..] {
+                let more = if rest.is_empty() { String::new() } else { format!(" and {} more", rest.len()) };
+                how += &format!("; minus the jump into it at {first:#x}{more}");
+            }
             writeln!(
                 out,
                 "{}{imp}  [{}+{:#x}]  ({})  probe at {at}: {} ({how})",
@@ -484,7 +489,7 @@ pub fn calls(a: CallsArgs) -> Result<()> {
             patterns,
             latency: a.latency,
             follow_children: a.follow_children,
-            callers_period: a.callers.then_some(a.callers_period),
+            callers_period,
         }),
         target,
         ..Default::default()

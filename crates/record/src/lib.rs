@@ -75,10 +75,15 @@ pub struct CallOptions {
 
 impl CallOptions {
     /// What the probes of these options read at their sites: with `latency`, a return probe hijacks the
-    /// return address on top of the stack, so nothing may have been pushed before the site.
+    /// return address on top of the stack, so nothing may have been pushed before the site; with callers,
+    /// every hit samples a stack, so every hit must be a call of the function.
     pub fn needs(&self) -> whyslow_symbols::placement::Needs {
         use whyslow_symbols::placement::{Needs, StackNeed};
-        Needs { stack: if self.latency { StackNeed::Untouched } else { StackNeed::Any }, ..Needs::default() }
+        Needs {
+            stack: if self.latency { StackNeed::Untouched } else { StackNeed::Any },
+            per_call: self.callers_period.is_some(),
+            ..Needs::default()
+        }
     }
 }
 

@@ -9,8 +9,12 @@
 //! A probe may move from the entry to a later instruction when that is provably the same count: the site
 //! lies in the entry's straight-line prefix (no branch before it, so it runs once per call) and neither it
 //! nor any instruction between the entry and it is the target of a branch, a taken address (`lea`) or a
-//! symbol anywhere in the file (so no other path reaches it). A function with indirect jumps or bytes that
-//! do not decode is not provable: its entry is probed when safe, otherwise it is not probed at all.
+//! symbol anywhere in the file (so no other path reaches it). One exception keeps counts exact: where the
+//! only other ways in are unconditional direct jumps from other functions (glibc's mempcpy jumps into
+//! memmove's first instructions), a probe that only counts may still move, and each of those jumps gets a
+//! probe that subtracts one (every hit of such a jump is followed by exactly one extra hit of the site).
+//! A function with indirect jumps or bytes that do not decode is not provable: its entry is probed when
+//! safe, otherwise it is not probed at all.
 //! This module reads bytes only; it never touches a process.
 
 use iced_x86::{Code as Op, Decoder, DecoderOptions, EncodingKind, FlowControl, Formatter, GasFormatter};
@@ -27,8 +31,18 @@ pub struct Needs {
     pub stack: StackNeed,
     /// Argument registers the probe reads: none of them may be written before the site.
     pub args: Args,
+    /// The probe takes something at every call (its stack): every hit must be a call of this function,
+    /// so no hits may be made up for by subtracting others.
+    pub per_call: bool,
     /// Keep the probe at the entry whenever the entry is safe (benchmarks compare entry and moved probes).
     pub at_entry: bool,
+}
+
+impl Needs {
+    /// Whether hits of the site may be corrected by subtracting hits of jumps into the prefix.
+    fn compensable(&self) -> bool {
+        self.stack == StackNeed::Any && self.args == Args::NONE && !self.per_call && !self.at_entry
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -90,6 +104,9 @@ pub struct Site {
     pub instruction: String,
     /// Bytes pushed between the entry and the site: the return address is at `sp + stack_delta`.
     pub stack_delta: u32,
+    /// File offsets of jumps from elsewhere into the instructions before the site: each of their hits
+    /// is one hit of the site that is not a call, to subtract.
+    pub compensate: Vec<u64>,
 }
 
 /// Where to probe a function, or why it cannot be probed.
@@ -99,12 +116,20 @@ pub enum Placement {
     Unsafe(String),
 }
 
+/// An executable section: where it is loaded, where it is in the file, its bytes.
+pub struct Section {
+    pub address: u64,
+    pub offset: u64,
+    pub bytes: Vec<u8>,
+}
+
 /// The executable code of one ELF file, with every address other code may enter it at.
 pub struct Code {
-    /// (virtual address, bytes) of each executable section.
-    sections: Vec<(u64, Vec<u8>)>,
-    /// Sorted: direct branch and call targets, `lea`-taken code addresses and symbol addresses.
+    sections: Vec<Section>,
+    /// Sorted: symbol addresses, conditional branch and call targets, `lea`-taken code addresses.
     entries: Vec<u64>,
+    /// Sorted (target, source) of every unconditional direct jump.
+    jumps: Vec<(u64, u64)>,
 }
 
 impl Code {
@@ -119,43 +144,59 @@ impl Code {
         let sections = file
             .sections()
             .filter(|s| s.kind() == SectionKind::Text)
-            .filter_map(|s| Some((s.address(), s.data().ok()?.to_vec())))
+            .filter_map(|s| {
+                let (offset, _) = s.file_range()?;
+                Some(Section { address: s.address(), offset, bytes: s.data().ok()?.to_vec() })
+            })
             .collect();
         Ok(Code::new(sections, symbols))
     }
 
-    /// Code from sections given as (virtual address, bytes), with the function symbols at `symbols`.
-    pub fn new(sections: Vec<(u64, Vec<u8>)>, symbols: &[u64]) -> Code {
+    /// Code from its executable sections, with the function symbols at `symbols`.
+    pub fn new(sections: Vec<Section>, symbols: &[u64]) -> Code {
         let mut entries: Vec<u64> = symbols.to_vec();
+        let mut jumps = Vec::new();
         let mut starts: Vec<u64> = symbols.to_vec();
         starts.sort_unstable();
-        for (base, bytes) in &sections {
-            let end = base + bytes.len() as u64;
-            let mut cuts: Vec<u64> = starts.iter().copied().filter(|&a| *base < a && a < end).collect();
-            cuts.insert(0, *base);
+        for s in &sections {
+            let (base, end) = (s.address, s.address + s.bytes.len() as u64);
+            let mut cuts: Vec<u64> = starts.iter().copied().filter(|&a| base < a && a < end).collect();
+            cuts.insert(0, base);
             cuts.push(end);
             for w in cuts.windows(2) {
-                let chunk = &bytes[(w[0] - base) as usize..(w[1] - base) as usize];
-                collect_entries(chunk, w[0], &mut entries);
+                let chunk = &s.bytes[(w[0] - base) as usize..(w[1] - base) as usize];
+                collect_entries(chunk, w[0], &mut entries, &mut jumps);
             }
         }
         entries.sort_unstable();
         entries.dedup();
-        Code { sections, entries }
+        jumps.sort_unstable();
+        Code { sections, entries, jumps }
+    }
+
+    fn section(&self, address: u64) -> Option<&Section> {
+        self.sections.iter().find(|s| s.address <= address && address < s.address + s.bytes.len() as u64)
     }
 
     fn bytes(&self, address: u64, len: u64) -> Option<&[u8]> {
-        self.sections.iter().find_map(|(base, bytes)| {
-            let end = base + bytes.len() as u64;
-            (*base <= address && address < end).then(|| {
-                let to = (address + len.max(1)).min(end);
-                &bytes[(address - base) as usize..(to - base) as usize]
-            })
-        })
+        let s = self.section(address)?;
+        let to = (address + len.max(1)).min(s.address + s.bytes.len() as u64);
+        Some(&s.bytes[(address - s.address) as usize..(to - s.address) as usize])
+    }
+
+    /// The file offset of the code at virtual `address`.
+    fn file_offset(&self, address: u64) -> Option<u64> {
+        self.section(address).map(|s| address - s.address + s.offset)
     }
 
     fn is_entry(&self, address: u64) -> bool {
         self.entries.binary_search(&address).is_ok()
+    }
+
+    /// Sources of the unconditional direct jumps to `address`.
+    fn jumps_to(&self, address: u64) -> impl Iterator<Item = u64> + '_ {
+        let first = self.jumps.partition_point(|&(t, _)| t < address);
+        self.jumps[first..].iter().take_while(move |&&(t, _)| t == address).map(|&(_, s)| s)
     }
 
     /// Where to probe the function at `address` of `size` bytes (0: unknown, then only the entry can be
@@ -174,6 +215,7 @@ impl Code {
         let mut written = Args::NONE;
         let mut first_safe: Option<Site> = None;
         let mut entry_problem: Option<String> = None;
+        let mut compensate: Vec<u64> = Vec::new();
         for k in 0..MAX_PREFIX_INSNS {
             if !decoder.can_decode() {
                 break;
@@ -181,6 +223,16 @@ impl Code {
             let insn = decoder.decode();
             if k > 0 && (!movable || self.is_entry(insn.ip())) {
                 break;
+            }
+            let mut from_elsewhere = self.jumps_to(insn.ip()).peekable();
+            if k > 0 && from_elsewhere.peek().is_some() {
+                let inside = |s: u64| (address..address + size).contains(&s);
+                let offsets: Option<Vec<u64>> =
+                    from_elsewhere.map(|s| (!inside(s)).then(|| self.file_offset(s)).flatten()).collect();
+                match offsets {
+                    Some(o) if needs.compensable() => compensate.extend(o),
+                    _ => break,
+                }
             }
             let fits = match needs.stack {
                 StackNeed::Any => true,
@@ -195,6 +247,7 @@ impl Code {
                         execution,
                         instruction: text(&insn),
                         stack_delta: stack.map_or(0, |s| (-s) as u32),
+                        compensate: compensate.clone(),
                     };
                     if execution == Execution::Emulated || (k == 0 && needs.at_entry) {
                         return Placement::Site(site);
@@ -260,21 +313,23 @@ impl Code {
     }
 }
 
-/// Adds every address that code in `chunk` can enter elsewhere at: direct branch and call targets, and
-/// code addresses taken with `lea` (function pointers, jump tables).
-fn collect_entries(chunk: &[u8], address: u64, out: &mut Vec<u64>) {
+/// Adds every address that code in `chunk` can enter elsewhere at: (target, source) of unconditional
+/// direct jumps to `jumps`; conditional branch and call targets and code addresses taken with `lea`
+/// (function pointers, jump tables) to `entries`.
+fn collect_entries(chunk: &[u8], address: u64, entries: &mut Vec<u64>, jumps: &mut Vec<(u64, u64)>) {
     let mut d = Decoder::with_ip(64, chunk, address, DecoderOptions::NONE);
     let mut insn = iced_x86::Instruction::default();
     while d.can_decode() {
         d.decode_out(&mut insn);
         match insn.flow_control() {
-            FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch | FlowControl::Call
-                if matches!(insn.op0_kind(), OpKind::NearBranch64) =>
-            {
-                out.push(insn.near_branch_target())
+            FlowControl::UnconditionalBranch if insn.op0_kind() == OpKind::NearBranch64 => {
+                jumps.push((insn.near_branch_target(), insn.ip()))
+            }
+            FlowControl::ConditionalBranch | FlowControl::Call if insn.op0_kind() == OpKind::NearBranch64 => {
+                entries.push(insn.near_branch_target())
             }
             _ if insn.mnemonic() == Mnemonic::Lea && insn.is_ip_rel_memory_operand() => {
-                out.push(insn.ip_rel_memory_address())
+                entries.push(insn.ip_rel_memory_address())
             }
             _ => {}
         }
@@ -358,7 +413,11 @@ mod tests {
 
     /// Places a probe in a function made of `bytes` at BASE (the only symbol), with `needs`.
     fn place(bytes: &[u8], needs: Needs) -> Placement {
-        Code::new(vec![(BASE, bytes.to_vec())], &[BASE]).place(BASE, bytes.len() as u64, needs)
+        Code::new(vec![section(BASE, bytes)], &[BASE]).place(BASE, bytes.len() as u64, needs)
+    }
+
+    fn section(address: u64, bytes: &[u8]) -> Section {
+        Section { address, offset: address - 0x1000 + 0x200, bytes: bytes.to_vec() }
     }
 
     fn site(p: Placement) -> Site {
@@ -451,7 +510,7 @@ mod tests {
     }
 
     #[test]
-    fn another_function_jumping_into_the_prefix_keeps_the_probe_at_the_entry() {
+    fn another_function_jumping_into_the_prefix_is_subtracted_or_keeps_the_probe_at_the_entry() {
         // memmove: mov %rdi,%rax; (L: +3) cmp $0x20,%rdx; jb; ret. mempcpy elsewhere jumps to L.
         let memmove = [0x48, 0x89, 0xf8, 0x48, 0x83, 0xfa, 0x20, 0x72, 0x00, 0xc3];
         let mempcpy_at = BASE + 0x100;
@@ -459,9 +518,21 @@ mod tests {
         let rel = (BASE + 3) as i64 - (mempcpy_at + 5) as i64;
         let mut mempcpy = vec![0xe9];
         mempcpy.extend_from_slice(&(rel as i32).to_le_bytes());
-        let code = Code::new(vec![(BASE, memmove.to_vec()), (mempcpy_at, mempcpy)], &[BASE, mempcpy_at]);
+        let code =
+            Code::new(vec![section(BASE, &memmove), section(mempcpy_at, &mempcpy)], &[BASE, mempcpy_at]);
+        // Counting only: the probe moves to the jb, and mempcpy's jmp subtracts what it adds.
         let s = site(code.place(BASE, memmove.len() as u64, Needs::default()));
-        assert_eq!((s.moved, s.execution), (0, Execution::SingleStepped));
+        assert_eq!((s.moved, s.execution), (7, Execution::Emulated));
+        assert_eq!(s.compensate, vec![mempcpy_at - 0x1000 + 0x200], "the jmp's file offset");
+        // A probe that samples each call's stack must not see mempcpy's calls: it stays at the entry.
+        let s = site(code.place(BASE, memmove.len() as u64, Needs { per_call: true, ..Default::default() }));
+        assert_eq!((s.moved, s.execution, s.compensate.len()), (0, Execution::SingleStepped, 0));
+        // A conditional jump into the prefix cannot be made up for (the probe fires before it decides).
+        let mut jcc = vec![0x0f, 0x84];
+        jcc.extend_from_slice(&(((BASE + 3) as i64 - (mempcpy_at + 6) as i64) as i32).to_le_bytes());
+        let code = Code::new(vec![section(BASE, &memmove), section(mempcpy_at, &jcc)], &[BASE, mempcpy_at]);
+        let s = site(code.place(BASE, memmove.len() as u64, Needs::default()));
+        assert_eq!(s.moved, 0);
     }
 
     #[test]

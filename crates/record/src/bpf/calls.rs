@@ -12,6 +12,9 @@ use std::mem::MaybeUninit;
 use std::ops::Range;
 use std::path::PathBuf;
 
+/// Attach-cookie bit of a probe whose hits are subtracted from its function's calls (bpf/calls.bpf.c).
+const SUBTRACT: u64 = 1 << 63;
+
 /// Counters of one probe in one process.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CallCount {
@@ -124,8 +127,18 @@ impl<'obj> CallProbe<'obj> {
         module: &PathBuf,
         pid: i32,
     ) -> Result<(), RecordError> {
-        let offsets: Vec<usize> = ids.iter().map(|&i| probes[i].offset as usize).collect();
-        let cookies: Vec<u64> = ids.iter().map(|&i| i as u64).collect();
+        // A probe's own site counts up; the jumps into the instructions before it count down (see
+        // whyslow_symbols::placement; sites of return probes never have such jumps).
+        let mut offsets: Vec<usize> = Vec::new();
+        let mut cookies: Vec<u64> = Vec::new();
+        for &i in ids {
+            offsets.push(probes[i].offset as usize);
+            cookies.push(i as u64);
+            for &c in &probes[i].site.compensate {
+                offsets.push(c as usize);
+                cookies.push(i as u64 | SUBTRACT);
+            }
+        }
         let progs = [(&self.skel.progs.on_entry, false), (&self.skel.progs.on_return, true)];
         let mut links = Vec::new();
         for (prog, retprobe) in progs.into_iter().take(if self.latency { 2 } else { 1 }) {
@@ -176,7 +189,8 @@ impl<'obj> CallProbe<'obj> {
             out.push(CallCount {
                 pid,
                 probe,
-                calls: u64_at(&v, 0),
+                // Subtracting probes may run ahead of the site they correct for a moment: never below 0.
+                calls: (u64_at(&v, 0) as i64).max(0) as u64,
                 total_ns: u64_at(&v, 8),
                 max_ns: u64_at(&v, 16),
                 timed: u64_at(&v, 24),
