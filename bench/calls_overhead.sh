@@ -56,19 +56,20 @@ echo "  cost of one probed call (ns, median of $RUNS), placed by whyslow vs at t
 for f in "operator new(unsigned long)" "operator delete(void*)" "operator delete(void*, unsigned long)" memcpy malloc free; do
   site=$("$WHYSLOW" calls --list "$f" -- "$BIN" | grep -v ld-linux | head -1 | sed 's/.*probe at //')
   esite=$(WHYSLOW_PROBE_AT_ENTRY=1 "$WHYSLOW" calls --list "$f" -- "$BIN" | grep -v ld-linux | head -1 | sed 's/.*probe at //')
-  moved="" ; at=""
+  moved="" ; at="" ; setup="" ; plain=""
   for i in $(seq "$RUNS"); do
     moved+=" $(timeit "$WHYSLOW" calls "$f" -- "$BIN" "$N_WHYSLOW")"
     at+=" $(WHYSLOW_PROBE_AT_ENTRY=1 timeit "$WHYSLOW" calls "$f" -- "$BIN" "$N_WHYSLOW")"
+    setup+=" $(timeit "$WHYSLOW" calls "$f" -- "$BIN" 0)"
+    plain+=" $(timeit "$BIN" "$N_WHYSLOW")"
   done
   calls=$("$WHYSLOW" calls --format json "$f" -- "$BIN" "$N_WHYSLOW" 2>/dev/null | python3 -c 'import json,sys; print(sum(x["calls"] for x in json.load(sys.stdin)["functions"] if "ld-linux" not in x["module"]))')
-  python3 - "$f" "$(echo "$moved" | median)" "$(echo "$at" | median)" "${t[setup]}" "${t[plain_w]}" "$calls" "$site" "$esite" <<'PY'
-import statistics, sys
-f, moved, at = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
-setup, plain = (statistics.median(map(float, s.split())) for s in sys.argv[4:6])
+  python3 - "$f" "$(echo "$moved" | median)" "$(echo "$at" | median)" "$(echo "$setup" | median)" "$(echo "$plain" | median)" "$calls" "$site" "$esite" <<'PY'
+import sys
+f, moved, at, setup, plain = sys.argv[1], *map(float, sys.argv[2:6])
 calls = int(sys.argv[6])
 per = lambda t: (t - setup - plain) / max(calls, 1) * 1e9
-print(f"    {f:40s} {per(moved):7.0f} at {sys.argv[7]}")
+print(f"    {f:40s} {per(moved):7.0f} at {sys.argv[7]}   ({calls} calls)")
 print(f"    {'':40s} {per(at):7.0f} at {sys.argv[8]}")
 PY
 done
