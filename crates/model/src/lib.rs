@@ -5,6 +5,7 @@
 //! recording and imported files enter through the same [`ProfileBuilder`].
 
 pub mod file;
+pub mod pprof;
 pub mod raw;
 pub mod syscalls;
 

@@ -1,12 +1,11 @@
 //! Export formats other tools read: folded stacks (FlameGraph), pprof (gzip profile.proto, `go tool
 //! pprof`), speedscope JSON, and callgrind (kcachegrind) with call edges and inclusive costs.
 
-mod proto;
-
 use crate::{folded_lines, sample_type, RenderError, NO_STACK};
 use serde_json::json;
 use std::collections::HashMap;
 use std::io::Write;
+use whyslow_model::pprof as proto;
 use whyslow_model::{Profile, NONE};
 
 /// `root;...;leaf N` lines, sorted, zero values left out; frame names only (no threads, no annotations).
@@ -43,6 +42,7 @@ pub fn pprof(w: &mut impl Write, p: &Profile) -> Result<(), RenderError> {
             filename: s(&m.path),
             build_id: s(&m.build_id),
             has_functions: true,
+            ..Default::default()
         })
         .collect();
     let mut function: Vec<proto::Function> = p
@@ -54,6 +54,7 @@ pub fn pprof(w: &mut impl Write, p: &Profile) -> Result<(), RenderError> {
             name: f.name as i64,
             system_name: f.name as i64,
             filename: f.file as i64,
+            ..Default::default()
         })
         .collect();
     let mut location: Vec<proto::Location> = p
@@ -63,18 +64,20 @@ pub fn pprof(w: &mut impl Write, p: &Profile) -> Result<(), RenderError> {
         .map(|(i, f)| proto::Location {
             id: i as u64 + 1,
             mapping_id: if f.module == NONE { 0 } else { f.module as u64 + 1 },
-            line: vec![proto::Line { function_id: i as u64 + 1 }],
+            line: vec![proto::Line { function_id: i as u64 + 1, line: 0 }],
+            ..Default::default()
         })
         .collect();
     // Samples without frames get one synthetic frame, so their value shows in pprof's tables as in ours.
     let no_stack = p.frames.len() as u64 + 1;
     if p.samples.iter().any(|smp| smp.stack == NONE) {
         let name = s(NO_STACK);
-        function.push(proto::Function { id: no_stack, name, system_name: name, filename: 0 });
+        function.push(proto::Function { id: no_stack, name, system_name: name, ..Default::default() });
         location.push(proto::Location {
             id: no_stack,
             mapping_id: 0,
-            line: vec![proto::Line { function_id: no_stack }],
+            line: vec![proto::Line { function_id: no_stack, line: 0 }],
+            ..Default::default()
         });
     }
     let (thread_key, tid_key, pid_key) = (s("thread"), s("tid"), s("pid"));
@@ -88,12 +91,12 @@ pub fn pprof(w: &mut impl Write, p: &Profile) -> Result<(), RenderError> {
                 ids.push(no_stack);
             }
             ids.reverse(); // pprof wants the leaf first
-            let num = |key, n: u32| proto::Label { key, str: 0, num: n as i64 };
+            let num = |key, n: u32| proto::Label { key, num: n as i64, ..Default::default() };
             proto::Sample {
                 location_id: ids,
                 value: smp.values.clone(),
                 label: vec![
-                    proto::Label { key: thread_key, str: s(&t.name), num: 0 },
+                    proto::Label { key: thread_key, str: s(&t.name), ..Default::default() },
                     num(tid_key, t.tid),
                     num(pid_key, t.pid),
                 ],
@@ -115,6 +118,7 @@ pub fn pprof(w: &mut impl Write, p: &Profile) -> Result<(), RenderError> {
         period_type,
         period,
         comment,
+        ..Default::default()
     };
     let mut gz = flate2::write::GzEncoder::new(w, flate2::Compression::default());
     gz.write_all(&prost::Message::encode_to_vec(&prof))?;
