@@ -10,6 +10,11 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
+
+/* The successful exec of a launched command is its first syscall (as strace -c counts it): it entered
+ * while the command was still armed, so its entry is recorded here, at the exec, and its exit counts. */
+static __always_inline void execve_entered(struct task_struct *task);
+#define WS_ON_ARMED_EXEC(task) execve_entered(task)
 #include "track.h"
 
 #define HIST_BUCKETS 40 /* bucket i: durations in [2^i, 2^(i+1)) ns; the last one takes everything above */
@@ -174,6 +179,17 @@ static __always_inline void count(u32 tgid, u32 tid, u32 nr, u64 dur, s64 ret)
 				drop(DROP_STATS);
 		}
 	}
+}
+
+static __always_inline void execve_entered(struct task_struct *task)
+{
+	struct ws_inflight *f = bpf_task_storage_get(&inflight, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!f)
+		return;
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	f->nr = (u32)BPF_CORE_READ(regs, orig_ax); /* execve or execveat */
+	f->traced = 0;
+	f->ts = bpf_ktime_get_ns();
 }
 
 SEC("tp_btf/sys_enter")

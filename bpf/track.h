@@ -35,13 +35,21 @@ int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
 	return 0;
 }
 
+/* A program that wants to act when an armed command's exec succeeds defines WS_ON_ARMED_EXEC(task)
+ * before including this file. */
+#ifndef WS_ON_ARMED_EXEC
+#define WS_ON_ARMED_EXEC(task)
+#endif
+
 SEC("tp_btf/sched_process_exec")
 int BPF_PROG(on_exec, struct task_struct *p)
 {
 	u32 tgid = p->tgid;
 	u8 *v = bpf_map_lookup_elem(&tracked, &tgid);
-	if (v && *v == WS_ARMED)
+	if (v && *v == WS_ARMED) {
 		*v = WS_TRACKED;
+		WS_ON_ARMED_EXEC(p);
+	}
 	return 0;
 }
 

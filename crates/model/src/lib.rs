@@ -15,6 +15,25 @@ use std::collections::HashMap;
 /// Leaf frame of off-CPU time a thread spent runnable (preempted) rather than blocked.
 pub const PREEMPTED_FRAME: &str = "[waiting for a CPU]";
 
+/// Names of the sample types sources write and consumers look up.
+pub mod sample_types {
+    /// On-CPU samples (count) and their period in ns (or `CYCLES` where the PMU has them).
+    pub const CPU: &str = "cpu";
+    pub const CPU_NS: &str = "cpu-ns";
+    pub const CYCLES: &str = "cycles";
+    /// Blocked and preempted time (ns), and its sum with on-CPU ns.
+    pub const OFFCPU: &str = "offcpu";
+    pub const WALL: &str = "wall";
+    /// Sampled syscall entries and probed calls (count) by stack.
+    pub const SYSCALLS: &str = "syscalls";
+    pub const CALLS: &str = "calls";
+    /// Sampled allocations by stack, and exact ones by call site.
+    pub const ALLOC_COUNT: &str = "alloc-count";
+    pub const ALLOC_BYTES: &str = "alloc-bytes";
+    pub const ALLOC_SITE_COUNT: &str = "alloc-site-count";
+    pub const ALLOC_SITE_BYTES: &str = "alloc-site-bytes";
+}
+
 /// Marker for "no parent" in the stack trie and "no module" on a frame.
 pub const NONE: u32 = u32::MAX;
 

@@ -4,72 +4,7 @@
 use crate::sys::REGS_USER_MASK;
 use perf_event_open_sys::bindings as b;
 
-#[derive(Debug)]
-pub enum Record {
-    Sample(Sample),
-    Mmap {
-        pid: u32,
-        start: u64,
-        len: u64,
-        pgoff: u64,
-        exec: bool,
-        path: String,
-    },
-    Comm {
-        pid: u32,
-        tid: u32,
-        name: String,
-        exec: bool,
-    },
-    Fork {
-        pid: u32,
-        ppid: u32,
-        tid: u32,
-        ptid: u32,
-    },
-    /// A traced thread was switched out (`out`) or back in.
-    Switch {
-        tid: u32,
-        out: bool,
-    },
-    Lost(u64),
-    Other,
-}
-
-/// The user registers of [`crate::sys::REGS_USER_MASK`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct UserRegs {
-    pub ax: u64,
-    pub dx: u64,
-    pub si: u64,
-    pub di: u64,
-    pub bp: u64,
-    pub sp: u64,
-    pub ip: u64,
-}
-
-#[derive(Debug)]
-pub struct Sample {
-    pub pid: u32,
-    pub tid: u32,
-    /// Which event (of the parent, for inherited copies) produced it.
-    pub id: u64,
-    pub period: u64,
-    /// Kernel frames, innermost first (context markers removed).
-    pub kernel: Vec<u64>,
-    /// User registers at the time of the sample (absent for kernel threads).
-    pub regs: Option<UserRegs>,
-    /// The copied user stack, starting at SP.
-    pub stack: Vec<u8>,
-    /// Tracepoint fields (empty for other events).
-    pub raw: Vec<u8>,
-}
-
-/// A record with the time it happened (CLOCK_MONOTONIC ns) for ordering across rings.
-pub struct Timed {
-    pub time: u64,
-    pub record: Record,
-}
+pub use whyslow_convert::records::{Record, Sample, Timed, UserRegs};
 
 struct Reader<'a> {
     b: &'a [u8],
@@ -140,6 +75,10 @@ pub fn decode(rec: &[u8]) -> Option<Timed> {
             let (pid, ppid, tid, ptid) = (r.u32()?, r.u32()?, r.u32()?, r.u32()?);
             Record::Fork { pid, ppid, tid, ptid }
         }
+        b::PERF_RECORD_EXIT => {
+            let (pid, _ppid, tid) = (r.u32()?, r.u32()?, r.u32()?);
+            Record::Exit { pid, tid }
+        }
         b::PERF_RECORD_SWITCH => {
             let tid = u32::from_ne_bytes(rec.get(end + 4..end + 8)?.try_into().ok()?);
             Record::Switch { tid, out: misc & b::PERF_RECORD_MISC_SWITCH_OUT != 0 }
@@ -167,7 +106,7 @@ fn decode_sample(r: &mut Reader) -> Option<Timed> {
             continue; // PERF_CONTEXT_* markers
         }
         // Return addresses point after the call; step back into it, as for user frames.
-        kernel.push(if kernel.is_empty() { a } else { a - 1 });
+        kernel.push(if kernel.is_empty() { a } else { a.saturating_sub(1) });
     }
     let raw_size = r.u32()? as usize;
     let raw = r.bytes(raw_size)?.to_vec();

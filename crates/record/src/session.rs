@@ -2,22 +2,22 @@
 //! ring-buffer side-band records, unwind and normalize every sample as it arrives, stop on duration,
 //! signal or target exit, and always detach.
 
-use crate::bpf::{syscall_numbers, CallCount, CallProbe, ExitWatch, SiteCount, SyscallProbe};
+use crate::bpf::{syscall_numbers, CallCount, CallProbe, ExitWatch, SyscallProbe};
 use crate::calls::{PatternSpec, Probe};
-use crate::records::{self, Record, Sample, Timed};
+use crate::records;
 use crate::sys::{self, Clock, EventConfig, Ring, Source};
 use crate::target::{self, Gated, Target};
 use crate::{signals, RecordError, RecordOptions};
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-use whyslow_model::raw::{RawFrame, RawModule, RawRecording, RawThread};
-use whyslow_model::syscalls::{syscall_name, TraceEvent};
-use whyslow_model::{CallStat, FrameKind, Killed, Metadata, SampleType, SyscallStat, UnwindStats};
+use whyslow_convert::records::Timed;
+use whyslow_convert::{Converter, Host, ProcessInfo, SizeArg, Stream};
+use whyslow_model::raw::RawRecording;
+use whyslow_model::syscalls::TraceEvent;
+use whyslow_model::{CallStat, Killed, Metadata, SampleType, SyscallStat};
 use whyslow_symbols::placement::{Args, Needs, StackNeed};
-use whyslow_unwind::{ObjectImage, Outcome, ProcessUnwinder, Regs};
 
 /// Live counters for a status line.
 #[derive(Debug, Clone, Copy, Default)]
@@ -27,85 +27,25 @@ pub struct Progress {
     pub lost: u64,
 }
 
-/// A process as the recording sees it: its executable mappings and an unwinder over them.
-#[derive(Default)]
-struct Proc {
-    maps: Vec<(u64, u64, u64, u32)>, // start, end, pgoff, module
-    unwinder: ProcessUnwinder,
-}
-
-impl Proc {
-    fn fork(&self) -> Proc {
-        Proc { maps: self.maps.clone(), unwinder: self.unwinder.fork() }
-    }
-
-    fn normalize(&self, addr: u64) -> RawFrame {
-        match self.maps.iter().find(|m| m.0 <= addr && addr < m.1) {
-            Some(&(start, _, pgoff, module)) => RawFrame::User { module, offset: addr - start + pgoff },
-            None => RawFrame::Unmapped(addr),
-        }
+/// How bpf/calls.bpf.c's `size_arg` map names where the size is.
+fn bpf_size_code(size: SizeArg) -> u32 {
+    match size {
+        SizeArg::Arg(n) => n.min(2) as u32,
+        SizeArg::Product => 3,
+        SizeArg::GoFirst => 4,
     }
 }
 
-/// What samples of one event mean.
-#[derive(Debug, Clone, Copy)]
-enum Stream {
-    /// On-CPU: a sample count at `slot` and the period (ns or cycles) at `slot + 1`.
-    Cpu { slot: usize },
-    /// A syscall entry: one call at `slot`; the stack ends in the syscall (from the tracepoint's `id`).
-    Syscalls { slot: usize },
-    /// Entry of a probed function: one call at `slot`; the stack ends in the function's label.
-    Call { slot: usize, probe: usize },
-    /// A switch-out of a target thread: its blocked time (until it is switched in again, at least
-    /// `min_block_ns`) goes to `slot`; `state_offset` is where sched_switch's prev_state is.
-    OffCpu { slot: usize, state_offset: usize, min_block_ns: u64 },
-    /// Entry of an allocation function (every `period`-th call): count at `slot`, bytes at `slot + 1`
-    /// read from the size argument; the stack ends in the allocator's label.
-    Alloc { slot: usize, probe: usize, size: SizeArg, period: u64 },
-}
-
-/// Where an allocation function receives the requested size.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SizeArg {
-    /// The Nth integer argument of the SysV ABI (0: rdi, 1: rsi, 2: rdx).
-    Arg(u8),
-    /// calloc: count (rdi) times size (rsi).
-    Product,
-    /// Go's register ABI: the first argument is in rax (runtime.mallocgc).
-    GoFirst,
-}
-
-impl SizeArg {
-    /// How bpf/calls.bpf.c's `size_arg` map names it.
-    fn bpf_code(self) -> u32 {
-        match self {
-            SizeArg::Arg(n) => n.min(2) as u32,
-            SizeArg::Product => 3,
-            SizeArg::GoFirst => 4,
-        }
-    }
-
-    /// What a probe reading this argument and the return address needs kept intact at its site.
-    fn needs(self) -> Needs {
-        let args = match self {
-            SizeArg::Arg(0) => Args::RDI,
-            SizeArg::Arg(1) => Args::RSI,
-            SizeArg::Arg(_) => Args::RDX,
-            SizeArg::Product => Args::RDI.with(Args::RSI),
-            SizeArg::GoFirst => Args::RAX,
-        };
-        Needs { stack: StackNeed::Known, args, ..Needs::default() }
-    }
-
-    fn bytes(self, r: &crate::records::UserRegs) -> u64 {
-        match self {
-            SizeArg::Arg(0) => r.di,
-            SizeArg::Arg(1) => r.si,
-            SizeArg::Arg(_) => r.dx,
-            SizeArg::Product => r.di.saturating_mul(r.si),
-            SizeArg::GoFirst => r.ax,
-        }
-    }
+/// What a probe reading this size argument and the return address needs kept intact at its site.
+fn size_needs(size: SizeArg) -> Needs {
+    let args = match size {
+        SizeArg::Arg(0) => Args::RDI,
+        SizeArg::Arg(1) => Args::RSI,
+        SizeArg::Arg(_) => Args::RDX,
+        SizeArg::Product => Args::RDI.with(Args::RSI),
+        SizeArg::GoFirst => Args::RAX,
+    };
+    Needs { stack: StackNeed::Known, args, ..Needs::default() }
 }
 
 /// The allocation functions of the target, each with where its size argument is.
@@ -128,7 +68,7 @@ fn alloc_probes(t: &Target, notes: &mut Vec<String>) -> Result<Vec<(Probe, SizeA
     let size_of = |group: &str| table.iter().find(|(pat, _)| *pat == group).map(|(_, s)| *s);
     let modules = crate::calls::target_modules(t)?;
     let res = crate::calls::resolve(&modules, &patterns, |spec| {
-        size_of(&spec.group).map_or_else(Needs::default, SizeArg::needs)
+        size_of(&spec.group).map_or_else(Needs::default, size_needs)
     })?;
     notes.extend(res.notes);
     // The loader's own minimal malloc is not the program's allocator.
@@ -157,255 +97,28 @@ fn label_of(p: &Probe) -> (String, String) {
     (p.name.clone(), p.module.to_string_lossy().into_owned())
 }
 
-/// Offset of `long id` in the raw_syscalls:sys_enter record (after the 8 bytes of common fields; stable
-/// since the tracepoint exists).
-const SYS_ENTER_ID_OFFSET: usize = 8;
+/// The live host of the converter: files as the target sees them (containers, chroots), the vDSO from
+/// our own memory, processes from /proc.
+struct LiveHost;
 
-/// Everything learned from the records so far.
-struct Collector {
-    procs: HashMap<u32, Proc>,
-    images: HashMap<String, Option<Arc<ObjectImage>>>,
-    module_ids: HashMap<String, u32>,
-    raw: RawRecording,
-    /// What each event (index as in `Events::cfgs`) contributes to a sample's values.
-    streams: Vec<Stream>,
-    /// (name, module) of each probed function, for the labels of call stacks.
-    probe_names: Vec<(String, String)>,
-    /// The same for the allocation functions.
-    alloc_names: Vec<(String, String)>,
-    /// The off-CPU stream, when recording it, and the threads blocked now.
-    offcpu: Option<Stream>,
-    blocked: HashMap<u32, Blocked>,
-    samples: u64,
-    lost: u64,
-    bad_records: u64,
-    unwind: UnwindStats,
-    frames: Vec<u64>,
-}
-
-impl Collector {
-    fn image(&mut self, pid: u32, path: &str) -> Option<Arc<ObjectImage>> {
-        if let Some(img) = self.images.get(path) {
-            return img.clone();
+impl Host for LiveHost {
+    fn file(&self, pid: u32, path: &str) -> Option<Vec<u8>> {
+        if path == "[vdso]" {
+            return vdso_bytes();
         }
-        let bytes = if path == "[vdso]" {
-            vdso_bytes()
-        } else {
-            // Prefer the path as the process sees it (containers, chroots).
-            std::fs::read(format!("/proc/{pid}/root{path}")).or_else(|_| std::fs::read(path)).ok()
-        };
-        let img = bytes.and_then(|b| ObjectImage::parse(path, &b).ok()).map(Arc::new);
-        self.images.insert(path.to_string(), img.clone());
-        img
+        std::fs::read(format!("/proc/{pid}/root{path}")).or_else(|_| std::fs::read(path)).ok()
     }
 
-    fn module_id(&mut self, path: &str, build_id: &str) -> u32 {
-        if let Some(&id) = self.module_ids.get(path) {
-            return id;
-        }
-        let id = self.raw.modules.len() as u32;
-        let image = if path == "[vdso]" { vdso_bytes() } else { None };
-        self.raw.modules.push(RawModule { path: path.to_string(), build_id: build_id.to_string(), image });
-        self.module_ids.insert(path.to_string(), id);
-        id
+    fn process(&self, pid: u32) -> Option<ProcessInfo> {
+        let maps = target::exec_maps(pid).into_iter().map(|m| (m.start, m.end, m.pgoff, m.path)).collect();
+        let threads =
+            target::threads_of(pid).into_iter().filter_map(|t| Some((t, target::comm_of(pid, t)?))).collect();
+        Some(ProcessInfo { maps, threads })
     }
 
-    fn add_mapping(&mut self, pid: u32, start: u64, end: u64, pgoff: u64, path: &str) {
-        let path = path.strip_suffix(" (deleted)").unwrap_or(path);
-        if !(path.starts_with('/') || path == "[vdso]") {
-            return;
-        }
-        let image = self.image(pid, path);
-        let module = self.module_id(path, image.as_ref().map(|i| i.build_id.as_str()).unwrap_or(""));
-        let proc = self.procs.entry(pid).or_default();
-        proc.maps.retain(|m| m.1 <= start || end <= m.0);
-        proc.maps.push((start, end, pgoff, module));
-        if let Some(image) = image {
-            proc.unwinder.add_mapping(start, end, pgoff, image);
-        }
+    fn thread_name(&self, pid: u32, tid: u32) -> Option<String> {
+        target::comm_of(pid, tid)
     }
-
-    /// Learns a process that existed before the recording from /proc.
-    fn synthesize(&mut self, pid: u32) {
-        self.procs.entry(pid).or_default();
-        for m in target::exec_maps(pid) {
-            self.add_mapping(pid, m.start, m.end, m.pgoff, &m.path);
-        }
-        for tid in target::threads_of(pid) {
-            if let Some(name) = target::comm_of(pid, tid) {
-                self.raw.thread_names.insert((pid, tid), name);
-            }
-        }
-    }
-
-    fn handle(&mut self, t: Timed, ids: &HashMap<u64, usize>) {
-        match t.record {
-            Record::Sample(s) => {
-                if let Some(&stream) = ids.get(&s.id).and_then(|&k| self.streams.get(k)) {
-                    self.sample(s, stream, t.time)
-                }
-            }
-            Record::Switch { tid, out: false } => self.switched_in(tid, t.time),
-            Record::Switch { .. } => {}
-            Record::Mmap { pid, start, len, pgoff, exec, path } => {
-                if exec {
-                    self.add_mapping(pid, start, start + len, pgoff, &path);
-                }
-            }
-            Record::Comm { pid, tid, name, exec } => {
-                if exec {
-                    // A new program image: the old address space is gone.
-                    self.procs.insert(pid, Proc::default());
-                }
-                self.raw.thread_names.insert((pid, tid), name);
-            }
-            Record::Fork { pid, ppid, tid, ptid } => {
-                if pid != ppid && !self.procs.contains_key(&pid) {
-                    let child = self.procs.get(&ppid).map(Proc::fork).unwrap_or_default();
-                    self.procs.insert(pid, child);
-                }
-                if let Some(name) = self.raw.thread_names.get(&(ppid, ptid)).cloned() {
-                    self.raw.thread_names.entry((pid, tid)).or_insert(name);
-                }
-            }
-            Record::Other => {}
-            Record::Lost(n) => self.lost += n,
-        }
-    }
-
-    /// Exact per-call-site allocation counts as two-frame samples: the allocator, and the code that called
-    /// it (normalized with the mappings the run tracked, so exited processes resolve too).
-    fn add_alloc_sites(&mut self, sites: &[SiteCount]) {
-        let n = self.raw.sample_types.len();
-        let (Some(count), Some(bytes)) = (
-            self.raw.sample_types.iter().position(|t| t.name == "alloc-site-count"),
-            self.raw.sample_types.iter().position(|t| t.name == "alloc-site-bytes"),
-        ) else {
-            return;
-        };
-        for s in sites {
-            let Some((name, module)) = self.alloc_names.get(s.probe as usize).cloned() else { continue };
-            let label = RawFrame::Label(self.raw.label(&name, &module, FrameKind::User));
-            // A return address points after the call; step back into it.
-            let caller = match self.procs.get(&s.pid) {
-                Some(p) => p.normalize(s.ret.saturating_sub(1)),
-                None => RawFrame::Unmapped(s.ret),
-            };
-            let mut values = vec![0i64; n];
-            values[count] = s.calls as i64;
-            values[bytes] = s.bytes.min(i64::MAX as u64) as i64;
-            self.raw.add(vec![label, caller], RawThread { pid: s.pid, tid: s.pid }, &values);
-        }
-    }
-
-    /// A thread runs again: the time since it blocked is off-CPU time of the stack it blocked in.
-    fn switched_in(&mut self, tid: u32, time: u64) {
-        if let Some(b) = self.blocked.remove(&tid) {
-            self.add_blocked(b, time);
-        }
-    }
-
-    fn add_blocked(&mut self, b: Blocked, until: u64) {
-        let ns = until.saturating_sub(b.since);
-        if let (Some(Stream::OffCpu { slot, min_block_ns, .. }), true) = (self.offcpu, ns > 0) {
-            if ns >= min_block_ns {
-                let mut values = vec![0i64; self.raw.sample_types.len()];
-                values[slot] = ns as i64;
-                self.raw.add(b.stack, b.thread, &values);
-            }
-        }
-    }
-
-    /// Threads still blocked when the recording ends: blocked until the end.
-    fn finish_blocked(&mut self, end: u64) {
-        for (_, b) in std::mem::take(&mut self.blocked) {
-            self.add_blocked(b, end);
-        }
-    }
-
-    fn sample(&mut self, s: Sample, stream: Stream, time: u64) {
-        self.samples += 1;
-        self.raw
-            .thread_names
-            .entry((s.pid, s.tid))
-            .or_insert_with(|| target::comm_of(s.pid, s.tid).unwrap_or_default());
-        if !self.procs.contains_key(&s.pid) {
-            self.synthesize(s.pid);
-        }
-        let mut values = vec![0i64; self.raw.sample_types.len()];
-        // A probe at a function's entry: its first frame is the function itself, replaced by the label.
-        let mut skip_leaf = false;
-        let mut stack: Vec<RawFrame> = match stream {
-            Stream::Cpu { slot } => {
-                values[slot] = 1;
-                values[slot + 1] = s.period as i64;
-                s.kernel.iter().map(|&a| RawFrame::Kernel(a)).collect()
-            }
-            Stream::Syscalls { slot } => {
-                values[slot] = 1;
-                let nr = s.raw.get(SYS_ENTER_ID_OFFSET..SYS_ENTER_ID_OFFSET + 8);
-                let nr = nr.map_or(u64::MAX, |b| u64::from_ne_bytes(b.try_into().expect("8 bytes"))) as u32;
-                let name = syscall_name(nr).map_or_else(|| format!("syscall_{nr}"), str::to_string);
-                vec![RawFrame::Label(self.raw.label(&name, "[syscall]", FrameKind::Kernel))]
-            }
-            Stream::Call { slot, probe } => {
-                values[slot] = 1;
-                skip_leaf = true;
-                let (name, module) = &self.probe_names[probe];
-                vec![RawFrame::Label(self.raw.label(name, module, FrameKind::User))]
-            }
-            Stream::OffCpu { state_offset, .. } => {
-                let state = s.raw.get(state_offset..state_offset + 8);
-                let state = state.map_or(0, |b| u64::from_ne_bytes(b.try_into().expect("8 bytes")));
-                let mut stack: Vec<RawFrame> = Vec::new();
-                // TASK_RUNNING (0): preempted, so waiting for a CPU rather than blocked; marked as such so
-                // the wall view still adds up and the two can be told apart.
-                if state & 0xff == 0 {
-                    stack.push(RawFrame::Label(self.raw.label(
-                        whyslow_model::PREEMPTED_FRAME,
-                        "[sched]",
-                        FrameKind::Kernel,
-                    )));
-                }
-                stack.extend(s.kernel.iter().map(|&a| RawFrame::Kernel(a)));
-                stack
-            }
-            Stream::Alloc { slot, probe, size, period } => {
-                let bytes = s.regs.as_ref().map_or(0, |r| size.bytes(r));
-                values[slot] = period as i64;
-                values[slot + 1] = bytes.saturating_mul(period).min(i64::MAX as u64) as i64;
-                skip_leaf = true;
-                let (name, module) = &self.alloc_names[probe];
-                vec![RawFrame::Label(self.raw.label(name, module, FrameKind::User))]
-            }
-        };
-        if let Some(crate::records::UserRegs { bp, sp, ip, .. }) = s.regs {
-            let proc = self.procs.get_mut(&s.pid).expect("inserted above");
-            let outcome = proc.unwinder.unwind(Regs { ip, sp, bp }, &s.stack, &mut self.frames);
-            match outcome {
-                Outcome::Complete => self.unwind.complete += 1,
-                Outcome::Partial => self.unwind.partial += 1,
-            }
-            if self.frames.is_empty() {
-                self.frames.push(ip);
-            }
-            stack.extend(self.frames.iter().skip(skip_leaf as usize).map(|&a| proc.normalize(a)));
-        }
-        let thread = RawThread { pid: s.pid, tid: s.tid };
-        if matches!(stream, Stream::OffCpu { .. }) {
-            // Valued when the thread runs again.
-            self.blocked.insert(s.tid, Blocked { since: time, stack, thread });
-        } else {
-            self.raw.add(stack, thread, &values);
-        }
-    }
-}
-
-/// A thread that blocked and has not run since.
-struct Blocked {
-    since: u64,
-    stack: Vec<RawFrame>,
-    thread: RawThread,
 }
 
 fn vdso_bytes() -> Option<Vec<u8>> {
@@ -458,19 +171,15 @@ impl Events {
         }
     }
 
-    fn drain(&mut self, c: &mut Collector, buf: &mut Vec<u8>) {
+    fn drain(&mut self, c: &mut Converter<LiveHost>, buf: &mut Vec<u8>) {
         let mut batch: Vec<Timed> = Vec::new();
         for ring in &mut self.rings {
             ring.drain(buf, |rec| match records::decode(rec) {
                 Some(t) => batch.push(t),
-                None => c.bad_records += 1,
+                None => c.count_malformed(),
             });
         }
-        // Rings are per CPU; order by time so a mapping is known before the samples that use it.
-        batch.sort_by_key(|t| t.time);
-        for t in batch {
-            c.handle(t, &self.ids);
-        }
+        c.handle_batch(batch, &self.ids);
     }
 
     fn clock(&self) -> Option<Clock> {
@@ -607,32 +316,22 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
                 return Err(e);
             }
         };
-    let mut c = Collector {
-        procs: HashMap::new(),
-        images: HashMap::new(),
-        module_ids: HashMap::new(),
-        raw: RawRecording { sample_types, ..Default::default() },
-        streams,
-        probe_names: opts.calls.iter().flat_map(|c| &c.probes).map(label_of).collect(),
-        alloc_names: alloc.iter().map(|(p, _)| label_of(p)).collect(),
-        offcpu: None,
-        blocked: HashMap::new(),
-        samples: 0,
-        lost: 0,
-        bad_records: 0,
-        unwind: UnwindStats::default(),
-        frames: Vec::new(),
-    };
-    c.offcpu = c.streams.iter().copied().find(|s| matches!(s, Stream::OffCpu { .. }));
+    let alloc_names: Vec<(String, String)> = alloc.iter().map(|(p, _)| label_of(p)).collect();
+    let probe_names = opts.calls.iter().flat_map(|c| &c.probes).map(label_of).collect();
+    let mut c = Converter::new(LiveHost, sample_types, streams).with_labels(probe_names, alloc_names);
+    if alloc_sites.is_some() {
+        // Call sites are read from the kernel after the run, also of processes that exited by then.
+        c = c.retaining_exited();
+    }
     if gate.is_none() {
         for &p in &pids {
-            c.synthesize(p);
+            c.add_process(p);
         }
-    } else if c.streams.iter().any(|s| !matches!(s, Stream::Cpu { .. })) {
+    } else if c.streams().iter().any(|s| !matches!(s, Stream::Cpu { .. })) {
         // Event streams start with a burst (the loader, static constructors): have the unwind tables of
         // the command's files ready before it runs, so the first samples drain fast.
         for m in crate::calls::target_modules(&opts.target).unwrap_or_default() {
-            c.image(pids[0], &m.to_string_lossy());
+            c.preload(pids[0], &m.to_string_lossy());
         }
     }
     let start_unix_ns = std::time::SystemTime::now()
@@ -662,7 +361,8 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
             p.drain_events().iter().for_each(|e| observer.trace(e));
         }
         if last_progress.elapsed() >= Duration::from_millis(250) {
-            observer.progress(&Progress { elapsed: t0.elapsed(), samples: c.samples, lost: c.lost });
+            let n = c.counters();
+            observer.progress(&Progress { elapsed: t0.elapsed(), samples: n.samples, lost: n.lost });
             last_progress = Instant::now();
         }
         if let (Some(every), Some(p)) = (opts.interval, &probe) {
@@ -713,11 +413,13 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
         c.add_alloc_sites(&sites.site_counts());
         lost_events += sites.lost();
     }
-    add_wall(&mut c.raw);
+    let streams = c.streams().to_vec();
+    let (mut raw, counters) = c.finish();
+    add_wall(&mut raw);
     if let Some(p) = probe.take() {
         p.drain_events().iter().for_each(|e| observer.trace(e));
-        c.raw.syscalls = p.stats();
-        lost_events = p.lost();
+        raw.syscalls = p.stats();
+        lost_events += p.lost();
         // Dropping the probe detaches its programs.
     }
     if let Some(cp) = calls {
@@ -726,13 +428,13 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
         for i in 0..probes.len() as u32 {
             if !counts.iter().any(|n| n.probe == i) {
                 counts.push(CallCount {
-                    pid: c.raw.meta.target_pids.first().copied().unwrap_or(0),
+                    pid: pids.first().copied().unwrap_or(0),
                     probe: i,
                     ..Default::default()
                 });
             }
         }
-        c.raw.calls = counts
+        raw.calls = counts
             .into_iter()
             .filter_map(|n| {
                 let p = probes.get(n.probe as usize)?;
@@ -754,13 +456,13 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
     }
     // What produced the samples and counters, e.g. "cpu-clock + uprobes".
     let mut sources: Vec<&str> = ev.clock().map(Clock::name).into_iter().collect();
-    if c.streams.iter().any(|s| matches!(s, Stream::Syscalls { .. })) {
+    if streams.iter().any(|s| matches!(s, Stream::Syscalls { .. })) {
         sources.push("raw_syscalls:sys_enter");
     }
-    if c.streams.iter().any(|s| matches!(s, Stream::OffCpu { .. })) {
+    if streams.iter().any(|s| matches!(s, Stream::OffCpu { .. })) {
         sources.push("sched:sched_switch");
     }
-    if c.streams.iter().any(|s| matches!(s, Stream::Call { .. } | Stream::Alloc { .. })) {
+    if streams.iter().any(|s| matches!(s, Stream::Call { .. } | Stream::Alloc { .. })) {
         sources.push("uprobes");
     }
     if opts.syscalls.is_some() {
@@ -776,11 +478,11 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
             exit_code = Some(stop_launched(g.pid));
         }
     }
-    observer.progress(&Progress { elapsed: duration, samples: c.samples, lost: c.lost });
-    if c.bad_records > 0 {
-        notes.push(format!("{} malformed records skipped", c.bad_records));
+    observer.progress(&Progress { elapsed: duration, samples: counters.samples, lost: counters.lost });
+    if counters.malformed > 0 {
+        notes.push(format!("{} malformed records skipped", counters.malformed));
     }
-    c.raw.meta = Metadata {
+    raw.meta = Metadata {
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
         command,
         target_pids: pids,
@@ -788,9 +490,9 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
         frequency_hz: if opts.cpu { opts.frequency } else { 0 },
         start_unix_ns,
         duration_ns: duration.as_nanos() as u64,
-        lost_samples: c.lost,
+        lost_samples: counters.lost,
         lost_events,
-        unwind: c.unwind,
+        unwind: counters.unwind,
         exit_code,
         killed,
         hostname: read_trim("/proc/sys/kernel/hostname"),
@@ -798,7 +500,7 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
         notes,
         calls_duration_ns: 0,
     };
-    Ok(c.raw)
+    Ok(raw)
 }
 
 /// With on-CPU time in ns and off-CPU time, adds `wall`: their sum per sample, so running and blocked
@@ -950,7 +652,7 @@ fn start_sources<'obj>(
     let mut alloc_sites = match &opts.alloc {
         Some(_) => {
             let codes: Vec<(u32, u32)> =
-                alloc.iter().map(|(p, s)| (s.bpf_code(), p.site.stack_delta)).collect();
+                alloc.iter().map(|(p, s)| (bpf_size_code(*s), p.site.stack_delta)).collect();
             let mut p = CallProbe::load(&mut objects.alloc, false, false, Some(&codes))?;
             let probes: Vec<Probe> = alloc.iter().map(|(p, _)| p.clone()).collect();
             for &pid in pids {

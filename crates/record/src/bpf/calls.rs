@@ -27,15 +27,7 @@ pub struct CallCount {
     pub timed: u64,
 }
 
-/// Calls and requested bytes of one probe from one call site (return address) in one process.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SiteCount {
-    pub pid: u32,
-    pub probe: u32,
-    pub ret: u64,
-    pub calls: u64,
-    pub bytes: u64,
-}
+pub use whyslow_convert::SiteCount;
 
 /// Loaded call counters; the links detach when dropped.
 pub struct CallProbe<'obj> {

@@ -5,7 +5,7 @@ mod calls;
 mod exits;
 mod syscalls;
 
-pub use calls::{CallCount, CallProbe, SiteCount};
+pub use calls::{CallCount, CallProbe};
 pub use exits::ExitWatch;
 pub use syscalls::{syscall_numbers, SyscallProbe};
 

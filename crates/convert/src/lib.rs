@@ -1,0 +1,469 @@
+//! The converter: a state machine fed perf records (mmap, comm, fork, exit, sample, switch, lost) that
+//! keeps each process's mappings and unwinder, unwinds every sample's user stack and normalizes each
+//! address to (module, file offset) while the mapping is known, and emits [`RawRecording`]s.
+//!
+//! Live recording and perf.data import feed the same converter, so everything downstream cannot tell
+//! them apart. It makes no syscalls: file bytes and facts about processes that existed before the
+//! records began come through a [`Host`]. Its state stays bounded over a long run: a process that exits
+//! is forgotten once its records are handled, and [`Converter::cut`] hands over the samples of a window.
+
+pub mod records;
+
+use records::{Record, Sample, Timed, UserRegs};
+use std::collections::HashMap;
+use std::sync::Arc;
+use whyslow_model::raw::{RawFrame, RawModule, RawRecording, RawThread};
+use whyslow_model::syscalls::syscall_name;
+use whyslow_model::{sample_types as st, FrameKind, SampleType, UnwindStats};
+use whyslow_unwind::{ObjectImage, Outcome, ProcessUnwinder, Regs};
+
+/// What the converter cannot know from records alone.
+pub trait Host {
+    /// The bytes of the file at `path` as process `pid` sees it (`[vdso]`: the vDSO image), or None.
+    fn file(&self, pid: u32, path: &str) -> Option<Vec<u8>>;
+    /// A process the records have not described (it existed before they began): its executable file
+    /// mappings and thread names. None where nothing is known (an imported file's host).
+    fn process(&self, pid: u32) -> Option<ProcessInfo>;
+    /// The name of a thread no record named.
+    fn thread_name(&self, pid: u32, tid: u32) -> Option<String>;
+}
+
+/// A process as a host sees it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProcessInfo {
+    /// Executable mappings: (start, end, file offset, path).
+    pub maps: Vec<(u64, u64, u64, String)>,
+    /// (tid, name) of each thread.
+    pub threads: Vec<(u32, String)>,
+}
+
+/// What samples of one event mean.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    /// On-CPU: a sample count at `slot` and the period (ns or cycles) at `slot + 1`.
+    Cpu { slot: usize },
+    /// A syscall entry: one call at `slot`; the stack ends in the syscall (from the tracepoint's `id`).
+    Syscalls { slot: usize },
+    /// Entry of a probed function: one call at `slot`; the stack ends in the function's label.
+    Call { slot: usize, probe: usize },
+    /// A switch-out of a target thread: its blocked time (until it is switched in again, at least
+    /// `min_block_ns`) goes to `slot`; `state_offset` is where sched_switch's prev_state is.
+    OffCpu { slot: usize, state_offset: usize, min_block_ns: u64 },
+    /// Entry of an allocation function (every `period`-th call): count at `slot`, bytes at `slot + 1`
+    /// read from the size argument; the stack ends in the allocator's label.
+    Alloc { slot: usize, probe: usize, size: SizeArg, period: u64 },
+}
+
+/// Where an allocation function receives the requested size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SizeArg {
+    /// The Nth integer argument of the SysV ABI (0: rdi, 1: rsi, 2: rdx).
+    Arg(u8),
+    /// calloc: count (rdi) times size (rsi).
+    Product,
+    /// Go's register ABI: the first argument is in rax (runtime.mallocgc).
+    GoFirst,
+}
+
+impl SizeArg {
+    pub fn bytes(self, r: &UserRegs) -> u64 {
+        match self {
+            SizeArg::Arg(0) => r.di,
+            SizeArg::Arg(1) => r.si,
+            SizeArg::Arg(_) => r.dx,
+            SizeArg::Product => r.di.saturating_mul(r.si),
+            SizeArg::GoFirst => r.ax,
+        }
+    }
+}
+
+/// Calls and requested bytes of one allocation function from one call site (return address), counted
+/// in the kernel.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SiteCount {
+    pub pid: u32,
+    pub probe: u32,
+    pub ret: u64,
+    pub calls: u64,
+    pub bytes: u64,
+}
+
+/// Offset of `long id` in the raw_syscalls:sys_enter record (after the 8 bytes of common fields; stable
+/// since the tracepoint exists).
+const SYS_ENTER_ID_OFFSET: usize = 8;
+
+/// Counters of what the converter saw and could not use.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub samples: u64,
+    /// Records the kernel reported lost.
+    pub lost: u64,
+    /// Records the source could not decode.
+    pub malformed: u64,
+    pub unwind: UnwindStats,
+}
+
+/// A process: its executable mappings and an unwinder over them.
+#[derive(Default)]
+struct Proc {
+    maps: Vec<(u64, u64, u64, u32)>, // start, end, pgoff, module
+    unwinder: ProcessUnwinder,
+}
+
+impl Proc {
+    fn fork(&self) -> Proc {
+        Proc { maps: self.maps.clone(), unwinder: self.unwinder.fork() }
+    }
+
+    fn normalize(&self, addr: u64) -> RawFrame {
+        match self.maps.iter().find(|m| m.0 <= addr && addr < m.1) {
+            Some(&(start, _, pgoff, module)) => RawFrame::User { module, offset: addr - start + pgoff },
+            None => RawFrame::Unmapped(addr),
+        }
+    }
+}
+
+/// A thread that blocked and has not run since.
+struct Blocked {
+    since: u64,
+    stack: Vec<RawFrame>,
+    thread: RawThread,
+}
+
+/// The converter. See the module documentation.
+pub struct Converter<H: Host> {
+    host: H,
+    procs: HashMap<u32, Proc>,
+    images: HashMap<String, Option<Arc<ObjectImage>>>,
+    module_ids: HashMap<String, u32>,
+    raw: RawRecording,
+    /// What each event (by index) contributes to a sample's values.
+    streams: Vec<Stream>,
+    /// (name, module) of each probed function and of each allocation function, for stack labels.
+    probe_names: Vec<(String, String)>,
+    alloc_names: Vec<(String, String)>,
+    offcpu: Option<Stream>,
+    blocked: HashMap<u32, Blocked>,
+    /// Keep the state of exited processes (their mappings are needed after the run).
+    retain_exited: bool,
+    counters: Counters,
+    frames: Vec<u64>,
+}
+
+impl<H: Host> Converter<H> {
+    /// A converter whose samples have `sample_types`; event `k` of the source means `streams[k]`.
+    pub fn new(host: H, sample_types: Vec<SampleType>, streams: Vec<Stream>) -> Self {
+        let offcpu = streams.iter().copied().find(|s| matches!(s, Stream::OffCpu { .. }));
+        Converter {
+            host,
+            procs: HashMap::new(),
+            images: HashMap::new(),
+            module_ids: HashMap::new(),
+            raw: RawRecording { sample_types, ..Default::default() },
+            streams,
+            probe_names: Vec::new(),
+            alloc_names: Vec::new(),
+            offcpu,
+            blocked: HashMap::new(),
+            retain_exited: false,
+            counters: Counters::default(),
+            frames: Vec::new(),
+        }
+    }
+
+    /// Names of the probed functions (`Stream::Call`) and allocation functions (`Stream::Alloc`): the
+    /// labels their stacks end in.
+    pub fn with_labels(mut self, probes: Vec<(String, String)>, allocs: Vec<(String, String)>) -> Self {
+        self.probe_names = probes;
+        self.alloc_names = allocs;
+        self
+    }
+
+    /// Keep the mappings of processes that exit, for [`Converter::add_alloc_sites`] after the run.
+    pub fn retaining_exited(mut self) -> Self {
+        self.retain_exited = true;
+        self
+    }
+
+    pub fn streams(&self) -> &[Stream] {
+        &self.streams
+    }
+
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    /// Processes whose state is held (for bounded-memory checks).
+    pub fn live_processes(&self) -> usize {
+        self.procs.len()
+    }
+
+    /// A record the source could not decode.
+    pub fn count_malformed(&mut self) {
+        self.counters.malformed += 1;
+    }
+
+    /// Reads and parses the unwind tables of a file ahead of its first samples.
+    pub fn preload(&mut self, pid: u32, path: &str) {
+        self.image(pid, path);
+    }
+
+    fn image(&mut self, pid: u32, path: &str) -> Option<Arc<ObjectImage>> {
+        if let Some(img) = self.images.get(path) {
+            return img.clone();
+        }
+        let img = self.host.file(pid, path).and_then(|b| ObjectImage::parse(path, &b).ok()).map(Arc::new);
+        self.images.insert(path.to_string(), img.clone());
+        img
+    }
+
+    fn module_id(&mut self, pid: u32, path: &str, build_id: &str) -> u32 {
+        if let Some(&id) = self.module_ids.get(path) {
+            return id;
+        }
+        let id = self.raw.modules.len() as u32;
+        // The vDSO has no file to read when symbolizing: keep its bytes.
+        let image = if path == "[vdso]" { self.host.file(pid, path) } else { None };
+        self.raw.modules.push(RawModule { path: path.to_string(), build_id: build_id.to_string(), image });
+        self.module_ids.insert(path.to_string(), id);
+        id
+    }
+
+    fn add_mapping(&mut self, pid: u32, start: u64, end: u64, pgoff: u64, path: &str) {
+        let path = path.strip_suffix(" (deleted)").unwrap_or(path);
+        // perf names anonymous executable memory (JIT code) "//anon": no file to read.
+        if path.starts_with("//") || !(path.starts_with('/') || path == "[vdso]") {
+            return;
+        }
+        let image = self.image(pid, path);
+        let module = self.module_id(pid, path, image.as_ref().map(|i| i.build_id.as_str()).unwrap_or(""));
+        let proc = self.procs.entry(pid).or_default();
+        proc.maps.retain(|m| m.1 <= start || end <= m.0);
+        proc.maps.push((start, end, pgoff, module));
+        if let Some(image) = image {
+            proc.unwinder.add_mapping(start, end, pgoff, image);
+        }
+    }
+
+    /// Learns a process that existed before the records began from the host.
+    pub fn add_process(&mut self, pid: u32) {
+        self.procs.entry(pid).or_default();
+        let Some(info) = self.host.process(pid) else { return };
+        for (start, end, pgoff, path) in &info.maps {
+            self.add_mapping(pid, *start, *end, *pgoff, path);
+        }
+        for (tid, name) in info.threads {
+            self.raw.thread_names.insert((pid, tid), name);
+        }
+    }
+
+    /// Handles records from several rings: in time order, so a mapping is known before the samples
+    /// that use it. `ids` maps a sample's event id to its stream index.
+    pub fn handle_batch(&mut self, mut batch: Vec<Timed>, ids: &HashMap<u64, usize>) {
+        batch.sort_by_key(|t| t.time);
+        for t in batch {
+            self.handle(t, ids);
+        }
+    }
+
+    pub fn handle(&mut self, t: Timed, ids: &HashMap<u64, usize>) {
+        match t.record {
+            Record::Sample(s) => {
+                if let Some(&stream) = ids.get(&s.id).and_then(|&k| self.streams.get(k)) {
+                    self.sample(s, stream, t.time)
+                }
+            }
+            Record::Switch { tid, out: false } => self.switched_in(tid, t.time),
+            Record::Switch { .. } | Record::Other => {}
+            Record::Mmap { pid, start, len, pgoff, exec, path } => {
+                if exec {
+                    self.add_mapping(pid, start, start + len, pgoff, &path);
+                }
+            }
+            Record::Comm { pid, tid, name, exec } => {
+                if exec {
+                    // A new program image: the old address space is gone.
+                    self.procs.insert(pid, Proc::default());
+                }
+                self.raw.thread_names.insert((pid, tid), name);
+            }
+            Record::Fork { pid, ppid, tid, ptid } => {
+                if pid != ppid && !self.procs.contains_key(&pid) {
+                    let child = self.procs.get(&ppid).map(Proc::fork).unwrap_or_default();
+                    self.procs.insert(pid, child);
+                }
+                if let Some(name) = self.raw.thread_names.get(&(ppid, ptid)).cloned() {
+                    self.raw.thread_names.entry((pid, tid)).or_insert(name);
+                }
+            }
+            Record::Exit { pid, tid } => {
+                // A thread that ends while blocked was blocked until then.
+                if let Some(b) = self.blocked.remove(&tid) {
+                    self.add_blocked(b, t.time);
+                }
+                if pid == tid && !self.retain_exited {
+                    self.procs.remove(&pid);
+                }
+            }
+            Record::Lost(n) => self.counters.lost += n,
+        }
+    }
+
+    /// Exact per-call-site allocation counts as two-frame samples: the allocator, and the code that called
+    /// it (normalized with the mappings the run tracked, so exited processes resolve too).
+    pub fn add_alloc_sites(&mut self, sites: &[SiteCount]) {
+        let n = self.raw.sample_types.len();
+        let (Some(count), Some(bytes)) = (
+            self.raw.sample_types.iter().position(|t| t.name == st::ALLOC_SITE_COUNT),
+            self.raw.sample_types.iter().position(|t| t.name == st::ALLOC_SITE_BYTES),
+        ) else {
+            return;
+        };
+        for s in sites {
+            let Some((name, module)) = self.alloc_names.get(s.probe as usize).cloned() else { continue };
+            let label = RawFrame::Label(self.raw.label(&name, &module, FrameKind::User));
+            // A return address points after the call; step back into it.
+            let caller = match self.procs.get(&s.pid) {
+                Some(p) => p.normalize(s.ret.saturating_sub(1)),
+                None => RawFrame::Unmapped(s.ret),
+            };
+            let mut values = vec![0i64; n];
+            values[count] = s.calls as i64;
+            values[bytes] = s.bytes.min(i64::MAX as u64) as i64;
+            self.raw.add(vec![label, caller], RawThread { pid: s.pid, tid: s.pid }, &values);
+        }
+    }
+
+    /// A thread runs again: the time since it blocked is off-CPU time of the stack it blocked in.
+    fn switched_in(&mut self, tid: u32, time: u64) {
+        if let Some(b) = self.blocked.remove(&tid) {
+            self.add_blocked(b, time);
+        }
+    }
+
+    fn add_blocked(&mut self, b: Blocked, until: u64) {
+        let ns = until.saturating_sub(b.since);
+        if let (Some(Stream::OffCpu { slot, min_block_ns, .. }), true) = (self.offcpu, ns > 0) {
+            if ns >= min_block_ns {
+                let mut values = vec![0i64; self.raw.sample_types.len()];
+                values[slot] = ns as i64;
+                self.raw.add(b.stack, b.thread, &values);
+            }
+        }
+    }
+
+    /// Values the threads still blocked at `end` with their time so far.
+    pub fn finish_blocked(&mut self, end: u64) {
+        let blocked: Vec<Blocked> = self.blocked.drain().map(|(_, b)| b).collect();
+        for b in blocked {
+            self.add_blocked(b, end);
+        }
+    }
+
+    fn sample(&mut self, s: Sample, stream: Stream, time: u64) {
+        self.counters.samples += 1;
+        if !self.procs.contains_key(&s.pid) {
+            self.add_process(s.pid);
+        }
+        if !self.raw.thread_names.contains_key(&(s.pid, s.tid)) {
+            let name = self.host.thread_name(s.pid, s.tid).unwrap_or_default();
+            self.raw.thread_names.insert((s.pid, s.tid), name);
+        }
+        let mut values = vec![0i64; self.raw.sample_types.len()];
+        // A probe in a function: its first frame is the function itself, replaced by the label.
+        let mut skip_leaf = false;
+        let mut stack: Vec<RawFrame> = match stream {
+            Stream::Cpu { slot } => {
+                values[slot] = 1;
+                values[slot + 1] = s.period as i64;
+                s.kernel.iter().map(|&a| RawFrame::Kernel(a)).collect()
+            }
+            Stream::Syscalls { slot } => {
+                values[slot] = 1;
+                let nr = s.raw.get(SYS_ENTER_ID_OFFSET..SYS_ENTER_ID_OFFSET + 8);
+                let nr = nr.map_or(u64::MAX, |b| u64::from_ne_bytes(b.try_into().expect("8 bytes"))) as u32;
+                let name = syscall_name(nr).map_or_else(|| format!("syscall_{nr}"), str::to_string);
+                vec![RawFrame::Label(self.raw.label(&name, "[syscall]", FrameKind::Kernel))]
+            }
+            Stream::Call { slot, probe } => {
+                values[slot] = 1;
+                skip_leaf = true;
+                let (name, module) = self.probe_names.get(probe).cloned().unwrap_or_default();
+                vec![RawFrame::Label(self.raw.label(&name, &module, FrameKind::User))]
+            }
+            Stream::OffCpu { state_offset, .. } => {
+                let state = s.raw.get(state_offset..state_offset + 8);
+                let state = state.map_or(0, |b| u64::from_ne_bytes(b.try_into().expect("8 bytes")));
+                let mut stack: Vec<RawFrame> = Vec::new();
+                // TASK_RUNNING (0): preempted, so waiting for a CPU rather than blocked; marked as such so
+                // the wall view still adds up and the two can be told apart.
+                if state & 0xff == 0 {
+                    stack.push(RawFrame::Label(self.raw.label(
+                        whyslow_model::PREEMPTED_FRAME,
+                        "[sched]",
+                        FrameKind::Kernel,
+                    )));
+                }
+                stack.extend(s.kernel.iter().map(|&a| RawFrame::Kernel(a)));
+                stack
+            }
+            Stream::Alloc { slot, probe, size, period } => {
+                let bytes = s.regs.as_ref().map_or(0, |r| size.bytes(r));
+                values[slot] = period as i64;
+                values[slot + 1] = bytes.saturating_mul(period).min(i64::MAX as u64) as i64;
+                skip_leaf = true;
+                let (name, module) = self.alloc_names.get(probe).cloned().unwrap_or_default();
+                vec![RawFrame::Label(self.raw.label(&name, &module, FrameKind::User))]
+            }
+        };
+        if let Some(UserRegs { bp, sp, ip, .. }) = s.regs {
+            let proc = self.procs.get_mut(&s.pid).expect("inserted above");
+            let outcome = proc.unwinder.unwind(Regs { ip, sp, bp }, &s.stack, &mut self.frames);
+            match outcome {
+                Outcome::Complete => self.counters.unwind.complete += 1,
+                Outcome::Partial => self.counters.unwind.partial += 1,
+            }
+            if self.frames.is_empty() {
+                self.frames.push(ip);
+            }
+            stack.extend(self.frames.iter().skip(skip_leaf as usize).map(|&a| proc.normalize(a)));
+        }
+        let thread = RawThread { pid: s.pid, tid: s.tid };
+        if matches!(stream, Stream::OffCpu { .. }) {
+            // Valued when the thread runs again.
+            self.blocked.insert(s.tid, Blocked { since: time, stack, thread });
+        } else {
+            self.raw.add(stack, thread, &values);
+        }
+    }
+
+    /// The samples so far, as one window: modules, labels and thread names carry over, so the next
+    /// window's frames mean the same; the converter's process state is kept.
+    pub fn cut(&mut self) -> RawRecording {
+        let window = RawRecording {
+            sample_types: self.raw.sample_types.clone(),
+            modules: self.raw.modules.clone(),
+            thread_names: self.raw.thread_names.clone(),
+            samples: std::mem::take(&mut self.raw.samples),
+            labels: self.raw.labels.clone(),
+            ..Default::default()
+        };
+        // Threads of processes that are gone are not named again.
+        let live: std::collections::HashSet<u32> = self.procs.keys().copied().collect();
+        self.raw.thread_names.retain(|(pid, _), _| live.contains(pid));
+        window
+    }
+
+    /// Everything recorded; the counters say what was lost or malformed.
+    pub fn finish(self) -> (RawRecording, Counters) {
+        (self.raw, self.counters)
+    }
+
+    /// The recording being built (counter tables and metadata are the source's to fill).
+    pub fn raw_mut(&mut self) -> &mut RawRecording {
+        &mut self.raw
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,77 @@
+//! The records a converter is fed: what perf_event rings (and perf.data files) describe, decoded into
+//! owned values by the source that read them.
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    Sample(Sample),
+    Mmap {
+        pid: u32,
+        start: u64,
+        len: u64,
+        pgoff: u64,
+        exec: bool,
+        path: String,
+    },
+    /// A thread's name; `exec` when it comes from an exec (a new program image).
+    Comm {
+        pid: u32,
+        tid: u32,
+        name: String,
+        exec: bool,
+    },
+    Fork {
+        pid: u32,
+        ppid: u32,
+        tid: u32,
+        ptid: u32,
+    },
+    /// A thread ended; the process ended when `pid == tid`.
+    Exit {
+        pid: u32,
+        tid: u32,
+    },
+    /// A traced thread was switched out (`out`) or back in.
+    Switch {
+        tid: u32,
+        out: bool,
+    },
+    /// Records the kernel dropped.
+    Lost(u64),
+    Other,
+}
+
+/// The user registers a sample carries (perf's REGS_USER AX DX SI DI BP SP IP).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UserRegs {
+    pub ax: u64,
+    pub dx: u64,
+    pub si: u64,
+    pub di: u64,
+    pub bp: u64,
+    pub sp: u64,
+    pub ip: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sample {
+    pub pid: u32,
+    pub tid: u32,
+    /// Which event (of the parent, for inherited copies) produced it.
+    pub id: u64,
+    pub period: u64,
+    /// Kernel frames, innermost first (context markers removed).
+    pub kernel: Vec<u64>,
+    /// User registers at the time of the sample (absent for kernel threads).
+    pub regs: Option<UserRegs>,
+    /// The copied user stack, starting at SP.
+    pub stack: Vec<u8>,
+    /// Tracepoint fields (empty for other events).
+    pub raw: Vec<u8>,
+}
+
+/// A record with the time it happened (ns, one clock for all sources) for ordering across rings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Timed {
+    pub time: u64,
+    pub record: Record,
+}

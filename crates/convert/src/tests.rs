@@ -1,0 +1,251 @@
+//! The converter fed synthetic records: no kernel, no processes.
+
+use super::*;
+use std::cell::RefCell;
+use std::rc::Rc;
+
+/// A host that knows one file by path and nothing about processes.
+#[derive(Clone, Default)]
+struct FakeHost {
+    files: HashMap<String, Vec<u8>>,
+    asked: Rc<RefCell<Vec<String>>>,
+}
+
+impl Host for FakeHost {
+    fn file(&self, _pid: u32, path: &str) -> Option<Vec<u8>> {
+        self.asked.borrow_mut().push(path.to_string());
+        self.files.get(path).cloned()
+    }
+    fn process(&self, _pid: u32) -> Option<ProcessInfo> {
+        None
+    }
+    fn thread_name(&self, _pid: u32, _tid: u32) -> Option<String> {
+        None
+    }
+}
+
+const EXE: &str = "/usr/bin/app";
+const LIB: &str = "/usr/lib/libx.so";
+
+fn converter() -> Converter<FakeHost> {
+    let types = vec![
+        SampleType { name: st::CPU.into(), unit: "samples".into() },
+        SampleType { name: st::CPU_NS.into(), unit: "nanoseconds".into() },
+        SampleType { name: st::OFFCPU.into(), unit: "nanoseconds".into() },
+    ];
+    let streams = vec![Stream::Cpu { slot: 0 }, Stream::OffCpu { slot: 2, state_offset: 0, min_block_ns: 0 }];
+    Converter::new(FakeHost::default(), types, streams)
+}
+
+/// Event ids: 1 is the CPU stream, 2 the off-CPU stream.
+fn ids() -> HashMap<u64, usize> {
+    HashMap::from([(1, 0), (2, 1)])
+}
+
+fn at(time: u64, record: Record) -> Timed {
+    Timed { time, record }
+}
+
+fn mmap(pid: u32, start: u64, path: &str) -> Record {
+    Record::Mmap { pid, start, len: 0x1000, pgoff: 0x2000, exec: true, path: path.into() }
+}
+
+fn sample(id: u64, pid: u32, tid: u32, ip: u64) -> Record {
+    let regs = UserRegs { ip, sp: 0x7ff0, ..Default::default() };
+    Record::Sample(Sample {
+        pid,
+        tid,
+        id,
+        period: 1000,
+        kernel: vec![],
+        regs: Some(regs),
+        stack: vec![],
+        raw: vec![],
+    })
+}
+
+/// The leaf frames of every sample, as (pid, tid, module path or "?", offset) with its cpu count.
+fn leaves(raw: &RawRecording) -> Vec<(u32, u32, String, u64, i64)> {
+    let mut v: Vec<_> = raw
+        .samples
+        .iter()
+        .map(|((stack, t), values)| {
+            let (m, off) = match stack.first() {
+                Some(RawFrame::User { module, offset }) => {
+                    (raw.modules[*module as usize].path.clone(), *offset)
+                }
+                Some(RawFrame::Unmapped(a)) => ("?".to_string(), *a),
+                other => panic!("unexpected leaf {other:?}"),
+            };
+            (t.pid, t.tid, m, off, values[0])
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn samples_normalize_through_the_mappings_of_their_process() {
+    let mut c = converter();
+    c.handle_batch(
+        vec![
+            at(1, mmap(10, 0x40_0000, EXE)),
+            at(2, sample(1, 10, 10, 0x40_0010)),
+            at(3, sample(1, 10, 11, 0x9999)),
+        ],
+        &ids(),
+    );
+    let (raw, n) = c.finish();
+    assert_eq!(
+        leaves(&raw),
+        vec![(10, 10, EXE.to_string(), 0x2010, 1), (10, 11, "?".to_string(), 0x9999, 1)],
+        "file offset = ip - start + pgoff; an address in no mapping stays visible"
+    );
+    assert_eq!(n.samples, 2);
+}
+
+#[test]
+fn out_of_order_records_of_a_batch_are_handled_in_time_order() {
+    let mut c = converter();
+    // The sample is read from one CPU's ring before the mmap from another: by time the mmap comes first.
+    c.handle_batch(vec![at(5, sample(1, 10, 10, 0x40_0010)), at(1, mmap(10, 0x40_0000, EXE))], &ids());
+    let (raw, _) = c.finish();
+    assert_eq!(leaves(&raw)[0].2, EXE);
+}
+
+#[test]
+fn a_forked_child_inherits_mappings_and_an_exec_replaces_them() {
+    let mut c = converter();
+    let ids = ids();
+    c.handle(at(1, mmap(10, 0x40_0000, EXE)), &ids);
+    c.handle(at(2, Record::Comm { pid: 10, tid: 10, name: "app".into(), exec: false }), &ids);
+    c.handle(at(3, Record::Fork { pid: 20, ppid: 10, tid: 20, ptid: 10 }), &ids);
+    c.handle(at(4, sample(1, 20, 20, 0x40_0010)), &ids);
+    // The child execs another program: the old address space is gone, the new name replaces the old.
+    c.handle(at(5, Record::Comm { pid: 20, tid: 20, name: "other".into(), exec: true }), &ids);
+    c.handle(at(6, sample(1, 20, 20, 0x40_0020)), &ids);
+    c.handle(at(7, mmap(20, 0x40_0000, LIB)), &ids);
+    c.handle(at(8, sample(1, 20, 20, 0x40_0030)), &ids);
+    let (raw, _) = c.finish();
+    assert_eq!(
+        leaves(&raw),
+        vec![
+            (20, 20, LIB.to_string(), 0x2030, 1),
+            (20, 20, EXE.to_string(), 0x2010, 1),
+            (20, 20, "?".to_string(), 0x40_0020, 1),
+        ]
+        .into_iter()
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect::<Vec<_>>()
+    );
+    assert_eq!(raw.thread_names[&(20, 20)], "other", "the exec's comm");
+    assert_eq!(raw.thread_names[&(10, 10)], "app");
+}
+
+#[test]
+fn a_library_mapped_later_resolves_from_then_on_and_files_are_read_once() {
+    let mut c = converter();
+    let asked = c.host.asked.clone();
+    let ids = ids();
+    c.handle(at(1, mmap(10, 0x40_0000, EXE)), &ids);
+    c.handle(at(2, sample(1, 10, 10, 0x7f00_0010)), &ids);
+    c.handle(at(3, mmap(10, 0x7f00_0000, LIB)), &ids);
+    c.handle(at(4, sample(1, 10, 10, 0x7f00_0010)), &ids);
+    c.handle(at(5, mmap(11, 0x7f00_0000, LIB)), &ids); // another process maps the same file
+    let (raw, _) = c.finish();
+    let l = leaves(&raw);
+    assert!(
+        l.contains(&(10, 10, "?".into(), 0x7f00_0010, 1)) && l.contains(&(10, 10, LIB.into(), 0x2010, 1)),
+        "{l:?}"
+    );
+    assert_eq!(*asked.borrow(), vec![EXE.to_string(), LIB.to_string()], "each file read once");
+    // Anonymous and data mappings are no modules.
+    let mut c = converter();
+    c.handle(at(1, mmap(10, 0x1000, "//anon")), &ids);
+    c.handle(
+        at(1, Record::Mmap { pid: 10, start: 0x5000, len: 0x1000, pgoff: 0, exec: false, path: EXE.into() }),
+        &ids,
+    );
+    assert_eq!(c.finish().0.modules.len(), 0);
+}
+
+#[test]
+fn blocked_time_runs_from_switch_out_to_switch_in_or_thread_exit() {
+    let mut c = converter();
+    let ids = ids();
+    c.handle(at(100, mmap(10, 0x40_0000, EXE)), &ids);
+    // state 1 (TASK_INTERRUPTIBLE) at offset 0: blocked.
+    let off = |tid: u32| {
+        let mut s = match sample(2, 10, tid, 0x40_0010) {
+            Record::Sample(s) => s,
+            _ => unreachable!(),
+        };
+        s.raw = 1u64.to_ne_bytes().to_vec();
+        Record::Sample(s)
+    };
+    c.handle(at(1_000, off(10)), &ids);
+    c.handle(at(1_500, Record::Switch { tid: 10, out: false }), &ids);
+    c.handle(at(2_000, off(11)), &ids);
+    c.handle(at(2_700, Record::Exit { pid: 10, tid: 11 }), &ids);
+    c.handle(at(3_000, off(12)), &ids);
+    c.finish_blocked(3_250);
+    let (raw, _) = c.finish();
+    let mut blocked: Vec<(u32, i64)> = raw.samples.iter().map(|((_, t), v)| (t.tid, v[2])).collect();
+    blocked.sort();
+    assert_eq!(blocked, vec![(10, 500), (11, 700), (12, 250)]);
+}
+
+#[test]
+fn lost_and_malformed_records_are_counted() {
+    let mut c = converter();
+    c.handle(at(1, Record::Lost(7)), &ids());
+    c.handle(at(2, Record::Lost(3)), &ids());
+    c.count_malformed();
+    let n = c.counters();
+    assert_eq!((n.lost, n.malformed, n.samples), (10, 1, 0));
+}
+
+#[test]
+fn exited_processes_are_forgotten_so_memory_stays_bounded_over_churn() {
+    let mut c = converter();
+    let ids = ids();
+    for i in 0..10_000u32 {
+        let pid = 100 + i;
+        let t = u64::from(i) * 10;
+        c.handle(at(t, Record::Fork { pid, ppid: 1, tid: pid, ptid: 1 }), &ids);
+        c.handle(at(t + 1, mmap(pid, 0x40_0000, EXE)), &ids);
+        c.handle(at(t + 2, sample(1, pid, pid, 0x40_0010)), &ids);
+        c.handle(at(t + 3, Record::Exit { pid, tid: pid }), &ids);
+        assert!(c.live_processes() <= 1, "process state of exited processes is dropped");
+        if i % 1000 == 999 {
+            let w = c.cut();
+            assert_eq!(w.samples.len(), 1000, "a window holds its own samples");
+            assert!(c.raw.thread_names.len() <= 1, "names of exited threads are not carried on");
+        }
+    }
+    assert_eq!(c.raw.modules.len(), 1, "one module for the one file");
+    // Kept when asked (allocation sites are read after the run).
+    let mut c = converter().retaining_exited();
+    c.handle(at(1, mmap(5, 0x40_0000, EXE)), &ids);
+    c.handle(at(2, Record::Exit { pid: 5, tid: 5 }), &ids);
+    assert_eq!(c.live_processes(), 1);
+}
+
+#[test]
+fn windows_partition_the_samples() {
+    let mut c = converter();
+    let ids = ids();
+    c.handle(at(1, mmap(10, 0x40_0000, EXE)), &ids);
+    for i in 0..5 {
+        c.handle(at(2 + i, sample(1, 10, 10, 0x40_0010)), &ids);
+    }
+    let first = c.cut();
+    for i in 0..3 {
+        c.handle(at(10 + i, sample(1, 10, 10, 0x40_0010)), &ids);
+    }
+    let second = c.cut();
+    let total = |r: &RawRecording| r.samples.values().map(|v| v[0]).sum::<i64>();
+    assert_eq!((total(&first), total(&second)), (5, 3));
+    assert_eq!(leaves(&second)[0].2, EXE, "mappings carry over into the next window");
+}
