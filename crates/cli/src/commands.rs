@@ -163,8 +163,12 @@ pub fn target_killed() -> Option<&'static Killed> {
     KILLED.get()
 }
 
-fn load(path: &Path) -> Result<Profile> {
-    Ok(file::load(path)?)
+/// Reads a whyslow recording, pprof (file or http(s):// URL), folded stacks or `perf script` output;
+/// `value_type` names the one type of folded stacks (they carry no name of their own).
+fn load(source: &Path, value_type: Option<&str>) -> Result<Profile> {
+    let opts =
+        whyslow_import::ImportOptions { folded_type: value_type.map(str::to_string), ..Default::default() };
+    Ok(whyslow_import::load(&source.to_string_lossy(), &opts)?)
 }
 
 /// The sample type asked for; without one, `cpu` when the recording has it, else its first type.
@@ -193,7 +197,7 @@ fn write_output(path: &Path, render: impl FnOnce(&mut Vec<u8>) -> Result<()>) ->
 }
 
 pub fn report(a: ReportArgs) -> Result<()> {
-    let p = load(&a.file)?;
+    let p = load(&a.file, a.value_type.as_deref())?;
     let value = value_index(&p, a.value_type.as_deref())?;
     let mut out = std::io::stdout().lock();
     let neighbors = match (&a.callees, &a.callers) {
@@ -225,7 +229,7 @@ pub fn report(a: ReportArgs) -> Result<()> {
 }
 
 pub fn flamegraph(a: FlamegraphArgs) -> Result<()> {
-    let p = load(&a.file)?;
+    let p = load(&a.file, a.value_type.as_deref())?;
     let value = value_index(&p, a.value_type.as_deref())?;
     let title = a
         .title
@@ -237,7 +241,7 @@ pub fn flamegraph(a: FlamegraphArgs) -> Result<()> {
 }
 
 pub fn export(a: ExportArgs) -> Result<()> {
-    let p = load(&a.file)?;
+    let p = load(&a.file, a.value_type.as_deref())?;
     let value = value_index(&p, a.value_type.as_deref())?;
     write_output(&a.output, |w| {
         match a.format {
@@ -574,7 +578,7 @@ pub fn doctor(a: DoctorArgs) -> Result<()> {
         (Some(_), true) => {
             bail!("give either a recording file or a target (-- CMD, -p PID, --comm NAME), not both")
         }
-        (Some(f), false) => load(f)?,
+        (Some(f), false) => load(f, None)?,
         (None, _) => {
             if a.stacks_period == 0 {
                 bail!("--stacks-period must be at least 1");
@@ -670,7 +674,8 @@ fn show_load(out: &LoadOutput, ready_after: Duration, server_exit: Option<i32>) 
 }
 
 pub fn diff(a: DiffArgs) -> Result<()> {
-    let (before, after) = (load(&a.before)?, load(&a.after)?);
+    let vt = a.value_type.as_deref();
+    let (before, after) = (load(&a.before, vt)?, load(&a.after, vt)?);
     let bv = value_index(&before, a.value_type.as_deref())?;
     let name = before.sample_types[bv].name.clone();
     let av = value_index(&after, Some(&name)).with_context(|| format!("{}", a.after.display()))?;

@@ -135,7 +135,8 @@ pub enum OutputFormat {
 
 #[derive(Args)]
 pub struct ReportArgs {
-    /// Recording file.
+    /// Recording file, or a profile to import: pprof (file or http(s):// URL, e.g. Go's
+    /// /debug/pprof/profile?seconds=10), folded stacks, `perf script` output (told apart by content).
     #[arg(default_value = "whyslow.data")]
     pub file: PathBuf,
     /// Split by thread.
@@ -159,7 +160,8 @@ pub struct ReportArgs {
 
 #[derive(Args)]
 pub struct FlamegraphArgs {
-    /// Recording file.
+    /// Recording file, or a profile to import: pprof (file or http(s):// URL, e.g. Go's
+    /// /debug/pprof/profile?seconds=10), folded stacks, `perf script` output (told apart by content).
     #[arg(default_value = "whyslow.data")]
     pub file: PathBuf,
     /// Output SVG file.
@@ -240,7 +242,8 @@ pub struct CallsArgs {
 
 #[derive(Args)]
 pub struct DoctorArgs {
-    /// Diagnose this saved recording instead of running a target.
+    /// Diagnose this saved recording (or pprof file or URL, folded stacks, `perf script` output)
+    /// instead of running a target.
     #[arg(value_name = "RECORDING")]
     pub file: Option<PathBuf>,
     #[command(flatten)]
@@ -260,9 +263,9 @@ pub struct DoctorArgs {
 
 #[derive(Args)]
 pub struct DiffArgs {
-    /// The before recording.
+    /// The before recording (or pprof file or URL, folded stacks, `perf script` output).
     pub before: PathBuf,
-    /// The after recording.
+    /// The after recording (same choices).
     pub after: PathBuf,
     /// Also write a differential flame graph (SVG): red grew, blue shrank.
     #[arg(short = 'o', long, value_name = "SVG")]
@@ -319,7 +322,8 @@ pub enum ExportFormat {
 
 #[derive(Args)]
 pub struct ExportArgs {
-    /// Recording file.
+    /// Recording file, or a profile to import: pprof (file or http(s):// URL, e.g. Go's
+    /// /debug/pprof/profile?seconds=10), folded stacks, `perf script` output (told apart by content).
     #[arg(default_value = "whyslow.data")]
     pub file: PathBuf,
     #[arg(short, long, value_enum)]
