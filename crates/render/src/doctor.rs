@@ -51,11 +51,12 @@ fn finding(w: &mut impl Write, n: usize, f: &Finding) -> std::io::Result<()> {
 
 pub fn text(w: &mut impl Write, p: &Profile, d: &Diagnosis) -> std::io::Result<()> {
     let pids: Vec<String> = p.meta.target_pids.iter().map(u32::to_string).collect();
+    // Imported profiles name no process.
+    let pids = if pids.is_empty() { String::new() } else { format!(" (pid {})", pids.join(",")) };
     writeln!(
         w,
-        "whyslow doctor: {} (pid {}), {:.1} s: {} finding{}\n",
+        "whyslow doctor: {}{pids}, {:.1} s: {} finding{}\n",
         p.meta.command.join(" "),
-        pids.join(","),
         p.meta.duration_ns as f64 / 1e9,
         d.findings.len(),
         if d.findings.len() == 1 { "" } else { "s" }

@@ -30,12 +30,17 @@ pub fn check(f: &Facts) -> Verdict {
     if !f.has_cpu() {
         return Verdict::NeedsData("CPU samples");
     }
+    // Hot modules, and those of them whose compile flags are known: with none known the rule cannot tell
+    // (imported profiles and binaries built without -g carry no producer records).
+    let (mut hot, mut known) = (0, 0);
     for (module, self_cpu) in f.module_self_cpu() {
         let share = pct(self_cpu, f.cpu_total);
         if share < UNOPTIMIZED_CPU_PCT {
             break;
         }
+        hot += 1;
         let Some(m) = f.p.modules.iter().find(|m| m.path == module) else { continue };
+        known += !m.producers.is_empty() as usize;
         let verdicts: Vec<(bool, &String)> =
             m.producers.iter().filter_map(|p| optimized(p).map(|o| (o, p))).collect();
         let Some((_, unopt)) = verdicts.iter().find(|v| !v.0) else { continue };
@@ -48,6 +53,11 @@ pub fn check(f: &Facts) -> Verdict {
         ];
         let impact = Match { value: self_cpu, pct: share, ..Default::default() };
         return Verdict::Found(finding(f, &TEXT, &impact, "cpu", Confidence::High, evidence));
+    }
+    if hot > 0 && known == 0 {
+        return Verdict::NeedsData(
+            "the compile flags of the hot code (DWARF producer records, from a binary built with -g)",
+        );
     }
     Verdict::Clear
 }
@@ -78,5 +88,8 @@ mod tests {
         assert_eq!(fired(super::check, &p), None);
         p.modules[app].producers.clear();
         assert_eq!(fired(super::check, &p), None, "no debug info: cannot tell");
+        let needs =
+            matches!(super::check(&crate::doctor::Facts::new(&p)), crate::doctor::Verdict::NeedsData(_));
+        assert!(needs, "and says so");
     }
 }
