@@ -136,11 +136,13 @@ fn is_text(head: &[u8]) -> bool {
     !valid.chars().any(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r'))
 }
 
+/// First bytes of profile.proto's fields (tag and wire type): a pprof starts with one of them.
+const PPROF_TAGS: [u8; 15] =
+    [0x0a, 0x12, 0x1a, 0x22, 0x2a, 0x32, 0x38, 0x40, 0x48, 0x50, 0x5a, 0x60, 0x68, 0x6a, 0x70];
+
 /// Whether the first bytes can start any format we read: the magics, text, or a profile.proto field tag
 /// (encoders write fields in order, so a pprof starts with one of Profile's fields).
 fn plausible_start(head: &[u8]) -> bool {
-    const PPROF_TAGS: [u8; 15] =
-        [0x0a, 0x12, 0x1a, 0x22, 0x2a, 0x32, 0x38, 0x40, 0x48, 0x50, 0x5a, 0x60, 0x68, 0x6a, 0x70];
     head.is_empty()
         || head.starts_with(RECORDING_MAGIC)
         || head.starts_with(GZIP_MAGIC)
@@ -187,7 +189,7 @@ fn decode_plain(
     };
     if !is_text(bytes) || bytes.iter().all(|b| b.is_ascii_whitespace()) {
         // Binary that is no pprof: after gzip, or when it starts like one, the decoder's word helps.
-        if gzipped || bytes.first().is_some_and(|&b| b == 0x0a) {
+        if gzipped || bytes.first().is_some_and(|b| PPROF_TAGS.contains(b)) {
             return Err(ImportError::Pprof { origin: origin.to_string(), what: pprof_error });
         }
         return Err(ImportError::Unknown { origin: origin.to_string(), detail: String::new() });
@@ -228,7 +230,10 @@ pub(crate) const ALL_THREADS: &str = "all threads";
 
 /// A note on where an imported profile came from.
 pub(crate) fn source_note(what: &str, origin: &str) -> String {
-    format!("imported from {what} {origin}: no syscall counters, exact call counts or off-CPU time")
+    format!(
+        "{}{what} {origin}: no syscall counters, exact call counts or off-CPU time",
+        whyslow_model::IMPORTED_NOTE
+    )
 }
 
 #[cfg(test)]

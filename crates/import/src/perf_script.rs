@@ -268,6 +268,10 @@ pub fn parse(text: &str, origin: &str) -> Result<Profile, ImportError> {
     }
     finish(&mut b, &mut current, &mut frames, &values);
     let m = b.meta_mut();
+    // A clock event's period is nanoseconds per sample: its rate is the sampling frequency.
+    if single_cpu && periods && events[0].ends_with("-clock") && totals[0] > 0 && totals[1] > 0 {
+        m.frequency_hz = (1e9 * totals[0] as f64 / totals[1] as f64).round() as u64;
+    }
     if t_max > t_min {
         m.duration_ns = t_max - t_min;
     }

@@ -34,6 +34,10 @@ pub mod sample_types {
     pub const ALLOC_SITE_BYTES: &str = "alloc-site-bytes";
 }
 
+/// Start of the note an importer leaves on a profile it read from elsewhere (pprof, folded stacks, perf
+/// script): such a profile was not recorded by whyslow, so no command can be re-run to check a fix.
+pub const IMPORTED_NOTE: &str = "imported from ";
+
 /// Marker for "no parent" in the stack trie and "no module" on a frame.
 pub const NONE: u32 = u32::MAX;
 
@@ -340,6 +344,11 @@ impl SyscallStat {
 }
 
 impl Profile {
+    /// Whether an importer made this profile (see [`IMPORTED_NOTE`]).
+    pub fn is_imported(&self) -> bool {
+        self.meta.notes.iter().any(|n| n.starts_with(IMPORTED_NOTE))
+    }
+
     pub fn str(&self, id: u32) -> &str {
         self.strings.get(id as usize).map(String::as_str).unwrap_or("")
     }

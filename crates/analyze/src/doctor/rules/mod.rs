@@ -58,6 +58,19 @@ pub fn list(rows: &[(String, i64)], total: i64) -> String {
 
 /// How to check the fix: run the doctor again and diff against this recording.
 pub fn verify(f: &Facts, t: &Text) -> String {
+    if f.p.is_imported() {
+        // Nothing to re-run: the user takes the same kind of profile again after the fix.
+        let before = if f.recording.contains("://") {
+            "BEFORE AFTER` (both saved with `curl -o`)".to_string()
+        } else {
+            format!("{} AFTER`", f.recording)
+        };
+        return format!(
+            "after the fix, take the profile again (AFTER): `whyslow doctor AFTER` no longer reports {}; \
+             `whyslow diff {before} shows {} shrinking",
+            t.id, t.shrinks
+        );
+    }
     let cmd = if f.p.meta.command.is_empty() { "CMD".to_string() } else { f.p.meta.command.join(" ") };
     let target =
         if f.p.meta.command.first().is_some_and(|c| c.starts_with('-')) { cmd } else { format!("-- {cmd}") };
