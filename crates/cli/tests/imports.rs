@@ -1,0 +1,245 @@
+//! Profiles whyslow did not record: pprof files and Go's /debug/pprof URLs, folded stacks and `perf
+//! script` output, read by report, flamegraph, export, diff and doctor; and every kind of bad input as one
+//! line and exit status 1.
+
+mod common;
+use common::*;
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+/// (name, module, self, total, self_pct, total_pct) of every function, sorted.
+fn rows(r: &Value) -> Vec<(String, String, i64, i64, String, String)> {
+    let mut v: Vec<_> = r["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["name"].as_str().unwrap().to_string(),
+                f["module"].as_str().unwrap().to_string(),
+                f["self"].as_i64().unwrap(),
+                f["total"].as_i64().unwrap(),
+                f["self_pct"].to_string(),
+                f["total_pct"].to_string(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn pprof_export_imports_back_with_the_same_report() {
+    let dir = tmp();
+    let d = dir.path();
+    let bin = workload("cpu_split");
+    let data = record(d, "x", &[], &[bin.to_str().unwrap(), "1"]);
+    let pb = d.join("x.pb.gz").to_string_lossy().into_owned();
+    ok(&["export", &data, "--format", "pprof", "-o", &pb]);
+    let (want, got) = (report_json(&data, &["--type", "cpu"]), report_json(&pb, &["--type", "cpu"]));
+    assert_eq!(got["total_samples"], want["total_samples"]);
+    assert!(want["total_samples"].as_i64().unwrap() > 300, "{}", want["total_samples"]);
+    assert_eq!(rows(&got), rows(&want), "per-function self/total must survive pprof");
+    assert_eq!(got["frequency_hz"], want["frequency_hz"]);
+    assert_eq!(got["sample_type"], "cpu");
+    // The diff of a recording and its own export is zero everywhere, in seconds.
+    let diff: Value = serde_json::from_str(&ok(&["diff", &data, &pb, "--format", "json"])).unwrap();
+    assert_eq!(diff["unit"], "seconds", "{diff}");
+    for f in diff["functions"].as_array().unwrap() {
+        assert_eq!(f["self_delta"].as_f64(), Some(0.0), "{f}");
+    }
+}
+
+#[test]
+fn folded_import_equals_folded_export() {
+    let dir = tmp();
+    let d = dir.path();
+    let bin = workload("cpu_split");
+    let data = record(d, "x", &[], &[bin.to_str().unwrap(), "1"]);
+    let path = |n: &str| d.join(n).to_string_lossy().into_owned();
+    ok(&["export", &data, "--format", "folded", "-o", &path("x.folded")]);
+    ok(&["export", &path("x.folded"), "--format", "folded", "-o", &path("y.folded")]);
+    let sorted = |n: &str| {
+        let mut l: Vec<String> =
+            std::fs::read_to_string(path(n)).unwrap().lines().map(String::from).collect();
+        l.sort();
+        l.join("\n")
+    };
+    assert!(sorted("x.folded").lines().count() >= 3);
+    assert_eq!(sorted("y.folded"), sorted("x.folded"));
+    // --type names the folded stacks' one type.
+    let r = report_json(&path("x.folded"), &["--type", "cpu"]);
+    assert_eq!((r["sample_type"].as_str(), r["unit"].as_str()), (Some("cpu"), Some("samples")));
+    ok(&["flamegraph", &path("x.folded"), "-o", &path("x.svg")]);
+    assert!(std::fs::read_to_string(path("x.svg")).unwrap().contains("burn_a"));
+}
+
+/// `perf record -g` on the frame-pointer build, `perf script`, imported: 60/30/10 within 3 points.
+#[test]
+fn perf_script_of_a_real_recording() {
+    if Command::new("perf").arg("--version").output().map_or(true, |o| !o.status.success()) {
+        eprintln!("perf not installed (apt-get install linux-perf): skipping");
+        return;
+    }
+    let dir = tmp();
+    let d = dir.path();
+    let bin = workload("cpu_split_fp");
+    let pdata = d.join("perf.data");
+    let st = Command::new("perf")
+        .args(["record", "-q", "-g", "-F", "999", "-o"])
+        .arg(&pdata)
+        .arg(&bin)
+        .arg("2")
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success(), "perf record failed");
+    let out =
+        Command::new("perf").arg("script").arg("-i").arg(&pdata).stderr(Stdio::null()).output().unwrap();
+    assert!(out.status.success());
+    let txt = d.join("perf.txt");
+    std::fs::write(&txt, &out.stdout).unwrap();
+    let r = report_json(txt.to_str().unwrap(), &[]);
+    assert_eq!(r["sample_type"], "cpu");
+    assert!(r["total_samples"].as_i64().unwrap() > 600, "{}", r["total_samples"]);
+    let (a, b, c) = (self_pct(&r, "burn_a"), self_pct(&r, "burn_b"), self_pct(&r, "burn_c"));
+    let sum = a + b + c;
+    assert!(sum > 90.0, "workers should hold most samples: {a} {b} {c}");
+    for (got, want) in [(a, 60.0), (b, 30.0), (c, 10.0)] {
+        let share = 100.0 * got / sum;
+        assert!((share - want).abs() <= 3.0, "share {share:.1} vs {want} ({a:.1}/{b:.1}/{c:.1})");
+    }
+    let main = function(&r, |n| n == "main").unwrap();
+    assert!(main["module"].as_str().unwrap().ends_with("cpu_split_fp"));
+    assert!(total_pct(&r, "main") > 95.0, "frame pointers reach main");
+    assert_eq!(r["frequency_hz"], 999);
+}
+
+/// The Go server of tests/workloads/pprofserv.go on a free port, ended when dropped.
+struct GoServer {
+    child: Child,
+    port: u16,
+}
+
+impl GoServer {
+    fn start() -> GoServer {
+        let mut child = Command::new(workload("pprofserv"))
+            .args(["0", "300"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let port = line.trim().parse().unwrap_or_else(|_| panic!("no port from pprofserv: {line:?}"));
+        GoServer { child, port }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+}
+
+impl Drop for GoServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn go_pprof_urls_report_doctor_diff_and_heap() {
+    let _one = exclusive(); // shares matter: not beside the other tests that load the cores
+    let srv = GoServer::start();
+    let cpu = srv.url("/debug/pprof/profile?seconds=2");
+
+    let r = report_json(&cpu, &[]);
+    assert_eq!((r["sample_type"].as_str(), r["unit"].as_str()), (Some("cpu"), Some("nanoseconds")));
+    assert_eq!(r["frequency_hz"], 100);
+    assert!((r["duration_s"].as_f64().unwrap() - 2.0).abs() < 0.5, "{}", r["duration_s"]);
+    // The server spends most of its CPU dispatching through reflect.Value.Call.
+    let call = total_pct(&r, "reflect.Value.call");
+    assert!(call >= 40.0, "reflect.Value.call total {call:.1}%");
+    let top: Vec<&str> =
+        r["functions"].as_array().unwrap().iter().take(5).map(|f| f["name"].as_str().unwrap()).collect();
+    assert!(top.contains(&"reflect.Value.call"), "top by self: {top:?}");
+    assert!(total_pct(&r, "main.dispatch") >= 40.0);
+
+    let doc: Value = serde_json::from_str(&ok(&["doctor", &cpu, "--format", "json"])).unwrap();
+    let first = &doc["findings"][0];
+    assert_eq!(first["id"], "reflection-dispatch", "{doc}");
+    assert!(first["impact_pct"].as_f64().unwrap() >= 40.0, "{first}");
+    let skipped: Vec<&str> = doc["skipped"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
+    for rule in ["small-writes", "redundant-calls", "lock-contention", "blocking-io", "unoptimized-build"] {
+        assert!(
+            skipped.iter().any(|s| s.starts_with(&format!("{rule}: needs"))),
+            "{rule} not in {skipped:?}"
+        );
+    }
+
+    // Two fetches, one profile each: both sides see the same dispatcher.
+    let diff: Value =
+        serde_json::from_str(&ok(&["diff", &cpu, &cpu, "--format", "json", "--limit", "1000"])).unwrap();
+    assert_eq!(diff["unit"], "seconds", "{diff}");
+    assert!(diff["before"]["seconds"].as_f64().unwrap() > 0.5, "{}", diff["before"]);
+    assert!(diff["after"]["seconds"].as_f64().unwrap() > 0.5, "{}", diff["after"]);
+    let call =
+        diff["functions"].as_array().unwrap().iter().find(|f| f["name"] == "reflect.Value.call").unwrap();
+    for side in ["total_pct_before", "total_pct_after"] {
+        assert!(call[side].as_f64().unwrap() >= 40.0, "{call}");
+    }
+
+    let heap = report_json(&srv.url("/debug/pprof/heap"), &[]);
+    assert_eq!(heap["sample_type"], "inuse_space");
+    for t in ["alloc_objects", "alloc_space", "inuse_objects"] {
+        let h = report_json(&srv.url("/debug/pprof/heap"), &["--type", t]);
+        assert_eq!(h["sample_type"], t);
+    }
+    let allocs = report_json(&srv.url("/debug/pprof/allocs"), &["--type", "alloc_space"]);
+    assert!(allocs["total_samples"].as_i64().unwrap() > 0);
+
+    let err = fails(&["report", &srv.url("/debug/pprof/nope")]);
+    assert!(err.contains("HTTP 404") && err.contains("Unknown profile"), "{err}");
+}
+
+#[test]
+fn bad_inputs_are_one_line_each() {
+    let err = fails(&["report", "http://127.0.0.1:1/x"]);
+    assert!(
+        err.starts_with("whyslow: error: cannot fetch http://127.0.0.1:1/x: ") && err.contains("refused"),
+        "{err}"
+    );
+    let out = run(&["report", "http://127.0.0.1:1/x"]);
+    assert_eq!(out.status.code(), Some(1));
+
+    let dir = tmp();
+    let d = dir.path();
+    let corpus = root().join("crates/import/tests/corpus/go_cpu.pb.gz");
+    let gz = std::fs::read(corpus).unwrap();
+    let cut = d.join("cut.pb.gz");
+    std::fs::write(&cut, &gz[..gz.len() / 2]).unwrap();
+    let err = fails(&["report", cut.to_str().unwrap()]);
+    assert!(err.contains("cut.pb.gz has corrupt gzip data"), "{err}");
+
+    let random = d.join("random.bin");
+    let bytes: Vec<u8> = (0u32..4096).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8 | 0x80).collect();
+    std::fs::write(&random, bytes).unwrap();
+    for cmd in ["report", "flamegraph", "export", "doctor"] {
+        let mut args = vec![cmd, random.to_str().unwrap()];
+        if cmd == "export" {
+            args.extend(["--format", "folded", "-o", "-"]);
+        }
+        let err = fails(&args);
+        assert!(
+            err.ends_with(
+                "random.bin is not a whyslow recording, pprof profile, folded stacks or perf script output\n"
+            ),
+            "{cmd}: {err}"
+        );
+    }
+    let bad = d.join("bad.folded");
+    std::fs::write(&bad, "main;f 1\nmain;g twelve\n").unwrap();
+    let err = fails(&["diff", bad.to_str().unwrap(), bad.to_str().unwrap()]);
+    assert!(err.contains("bad.folded line 2: not folded stacks"), "{err}");
+}
