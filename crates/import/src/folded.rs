@@ -23,9 +23,15 @@ pub fn parse(text: &str, origin: &str, sample_type: Option<&str>) -> Result<Prof
     let thread = b.thread(0, 0, ALL_THREADS);
     let mut total = 0i64;
     let mut frames = Vec::new();
+    let mut stacks = 0usize;
     for (i, line) in text.lines().enumerate() {
-        let err =
-            |what: &str| ImportError::Folded { origin: origin.to_string(), line: i + 1, what: what.into() };
+        // Folded stacks are recognized by their first line: text whose first line is not one is no
+        // format we know; a bad line after good ones is an error naming it.
+        let first = stacks == 0;
+        let err = |what: &str| match first {
+            true => ImportError::Unknown { origin: origin.to_string(), detail: String::new() },
+            false => ImportError::Folded { origin: origin.to_string(), line: i + 1, what: what.into() },
+        };
         let line = line.trim_end_matches('\r');
         if line.trim().is_empty() {
             continue;
@@ -53,6 +59,7 @@ pub fn parse(text: &str, origin: &str, sample_type: Option<&str>) -> Result<Prof
         }
         let leaf = b.stack(&frames);
         b.add_sample(leaf, thread, &[value]);
+        stacks += 1;
     }
     let p = b.finish();
     if p.samples.is_empty() {
@@ -77,6 +84,8 @@ mod tests {
         assert!(e.to_string().starts_with("t.folded line 2: not folded stacks"), "{e}");
         let e = parse("main;f 1\nnovalue\n", "t", None).unwrap_err();
         assert!(e.to_string().starts_with("t line 2:"), "{e}");
+        let e = parse("\nthis is not a profile\nmain;f 1\n", "t", None).unwrap_err();
+        assert!(matches!(e, ImportError::Unknown { .. }), "a first line that is no stack: {e}");
         assert!(parse(&format!("a {}\nb {}\n", i64::MAX, i64::MAX), "t", None).is_err());
         assert_eq!(parse("a 1\n", "t", Some("cpu")).unwrap().sample_types[0].unit, "samples");
     }
