@@ -52,6 +52,8 @@ pub enum Stream {
     /// Entry of an allocation function (every `period`-th call): count at `slot`, bytes at `slot + 1`
     /// read from the size argument; the stack ends in the allocator's label.
     Alloc { slot: usize, probe: usize, size: SizeArg, period: u64 },
+    /// Any other event (an imported tracepoint or probe): one event at `slot`.
+    Events { slot: usize },
 }
 
 /// Where an allocation function receives the requested size.
@@ -183,6 +185,10 @@ impl<H: Host> Converter<H> {
     pub fn retaining_exited(mut self) -> Self {
         self.retain_exited = true;
         self
+    }
+
+    pub fn host(&self) -> &H {
+        &self.host
     }
 
     pub fn streams(&self) -> &[Stream] {
@@ -407,6 +413,10 @@ impl<H: Host> Converter<H> {
                 stack.extend(s.kernel.iter().map(|&a| RawFrame::Kernel(a)));
                 stack
             }
+            Stream::Events { slot } => {
+                values[slot] = 1;
+                s.kernel.iter().map(|&a| RawFrame::Kernel(a)).collect()
+            }
             Stream::Alloc { slot, probe, size, period } => {
                 let bytes = s.regs.as_ref().map_or(0, |r| size.bytes(r));
                 values[slot] = period as i64;
@@ -427,6 +437,9 @@ impl<H: Host> Converter<H> {
                 self.frames.push(ip);
             }
             stack.extend(self.frames.iter().skip(skip_leaf as usize).map(|&a| proc.normalize(a)));
+        } else if !s.user.is_empty() {
+            let proc = self.procs.get(&s.pid).expect("inserted above");
+            stack.extend(s.user.iter().skip(skip_leaf as usize).map(|&a| proc.normalize(a)));
         }
         let thread = RawThread { pid: s.pid, tid: s.tid };
         if matches!(stream, Stream::OffCpu { .. }) {

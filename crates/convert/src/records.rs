@@ -61,6 +61,9 @@ pub struct Sample {
     pub period: u64,
     /// Kernel frames, innermost first (context markers removed).
     pub kernel: Vec<u64>,
+    /// User frames the kernel already walked (frame pointers: `perf record -g`), innermost first; used
+    /// when there are no registers and stack bytes to unwind.
+    pub user: Vec<u64>,
     /// User registers at the time of the sample (absent for kernel threads).
     pub regs: Option<UserRegs>,
     /// The copied user stack, starting at SP.

@@ -58,6 +58,7 @@ fn sample(id: u64, pid: u32, tid: u32, ip: u64) -> Record {
         id,
         period: 1000,
         kernel: vec![],
+        user: vec![],
         regs: Some(regs),
         stack: vec![],
         raw: vec![],

@@ -129,5 +129,8 @@ fn decode_sample(r: &mut Reader) -> Option<Timed> {
         let dyn_size = r.u64()? as usize;
         stack.extend_from_slice(&data[..dyn_size.min(size)]);
     }
-    Some(Timed { time, record: Record::Sample(Sample { pid, tid, id, period, kernel, regs, stack, raw }) })
+    Some(Timed {
+        time,
+        record: Record::Sample(Sample { pid, tid, id, period, kernel, user: Vec::new(), regs, stack, raw }),
+    })
 }
