@@ -209,6 +209,7 @@ fn stops_on_sigterm_and_writes_the_recording() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: kill takes no pointers.
     unsafe { libc_kill(child.id() as i32, 15) };
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

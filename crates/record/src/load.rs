@@ -58,7 +58,9 @@ impl CpuTime {
 
     /// Everything reaped children (and the children they reaped) used so far.
     fn children() -> CpuTime {
+        // SAFETY: rusage is plain integers; all zeros is a valid value.
         let mut r: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: r is a rusage owned by this frame.
         unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut r) };
         CpuTime::of(&r)
     }
@@ -192,7 +194,9 @@ fn sleep_unless(d: Duration, ended: &AtomicBool) -> bool {
 
 fn wait4(pid: i32, flags: i32) -> Option<(i32, CpuTime)> {
     let mut st = 0;
+    // SAFETY: rusage is plain integers; all zeros is a valid value.
     let mut r: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: st and r are owned by this frame.
     let got = unsafe { libc::wait4(pid, &mut st, flags, &mut r) };
     (got == pid).then(|| {
         let code = if libc::WIFEXITED(st) { libc::WEXITSTATUS(st) } else { 128 + libc::WTERMSIG(st) };
@@ -257,6 +261,7 @@ fn control(load: &LoadOptions, stop: &AtomicBool, ended: &AtomicBool) -> Control
             break r;
         }
         if ended.load(Ordering::SeqCst) {
+            // SAFETY: kill takes no pointers.
             unsafe { libc::kill(pid, libc::SIGKILL) };
             let _ = wait4(pid, 0);
             let _ = (out.join(), err.join());

@@ -199,6 +199,7 @@ fn classify(e: std::io::Error, pid: u32) -> RecordError {
 }
 
 fn raise_fd_limit() {
+    // SAFETY: l is a rlimit owned by this frame; getrlimit fills it before setrlimit reads it.
     unsafe {
         let mut l: libc::rlimit = std::mem::zeroed();
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 && l.rlim_cur < l.rlim_max {
@@ -828,6 +829,7 @@ fn exit_code_of(st: i32) -> i32 {
 /// Ends a launched command that outlived the recording (or was left running by
 /// [`RecordOptions::leave_running`]): SIGTERM, then SIGKILL after a grace period. Returns its exit code.
 pub fn stop_launched(pid: u32) -> i32 {
+    // SAFETY: kill takes no pointers.
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     let deadline = Instant::now() + Duration::from_secs(3);
     while Instant::now() < deadline {
@@ -836,8 +838,10 @@ pub fn stop_launched(pid: u32) -> i32 {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+    // SAFETY: kill takes no pointers.
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     let mut st = 0;
+    // SAFETY: st is an int owned by this frame.
     unsafe { libc::waitpid(pid as i32, &mut st, 0) };
     exit_code_of(st)
 }

@@ -12,6 +12,7 @@ extern "C" fn on_signal(_: libc::c_int) {
 /// Installs SIGINT/SIGTERM/SIGHUP handlers that set the stop flag.
 pub fn install() {
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: the handler only stores to an atomic (async-signal-safe); sigaction copies the struct.
         unsafe {
             let mut sa: libc::sigaction = std::mem::zeroed();
             sa.sa_sigaction = on_signal as *const () as usize;

@@ -117,16 +117,19 @@ pub fn open_event(cfg: &EventConfig, pid: i32, cpu: i32) -> io::Result<OwnedFd> 
     attr.clockid = libc::CLOCK_MONOTONIC;
     attr.set_watermark(1);
     attr.__bindgen_anon_2.wakeup_watermark = 256 * 1024;
+    // SAFETY: attr is a fully initialized perf_event_attr owned by this frame; the kernel only reads it.
     let fd = unsafe { pe::perf_event_open(&mut attr, pid, cpu, -1, b::PERF_FLAG_FD_CLOEXEC as u64) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
+    // SAFETY: fd was just returned by perf_event_open (checked >= 0) and is owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// The id the kernel puts into samples of this event (and of its inherited copies).
 pub fn event_id(fd: &OwnedFd) -> io::Result<u64> {
     let mut id = 0u64;
+    // SAFETY: fd is an open perf event; the ioctl writes one u64 into `id`, which we own.
     if unsafe { pe::ioctls::ID(fd.as_raw_fd(), &mut id) } < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -135,6 +138,7 @@ pub fn event_id(fd: &OwnedFd) -> io::Result<u64> {
 
 /// Sends the records of `fd` into the ring buffer of `target` (same CPU).
 pub fn redirect_output(fd: &OwnedFd, target: &OwnedFd) -> io::Result<()> {
+    // SAFETY: both fds are open perf events owned by the caller.
     if unsafe { pe::ioctls::SET_OUTPUT(fd.as_raw_fd(), target.as_raw_fd()) } < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -142,6 +146,7 @@ pub fn redirect_output(fd: &OwnedFd, target: &OwnedFd) -> io::Result<()> {
 }
 
 pub fn enable(fd: &OwnedFd) -> io::Result<()> {
+    // SAFETY: fd is an open perf event; ENABLE takes no pointer.
     if unsafe { pe::ioctls::ENABLE(fd.as_raw_fd(), 0) } < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -149,6 +154,7 @@ pub fn enable(fd: &OwnedFd) -> io::Result<()> {
 }
 
 pub fn disable(fd: &OwnedFd) {
+    // SAFETY: fd is an open perf event; DISABLE takes no pointer.
     unsafe { pe::ioctls::DISABLE(fd.as_raw_fd(), 0) };
 }
 
@@ -162,12 +168,15 @@ pub struct Ring {
 }
 
 // The mapping is owned by this value alone.
+// SAFETY: the mapping is owned by this value alone and only touched through &mut self or on drop.
 unsafe impl Send for Ring {}
 
 impl Ring {
     pub fn map(fd: OwnedFd, data_pages: usize) -> io::Result<Ring> {
+        // SAFETY: sysconf has no memory-safety preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
         let len = page * (1 + data_pages);
+        // SAFETY: a fresh shared mapping of the event fd; the result is checked against MAP_FAILED.
         let base = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
@@ -195,9 +204,12 @@ impl Ring {
     /// Calls `f` with each complete record (header included) currently in the ring, then frees the space.
     pub fn drain(&mut self, buf: &mut Vec<u8>, mut f: impl FnMut(&[u8])) {
         let meta = self.meta();
+        // SAFETY: meta points at the ring's first page, mapped for the lifetime of self.
         let head = unsafe { std::ptr::read_volatile(&(*meta).data_head) };
         fence(Ordering::Acquire);
+        // SAFETY: as above; only this reader writes data_tail.
         let mut tail = unsafe { std::ptr::read_volatile(&(*meta).data_tail) };
+        // SAFETY: the data area starts one page into the mapping of len = page * (1 + data pages).
         let data = unsafe { self.base.add(self.page) };
         while tail < head {
             let off = (tail % self.data_size as u64) as usize;
@@ -213,11 +225,13 @@ impl Ring {
             tail += size as u64;
         }
         fence(Ordering::Release);
+        // SAFETY: meta points at the mapped control page; the kernel reads data_tail to reuse the space.
         unsafe { std::ptr::write_volatile(&mut (*meta).data_tail, tail) };
     }
 
     fn copy(&self, data: *const u8, off: usize, out: &mut [u8]) {
         let first = out.len().min(self.data_size - off);
+        // SAFETY: off < data_size and first <= data_size - off, so both copies stay inside the data area and inside `out`.
         unsafe {
             std::ptr::copy_nonoverlapping(data.add(off), out.as_mut_ptr(), first);
             std::ptr::copy_nonoverlapping(data, out.as_mut_ptr().add(first), out.len() - first);
@@ -227,6 +241,7 @@ impl Ring {
 
 impl Drop for Ring {
     fn drop(&mut self) {
+        // SAFETY: base/len are the mapping made in Ring::map, unmapped once here.
         unsafe { libc::munmap(self.base as *mut _, self.len) };
     }
 }
@@ -239,6 +254,7 @@ pub fn poll(rings: &[Ring], extra: Option<i32>, timeout_ms: i32) {
         .chain(extra)
         .map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 })
         .collect();
+    // SAFETY: fds is a live Vec of pollfd whose length is passed with it.
     unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as _, timeout_ms) };
 }
 
@@ -256,6 +272,7 @@ pub fn online_cpus() -> Vec<i32> {
         }
     }
     if cpus.is_empty() {
+        // SAFETY: sysconf has no memory-safety preconditions.
         let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as i32;
         cpus.extend(0..n);
     }
@@ -287,6 +304,7 @@ fn mount_tracefs() -> io::Result<()> {
     if !std::path::Path::new(&format!("{TRACEFS}/events")).exists() {
         let c = |s: &str| std::ffi::CString::new(s).expect("no NUL");
         let (src, dir, fs) = (c("nodev"), c(TRACEFS), c("tracefs"));
+        // SAFETY: all strings are NUL-terminated CStrings that outlive the call; data may be null for tracefs.
         if unsafe { libc::mount(src.as_ptr(), dir.as_ptr(), fs.as_ptr(), 0, std::ptr::null()) } != 0 {
             return Err(io::Error::last_os_error());
         }
@@ -297,6 +315,7 @@ fn mount_tracefs() -> io::Result<()> {
 /// CLOCK_MONOTONIC now, in ns: the clock of every event time (perf records and eBPF alike).
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: ts is a timespec owned by this frame.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

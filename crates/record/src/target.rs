@@ -26,9 +26,11 @@ pub struct Gated {
 
 fn pipe() -> Result<(OwnedFd, OwnedFd), RecordError> {
     let mut fds = [0i32; 2];
+    // SAFETY: fds has room for the two descriptors pipe2 writes.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         return Err(RecordError::Io("pipe".into(), std::io::Error::last_os_error()));
     }
+    // SAFETY: pipe2 succeeded: both fds are new and owned by nobody else.
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
@@ -46,12 +48,14 @@ impl Gated {
         ptrs.push(std::ptr::null());
         let (go_r, go_w) = pipe()?;
         let (err_r, err_w) = pipe()?;
+        // SAFETY: the child only makes async-signal-safe calls (read, execvp, write, _exit) before exec.
         let pid = unsafe { libc::fork() };
         if pid < 0 {
             return Err(RecordError::Io("fork".into(), std::io::Error::last_os_error()));
         }
         if pid == 0 {
             // Child: only async-signal-safe calls from here to exec.
+            // SAFETY: async-signal-safe calls only, on fds and argv pointers prepared before fork.
             unsafe {
                 let mut b = 0u8;
                 libc::close(go_w.as_raw_fd());
@@ -74,6 +78,7 @@ impl Gated {
     pub fn release(&mut self, command: &str) -> Result<(), RecordError> {
         if let Some(go) = self.go.take() {
             let one = [1u8];
+            // SAFETY: one byte from a live array to an open pipe.
             unsafe { libc::write(go.as_raw_fd(), one.as_ptr() as *const _, 1) };
         }
         let mut f =
@@ -97,6 +102,7 @@ impl Gated {
 
     fn reap(&self) {
         let mut st = 0;
+        // SAFETY: st is an int owned by this frame.
         unsafe { libc::waitpid(self.pid as i32, &mut st, 0) };
     }
 }

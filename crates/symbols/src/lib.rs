@@ -211,6 +211,7 @@ fn unqualified(name: &str) -> &str {
 /// using the same library file picks too.
 pub fn resolved_in_self(symbol: &str) -> Option<(String, u64)> {
     let name = std::ffi::CString::new(symbol).ok()?;
+    // SAFETY: name is a NUL-terminated CString that outlives the call; dlsym only reads it.
     let addr = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) } as u64;
     if addr == 0 {
         return None;

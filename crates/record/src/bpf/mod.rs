@@ -11,19 +11,22 @@ pub use syscalls::{syscall_numbers, SyscallProbe};
 
 use crate::RecordError;
 
-#[allow(clippy::all, dead_code, unused_imports, unused_qualifications, non_camel_case_types)]
+#[allow(clippy::all, clippy::undocumented_unsafe_blocks, dead_code, unused_imports, unused_qualifications)]
+#[allow(non_camel_case_types)]
 #[allow(non_upper_case_globals, non_snake_case, missing_docs)]
 mod skel {
     include!(concat!(env!("OUT_DIR"), "/syscalls.skel.rs"));
 }
 
-#[allow(clippy::all, dead_code, unused_imports, unused_qualifications, non_camel_case_types)]
+#[allow(clippy::all, clippy::undocumented_unsafe_blocks, dead_code, unused_imports, unused_qualifications)]
+#[allow(non_camel_case_types)]
 #[allow(non_upper_case_globals, non_snake_case, missing_docs)]
 mod calls_skel {
     include!(concat!(env!("OUT_DIR"), "/calls.skel.rs"));
 }
 
-#[allow(clippy::all, dead_code, unused_imports, unused_qualifications, non_camel_case_types)]
+#[allow(clippy::all, clippy::undocumented_unsafe_blocks, dead_code, unused_imports, unused_qualifications)]
+#[allow(non_camel_case_types)]
 #[allow(non_upper_case_globals, non_snake_case, missing_docs)]
 mod exits_skel {
     include!(concat!(env!("OUT_DIR"), "/exits.skel.rs"));
