@@ -8,6 +8,7 @@
 
 pub mod diff;
 pub mod doctor;
+pub mod load;
 pub mod stats;
 
 use serde::Serialize;

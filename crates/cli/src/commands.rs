@@ -1,5 +1,6 @@
 //! Subcommand bodies: options in, library calls, renderer out.
 
+use crate::shell::split_command;
 use crate::{
     CallsArgs, CompareArgs, DiffArgs, DoctorArgs, EventArg, ExportArgs, ExportFormat, FlamegraphArgs,
     LoadArgs, OutputFormat, RecordArgs, ReportArgs, SyscallsArgs, TargetArgs,
@@ -13,7 +14,7 @@ use whyslow_investigate::compare::{CompareOptions, SIDES};
 use whyslow_model::syscalls::TraceEvent;
 use whyslow_model::{file, Killed, Profile, SyscallStat};
 use whyslow_record::calls::{default_patterns, hit_cost_ns, Execution, PatternSpec};
-use whyslow_record::load::{split_command, LoadOptions, LoadOutput, Ready};
+use whyslow_record::load::{LoadOptions, LoadOutput, Ready};
 use whyslow_record::{
     signals, AllocOptions, CallOptions, Clock, Observer, OffCpuOptions, Progress, RecordOptions,
     SyscallOptions, Target,
@@ -647,7 +648,7 @@ fn show_load(out: &LoadOutput, ready_after: Duration, server_exit: Option<i32>) 
     }
     o.flush()?;
     eprint!("{}", out.stderr);
-    if let Some(s) = whyslow_record::load::parse_load_output(&out.stdout) {
+    if let Some(s) = whyslow_analyze::load::parse_load_output(&out.stdout) {
         let ms = |v: Option<f64>, name: &str| v.map_or(String::new(), |v| format!(", {name} {v:.3} ms"));
         writeln!(
             o,

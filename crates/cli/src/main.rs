@@ -2,6 +2,7 @@
 //! plain option structs, calls them, and hands the results to a renderer.
 
 mod commands;
+mod shell;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;

@@ -5,9 +5,10 @@
 
 use crate::InvestigateError;
 use whyslow_analyze::diff::{Scale, Side};
+use whyslow_analyze::load::{parse_load_output, LoadStats};
 use whyslow_analyze::stats::Measure;
 use whyslow_model::Profile;
-use whyslow_record::load::{measured_run, parse_load_output, LoadOptions, LoadStats};
+use whyslow_record::load::{measured_run, LoadOptions};
 use whyslow_record::{Observer, RecordOptions, Target};
 
 /// The two sides' names, in run order.
