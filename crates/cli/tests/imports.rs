@@ -116,6 +116,62 @@ fn perf_script_of_a_real_recording() {
     assert_eq!(r["frequency_hz"], 999);
 }
 
+/// The same workload three ways: `whyslow record`, `perf record -g` on the frame-pointer build and
+/// `perf record --call-graph dwarf` on the build without frame pointers (its stacks unwound by whyslow):
+/// the shares of burn_a/b/c agree within 3 points, and the dwarf import reaches main in >= 99% of samples.
+#[test]
+fn perf_data_three_ways_agree() {
+    if Command::new("perf").arg("--version").output().map_or(true, |o| !o.status.success()) {
+        eprintln!("perf not installed (apt-get install linux-perf): skipping");
+        return;
+    }
+    let _quiet = exclusive(); // cpu_split splits by time: no other busy test beside it
+    let dir = tmp();
+    let d = dir.path();
+    let shares = |r: &Value| {
+        let v = [self_pct(r, "burn_a"), self_pct(r, "burn_b"), self_pct(r, "burn_c")];
+        let sum: f64 = v.iter().sum();
+        v.map(|x| 100.0 * x / sum)
+    };
+    let ours =
+        shares(&report_json(&record(d, "ours", &[], &[workload("cpu_split").to_str().unwrap(), "2"]), &[]));
+    let perf = |name: &str, args: &[&str], bin: &str| {
+        let out = d.join(name);
+        let st = Command::new("perf")
+            .args(["record", "-q", "-F", "999", "-o"])
+            .arg(&out)
+            .args(args)
+            .arg("--")
+            .arg(workload(bin))
+            .arg("2")
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(st.success(), "perf record {args:?} failed");
+        report_json(out.to_str().unwrap(), &[])
+    };
+    let fp = perf("fp.data", &["-g"], "cpu_split_fp");
+    let dwarf = perf("dwarf.data", &["--call-graph", "dwarf,32768"], "cpu_split");
+    for (name, r) in [("perf -g", &fp), ("perf dwarf", &dwarf)] {
+        let theirs = shares(r);
+        for i in 0..3 {
+            assert!((theirs[i] - ours[i]).abs() <= 3.0, "{name}: {theirs:?} vs whyslow record {ours:?}");
+        }
+        assert_eq!(r["frequency_hz"], 999, "{name}");
+    }
+    assert!(
+        total_pct(&dwarf, "main") >= 99.0,
+        "dwarf stacks unwound to main: {}%",
+        total_pct(&dwarf, "main")
+    );
+    assert!(total_pct(&fp, "main") >= 95.0, "frame pointers reach main");
+    // A truncated perf.data is one line, no panic.
+    let bytes = std::fs::read(d.join("fp.data")).unwrap();
+    std::fs::write(d.join("cut.data"), &bytes[..bytes.len() / 3]).unwrap();
+    let err = fails(&["report", d.join("cut.data").to_str().unwrap()]);
+    assert!(err.contains("cut.data"), "{err}");
+}
+
 /// The Go server of tests/workloads/pprofserv.go on a free port, ended when dropped.
 struct GoServer {
     child: Child,
@@ -233,7 +289,7 @@ fn bad_inputs_are_one_line_each() {
         let err = fails(&args);
         assert!(
             err.ends_with(
-                "random.bin is not a whyslow recording, pprof profile, folded stacks or perf script output\n"
+                "random.bin is not a whyslow recording, perf.data, pprof profile, folded stacks or perf script output\n"
             ),
             "{cmd}: {err}"
         );

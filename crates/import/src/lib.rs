@@ -1,6 +1,7 @@
 //! Profiles whyslow did not record, read into the same [`Profile`] every consumer takes: pprof
 //! (`profile.proto`, gzipped or not, from a file or an `http(s)://` URL such as Go's `/debug/pprof/*`),
-//! folded stacks (`a;b;c 123`) and `perf script` text output; whyslow's own recordings pass through to
+//! folded stacks (`a;b;c 123`) and `perf script` text output; perf.data files go through the converter
+//! and the symbolizer like live recordings (whyslow_perfdata); whyslow's own recordings pass through to
 //! [`whyslow_model::file`].
 //!
 //! The format is told from the content, never from the name: the recording magic, then gzip, then a
@@ -51,6 +52,7 @@ impl Default for ImportOptions {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
     Recording,
+    PerfData,
     Pprof,
     PerfScript,
     Folded,
@@ -64,8 +66,10 @@ pub enum ImportError {
     TooLarge { origin: String, max: u64 },
     #[error(transparent)]
     Recording(#[from] FileError),
+    #[error(transparent)]
+    PerfData(#[from] whyslow_perfdata::PerfDataError),
     #[error(
-        "{origin} is not a whyslow recording, pprof profile, folded stacks or perf script output{detail}"
+        "{origin} is not a whyslow recording, perf.data, pprof profile, folded stacks or perf script output{detail}"
     )]
     Unknown { origin: String, detail: String },
     #[error("{origin} has corrupt gzip data: {what}")]
@@ -89,8 +93,24 @@ pub fn is_url(source: &str) -> bool {
 
 /// Reads a file or fetches a URL and decodes whatever profile it holds.
 pub fn load(source: &str, opts: &ImportOptions) -> Result<Profile, ImportError> {
+    if !is_url(source) && starts_with(Path::new(source), whyslow_perfdata::MAGIC) {
+        // perf.data is read as a stream (a dwarf recording is often larger than the size cap).
+        return Ok(perf_data(whyslow_perfdata::import(Path::new(source))?, source));
+    }
     let bytes = if is_url(source) { http::fetch(source, opts)? } else { read_file(Path::new(source), opts)? };
     decode(&bytes, source, opts)
+}
+
+fn starts_with(path: &Path, magic: &[u8]) -> bool {
+    let mut head = vec![0u8; magic.len()];
+    std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut head)).is_ok() && head == magic
+}
+
+/// A perf.data recording symbolized like a live one, marked as imported.
+fn perf_data(raw: whyslow_model::raw::RawRecording, origin: &str) -> Profile {
+    let mut p = whyslow_symbolize::symbolize(raw);
+    p.meta.notes.insert(0, source_note("perf.data", origin));
+    p
 }
 
 /// Reads at most `opts.max_bytes` of a file; a file whose first bytes fit no known format is refused
@@ -145,6 +165,7 @@ const PPROF_TAGS: [u8; 15] =
 fn plausible_start(head: &[u8]) -> bool {
     head.is_empty()
         || head.starts_with(RECORDING_MAGIC)
+        || head.starts_with(whyslow_perfdata::MAGIC)
         || head.starts_with(GZIP_MAGIC)
         || PPROF_TAGS.contains(&head[0])
         || is_text(head)
@@ -154,6 +175,9 @@ fn plausible_start(head: &[u8]) -> bool {
 pub fn decode(bytes: &[u8], origin: &str, opts: &ImportOptions) -> Result<Profile, ImportError> {
     if bytes.starts_with(RECORDING_MAGIC) {
         return Ok(whyslow_model::file::decode(bytes, Path::new(origin))?);
+    }
+    if bytes.starts_with(whyslow_perfdata::MAGIC) {
+        return Ok(perf_data(whyslow_perfdata::decode(bytes, origin)?, origin));
     }
     if bytes.starts_with(GZIP_MAGIC) {
         let raw = gunzip(bytes, origin, opts.max_bytes)?;
@@ -166,6 +190,8 @@ pub fn decode(bytes: &[u8], origin: &str, opts: &ImportOptions) -> Result<Profil
 pub fn detect(bytes: &[u8]) -> Option<Format> {
     if bytes.starts_with(RECORDING_MAGIC) {
         Some(Format::Recording)
+    } else if bytes.starts_with(whyslow_perfdata::MAGIC) {
+        Some(Format::PerfData)
     } else if pprof::parse(bytes).is_ok() {
         Some(Format::Pprof)
     } else if perf_script::looks_like(bytes) {
@@ -257,7 +283,7 @@ mod tests {
         let e = decode(&[0xff, 0xfe, 0x00, 0x01], "x.bin", &ImportOptions::default()).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "x.bin is not a whyslow recording, pprof profile, folded stacks or perf script output"
+            "x.bin is not a whyslow recording, perf.data, pprof profile, folded stacks or perf script output"
         );
         let e = decode(b"", "empty", &ImportOptions::default()).unwrap_err();
         assert!(e.to_string().starts_with("empty is not a whyslow recording"), "{e}");

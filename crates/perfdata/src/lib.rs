@@ -11,6 +11,7 @@ use linux_perf_data::linux_perf_event_reader::{
 use linux_perf_data::{PerfFileReader, PerfFileRecord};
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
+use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 use whyslow_convert::records::{Record, Sample, Timed, UserRegs};
 use whyslow_convert::{Converter, Host, ProcessInfo, Stream};
@@ -66,6 +67,8 @@ impl Host for LocalFiles {
         });
         match &usable {
             Some(_) => self.found.borrow_mut().insert(path.to_string()),
+            // [vdso] and the like are no files: nothing the user could copy.
+            None if path.starts_with('[') => false,
             None => self.missing.borrow_mut().insert(path.to_string()),
         };
         usable
@@ -119,24 +122,36 @@ fn stream_of(
     }
 }
 
+/// The first bytes of a perf.data file.
+pub const MAGIC: &[u8] = b"PERFILE2";
+
 /// Reads a perf.data file into a raw recording (to symbolize).
 pub fn import(path: &Path) -> Result<RawRecording, PerfDataError> {
+    let shown = path.display().to_string();
+    let file = std::fs::File::open(path).map_err(|e| PerfDataError::Read(shown.clone(), e))?;
+    import_from(file, &shown)
+}
+
+/// A perf.data file held in memory (fetched from a URL); `origin` names it in errors and notes.
+pub fn decode(bytes: &[u8], origin: &str) -> Result<RawRecording, PerfDataError> {
+    import_from(std::io::Cursor::new(bytes), origin)
+}
+
+fn import_from<R: Read + Seek>(reader: R, origin: &str) -> Result<RawRecording, PerfDataError> {
     // The parser crate multiplies lengths read from the file (Cargo.toml turns its overflow checks off,
     // so a corrupt length fails its bounds checks instead); should any other of its checks panic, a
     // corrupt file is still an error, not a crash.
-    let result = std::panic::catch_unwind(|| read(path));
-    result.unwrap_or_else(|_| {
-        Err(PerfDataError::Parse(path.display().to_string(), "corrupt record lengths".into()))
-    })
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read(reader, origin)));
+    result.unwrap_or_else(|_| Err(PerfDataError::Parse(origin.to_string(), "corrupt record lengths".into())))
 }
 
 /// Checks that every section the header names lies inside the file: the parser allocates a section's
 /// size before reading it, so a corrupt size would abort the process instead of failing.
-fn check_sections(file: &mut std::fs::File) -> Result<(), String> {
-    use std::io::{Read, Seek, SeekFrom};
-    let len = file.metadata().map_err(|e| e.to_string())?.len();
+fn check_sections<R: Read + Seek>(file: &mut R) -> Result<(), String> {
+    let len = file.seek(SeekFrom::End(0)).map_err(|e| e.to_string())?;
+    file.seek(SeekFrom::Start(0)).map_err(|e| e.to_string())?;
     let mut h = [0u8; 104];
-    if file.read_exact(&mut h).is_err() || &h[..8] != b"PERFILE2" || u64_le(&h, 8) != 104 {
+    if file.read_exact(&mut h).is_err() || &h[..8] != MAGIC || u64_le(&h, 8) != 104 {
         return Ok(()); // not the file layout (pipe mode, other byte order): the parser decides
     }
     let inside = |offset: u64, size: u64| offset.checked_add(size).is_some_and(|end| end <= len);
@@ -159,9 +174,8 @@ fn u64_le(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
-fn read(path: &Path) -> Result<RawRecording, PerfDataError> {
-    let shown = path.display().to_string();
-    let mut file = std::fs::File::open(path).map_err(|e| PerfDataError::Read(shown.clone(), e))?;
+fn read<R: Read + Seek>(mut file: R, shown: &str) -> Result<RawRecording, PerfDataError> {
+    let shown = shown.to_string();
     check_sections(&mut file).map_err(|why| PerfDataError::Parse(shown.clone(), why))?;
     let parse = |e: linux_perf_data::Error| PerfDataError::Parse(shown.clone(), e.to_string());
     let PerfFileReader { mut perf_file, mut record_iter } =
@@ -222,7 +236,7 @@ fn read(path: &Path) -> Result<RawRecording, PerfDataError> {
     if found == 0 && !missing.is_empty() {
         return Err(PerfDataError::BinariesMissing { path: shown, missing: missing.join(", ") });
     }
-    let mut notes = vec![format!("imported from perf.data {shown}")];
+    let mut notes = Vec::new();
     if !missing.is_empty() {
         notes.push(format!(
             "files not on this machine (or rebuilt since the recording), their frames stay module+offset: {}",
