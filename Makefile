@@ -34,6 +34,7 @@ bench: build workloads
 	bench/syscalls_overhead.sh
 	bench/calls_overhead.sh
 	bench/offcpu_alloc_overhead.sh
+	bench/import_perfdata.sh
 
 clean:
 	cargo clean

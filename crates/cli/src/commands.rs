@@ -3,7 +3,7 @@
 use crate::shell::split_command;
 use crate::{
     CallsArgs, CompareArgs, DiffArgs, DoctorArgs, EventArg, ExportArgs, ExportFormat, FlamegraphArgs,
-    LoadArgs, OutputFormat, RecordArgs, ReportArgs, SyscallsArgs, TargetArgs,
+    LoadArgs, OutputFormat, RecordArgs, ReportArgs, ReportTo, SyscallsArgs, TargetArgs,
 };
 use anyhow::{anyhow, bail, Context, Result};
 use std::io::{IsTerminal, Write};
@@ -70,6 +70,7 @@ fn end_status_line() {
 }
 
 pub fn record(a: RecordArgs) -> Result<()> {
+    let mut report = Report::open(&a.report)?;
     let opts = RecordOptions {
         target: target(&a.target)?,
         frequency: a.freq,
@@ -133,13 +134,13 @@ pub fn record(a: RecordArgs) -> Result<()> {
     }
     if !a.quiet {
         let value = value_index(&profile, None)?;
-        let mut out = std::io::stdout().lock();
         render::text::report(
-            &mut out,
+            &mut report,
             &profile,
             &render::text::ReportOptions { value, limit: a.limit, threads: false },
         )?;
-        writeln!(out)?;
+        writeln!(report)?;
+        report.flush()?;
     }
     eprintln!(
         "whyslow: wrote {} ({} samples, {:.1}s); next: `whyslow report {0}`, `whyslow flamegraph {0}`",
@@ -148,6 +149,45 @@ pub fn record(a: RecordArgs) -> Result<()> {
         profile.meta.duration_ns as f64 / 1e9
     );
     Ok(())
+}
+
+/// Where a command's report goes: standard output, or the file of `--report`, created before the run
+/// starts (so a bad path fails before anything is recorded) and written as the report is produced.
+enum Report {
+    Stdout(std::io::Stdout),
+    File(std::io::BufWriter<std::fs::File>),
+}
+
+impl Report {
+    fn open(args: &ReportTo) -> Result<Report> {
+        Ok(match &args.report {
+            None => Report::Stdout(std::io::stdout()),
+            Some(p) => Report::File(std::io::BufWriter::new(
+                std::fs::File::create(p).with_context(|| format!("--report {}", p.display()))?,
+            )),
+        })
+    }
+
+    /// Whether it is a terminal (live tables redraw in place there).
+    fn is_terminal(&self) -> bool {
+        matches!(self, Report::Stdout(s) if s.is_terminal())
+    }
+}
+
+impl Write for Report {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Report::Stdout(s) => s.lock().write(buf),
+            Report::File(f) => f.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Report::Stdout(s) => s.lock().flush(),
+            Report::File(f) => f.flush(),
+        }
+    }
 }
 
 /// The first target process a signal ended during this command's run: main reports it after the output
@@ -263,7 +303,7 @@ pub fn export(a: ExportArgs) -> Result<()> {
 struct SyscallsView {
     attach: bool,
     t0_ns: u64,
-    out: std::io::Stdout,
+    out: Report,
     tty: bool,
     previous: Vec<SyscallStat>,
     last: Duration,
@@ -277,7 +317,7 @@ impl Observer for SyscallsView {
     }
 
     fn trace(&mut self, e: &TraceEvent) {
-        let _ = writeln!(self.out.lock(), "{}", render::syscalls::trace_line(e, self.t0_ns));
+        let _ = writeln!(self.out, "{}", render::syscalls::trace_line(e, self.t0_ns));
     }
 
     fn snapshot(&mut self, elapsed: Duration, stats: &[SyscallStat]) {
@@ -290,7 +330,7 @@ impl Observer for SyscallsView {
             .filter(|s| s.calls > 0)
             .collect();
         let p = Profile { syscalls: interval, ..Default::default() };
-        let mut out = self.out.lock();
+        let out = &mut self.out;
         if self.tty {
             let _ = write!(out, "\x1b[H\x1b[2J");
         }
@@ -302,8 +342,9 @@ impl Observer for SyscallsView {
             elapsed.as_secs_f64(),
             calls as f64 / secs.max(1e-9)
         );
-        let _ = render::syscalls::table(&mut out, &p, &whyslow_analyze::syscall_summary(&p, false));
+        let _ = render::syscalls::table(out, &p, &whyslow_analyze::syscall_summary(&p, false));
         let _ = writeln!(out);
+        let _ = out.flush();
         self.previous = stats.to_vec();
         self.last = elapsed;
     }
@@ -329,11 +370,12 @@ pub fn syscalls(a: SyscallsArgs) -> Result<()> {
         ..Default::default()
     };
     signals::install();
+    let out = Report::open(&a.report)?;
     let mut view = SyscallsView {
         attach: !matches!(opts.target, Target::Launch(_)),
         t0_ns: whyslow_record::monotonic_ns(),
-        out: std::io::stdout(),
-        tty: std::io::stdout().is_terminal(),
+        tty: out.is_terminal(),
+        out,
         previous: Vec::new(),
         last: Duration::ZERO,
     };
@@ -342,7 +384,7 @@ pub fn syscalls(a: SyscallsArgs) -> Result<()> {
     let profile = whyslow_symbolize::symbolize(raw);
     let output = a.output.clone().or_else(|| a.stacks.then(|| "whyslow.data".into()));
     let rows = whyslow_analyze::syscall_summary(&profile, a.per_thread);
-    let mut out = std::io::stdout().lock();
+    let mut out = view.out;
     match a.format {
         OutputFormat::Json => render::syscalls::json(&mut out, &profile, &rows)?,
         OutputFormat::Text => {
@@ -401,6 +443,7 @@ const MAX_CALLERS_PROBES: usize = 64;
 
 pub fn calls(a: CallsArgs) -> Result<()> {
     let target = target(&a.target)?;
+    let report = Report::open(&a.report)?;
     let patterns: Vec<PatternSpec> = if a.patterns.is_empty() {
         default_patterns()
     } else {
@@ -509,7 +552,7 @@ pub fn calls(a: CallsArgs) -> Result<()> {
     let mut profile = whyslow_symbolize::symbolize(raw);
     profile.meta.notes.extend(res.notes.iter().cloned());
     let rows = whyslow_analyze::call_summary(&profile);
-    let mut out = std::io::stdout().lock();
+    let mut out = report;
     match a.format {
         OutputFormat::Json => render::calls::json(&mut out, &profile, &rows, &unmatched)?,
         OutputFormat::Text => {
@@ -574,6 +617,7 @@ pub fn calls(a: CallsArgs) -> Result<()> {
 
 pub fn doctor(a: DoctorArgs) -> Result<()> {
     let t = &a.target;
+    let report = Report::open(&a.report)?;
     let live = !(t.pids.is_empty() && t.comm.is_none() && t.command.is_empty());
     let profile = match (&a.file, live) {
         (Some(_), true) => {
@@ -603,7 +647,7 @@ pub fn doctor(a: DoctorArgs) -> Result<()> {
     };
     let recording = a.file.as_ref().unwrap_or(&a.output).display().to_string();
     let d = whyslow_analyze::doctor::diagnose(&profile, &recording);
-    let mut out = std::io::stdout().lock();
+    let mut out = report;
     match a.format {
         OutputFormat::Text => render::doctor::text(&mut out, &profile, &d)?,
         OutputFormat::Json => render::doctor::json(&mut out, &profile, &d)?,

@@ -37,6 +37,15 @@ enum Command {
     Compare(CompareArgs),
 }
 
+/// Where a launching command's report goes.
+#[derive(Args)]
+pub struct ReportTo {
+    /// Write the report (tables, JSON, traced calls) to FILE instead of standard output, which the
+    /// launched command keeps for its own output (like strace -o). Progress and errors stay on stderr.
+    #[arg(long = "report", value_name = "FILE")]
+    pub report: Option<PathBuf>,
+}
+
 /// Which processes to profile.
 #[derive(Args)]
 pub struct TargetArgs {
@@ -56,6 +65,8 @@ pub struct TargetArgs {
 
 #[derive(Args)]
 pub struct RecordArgs {
+    #[command(flatten)]
+    pub report: ReportTo,
     #[command(flatten)]
     pub target: TargetArgs,
     /// Sampling frequency in Hz.
@@ -182,6 +193,8 @@ pub struct FlamegraphArgs {
 #[derive(Args)]
 pub struct SyscallsArgs {
     #[command(flatten)]
+    pub report: ReportTo,
+    #[command(flatten)]
     pub target: TargetArgs,
     /// Print one line per call of these syscalls (comma-separated): arguments, result, duration.
     #[arg(long, value_delimiter = ',', value_name = "SYSCALLS")]
@@ -207,6 +220,8 @@ pub struct SyscallsArgs {
 
 #[derive(Args)]
 pub struct CallsArgs {
+    #[command(flatten)]
+    pub report: ReportTo,
     /// Function name globs (demangled or mangled; `*` and `?`), given before `--`. Default: the usual
     /// suspects (allocation, memory and strings, formatting and time, locking, exceptions).
     #[arg(value_name = "PATTERN")]
@@ -243,6 +258,8 @@ pub struct CallsArgs {
 
 #[derive(Args)]
 pub struct DoctorArgs {
+    #[command(flatten)]
+    pub report: ReportTo,
     /// Diagnose this saved recording (or pprof file or URL, folded stacks, `perf script` output)
     /// instead of running a target.
     #[arg(value_name = "RECORDING")]

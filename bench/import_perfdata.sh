@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Importing a perf.data file: a ~60 s, 999 Hz `perf record --call-graph dwarf` (and -g) recording of a
+# 4-thread workload, turned into a report and an SVG flame graph by whyslow (`report FILE` + `flamegraph
+# FILE`: read, unwind the dwarf stack copies, symbolize, aggregate, render) vs the usual chain
+# `perf script | inferno-collapse-perf | inferno-flamegraph` (+ `perf report --stdio`) on the same file.
+# Target: whyslow >= 5x faster. Also prints peak RSS of both (whyslow's import streams the file).
+source "$(dirname "$0")/lib.sh"
+SECS=${SECS:-30}  # CPU seconds per thread: 4 threads on 2 cores record ~60 s of wall time
+if ! command -v inferno-flamegraph >/dev/null; then
+  cargo install --quiet --locked inferno --version 0.12.8 --root "$ROOT/bench/.tools"
+fi
+make -s -C "$ROOT/tests/workloads" >/dev/null
+BIN="$W/threads"
+rss() { /usr/bin/time -f '%M' -o "$OUT/rss" "$@" >/dev/null 2>&1; echo $(( $(cat "$OUT/rss") / 1024 )); }
+echo "perf.data import: 4 threads x ${SECS} CPU-seconds at 999 Hz"
+for mode in "--call-graph dwarf" "-g"; do
+  perf record -q -F 999 $mode -o "$OUT/p.data" -- "$BIN" "$SECS" >/dev/null 2>&1
+  size=$(du -m "$OUT/p.data" | cut -f1)
+  rep=$(timeit "$WHYSLOW" report "$OUT/p.data")
+  svg=$(timeit "$WHYSLOW" flamegraph "$OUT/p.data" -o "$OUT/w.svg")
+  ours=$(python3 -c "print(f'{$rep+$svg:.3f}')")
+  t0=$(now)
+  perf script -i "$OUT/p.data" 2>/dev/null | inferno-collapse-perf 2>/dev/null | inferno-flamegraph >"$OUT/p.svg" 2>/dev/null
+  perf report -i "$OUT/p.data" --stdio >/dev/null 2>&1
+  t1=$(now)
+  theirs=$(python3 -c "print(f'{$t1-$t0:.3f}')")
+  main=$("$WHYSLOW" report "$OUT/p.data" --format json | python3 -c 'import json,sys; r=json.load(sys.stdin); print(next((f["total_pct"] for f in r["functions"] if f["name"]=="main"), 0))')
+  echo "  perf record $mode (${size} MB):"
+  printf "    %-46s %8ss (report %ss, svg %ss), peak RSS %s MB; stacks reaching main: %s%%\n" "whyslow report + flamegraph" "$ours" "$rep" "$svg" "$(rss "$WHYSLOW" report "$OUT/p.data")" "$main"
+  printf "    %-46s %8ss, peak RSS of perf script %s MB\n" "perf script|collapse|flamegraph + perf report" "$theirs" "$(rss perf script -i "$OUT/p.data")"
+  echo "    whyslow is $(ratio "$theirs" "$ours")x faster"
+done
