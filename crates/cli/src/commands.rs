@@ -32,10 +32,19 @@ fn target(t: &TargetArgs) -> Result<Target> {
 }
 
 fn duration(t: &TargetArgs) -> Result<Option<Duration>> {
-    match t.duration {
-        Some(d) if !(d > 0.0 && d.is_finite()) => bail!("duration must be a positive number of seconds"),
-        Some(d) => Ok(Some(Duration::from_secs_f64(d))),
-        None => Ok(None),
+    t.duration.map(|d| seconds("-d (duration)", d, false)).transpose()
+}
+
+/// Seconds given on the command line: finite, positive (or zero where `zero` is allowed), and small
+/// enough for a Duration (`-d 1e20` is an error, not a panic).
+fn seconds(what: &str, s: f64, zero: bool) -> Result<Duration> {
+    let ok = s.is_finite() && (s > 0.0 || (zero && s == 0.0));
+    match Duration::try_from_secs_f64(s) {
+        Ok(d) if ok => Ok(d),
+        _ if !ok => {
+            bail!("{what} must be a {}number of seconds, not {s}", if zero { "" } else { "positive " })
+        }
+        _ => bail!("{what}: {s} seconds is longer than whyslow can wait"),
     }
 }
 
@@ -351,10 +360,7 @@ impl Observer for SyscallsView {
 }
 
 pub fn syscalls(a: SyscallsArgs) -> Result<()> {
-    let interval = match a.interval {
-        Some(s) if !(s > 0.0 && s.is_finite()) => bail!("--interval must be a positive number of seconds"),
-        s => s.map(Duration::from_secs_f64),
-    };
+    let interval = a.interval.map(|s| seconds("--interval", s, false)).transpose()?;
     if a.stacks_period == 0 {
         bail!("--stacks-period must be at least 1");
     }
@@ -665,12 +671,7 @@ pub fn doctor(a: DoctorArgs) -> Result<()> {
 fn load_options(l: &LoadArgs) -> Result<Option<LoadOptions>> {
     let Some(cmd) = &l.load else { return Ok(None) };
     let command = split_command(cmd).map_err(|e| anyhow!("--load: {e}"))?;
-    let seconds = |what: &str, s: f64| -> Result<Duration> {
-        if !(s >= 0.0 && s.is_finite()) {
-            bail!("{what} must be a number of seconds >= 0");
-        }
-        Ok(Duration::from_secs_f64(s))
-    };
+    let seconds = |what: &str, s: f64| seconds(what, s, true);
     let ready = match (l.ready_port, l.ready_delay) {
         (Some(0), _) => bail!("--ready-port must be a port number (1-65535)"),
         (Some(p), _) => Ready::Port(p),

@@ -174,6 +174,21 @@ fn bad_input_gives_one_line_errors() {
     let err = fails(&["record", "-F", "1", "-o", d.join("z.data").to_str().unwrap(), "--", "true"]);
     assert!(err.contains("no samples"), "{err}");
     assert!(!d.join("z.data").exists(), "no file may be written when nothing was recorded");
+    // Options out of range name the range, never panic (`-d 1e20` once did).
+    let z = d.join("z.data");
+    let z = z.to_str().unwrap();
+    for (args, says) in [
+        (&["record", "-d", "1e20", "-o", z, "--", "true"][..], "longer than whyslow can wait"),
+        (&["record", "-d", "0", "-o", z, "--", "true"], "positive number of seconds"),
+        (&["syscalls", "--interval", "1e20", "--", "true"], "longer than whyslow can wait"),
+        (&["calls", "-d", "1e20", "malloc", "--", "true"], "longer than whyslow can wait"),
+        (&["record", "--stack-size", "100", "-o", z, "--", "true"], "multiple of 8 from 8 to 65528"),
+        (&["record", "--stack-size", "0", "-o", z, "--", "true"], "multiple of 8 from 8 to 65528"),
+        (&["record", "-F", "200000", "-o", z, "--", "true"], "perf_event_max_sample_rate"),
+    ] {
+        let err = fails(args);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
     let err = fails(&["report", d.join("missing.data").to_str().unwrap()]);
     assert!(err.contains("cannot read"), "{err}");
     std::fs::write(d.join("junk.data"), b"this is not a profile").unwrap();

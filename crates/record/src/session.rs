@@ -281,10 +281,23 @@ fn resolve_target(target: &Target) -> Result<Resolved, RecordError> {
 
 /// Records until the duration passes, a stop signal arrives, or the target exits.
 pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawRecording, RecordError> {
-    if opts.frequency == 0 || opts.stack_bytes > 65528 || !opts.ring_pages.is_power_of_two() {
-        return Err(RecordError::Invalid(
-            "frequency > 0, stack <= 65528 bytes, ring pages a power of two".into(),
-        ));
+    if opts.stack_bytes == 0 || opts.stack_bytes > 65528 || opts.stack_bytes % 8 != 0 {
+        return Err(RecordError::Invalid(format!(
+            "--stack-size must be a multiple of 8 from 8 to 65528 bytes, not {}",
+            opts.stack_bytes
+        )));
+    }
+    if !opts.ring_pages.is_power_of_two() {
+        return Err(RecordError::Invalid("ring pages must be a power of two".into()));
+    }
+    let max_rate =
+        read_trim("/proc/sys/kernel/perf_event_max_sample_rate").parse::<u64>().unwrap_or(u64::MAX);
+    if opts.cpu && (opts.frequency == 0 || opts.frequency > max_rate) {
+        return Err(RecordError::Invalid(format!(
+            "-F {} Hz: this kernel samples at 1 to {max_rate} Hz (kernel.perf_event_max_sample_rate; raise \
+             it with `sysctl kernel.perf_event_max_sample_rate=N`)",
+            opts.frequency
+        )));
     }
     if !opts.cpu
         && opts.syscalls.is_none()
