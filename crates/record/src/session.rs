@@ -281,7 +281,7 @@ fn resolve_target(target: &Target) -> Result<Resolved, RecordError> {
 
 /// Records until the duration passes, a stop signal arrives, or the target exits.
 pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawRecording, RecordError> {
-    if opts.stack_bytes == 0 || opts.stack_bytes > 65528 || opts.stack_bytes % 8 != 0 {
+    if opts.stack_bytes == 0 || opts.stack_bytes > 65528 || !opts.stack_bytes.is_multiple_of(8) {
         return Err(RecordError::Invalid(format!(
             "--stack-size must be a multiple of 8 from 8 to 65528 bytes, not {}",
             opts.stack_bytes
