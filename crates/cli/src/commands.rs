@@ -256,7 +256,7 @@ pub fn report(a: ReportArgs) -> Result<()> {
         _ => None,
     };
     match (neighbors, a.format) {
-        (Some((n, callers)), OutputFormat::Text) => render::text::neighbors(&mut out, &n, callers)?,
+        (Some((n, callers)), OutputFormat::Text) => render::text::neighbors(&mut out, &n, callers, a.limit)?,
         (Some((n, _)), OutputFormat::Json) => {
             serde_json::to_writer_pretty(&mut out, &n)?;
             writeln!(out)?;

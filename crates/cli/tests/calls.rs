@@ -112,6 +112,21 @@ fn callers_are_the_stacks_of_the_counted_calls() {
         .map_or(0, |n| n.parse().unwrap());
     assert_eq!(kept + lost, 800, "every counted call is a stack or a counted loss: {out}");
     assert!(out.contains("__libc_start_call_main > main\n"), "malloc and bump are called from main: {out}");
+    // The same stacks in JSON: per function, root first, ending in the function.
+    let v = calls_json(&["--callers", "malloc", "--", path.to_str().unwrap(), "300"]);
+    let malloc =
+        v["callers"].as_array().unwrap().iter().find(|c| c["name"] == "malloc").expect("malloc's callers");
+    let stacks = malloc["stacks"].as_array().unwrap();
+    let sampled: u64 = stacks.iter().map(|s| s["count"].as_u64().unwrap()).sum();
+    assert_eq!(malloc["sampled"].as_u64(), Some(sampled));
+    assert_eq!(
+        sampled + v["lost_stacks"].as_u64().unwrap(),
+        300,
+        "every call a stack or a counted loss: {v}"
+    );
+    let top = stacks[0]["frames"].as_array().unwrap();
+    assert_eq!(top.last().unwrap(), "malloc");
+    assert_eq!(top[top.len() - 2], "main", "{malloc}");
 }
 
 /// dlplug loads libplug.so with dlopen, waits 300 ms and calls plug_parse 3000 times: the library is

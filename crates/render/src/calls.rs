@@ -83,7 +83,8 @@ pub fn table(w: &mut impl Write, p: &Profile, rows: &[CallRow], zeros: bool) -> 
     Ok(())
 }
 
-/// `{"duration_s", "functions": [{"name", "module", "calls", "total_ns"?, "avg_ns"?, ...}], "unmatched"}`.
+/// `{"duration_s", "functions": [{"name", "module", "calls", "total_ns"?, "avg_ns"?, ...}], "callers":
+/// [{"name", "sampled", "stacks": [{"frames" (root first), "count"}]}], "lost_stacks", "unmatched", ...}`.
 pub fn json(w: &mut impl Write, p: &Profile, rows: &[CallRow], unmatched: &[String]) -> std::io::Result<()> {
     let functions: Vec<serde_json::Value> = rows
         .iter()
@@ -101,9 +102,30 @@ pub fn json(w: &mut impl Write, p: &Profile, rows: &[CallRow], unmatched: &[Stri
             v
         })
         .collect();
+    // With --callers: each counted function's sampled stacks, root first, most frequent first.
+    let callers: Vec<serde_json::Value> = match p.sample_type(whyslow_model::sample_types::CALLS) {
+        Some(value) => rows
+            .iter()
+            .filter(|r| r.stat.calls > 0)
+            .filter_map(|r| {
+                let stacks = whyslow_analyze::stacks_ending_in(p, value, &r.stat.name);
+                let sampled: i64 = stacks.iter().map(|s| s.1).sum();
+                (sampled > 0).then(|| {
+                    let stacks: Vec<serde_json::Value> = stacks
+                        .iter()
+                        .map(|(frames, n)| serde_json::json!({"frames": frames, "count": n}))
+                        .collect();
+                    serde_json::json!({"name": r.stat.name, "sampled": sampled, "stacks": stacks})
+                })
+            })
+            .collect(),
+        None => Vec::new(),
+    };
     let doc = serde_json::json!({
         "duration_s": p.meta.duration_ns as f64 / 1e9,
         "functions": functions,
+        "callers": callers,
+        "lost_stacks": p.meta.lost_samples,
         "unmatched": unmatched,
         "lost_events": p.meta.lost_events,
         "killed": p.meta.killed,

@@ -143,7 +143,8 @@ pub fn report(w: &mut impl Write, p: &Profile, o: &ReportOptions) -> Result<(), 
 }
 
 /// A callers or callees listing with shares of the function's total, kcachegrind style.
-pub fn neighbors(w: &mut impl Write, n: &Neighbors, callers: bool) -> Result<(), RenderError> {
+/// The callers or callees of one function, the `limit` largest (the rest counted in one line).
+pub fn neighbors(w: &mut impl Write, n: &Neighbors, callers: bool, limit: usize) -> Result<(), RenderError> {
     let f = &n.function;
     writeln!(w, "{} ({}): total {}, self {}", f.name, basename(&f.module), f.total, f.self_)?;
     if !n.also_matched.is_empty() {
@@ -152,9 +153,12 @@ pub fn neighbors(w: &mut impl Write, n: &Neighbors, callers: bool) -> Result<(),
     let own = (!callers && n.self_value != 0).then_some(n.self_value);
     let vw = width("value", n.entries.iter().map(|e| e.value).chain(own));
     writeln!(w, "{:<8} {:>vw$}   share  function", if callers { "callers" } else { "callees" }, "value")?;
-    for e in &n.entries {
+    for e in n.entries.iter().take(limit) {
         let module = if e.module.is_empty() { String::new() } else { format!("  ({})", basename(&e.module)) };
         writeln!(w, "{:<8} {:>vw$} {:>6.2}%  {}{module}", "", e.value, e.pct_of_function_total, e.name)?;
+    }
+    if n.entries.len() > limit {
+        writeln!(w, "{:<8} ... {} more (--limit)", "", n.entries.len() - limit)?;
     }
     if let Some(v) = own {
         writeln!(w, "{:<8} {v:>vw$} {:>6.2}%  [self]", "", pct(v, f.total))?;
@@ -211,9 +215,11 @@ mod tests {
             [("run", false), ("burn_a", false), ("burn_a", true), ("main", true), ("burn", true)]
         {
             let n = if up { callers(&p, 0, query) } else { callees(&p, 0, query) }.unwrap();
-            out.extend(render(|w| neighbors(w, &n, up)));
+            out.extend(render(|w| neighbors(w, &n, up, 20)));
             out.push(b'\n');
         }
+        out.extend(b"--- callees of run, limit 2 ---\n");
+        out.extend(render(|w| neighbors(w, &callees(&p, 0, "run").unwrap(), false, 2)));
         check_golden("neighbors.txt", &out);
     }
 }
