@@ -562,59 +562,12 @@ pub fn calls(a: CallsArgs) -> Result<()> {
     match a.format {
         OutputFormat::Json => render::calls::json(&mut out, &profile, &rows, &unmatched)?,
         OutputFormat::Text => {
-            if !a.patterns.is_empty() {
-                let m: Vec<String> = res
-                    .matched
-                    .iter()
-                    .map(|(p, n)| format!("'{p}' {n} function{}", if *n == 1 { "" } else { "s" }))
-                    .collect();
-                writeln!(out, "patterns: {}", m.join(", "))?;
-            }
-            // The resolved functions and those of libraries loaded during the run.
-            let mut counted: Vec<(&str, &str)> =
-                profile.calls.iter().map(|c| (c.name.as_str(), c.module.as_str())).collect();
-            counted.sort_unstable();
-            counted.dedup();
-            let n = counted.len();
-            writeln!(
-                out,
-                "{n} function{} counted exactly in the kernel for {:.2} s{}\n",
-                if n == 1 { "" } else { "s" },
-                profile.meta.duration_ns as f64 / 1e9,
-                if a.follow_children {
-                    " (target and its children)"
-                } else {
-                    " (children not followed: --follow-children)"
-                }
-            )?;
-            render::calls::table(&mut out, &profile, &rows, !a.patterns.is_empty())?;
-            if let Some(value) = profile.sample_type("calls") {
-                let called: Vec<&str> =
-                    rows.iter().filter(|r| r.stat.calls > 0).map(|r| r.stat.name.as_str()).collect();
-                let every = if a.callers_period == 1 {
-                    "every call".to_string()
-                } else {
-                    format!("every {}th call", a.callers_period)
-                };
-                writeln!(out, "\ncallers (user stacks of {every}, aggregated in whyslow):")?;
-                render::text::stacks_ending_in(
-                    &mut out,
-                    &profile,
-                    value,
-                    &called[..called.len().min(10)],
-                    5,
-                )?;
-                if profile.meta.lost_samples > 0 {
-                    writeln!(
-                        out,
-                        "\n{} stack samples lost (the ring buffer was full): use --callers-period N",
-                        profile.meta.lost_samples
-                    )?;
-                }
-            }
-            for n in &profile.meta.notes {
-                writeln!(out, "note: {n}")?;
-            }
+            let how = render::calls::TextOptions {
+                matched: if a.patterns.is_empty() { &[] } else { &res.matched },
+                follow_children: a.follow_children,
+                callers_period: a.callers_period,
+            };
+            render::calls::text(&mut out, &profile, &rows, &how)?
         }
     }
     out.flush()?;
@@ -693,26 +646,8 @@ fn show_load(out: &LoadOutput, ready_after: Duration, server_exit: Option<i32>) 
     }
     o.flush()?;
     eprint!("{}", out.stderr);
-    if let Some(s) = whyslow_analyze::load::parse_load_output(&out.stdout) {
-        let ms = |v: Option<f64>, name: &str| v.map_or(String::new(), |v| format!(", {name} {v:.3} ms"));
-        writeln!(
-            o,
-            "load: {}: {:.0} requests/s{}{}{}{}",
-            s.tool,
-            s.requests_per_sec,
-            ms(s.latency_avg_ms, "latency avg"),
-            ms(s.latency_p50_ms, "p50"),
-            ms(s.latency_p99_ms, "p99"),
-            if s.errors > 0 { format!(", {} errors", s.errors) } else { String::new() }
-        )?;
-    }
-    writeln!(
-        o,
-        "server: ready after {:.2} s, load ran {:.2} s, then stopped (SIGTERM){}\n",
-        ready_after.as_secs_f64(),
-        out.elapsed.as_secs_f64(),
-        server_exit.map_or(String::new(), |c| format!(", exit status {c}"))
-    )?;
+    let stats = whyslow_analyze::load::parse_load_output(&out.stdout);
+    render::load::summary(&mut o, stats.as_ref(), ready_after, out.elapsed, server_exit)?;
     if out.status != 0 {
         eprintln!("whyslow: warning: the load command exited with status {}", out.status);
     }

@@ -26,6 +26,67 @@ fn rate(calls: u64, secs: f64) -> String {
     }
 }
 
+/// How `whyslow calls` ran, for its text report.
+pub struct TextOptions<'a> {
+    /// (pattern, functions it matched) of the patterns the user gave (empty: the default set).
+    pub matched: &'a [(String, usize)],
+    pub follow_children: bool,
+    /// Every Nth call's stack was sampled (with --callers).
+    pub callers_period: u64,
+}
+
+/// The text report of `whyslow calls`: what the patterns matched, the table, the callers of each counted
+/// function (when stacks were sampled), lost stacks and notes.
+pub fn text(w: &mut impl Write, p: &Profile, rows: &[CallRow], how: &TextOptions) -> std::io::Result<()> {
+    if !how.matched.is_empty() {
+        let m: Vec<String> = how
+            .matched
+            .iter()
+            .map(|(pat, n)| format!("'{pat}' {n} function{}", if *n == 1 { "" } else { "s" }))
+            .collect();
+        writeln!(w, "patterns: {}", m.join(", "))?;
+    }
+    // The resolved functions and those of libraries loaded during the run.
+    let mut counted: Vec<(&str, &str)> =
+        p.calls.iter().map(|c| (c.name.as_str(), c.module.as_str())).collect();
+    counted.sort_unstable();
+    counted.dedup();
+    let n = counted.len();
+    writeln!(
+        w,
+        "{n} function{} counted exactly in the kernel for {:.2} s{}\n",
+        if n == 1 { "" } else { "s" },
+        p.meta.duration_ns as f64 / 1e9,
+        if how.follow_children {
+            " (target and its children)"
+        } else {
+            " (children not followed: --follow-children)"
+        }
+    )?;
+    table(w, p, rows, !how.matched.is_empty())?;
+    if let Some(value) = p.sample_type(whyslow_model::sample_types::CALLS) {
+        let called: Vec<&str> =
+            rows.iter().filter(|r| r.stat.calls > 0).map(|r| r.stat.name.as_str()).collect();
+        let every = match how.callers_period {
+            1 => "every call".to_string(),
+            n => format!("every {n}th call"),
+        };
+        writeln!(w, "\ncallers (user stacks of {every}, aggregated in whyslow):")?;
+        crate::text::stacks_ending_in(w, p, value, &called[..called.len().min(10)], 5)?;
+        if p.meta.lost_samples > 0 {
+            writeln!(
+                w,
+                "\n{} stack samples lost (the ring buffer was full): use --callers-period N",
+                p.meta.lost_samples
+            )?;
+        }
+    }
+    for n in &p.meta.notes {
+        writeln!(w, "note: {n}")?;
+    }
+    Ok(())
+}
+
 /// The table, one block per group. Time columns appear when the run measured time per call. Functions
 /// with no call are listed only with `zeros` (else counted in one line at the end).
 pub fn table(w: &mut impl Write, p: &Profile, rows: &[CallRow], zeros: bool) -> std::io::Result<()> {

@@ -8,6 +8,7 @@ pub mod doctor;
 pub mod export;
 pub mod flamegraph;
 pub mod json;
+pub mod load;
 pub mod syscalls;
 pub mod text;
 
