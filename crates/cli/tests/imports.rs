@@ -34,7 +34,11 @@ fn pprof_export_imports_back_with_the_same_report() {
     let dir = tmp();
     let d = dir.path();
     let bin = workload("cpu_split");
-    let data = record(d, "x", &[], &[bin.to_str().unwrap(), "1"]);
+    // A busy recording: not beside the tests that measure shares (they hold the same lock).
+    let data = {
+        let _busy = exclusive();
+        record(d, "x", &[], &[bin.to_str().unwrap(), "1"])
+    };
     let pb = d.join("x.pb.gz").to_string_lossy().into_owned();
     ok(&["export", &data, "--format", "pprof", "-o", &pb]);
     let (want, got) = (report_json(&data, &["--type", "cpu"]), report_json(&pb, &["--type", "cpu"]));
@@ -56,7 +60,11 @@ fn folded_import_equals_folded_export() {
     let dir = tmp();
     let d = dir.path();
     let bin = workload("cpu_split");
-    let data = record(d, "x", &[], &[bin.to_str().unwrap(), "1"]);
+    // A busy recording: not beside the tests that measure shares (they hold the same lock).
+    let data = {
+        let _busy = exclusive();
+        record(d, "x", &[], &[bin.to_str().unwrap(), "1"])
+    };
     let path = |n: &str| d.join(n).to_string_lossy().into_owned();
     ok(&["export", &data, "--format", "folded", "-o", &path("x.folded")]);
     ok(&["export", &path("x.folded"), "--format", "folded", "-o", &path("y.folded")]);
@@ -82,6 +90,7 @@ fn perf_script_of_a_real_recording() {
         eprintln!("perf not installed (apt-get install linux-perf): skipping");
         return;
     }
+    let _quiet = exclusive(); // cpu_split splits by time: no other busy test beside it
     let dir = tmp();
     let d = dir.path();
     let bin = workload("cpu_split_fp");
