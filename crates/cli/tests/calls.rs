@@ -129,6 +129,26 @@ fn callers_are_the_stacks_of_the_counted_calls() {
     assert_eq!(top[top.len() - 2], "main", "{malloc}");
 }
 
+/// --follow-children counts the calls of every process the command starts, also after they exec
+/// (`ltrace -f` counts 2 opens for the two cats, and forker's children call child_work once each).
+#[test]
+fn follow_children_counts_children_that_fork_and_exec() {
+    let v =
+        calls_json(&["--follow-children", "open", "--", "sh", "-c", "cat /etc/hostname; cat /etc/hostname"]);
+    assert_eq!(count(&v, "open", "libc.so.6"), 2, "{v}");
+    let forker = workload("forker");
+    let v = calls_json(&[
+        "--follow-children",
+        "child_work",
+        "parent_work",
+        "--",
+        forker.to_str().unwrap(),
+        "0.2",
+    ]);
+    assert_eq!(count(&v, "child_work", "forker"), 2, "{v}");
+    assert_eq!(count(&v, "parent_work", "forker"), 1, "{v}");
+}
+
 /// dlplug loads libplug.so with dlopen, waits 300 ms and calls plug_parse 3000 times: the library is
 /// found while the run goes on (checked every 0.1 s) and its function counted exactly; with --lib it is
 /// probed before it is loaded, also when it is loaded at once. A loaded library matching nothing is named.

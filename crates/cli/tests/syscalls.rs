@@ -76,6 +76,20 @@ fn counts_are_exact_with_children_and_errnos() {
     }
 }
 
+/// Counts start at the command's successful exec, as strace -c counts: whyslow's forked child searching
+/// PATH for the command (execve ENOENT per directory) is not the command's.
+#[test]
+fn counts_start_at_the_exec_of_the_command() {
+    let v = syscalls_json(&["--", "true"]);
+    let execve = row(&v, "execve");
+    assert_eq!((execve["calls"].as_u64(), execve["errors"].as_u64()), (Some(1), Some(0)), "{execve}");
+    if let Some(reference) = strace_counts(&["true"]) {
+        for name in ["execve", "mmap", "openat", "close"] {
+            assert_eq!(calls(&v, name), reference.get(name).copied().unwrap_or(0), "{name} vs strace -c");
+        }
+    }
+}
+
 #[test]
 fn trace_decodes_paths_and_errors() {
     let bin = workload("tzstat");
