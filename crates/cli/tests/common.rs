@@ -139,3 +139,19 @@ pub fn self_pct(report: &Value, name: &str) -> f64 {
 pub fn total_pct(report: &Value, name: &str) -> f64 {
     function(report, |n| n == name).map(|f| f["total_pct"].as_f64().unwrap()).unwrap_or(0.0)
 }
+
+/// burn_a/b/c of the cpu_split workload as percent of their sum (startup and kernel noise left out).
+pub fn split_shares(report: &Value) -> [f64; 3] {
+    let v = [self_pct(report, "burn_a"), self_pct(report, "burn_b"), self_pct(report, "burn_c")];
+    let sum: f64 = v.iter().sum();
+    assert!(sum > 90.0, "cpu_split's workers should hold most samples: {v:?}");
+    v.map(|x| 100.0 * x / sum)
+}
+
+/// cpu_split's 60/30/10 split within 3 points.
+pub fn assert_split(report: &Value) {
+    let s = split_shares(report);
+    for (got, want) in s.iter().zip([60.0, 30.0, 10.0]) {
+        assert!((got - want).abs() <= 3.0, "shares {s:.1?} vs 60/30/10 (+-3 points)");
+    }
+}
