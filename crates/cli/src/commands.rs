@@ -80,6 +80,7 @@ fn end_status_line() {
 
 pub fn record(a: RecordArgs) -> Result<()> {
     let mut report = Report::open(&a.report)?;
+    check_writable(&a.output)?;
     let opts = RecordOptions {
         target: target(&a.target)?,
         frequency: a.freq,
@@ -137,7 +138,8 @@ pub fn record(a: RecordArgs) -> Result<()> {
     }
     let stopped = std::time::Instant::now();
     let profile = whyslow_symbolize::symbolize(raw);
-    file::save(&profile, &a.output)?;
+    // The summary comes first: a save that fails (disk full) must not cost the user what was recorded.
+    let saved = file::save(&profile, &a.output);
     if a.verbose {
         eprintln!("whyslow: post-processing {:.3} s (symbolize + save)", stopped.elapsed().as_secs_f64());
     }
@@ -151,6 +153,7 @@ pub fn record(a: RecordArgs) -> Result<()> {
         writeln!(report)?;
         report.flush()?;
     }
+    saved?;
     eprintln!(
         "whyslow: wrote {} ({} samples, {:.1}s); next: `whyslow report {0}`, `whyslow flamegraph {0}`",
         a.output.display(),
@@ -197,6 +200,19 @@ impl Write for Report {
             Report::File(f) => f.flush(),
         }
     }
+}
+
+/// Fails before a run when its recording could not be written: the directory of `path` must exist and
+/// take a new file (checked with a probe file, removed at once; `path` itself is not touched).
+fn check_writable(path: &Path) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let probe = dir.join(format!(".whyslow-write-check-{}", std::process::id()));
+    std::fs::File::create(&probe)
+        .and_then(|_| std::fs::remove_file(&probe))
+        .with_context(|| format!("cannot write {} (-o): {}", path.display(), dir.display()))
 }
 
 /// The first target process a signal ended during this command's run: main reports it after the output
@@ -360,6 +376,10 @@ impl Observer for SyscallsView {
 }
 
 pub fn syscalls(a: SyscallsArgs) -> Result<()> {
+    let output = a.output.clone().or_else(|| a.stacks.then(|| "whyslow.data".into()));
+    if let Some(path) = &output {
+        check_writable(path)?;
+    }
     let interval = a.interval.map(|s| seconds("--interval", s, false)).transpose()?;
     if a.stacks_period == 0 {
         bail!("--stacks-period must be at least 1");
@@ -388,7 +408,6 @@ pub fn syscalls(a: SyscallsArgs) -> Result<()> {
     let raw = whyslow_record::record(&opts, &mut view)?;
     remember_killed(&raw.meta);
     let profile = whyslow_symbolize::symbolize(raw);
-    let output = a.output.clone().or_else(|| a.stacks.then(|| "whyslow.data".into()));
     let rows = whyslow_analyze::syscall_summary(&profile, a.per_thread);
     let mut out = view.out;
     match a.format {
@@ -578,6 +597,9 @@ pub fn doctor(a: DoctorArgs) -> Result<()> {
     let t = &a.target;
     let report = Report::open(&a.report)?;
     let live = !(t.pids.is_empty() && t.comm.is_none() && t.command.is_empty());
+    if live {
+        check_writable(&a.output)?;
+    }
     let profile = match (&a.file, live) {
         (Some(_), true) => {
             bail!("give either a recording file or a target (-- CMD, -p PID, --comm NAME), not both")
@@ -600,7 +622,6 @@ pub fn doctor(a: DoctorArgs) -> Result<()> {
             end_status_line();
             let profile = profile?;
             remember_killed(&profile.meta);
-            file::save(&profile, &a.output)?;
             profile
         }
     };
@@ -613,6 +634,8 @@ pub fn doctor(a: DoctorArgs) -> Result<()> {
     }
     out.flush()?;
     if a.file.is_none() {
+        // Saved after the findings are shown: a save that fails must not cost the diagnosis.
+        file::save(&profile, &a.output)?;
         eprintln!(
             "whyslow: wrote {}; next: `whyslow report {0} --type wall`, `whyslow flamegraph {0}`",
             a.output.display()

@@ -182,6 +182,15 @@ fn bad_input_gives_one_line_errors() {
         let err = fails(args);
         assert!(err.contains(says), "{args:?}: {err}");
     }
+    // A recording that could not be written fails before the run, not after it (the target never starts:
+    // its marker file stays absent).
+    let marker = d.join("ran");
+    let touch = format!("touch {}", marker.display());
+    for cmd in ["record", "doctor"] {
+        let err = fails(&[cmd, "-o", "/nonexistent/dir/x.data", "--", "sh", "-c", &touch]);
+        assert!(err.contains("cannot write /nonexistent/dir/x.data"), "{cmd}: {err}");
+    }
+    assert!(!marker.exists(), "the command must not have run");
     let err = fails(&["report", d.join("missing.data").to_str().unwrap()]);
     assert!(err.contains("cannot read"), "{err}");
     std::fs::write(d.join("junk.data"), b"this is not a profile").unwrap();
