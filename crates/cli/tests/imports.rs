@@ -80,27 +80,41 @@ fn folded_import_equals_folded_export() {
     assert!(std::fs::read_to_string(path("x.svg")).unwrap().contains("burn_a"));
 }
 
+/// Whether `perf` runs here (a message says the test is skipped when not).
+fn perf_installed() -> bool {
+    let ok = Command::new("perf").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("perf not installed (apt-get install linux-perf): skipping");
+    }
+    ok
+}
+
+/// `perf record -q -F 999 ARGS -o OUT -- WORKLOAD 2` (two seconds of cpu_split's work).
+fn perf_record(out: &std::path::Path, args: &[&str], workload_name: &str) {
+    let st = Command::new("perf")
+        .args(["record", "-q", "-F", "999", "-o"])
+        .arg(out)
+        .args(args)
+        .arg("--")
+        .arg(workload(workload_name))
+        .arg("2")
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success(), "perf record {args:?} failed");
+}
+
 /// `perf record -g` on the frame-pointer build, `perf script`, imported: 60/30/10 within 3 points.
 #[test]
 fn perf_script_of_a_real_recording() {
-    if Command::new("perf").arg("--version").output().map_or(true, |o| !o.status.success()) {
-        eprintln!("perf not installed (apt-get install linux-perf): skipping");
+    if !perf_installed() {
         return;
     }
     let _quiet = exclusive(); // cpu_split splits by time: no other busy test beside it
     let dir = tmp();
     let d = dir.path();
-    let bin = workload("cpu_split_fp");
     let pdata = d.join("perf.data");
-    let st = Command::new("perf")
-        .args(["record", "-q", "-g", "-F", "999", "-o"])
-        .arg(&pdata)
-        .arg(&bin)
-        .arg("2")
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(st.success(), "perf record failed");
+    perf_record(&pdata, &["-g"], "cpu_split_fp");
     let out =
         Command::new("perf").arg("script").arg("-i").arg(&pdata).stderr(Stdio::null()).output().unwrap();
     assert!(out.status.success());
@@ -122,8 +136,7 @@ fn perf_script_of_a_real_recording() {
 /// >= 99% of samples.
 #[test]
 fn perf_data_three_ways_agree() {
-    if Command::new("perf").arg("--version").output().map_or(true, |o| !o.status.success()) {
-        eprintln!("perf not installed (apt-get install linux-perf): skipping");
+    if !perf_installed() {
         return;
     }
     let _quiet = exclusive(); // cpu_split splits by time: no other busy test beside it
@@ -135,17 +148,7 @@ fn perf_data_three_ways_agree() {
     ));
     let perf = |name: &str, args: &[&str], bin: &str| {
         let out = d.join(name);
-        let st = Command::new("perf")
-            .args(["record", "-q", "-F", "999", "-o"])
-            .arg(&out)
-            .args(args)
-            .arg("--")
-            .arg(workload(bin))
-            .arg("2")
-            .stdout(Stdio::null())
-            .status()
-            .unwrap();
-        assert!(st.success(), "perf record {args:?} failed");
+        perf_record(&out, args, bin);
         report_json(out.to_str().unwrap(), &[])
     };
     let fp = perf("fp.data", &["-g"], "cpu_split_fp");

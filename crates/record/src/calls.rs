@@ -234,9 +234,9 @@ pub fn resolve(
             Err(e) => res.notes.push(format!("not probed: {e}")),
         }
     }
-    // (module index, entry offset) -> probe index, so aliases and overlapping patterns share one probe.
-    let mut at: HashMap<(usize, u64), usize> = HashMap::new();
-    let mut skipped_at: Vec<(usize, u64)> = Vec::new();
+    // (module index, entry offset) -> probe index (None: skipped), so aliases and overlapping patterns
+    // share one probe, and a function is placed (or skipped) once.
+    let mut at: HashMap<(usize, u64), Option<usize>> = HashMap::new();
     for spec in patterns {
         let mut n = 0;
         for (mi, (module, funcs, code)) in tables.iter_mut().enumerate() {
@@ -264,17 +264,18 @@ pub fn resolve(
                 };
                 n += 1;
                 let key = (mi, body.offset);
-                if let Some(&i) = at.get(&key) {
-                    let p = &mut res.probes[i];
-                    for a in fs.iter().map(|f| &f.name) {
-                        if *a != p.name && !p.aliases.contains(a) {
-                            p.aliases.push(a.clone());
+                match at.get(&key) {
+                    Some(&Some(i)) => {
+                        let p = &mut res.probes[i];
+                        for a in fs.iter().map(|f| &f.name) {
+                            if *a != p.name && !p.aliases.contains(a) {
+                                p.aliases.push(a.clone());
+                            }
                         }
+                        continue;
                     }
-                    continue;
-                }
-                if skipped_at.contains(&key) {
-                    continue;
+                    Some(None) => continue,
+                    None => {}
                 }
                 let code = match code {
                     Some(c) => c,
@@ -291,7 +292,7 @@ pub fn resolve(
                 };
                 match code.place(body.address, body.size, Needs { at_entry, ..needs(spec) }) {
                     Placement::Site(site) => {
-                        at.insert(key, res.probes.len());
+                        at.insert(key, Some(res.probes.len()));
                         res.probes.push(Probe {
                             module: (*module).clone(),
                             offset: body.offset + site.moved,
@@ -308,7 +309,7 @@ pub fn resolve(
                         });
                     }
                     Placement::Unsafe(reason) => {
-                        skipped_at.push(key);
+                        at.insert(key, None);
                         let s = Skipped {
                             module: (*module).clone(),
                             name: f.name.clone(),
