@@ -10,7 +10,7 @@
 use crate::{top_functions, FunctionStat};
 use serde::Serialize;
 use std::collections::HashMap;
-use whyslow_model::{basename, Metadata, Profile, ProfileBuilder};
+use whyslow_model::{basename, sample_types, Metadata, Profile, ProfileBuilder};
 
 /// How one side's value turns into seconds.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -26,7 +26,7 @@ pub enum Scale {
 pub fn time_scale(p: &Profile, value: usize) -> Scale {
     match p.sample_types.get(value) {
         Some(t) if t.unit == "nanoseconds" => Scale::SecondsPerUnit(1e-9),
-        Some(t) if t.unit == "samples" && t.name == "cpu" && p.meta.frequency_hz > 0 => {
+        Some(t) if t.unit == "samples" && t.name == sample_types::CPU && p.meta.frequency_hz > 0 => {
             Scale::SecondsPerUnit(1.0 / p.meta.frequency_hz as f64)
         }
         _ => Scale::Shares,

@@ -12,7 +12,7 @@ use std::time::Duration;
 use whyslow_analyze::diff::Side;
 use whyslow_investigate::compare::{CompareOptions, SIDES};
 use whyslow_model::syscalls::TraceEvent;
-use whyslow_model::{file, Killed, Profile, SyscallStat};
+use whyslow_model::{file, sample_types, Killed, Profile, SyscallStat};
 use whyslow_record::calls::{default_patterns, hit_cost_ns, Execution, PatternSpec};
 use whyslow_record::load::{LoadOptions, LoadOutput, Ready};
 use whyslow_record::{
@@ -241,8 +241,8 @@ fn load(source: &Path, value_type: Option<&str>) -> Result<Profile> {
 fn value_index(p: &Profile, name: Option<&str>) -> Result<usize> {
     let name = match name {
         Some(n) => n,
-        None if p.sample_type("cpu").is_some() => "cpu",
-        None => p.sample_types.first().map_or("cpu", |t| t.name.as_str()),
+        None if p.sample_type(sample_types::CPU).is_some() => sample_types::CPU,
+        None => p.sample_types.first().map_or(sample_types::CPU, |t| t.name.as_str()),
     };
     p.sample_type(name).with_context(|| {
         let have: Vec<&str> = p.sample_types.iter().map(|t| t.name.as_str()).collect();
@@ -417,7 +417,7 @@ pub fn syscalls(a: SyscallsArgs) -> Result<()> {
                 writeln!(out)?;
             }
             render::syscalls::table(&mut out, &profile, &rows)?;
-            if let Some(value) = profile.sample_type("syscalls") {
+            if let Some(value) = profile.sample_type(sample_types::SYSCALLS) {
                 let merged = whyslow_analyze::syscall_summary(&profile, false);
                 render::syscalls::issuing_stacks(&mut out, &profile, value, &merged, 5, 3)?;
                 if profile.meta.lost_samples > 0 {

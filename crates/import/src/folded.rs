@@ -4,14 +4,14 @@
 //! (inlined) suffixes set the frame kind; `[no stack]` (whyslow's name for an empty stack) is one again.
 
 use crate::{bounded_sum, source_note, ImportError, ALL_THREADS};
-use whyslow_model::{FrameKind, Metadata, Profile, ProfileBuilder, SampleType, NONE};
+use whyslow_model::{sample_types, FrameKind, Metadata, Profile, ProfileBuilder, SampleType, NONE};
 
 const NO_STACK: &str = "[no stack]";
 
 /// Parses folded text; `sample_type` names its one value type (default `samples`, a count).
 pub fn parse(text: &str, origin: &str, sample_type: Option<&str>) -> Result<Profile, ImportError> {
     let name = sample_type.unwrap_or("samples");
-    let unit = if name == "cpu" { "samples" } else { "count" };
+    let unit = if name == sample_types::CPU { "samples" } else { "count" };
     let meta = Metadata {
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
         command: vec![origin.to_string()],

@@ -9,7 +9,7 @@
 //! `dso+0xADDR` frames (the address is perf's, absolute), never dropped.
 
 use crate::{bounded_sum, source_note, ImportError};
-use whyslow_model::{basename, FrameKind, Metadata, Profile, ProfileBuilder, SampleType, NONE};
+use whyslow_model::{basename, sample_types, FrameKind, Metadata, Profile, ProfileBuilder, SampleType, NONE};
 
 const MAX_DEPTH: usize = 8192;
 
@@ -171,7 +171,10 @@ pub fn parse(text: &str, origin: &str) -> Result<Profile, ImportError> {
     for e in &events {
         let clock = e.ends_with("-clock");
         let (count, period) = if single_cpu {
-            ("cpu".to_string(), if clock { "cpu-ns".to_string() } else { "cycles".to_string() })
+            (
+                sample_types::CPU.to_string(),
+                if clock { sample_types::CPU_NS } else { sample_types::CYCLES }.to_string(),
+            )
         } else {
             (e.clone(), format!("{e}-period"))
         };

@@ -7,7 +7,7 @@ use crate::InvestigateError;
 use whyslow_analyze::diff::{Scale, Side};
 use whyslow_analyze::load::{parse_load_output, LoadStats};
 use whyslow_analyze::stats::Measure;
-use whyslow_model::Profile;
+use whyslow_model::{sample_types, Profile};
 use whyslow_record::load::{measured_run, LoadOptions};
 use whyslow_record::{Observer, RecordOptions, Target};
 
@@ -140,7 +140,7 @@ impl Comparison {
             .map(|c| [c.before.median, c.after.median]);
         let side = |i: usize| {
             let p = &self.merged[i];
-            let value = p.sample_type("cpu")?;
+            let value = p.sample_type(sample_types::CPU)?;
             let total = p.total(value);
             let scale = match medians {
                 Some(m) if total > 0 => Scale::SecondsPerUnit(m[i] / total as f64),

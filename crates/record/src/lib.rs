@@ -12,12 +12,15 @@ pub mod load;
 mod records;
 mod session;
 pub mod signals;
+mod sources;
 mod sys;
 pub mod target;
 
 pub use bpf::syscall_numbers;
-pub use session::{record, stop_launched, Observer, Progress};
+pub use session::{record, End, Observer, Progress, Session};
+pub use sources::Objects;
 pub use sys::{monotonic_ns, Clock};
+pub use target::stop_launched;
 pub use target::Target;
 
 /// How to record.

@@ -1,23 +1,20 @@
-//! One recording run: open the events, follow the target's threads, processes and mappings through the
+//! One recording run: open the sources, follow the target's threads, processes and mappings through the
 //! ring-buffer side-band records, unwind and normalize every sample as it arrives, stop on duration,
-//! signal or target exit, and always detach.
+//! signal or target exit, and always detach. A [`Session`] is that run step by step: `record` drives it to
+//! the end, a long-running service follows processes as they appear and cuts it into windows.
 
-use crate::bpf::{syscall_numbers, CallCount, CallProbe, ExitWatch, SyscallProbe};
+use crate::bpf::{syscall_numbers, CallCount, CallProbe};
 use crate::calls::{PatternSpec, Probe};
-use crate::records;
-use crate::sys::{self, Clock, EventConfig, Ring, Source};
-use crate::target::{self, Gated, Target};
+use crate::sources::{raise_fd_limit, Objects, Sources};
+use crate::sys::{self, Clock};
+use crate::target::{self, exit_code_of, stop_launched, try_wait, Gated};
 use crate::{signals, RecordError, RecordOptions};
-use std::collections::HashMap;
-use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use whyslow_convert::records::Timed;
-use whyslow_convert::{Converter, Host, ProcessInfo, SizeArg, Stream};
+use whyslow_convert::{Converter, Host, ProcessInfo, Stream};
 use whyslow_model::raw::RawRecording;
 use whyslow_model::syscalls::TraceEvent;
-use whyslow_model::{CallStat, Killed, Metadata, SampleType, SyscallStat};
-use whyslow_symbols::placement::{Args, Needs, StackNeed};
+use whyslow_model::{sample_types, CallStat, Killed, Metadata, SampleType, SyscallStat};
 
 /// Live counters for a status line.
 #[derive(Debug, Clone, Copy, Default)]
@@ -26,71 +23,6 @@ pub struct Progress {
     pub samples: u64,
     pub lost: u64,
 }
-
-/// How bpf/calls.bpf.c's `size_arg` map names where the size is.
-fn bpf_size_code(size: SizeArg) -> u32 {
-    match size {
-        SizeArg::Arg(n) => n.min(2) as u32,
-        SizeArg::Product => 3,
-        SizeArg::GoFirst => 4,
-    }
-}
-
-/// What a probe reading this size argument and the return address needs kept intact at its site.
-fn size_needs(size: SizeArg) -> Needs {
-    let args = match size {
-        SizeArg::Arg(0) => Args::RDI,
-        SizeArg::Arg(1) => Args::RSI,
-        SizeArg::Arg(_) => Args::RDX,
-        SizeArg::Product => Args::RDI.with(Args::RSI),
-        SizeArg::GoFirst => Args::RAX,
-    };
-    Needs { stack: StackNeed::Known, args, ..Needs::default() }
-}
-
-/// The allocation functions of the target, each with where its size argument is.
-fn alloc_probes(t: &Target, notes: &mut Vec<String>) -> Result<Vec<(Probe, SizeArg)>, RecordError> {
-    // C++ operator new (every variant) allocates through malloc, so its allocations are counted once, at
-    // malloc, with operator new as the caller in the stack.
-    let table: [(&str, SizeArg); 7] = [
-        ("malloc", SizeArg::Arg(0)),
-        ("calloc", SizeArg::Product),
-        ("realloc", SizeArg::Arg(1)),
-        ("posix_memalign", SizeArg::Arg(2)),
-        ("aligned_alloc", SizeArg::Arg(1)),
-        ("memalign", SizeArg::Arg(1)),
-        ("runtime.mallocgc", SizeArg::GoFirst),
-    ];
-    let patterns: Vec<PatternSpec> = table
-        .iter()
-        .map(|(p, _)| PatternSpec { group: p.to_string(), pattern: p.to_string(), required: false })
-        .collect();
-    let size_of = |group: &str| table.iter().find(|(pat, _)| *pat == group).map(|(_, s)| *s);
-    let modules = crate::calls::target_modules(t)?;
-    let res = crate::calls::resolve(&modules, &patterns, |spec| {
-        size_of(&spec.group).map_or_else(Needs::default, size_needs)
-    })?;
-    notes.extend(res.notes);
-    // The loader's own minimal malloc is not the program's allocator.
-    let probes: Vec<(Probe, SizeArg)> = res
-        .probes
-        .into_iter()
-        .filter(|p| !p.module.to_string_lossy().contains("/ld-linux"))
-        .filter_map(|p| {
-            let size = size_of(&p.group)?;
-            Some((p, size))
-        })
-        .collect();
-    if probes.is_empty() {
-        return Err(RecordError::Invalid("--alloc: the target has no allocation function to probe".into()));
-    }
-    Ok(probes)
-}
-
-/// User stack bytes copied per event of streams that fire on every call (syscalls, calls, allocations).
-const EVENT_STACK_BYTES: u32 = 16 * 1024;
-/// Ring data pages per CPU for such streams (16 MB with 4 KB pages).
-const EVENT_RING_PAGES: usize = 4096;
 
 /// The (name, module) a probed function's stacks end in.
 fn label_of(p: &Probe) -> (String, String) {
@@ -130,123 +62,6 @@ fn vdso_bytes() -> Option<Vec<u8>> {
     Some(buf)
 }
 
-/// The open events: one ring per CPU, plus the extra fds redirected into it.
-struct Events {
-    rings: Vec<Ring>,
-    extra: Vec<OwnedFd>,
-    cfgs: Vec<EventConfig>,
-    cpus: Vec<i32>,
-    /// Event id (as samples carry it) -> index into `cfgs`.
-    ids: HashMap<u64, usize>,
-    /// Data pages of each ring.
-    pages: usize,
-}
-
-impl Events {
-    /// Opens every event on every CPU for task `tid` (inherited by its future threads and children).
-    fn open_task(&mut self, tid: u32) -> Result<(), std::io::Error> {
-        let pages = self.pages;
-        for (k, cfg) in self.cfgs.iter().enumerate() {
-            for (i, &cpu) in self.cpus.iter().enumerate() {
-                let fd = sys::open_event(cfg, tid as i32, cpu)?;
-                self.ids.insert(sys::event_id(&fd)?, k);
-                if let Some(ring) = self.rings.get(i) {
-                    sys::redirect_output(&fd, ring.fd())?;
-                    self.extra.push(fd);
-                } else {
-                    self.rings.push(Ring::map(fd, pages)?);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn set_enabled(&self, on: bool) {
-        for fd in self.rings.iter().map(Ring::fd).chain(self.extra.iter()) {
-            if on {
-                let _ = sys::enable(fd);
-            } else {
-                sys::disable(fd);
-            }
-        }
-    }
-
-    fn drain(&mut self, c: &mut Converter<LiveHost>, buf: &mut Vec<u8>) {
-        let mut batch: Vec<Timed> = Vec::new();
-        for ring in &mut self.rings {
-            ring.drain(buf, |rec| match records::decode(rec) {
-                Some(t) => batch.push(t),
-                None => c.count_malformed(),
-            });
-        }
-        c.handle_batch(batch, &self.ids);
-    }
-
-    fn clock(&self) -> Option<Clock> {
-        self.cfgs.iter().find_map(|c| match c.source {
-            Source::Clock(clock) => Some(clock),
-            Source::Tracepoint { .. } => None,
-        })
-    }
-}
-
-fn classify(e: std::io::Error, pid: u32) -> RecordError {
-    match e.raw_os_error() {
-        Some(libc::EACCES) | Some(libc::EPERM) => RecordError::Permission(e),
-        Some(libc::ESRCH) => RecordError::NoSuchProcess(pid),
-        _ => RecordError::PerfEvent(e),
-    }
-}
-
-fn raise_fd_limit() {
-    // SAFETY: l is a rlimit owned by this frame; getrlimit fills it before setrlimit reads it.
-    unsafe {
-        let mut l: libc::rlimit = std::mem::zeroed();
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 && l.rlim_cur < l.rlim_max {
-            l.rlim_cur = l.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &l);
-        }
-    }
-}
-
-/// Opens events on the first task, falling back from cycles to cpu-clock and from kernel+user to user-only
-/// when the machine does not allow them. Returns the notes to show the user.
-fn open_first(ev: &mut Events, tid: u32, notes: &mut Vec<String>) -> Result<(), RecordError> {
-    loop {
-        match ev.open_task(tid) {
-            Ok(()) => return Ok(()),
-            Err(e) => {
-                ev.rings.clear();
-                ev.extra.clear();
-                ev.ids.clear();
-                let code = e.raw_os_error();
-                let kernel = ev.cfgs.iter().any(|c| c.kernel);
-                let clock = ev.cfgs.iter_mut().find(|c| matches!(c.source, Source::Clock(_)));
-                match clock {
-                    Some(c)
-                        if c.source != Source::Clock(Clock::CpuClock)
-                            && matches!(
-                                code,
-                                Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)
-                            ) =>
-                    {
-                        if c.source == Source::Clock(Clock::Cycles) {
-                            notes.push("no hardware cycles counter here: sampled cpu-clock instead".into());
-                        }
-                        c.source = Source::Clock(Clock::CpuClock);
-                    }
-                    _ if kernel && matches!(code, Some(libc::EACCES) | Some(libc::EPERM)) => {
-                        notes
-                            .push("kernel stacks not allowed (perf_event_paranoid): user stacks only".into());
-                        ev.cfgs.iter_mut().for_each(|c| c.kernel = false);
-                    }
-                    _ => return Err(classify(e, tid)),
-                }
-            }
-        }
-    }
-}
-
 /// Receives what a run learns while it runs. Every method has a default that ignores it.
 pub trait Observer {
     /// Once every source is attached, before a launched command starts.
@@ -259,28 +74,25 @@ pub trait Observer {
     fn snapshot(&mut self, _elapsed: Duration, _stats: &[SyscallStat]) {}
 }
 
-/// The process ids to follow, how to name them, and the gated child when launching.
-type Resolved = (Vec<u32>, Vec<String>, Option<Gated>);
-
-fn resolve_target(target: &Target) -> Result<Resolved, RecordError> {
-    Ok(match target {
-        Target::Launch(argv) => {
-            let g = Gated::spawn(argv)?;
-            (vec![g.pid], argv.clone(), Some(g))
-        }
-        Target::Pids(pids) => {
-            if let Some(&p) = pids.iter().find(|&&p| !target::alive(p)) {
-                return Err(RecordError::NoSuchProcess(p));
-            }
-            let list = pids.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
-            (pids.clone(), vec!["-p".into(), list], None)
-        }
-        Target::Comm(name) => (target::pids_named(name)?, vec!["--comm".into(), name.clone()], None),
-    })
+/// Why a run ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// The duration passed, a stop signal arrived, or the stop flag was set.
+    Stopped,
+    /// The launched command exited, or no attached process is left.
+    TargetEnded,
 }
 
 /// Records until the duration passes, a stop signal arrives, or the target exits.
 pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawRecording, RecordError> {
+    let mut objects = Objects::new(opts)?;
+    let mut s = Session::start(opts, &mut objects, observer)?;
+    while s.step(observer).is_none() {}
+    Ok(s.finish(observer))
+}
+
+/// Checks what the kernel and the options allow before anything is opened.
+fn check(opts: &RecordOptions) -> Result<(), RecordError> {
     if opts.stack_bytes == 0 || opts.stack_bytes > 65528 || !opts.stack_bytes.is_multiple_of(8) {
         return Err(RecordError::Invalid(format!(
             "--stack-size must be a multiple of 8 from 8 to 65528 bytes, not {}",
@@ -307,461 +119,341 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
     {
         return Err(RecordError::Invalid("nothing to record".into()));
     }
-    let trace = match &opts.syscalls {
-        Some(s) => syscall_numbers(&s.trace)?,
-        None => Vec::new(),
-    };
-    raise_fd_limit();
-    let mut notes = Vec::new();
-    let (pids, command, mut gate) = resolve_target(&opts.target)?;
-    let alloc = match &opts.alloc {
-        Some(_) => alloc_probes(&opts.target, &mut notes)?,
-        None => Vec::new(),
-    };
-    let mut objects = BpfObjects::new(opts, &alloc)?;
-    let started = start_sources(opts, &trace, &alloc, &pids, gate.is_some(), &mut objects, &mut notes);
-    let Started { mut ev, syscalls: mut probe, mut calls, alloc_sites, exits, streams, sample_types } =
-        match started {
-            Ok(s) => s,
-            Err(e) => {
-                if let Some(g) = gate.take() {
-                    g.abort();
-                }
-                return Err(e);
-            }
+    Ok(())
+}
+
+/// A run in progress: its sources attached, the converter fed from them.
+pub struct Session<'a> {
+    opts: &'a RecordOptions,
+    src: Sources<'a>,
+    c: Converter<LiveHost>,
+    pids: Vec<u32>,
+    command: Vec<String>,
+    gate: Option<Gated>,
+    notes: Vec<String>,
+    /// Every probe counted, in counter order: the resolved ones, then those of libraries loaded later.
+    probes: Vec<Probe>,
+    late_seen: Vec<(u32, String)>,
+    buf: Vec<u8>,
+    t0: Instant,
+    /// When the current window began (the run's start until the first cut).
+    window_t0: Instant,
+    start_unix_ns: u64,
+    /// Samples lost before the current window.
+    lost_before: u64,
+    exit_code: Option<i32>,
+    killed: Vec<Killed>,
+    last_progress: Instant,
+    last_alive_check: Instant,
+    last_snapshot: Instant,
+    last_maps_check: Instant,
+}
+
+impl<'a> Session<'a> {
+    /// Opens and attaches every source, then lets a launched command run.
+    pub fn start(
+        opts: &'a RecordOptions,
+        objects: &'a mut Objects,
+        observer: &mut impl Observer,
+    ) -> Result<Self, RecordError> {
+        check(opts)?;
+        let trace = match &opts.syscalls {
+            Some(s) => syscall_numbers(&s.trace)?,
+            None => Vec::new(),
         };
-    let alloc_names: Vec<(String, String)> = alloc.iter().map(|(p, _)| label_of(p)).collect();
-    let probe_names = opts.calls.iter().flat_map(|c| &c.probes).map(label_of).collect();
-    let mut c = Converter::new(LiveHost, sample_types, streams).with_labels(probe_names, alloc_names);
-    if alloc_sites.is_some() {
-        // Call sites are read from the kernel after the run, also of processes that exited by then.
-        c = c.retaining_exited();
-    }
-    if gate.is_none() {
-        for &p in &pids {
-            c.add_process(p);
+        raise_fd_limit();
+        let mut notes = std::mem::take(&mut objects.notes);
+        let alloc_names: Vec<(String, String)> = objects.alloc.iter().map(|(p, _)| label_of(p)).collect();
+        let (pids, command, mut gate) = target::resolve(&opts.target)?;
+        // A gate dropped on an error here lets its child exit without running the command.
+        let src = Sources::start(opts, &trace, &pids, gate.is_some(), objects, &mut notes)?;
+        let probe_names = opts.calls.iter().flat_map(|c| &c.probes).map(label_of).collect();
+        let mut c = Converter::new(LiveHost, src.sample_types.clone(), src.streams.clone())
+            .with_labels(probe_names, alloc_names);
+        if src.alloc_sites.is_some() {
+            // Call sites are read from the kernel after the run, also of processes that exited by then.
+            c = c.retaining_exited();
         }
-    } else if c.streams().iter().any(|s| !matches!(s, Stream::Cpu { .. })) {
-        // Event streams start with a burst (the loader, static constructors): have the unwind tables of
-        // the command's files ready before it runs, so the first samples drain fast.
-        for m in crate::calls::target_modules(&opts.target).unwrap_or_default() {
-            c.preload(pids[0], &m.to_string_lossy());
+        if gate.is_none() {
+            for &p in &pids {
+                c.add_process(p);
+            }
+        } else if c.streams().iter().any(|s| !matches!(s, Stream::Cpu { .. })) {
+            // Event streams start with a burst (the loader, static constructors): have the unwind tables of
+            // the command's files ready before it runs, so the first samples drain fast.
+            for m in crate::calls::target_modules(&opts.target).unwrap_or_default() {
+                c.preload(pids[0], &m.to_string_lossy());
+            }
         }
+        let start_unix_ns = unix_now_ns();
+        observer.started(&pids);
+        let t0 = Instant::now();
+        if let Some(g) = gate.as_mut() {
+            g.release(&command[0])?;
+        }
+        Ok(Session {
+            opts,
+            src,
+            c,
+            pids,
+            command,
+            gate,
+            notes,
+            probes: opts.calls.iter().flat_map(|c| c.probes.clone()).collect(),
+            late_seen: Vec::new(),
+            buf: Vec::new(),
+            t0,
+            window_t0: t0,
+            start_unix_ns,
+            lost_before: 0,
+            exit_code: None,
+            killed: Vec::new(),
+            last_progress: t0,
+            last_alive_check: t0,
+            last_snapshot: t0,
+            last_maps_check: t0,
+        })
     }
-    let start_unix_ns = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    observer.started(&pids);
-    let t0 = Instant::now();
-    if let Some(g) = gate.as_mut() {
-        g.release(&command[0])?;
+
+    /// The processes followed (the target's, then those added with [`Session::follow`]).
+    pub fn pids(&self) -> &[u32] {
+        &self.pids
     }
-    let mut buf = Vec::new();
-    let mut exit_code = None;
-    let mut killed = Vec::new();
-    let mut last_progress = Instant::now();
-    let mut last_alive_check = Instant::now();
-    let mut last_snapshot = Instant::now();
-    let mut last_maps_check = Instant::now();
-    // Every probe counted, in counter order: the resolved ones, then those of libraries loaded later.
-    let mut probes: Vec<Probe> = opts.calls.iter().flat_map(|c| c.probes.clone()).collect();
-    let mut late_seen: Vec<(u32, String)> = Vec::new();
-    let poll_fd = probe.as_ref().and_then(|p| p.poll_fd());
-    loop {
-        sys::poll(&ev.rings, poll_fd, 100);
-        ev.drain(&mut c, &mut buf);
-        if let Some(p) = &probe {
+
+    /// Follows process `pid` from now on too (its current threads, and the threads and children it
+    /// starts later).
+    pub fn follow(&mut self, pid: u32) -> Result<(), RecordError> {
+        if self.pids.contains(&pid) {
+            return Ok(());
+        }
+        self.src.follow(pid, self.opts, &mut self.notes)?;
+        self.c.add_process(pid);
+        self.pids.push(pid);
+        Ok(())
+    }
+
+    /// Lets process `pid` go: closes its events (the converter dropped its state when it exited).
+    pub fn forget(&mut self, pid: u32) {
+        self.src.ev.forget(pid);
+        self.pids.retain(|&p| p != pid);
+    }
+
+    /// Waits up to 100 ms for data and takes it in. Returns why the run should end, if it should.
+    pub fn step(&mut self, observer: &mut impl Observer) -> Option<End> {
+        let poll_fd = self.src.syscalls.as_ref().and_then(|p| p.poll_fd());
+        sys::poll(self.src.ev.rings(), poll_fd, 100);
+        self.src.ev.drain(&mut self.c, &mut self.buf);
+        if let Some(p) = &self.src.syscalls {
             p.drain_events().iter().for_each(|e| observer.trace(e));
         }
-        if last_progress.elapsed() >= Duration::from_millis(250) {
-            let n = c.counters();
-            observer.progress(&Progress { elapsed: t0.elapsed(), samples: n.samples, lost: n.lost });
-            last_progress = Instant::now();
+        if self.last_progress.elapsed() >= Duration::from_millis(250) {
+            let n = self.c.counters();
+            observer.progress(&Progress { elapsed: self.t0.elapsed(), samples: n.samples, lost: n.lost });
+            self.last_progress = Instant::now();
         }
-        if let (Some(every), Some(p)) = (opts.interval, &probe) {
-            if last_snapshot.elapsed() >= every {
-                observer.snapshot(t0.elapsed(), &p.stats());
-                last_snapshot = Instant::now();
+        if let (Some(every), Some(p)) = (self.opts.interval, &self.src.syscalls) {
+            if self.last_snapshot.elapsed() >= every {
+                observer.snapshot(self.t0.elapsed(), &p.stats());
+                self.last_snapshot = Instant::now();
             }
         }
-        if let (Some(co), Some(cp)) = (&opts.calls, calls.as_mut()) {
-            if last_maps_check.elapsed() >= Duration::from_millis(100) {
-                last_maps_check = Instant::now();
-                for (pid, path) in late_modules(&pids, co, &mut late_seen) {
-                    notes.extend(probe_late_module(cp, co, &mut probes, pid, &path));
+        if let (Some(co), Some(cp)) = (&self.opts.calls, self.src.calls.as_mut()) {
+            if self.last_maps_check.elapsed() >= Duration::from_millis(100) {
+                self.last_maps_check = Instant::now();
+                for (pid, path) in late_modules(&self.pids, co, &mut self.late_seen) {
+                    self.notes.extend(probe_late_module(cp, co, &mut self.probes, pid, &path));
                 }
             }
         }
         if signals::stop_requested()
-            || opts.duration.is_some_and(|d| t0.elapsed() >= d)
-            || opts.stop.as_ref().is_some_and(|s| s.load(std::sync::atomic::Ordering::SeqCst))
+            || self.opts.duration.is_some_and(|d| self.t0.elapsed() >= d)
+            || self.opts.stop.as_ref().is_some_and(|s| s.load(std::sync::atomic::Ordering::SeqCst))
         {
-            break;
+            return Some(End::Stopped);
         }
-        if let Some(g) = &gate {
+        if let Some(g) = &self.gate {
             if let Some(status) = try_wait(g.pid) {
-                exit_code = Some(exit_code_of(status));
-                killed.extend(Killed::from_wait_status(g.pid, status));
-                break;
+                self.exit_code = Some(exit_code_of(status));
+                self.killed.extend(Killed::from_wait_status(g.pid, status));
+                return Some(End::TargetEnded);
             }
-        } else if last_alive_check.elapsed() >= Duration::from_millis(500) {
-            last_alive_check = Instant::now();
-            if !pids.iter().any(|&p| target::alive(p)) {
-                break;
-            }
-        }
-    }
-    let duration = t0.elapsed();
-    if gate.is_none() {
-        // Attached targets that a signal ended during the run (whyslow is not their parent to wait).
-        let ended = exits.iter().flat_map(|w| pids.iter().filter_map(|&p| Some((p, w.status(p)?))));
-        killed.extend(ended.filter_map(|(p, status)| Killed::from_wait_status(p, status)));
-    }
-    drop(exits);
-    ev.set_enabled(false);
-    ev.drain(&mut c, &mut buf);
-    c.finish_blocked(sys::monotonic_ns());
-    let mut lost_events = 0;
-    if let Some(sites) = alloc_sites {
-        c.add_alloc_sites(&sites.site_counts());
-        lost_events += sites.lost();
-    }
-    let streams = c.streams().to_vec();
-    let (mut raw, counters) = c.finish();
-    add_wall(&mut raw);
-    if let Some(p) = probe.take() {
-        p.drain_events().iter().for_each(|e| observer.trace(e));
-        raw.syscalls = p.stats();
-        lost_events += p.lost();
-        // Dropping the probe detaches its programs.
-    }
-    if let Some(cp) = calls {
-        let mut counts = cp.counts();
-        // A probed function nobody called is an answer too: zero calls in the first target process.
-        for i in 0..probes.len() as u32 {
-            if !counts.iter().any(|n| n.probe == i) {
-                counts.push(CallCount {
-                    pid: pids.first().copied().unwrap_or(0),
-                    probe: i,
-                    ..Default::default()
-                });
+        } else if self.last_alive_check.elapsed() >= Duration::from_millis(500) {
+            self.last_alive_check = Instant::now();
+            if !self.pids.iter().any(|&p| target::alive(p)) {
+                return Some(End::TargetEnded);
             }
         }
-        raw.calls = counts
-            .into_iter()
-            .filter_map(|n| {
-                let p = probes.get(n.probe as usize)?;
-                Some(CallStat {
-                    pid: n.pid,
-                    name: p.name.clone(),
-                    module: p.module.to_string_lossy().into_owned(),
-                    aliases: p.aliases.clone(),
-                    implementation: p.implementation.clone(),
-                    group: p.group.clone(),
-                    calls: n.calls,
-                    timed: n.timed,
-                    total_ns: n.total_ns,
-                    max_ns: n.max_ns,
-                })
+        None
+    }
+
+    /// Everything converted since the last cut (or the start), as one window; the state of live
+    /// processes is kept for the next one. Syscall and call counters are not windowed.
+    pub fn cut(&mut self) -> RawRecording {
+        let mut raw = self.c.cut();
+        add_wall(&mut raw);
+        let n = self.c.counters();
+        raw.meta = self.metadata(self.window_t0.elapsed(), n);
+        raw.meta.lost_samples = n.lost - self.lost_before;
+        self.lost_before = n.lost;
+        self.window_t0 = Instant::now();
+        self.start_unix_ns = unix_now_ns();
+        raw
+    }
+
+    /// Counters of the converter so far.
+    pub fn counters(&self) -> whyslow_convert::Counters {
+        self.c.counters()
+    }
+
+    fn metadata(&self, duration: Duration, counters: whyslow_convert::Counters) -> Metadata {
+        Metadata {
+            tool_version: env!("CARGO_PKG_VERSION").to_string(),
+            command: self.command.clone(),
+            target_pids: self.pids.clone(),
+            event: self.event_name(),
+            frequency_hz: if self.opts.cpu { self.opts.frequency } else { 0 },
+            start_unix_ns: self.start_unix_ns,
+            duration_ns: duration.as_nanos() as u64,
+            lost_samples: counters.lost,
+            lost_events: 0,
+            unwind: counters.unwind,
+            exit_code: self.exit_code,
+            killed: self.killed.clone(),
+            hostname: read_trim("/proc/sys/kernel/hostname"),
+            kernel_release: read_trim("/proc/sys/kernel/osrelease"),
+            notes: self.notes.clone(),
+            calls_duration_ns: 0,
+        }
+    }
+
+    /// What produced the samples and counters, e.g. "cpu-clock + uprobes".
+    fn event_name(&self) -> String {
+        let streams = self.c.streams();
+        let mut sources: Vec<&str> = self.src.ev.clock().map(Clock::name).into_iter().collect();
+        if streams.iter().any(|s| matches!(s, Stream::Syscalls { .. })) {
+            sources.push("raw_syscalls:sys_enter");
+        }
+        if streams.iter().any(|s| matches!(s, Stream::OffCpu { .. })) {
+            sources.push("sched:sched_switch");
+        }
+        if streams.iter().any(|s| matches!(s, Stream::Call { .. } | Stream::Alloc { .. })) {
+            sources.push("uprobes");
+        }
+        if self.opts.syscalls.is_some() {
+            sources.push("syscall counters (eBPF)");
+        }
+        if self.opts.calls.is_some() {
+            sources.push("call counters (eBPF)");
+        }
+        sources.join(" + ")
+    }
+
+    /// Detaches everything, ends a launched command still running (unless asked to leave it), and
+    /// returns what was recorded since the last cut (the whole run when there was none) with the counters.
+    pub fn finish(mut self, observer: &mut impl Observer) -> RawRecording {
+        if self.gate.is_none() {
+            // Attached targets that a signal ended during the run (whyslow is not their parent to wait).
+            if let Some(w) = self.src.exits.take() {
+                let ended = self.pids.iter().filter_map(|&p| Killed::from_wait_status(p, w.status(p)?));
+                self.killed.extend(ended.collect::<Vec<_>>());
+            }
+        }
+        self.src.exits = None;
+        self.src.ev.set_enabled(false);
+        self.src.ev.drain(&mut self.c, &mut self.buf);
+        self.c.finish_blocked(sys::monotonic_ns());
+        // Losses of every source add up: the allocation sites', the syscall and the call counters'.
+        let mut lost_events = 0;
+        if let Some(sites) = self.src.alloc_sites.take() {
+            self.c.add_alloc_sites(&sites.site_counts());
+            lost_events += sites.lost();
+        }
+        let mut syscalls = Vec::new();
+        if let Some(p) = self.src.syscalls.take() {
+            p.drain_events().iter().for_each(|e| observer.trace(e));
+            syscalls = p.stats();
+            lost_events += p.lost();
+            // Dropping the probe detaches its programs.
+        }
+        let mut calls = Vec::new();
+        if let Some(cp) = self.src.calls.take() {
+            calls = call_stats(cp.counts(), &self.probes, self.pids.first().copied().unwrap_or(0));
+            lost_events += cp.lost();
+        }
+        let counters = self.c.counters();
+        if counters.malformed > 0 {
+            self.notes.push(format!("{} malformed records skipped", counters.malformed));
+        }
+        let duration = self.window_t0.elapsed();
+        let mut meta = self.metadata(duration, counters);
+        meta.lost_events = lost_events;
+        let Session { opts, src, c, gate, t0, .. } = self;
+        // The events close before a launched command is ended.
+        drop(src);
+        if let Some(g) = gate.as_ref().filter(|_| !opts.leave_running) {
+            if meta.exit_code.is_none() {
+                meta.exit_code = Some(stop_launched(g.pid));
+            }
+        }
+        observer.progress(&Progress {
+            elapsed: t0.elapsed(),
+            samples: counters.samples,
+            lost: counters.lost,
+        });
+        let (mut raw, _) = c.finish();
+        add_wall(&mut raw);
+        raw.syscalls = syscalls;
+        raw.calls = calls;
+        raw.meta = meta;
+        raw
+    }
+}
+
+/// The call counters as the recording keeps them, each named by its probe. A probed function nobody
+/// called is an answer too: zero calls in the first target process.
+fn call_stats(mut counts: Vec<CallCount>, probes: &[Probe], first_pid: u32) -> Vec<CallStat> {
+    for i in 0..probes.len() as u32 {
+        if !counts.iter().any(|n| n.probe == i) {
+            counts.push(CallCount { pid: first_pid, probe: i, ..Default::default() });
+        }
+    }
+    counts
+        .into_iter()
+        .filter_map(|n| {
+            let p = probes.get(n.probe as usize)?;
+            Some(CallStat {
+                pid: n.pid,
+                name: p.name.clone(),
+                module: p.module.to_string_lossy().into_owned(),
+                aliases: p.aliases.clone(),
+                implementation: p.implementation.clone(),
+                group: p.group.clone(),
+                calls: n.calls,
+                timed: n.timed,
+                total_ns: n.total_ns,
+                max_ns: n.max_ns,
             })
-            .collect();
-        lost_events += cp.lost();
-    }
-    // What produced the samples and counters, e.g. "cpu-clock + uprobes".
-    let mut sources: Vec<&str> = ev.clock().map(Clock::name).into_iter().collect();
-    if streams.iter().any(|s| matches!(s, Stream::Syscalls { .. })) {
-        sources.push("raw_syscalls:sys_enter");
-    }
-    if streams.iter().any(|s| matches!(s, Stream::OffCpu { .. })) {
-        sources.push("sched:sched_switch");
-    }
-    if streams.iter().any(|s| matches!(s, Stream::Call { .. } | Stream::Alloc { .. })) {
-        sources.push("uprobes");
-    }
-    if opts.syscalls.is_some() {
-        sources.push("syscall counters (eBPF)");
-    }
-    if opts.calls.is_some() {
-        sources.push("call counters (eBPF)");
-    }
-    let event = sources.join(" + ");
-    drop(ev);
-    if let Some(g) = gate.as_ref().filter(|_| !opts.leave_running) {
-        if exit_code.is_none() {
-            exit_code = Some(stop_launched(g.pid));
-        }
-    }
-    observer.progress(&Progress { elapsed: duration, samples: counters.samples, lost: counters.lost });
-    if counters.malformed > 0 {
-        notes.push(format!("{} malformed records skipped", counters.malformed));
-    }
-    raw.meta = Metadata {
-        tool_version: env!("CARGO_PKG_VERSION").to_string(),
-        command,
-        target_pids: pids,
-        event,
-        frequency_hz: if opts.cpu { opts.frequency } else { 0 },
-        start_unix_ns,
-        duration_ns: duration.as_nanos() as u64,
-        lost_samples: counters.lost,
-        lost_events,
-        unwind: counters.unwind,
-        exit_code,
-        killed,
-        hostname: read_trim("/proc/sys/kernel/hostname"),
-        kernel_release: read_trim("/proc/sys/kernel/osrelease"),
-        notes,
-        calls_duration_ns: 0,
-    };
-    Ok(raw)
+        })
+        .collect()
+}
+
+fn unix_now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
 }
 
 /// With on-CPU time in ns and off-CPU time, adds `wall`: their sum per sample, so running and blocked
 /// time read in one unit and add up to the threads' wall time.
 fn add_wall(raw: &mut RawRecording) {
     let pos = |n: &str| raw.sample_types.iter().position(|t| t.name == n);
-    let (Some(cpu), Some(off)) = (pos("cpu-ns"), pos("offcpu")) else { return };
-    raw.sample_types.push(SampleType { name: "wall".into(), unit: "nanoseconds".into() });
+    let (Some(cpu), Some(off)) = (pos(sample_types::CPU_NS), pos(sample_types::OFFCPU)) else { return };
+    raw.sample_types.push(SampleType { name: sample_types::WALL.into(), unit: "nanoseconds".into() });
     for v in raw.samples.values_mut() {
         let wall = v[cpu] + v[off];
         v.push(wall);
     }
-}
-
-/// What the sources borrow for the length of a run: the eBPF skeletons' objects, and the tracefs
-/// uprobes whose events sample stacks (removed when this is dropped, after the events are closed).
-struct BpfObjects {
-    syscalls: std::mem::MaybeUninit<libbpf_rs::OpenObject>,
-    calls: std::mem::MaybeUninit<libbpf_rs::OpenObject>,
-    alloc: std::mem::MaybeUninit<libbpf_rs::OpenObject>,
-    exits: std::mem::MaybeUninit<libbpf_rs::OpenObject>,
-    uprobes: Vec<sys::TraceUprobe>,
-}
-
-impl BpfObjects {
-    /// `uprobes` holds the calls' probes (with --callers), then the allocation probes, in order.
-    fn new(opts: &RecordOptions, alloc: &[(Probe, SizeArg)]) -> Result<Self, RecordError> {
-        let callers = opts.calls.iter().filter(|c| c.callers_period.is_some()).flat_map(|c| &c.probes);
-        let probes: Vec<&Probe> = callers.chain(alloc.iter().map(|a| &a.0)).collect();
-        let mut uprobes = Vec::new();
-        if !probes.is_empty() {
-            static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-            sys::TraceUprobe::remove_stale("whyslow_", target::alive);
-            let run = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let group = format!("whyslow_{}_{run}", std::process::id());
-            for (i, p) in probes.iter().enumerate() {
-                let path = p.module.to_string_lossy();
-                let u =
-                    sys::TraceUprobe::create(&group, &format!("p{i}"), &path, p.offset).map_err(
-                        |e| match e.raw_os_error() {
-                            Some(libc::EACCES) | Some(libc::EPERM) => RecordError::Permission(e),
-                            _ => RecordError::Io(format!("tracefs uprobe on {}+{:#x}", path, p.offset), e),
-                        },
-                    )?;
-                uprobes.push(u);
-            }
-        }
-        Ok(BpfObjects {
-            syscalls: std::mem::MaybeUninit::uninit(),
-            calls: std::mem::MaybeUninit::uninit(),
-            alloc: std::mem::MaybeUninit::uninit(),
-            exits: std::mem::MaybeUninit::uninit(),
-            uprobes,
-        })
-    }
-}
-
-/// The sources of a run, attached and ready.
-struct Started<'obj> {
-    ev: Events,
-    syscalls: Option<SyscallProbe<'obj>>,
-    calls: Option<CallProbe<'obj>>,
-    /// Exact allocation counts and bytes per call site, counted in the kernel.
-    alloc_sites: Option<CallProbe<'obj>>,
-    /// How attached targets end (None where eBPF is unavailable: then only their exit is seen).
-    exits: Option<ExitWatch<'obj>>,
-    streams: Vec<Stream>,
-    sample_types: Vec<SampleType>,
-}
-
-/// Opens the perf events and loads and attaches the eBPF programs, all before a gated child may run.
-fn start_sources<'obj>(
-    opts: &RecordOptions,
-    trace: &[u32],
-    alloc: &[(Probe, SizeArg)],
-    pids: &[u32],
-    launched: bool,
-    objects: &'obj mut BpfObjects,
-    notes: &mut Vec<String>,
-) -> Result<Started<'obj>, RecordError> {
-    let base = EventConfig {
-        source: Source::Clock(opts.clock),
-        frequency: opts.frequency,
-        stack_bytes: opts.stack_bytes,
-        kernel: opts.kernel,
-        enable_on_exec: launched,
-        context_switch: false,
-    };
-    // Events that fire on every call come in bursts: a smaller stack copy each, and a larger ring.
-    let event_base = EventConfig { stack_bytes: opts.stack_bytes.min(EVENT_STACK_BYTES), ..base };
-    let mut cfgs = Vec::new();
-    let mut streams = Vec::new();
-    let mut sample_types = Vec::new();
-    if opts.cpu {
-        cfgs.push(base);
-        streams.push(Stream::Cpu { slot: 0 });
-        sample_types.push(SampleType { name: "cpu".into(), unit: "samples".into() });
-        sample_types.push(SampleType { name: "cpu-ns".into(), unit: "nanoseconds".into() });
-    }
-    if let Some(period) = opts.syscalls.as_ref().and_then(|s| s.stacks_period) {
-        let id = sys::tracepoint_id("raw_syscalls", "sys_enter").map_err(|e| match e.raw_os_error() {
-            Some(libc::EACCES) | Some(libc::EPERM) => RecordError::Permission(e),
-            _ => RecordError::Io("tracefs (raw_syscalls/sys_enter)".into(), e),
-        })?;
-        let source = Source::Tracepoint { id, period, kernel_stack: false };
-        cfgs.push(EventConfig { source, ..event_base });
-        streams.push(Stream::Syscalls { slot: sample_types.len() });
-        sample_types.push(SampleType { name: "syscalls".into(), unit: "calls".into() });
-    }
-    if let Some((co, period)) = opts.calls.as_ref().and_then(|c| Some((c, c.callers_period?))) {
-        let slot = sample_types.len();
-        sample_types.push(SampleType { name: "calls".into(), unit: "calls".into() });
-        for i in 0..co.probes.len() {
-            let source = Source::Tracepoint { id: objects.uprobes[i].id, period, kernel_stack: false };
-            cfgs.push(EventConfig { source, ..event_base });
-            streams.push(Stream::Call { slot, probe: i });
-        }
-    }
-    if let Some(oo) = &opts.offcpu {
-        let tracefs = |e: std::io::Error| match e.raw_os_error() {
-            Some(libc::EACCES) | Some(libc::EPERM) => RecordError::Permission(e),
-            _ => RecordError::Io("tracefs (sched/sched_switch)".into(), e),
-        };
-        let id = sys::tracepoint_id("sched", "sched_switch").map_err(tracefs)?;
-        let state_offset =
-            sys::tracepoint_field_offset("sched", "sched_switch", "prev_state").map_err(tracefs)?;
-        let source = Source::Tracepoint { id, period: 1, kernel_stack: true };
-        cfgs.push(EventConfig { source, context_switch: true, ..event_base });
-        let min_block_ns = oo.min_block.as_nanos() as u64;
-        streams.push(Stream::OffCpu { slot: sample_types.len(), state_offset, min_block_ns });
-        sample_types.push(SampleType { name: "offcpu".into(), unit: "nanoseconds".into() });
-    }
-    if let Some(ao) = &opts.alloc {
-        let slot = sample_types.len();
-        sample_types.push(SampleType { name: "alloc-count".into(), unit: "count".into() });
-        sample_types.push(SampleType { name: "alloc-bytes".into(), unit: "bytes".into() });
-        let first = objects.uprobes.len() - alloc.len();
-        for (i, (_, size)) in alloc.iter().enumerate() {
-            let id = objects.uprobes[first + i].id;
-            let source = Source::Tracepoint { id, period: ao.period, kernel_stack: false };
-            cfgs.push(EventConfig { source, ..event_base });
-            streams.push(Stream::Alloc { slot, probe: i, size: *size, period: ao.period });
-        }
-    }
-    let mut probe = match &opts.syscalls {
-        Some(_) => Some(SyscallProbe::load(&mut objects.syscalls, trace)?),
-        None => None,
-    };
-    let mut alloc_sites = match &opts.alloc {
-        Some(_) => {
-            let codes: Vec<(u32, u32)> =
-                alloc.iter().map(|(p, s)| (bpf_size_code(*s), p.site.stack_delta)).collect();
-            let mut p = CallProbe::load(&mut objects.alloc, false, false, Some(&codes))?;
-            let probes: Vec<Probe> = alloc.iter().map(|(p, _)| p.clone()).collect();
-            for &pid in pids {
-                p.track(pid, launched)?;
-                notes.extend(p.attach(&probes, 0..probes.len(), pid as i32)?);
-            }
-            Some(p)
-        }
-        None => None,
-    };
-    let mut calls = match &opts.calls {
-        Some(c) => Some(CallProbe::load(&mut objects.calls, c.latency, c.follow_children, None)?),
-        None => None,
-    };
-    let bursty = cfgs.iter().any(|c| !matches!(c.source, Source::Clock(_)));
-    let pages = if bursty { opts.ring_pages.max(EVENT_RING_PAGES) } else { opts.ring_pages };
-    let mut ev = Events {
-        rings: Vec::new(),
-        extra: Vec::new(),
-        cfgs,
-        cpus: sys::online_cpus(),
-        ids: HashMap::new(),
-        pages,
-    };
-    if !ev.cfgs.is_empty() {
-        open_all(&mut ev, pids, launched, notes)?;
-    }
-    if opts.cpu && ev.clock() != Some(Clock::CpuClock) {
-        sample_types[1] = SampleType { name: "cycles".into(), unit: "count".into() };
-    }
-    if let Some(p) = probe.as_mut() {
-        for &pid in pids {
-            p.track(pid, launched)?;
-        }
-        p.attach()?;
-    }
-    if let (Some(cp), Some(co)) = (calls.as_mut(), &opts.calls) {
-        for &pid in pids {
-            cp.track(pid, launched)?;
-        }
-        if co.follow_children {
-            notes.extend(cp.attach(&co.probes, 0..co.probes.len(), -1)?);
-        } else {
-            for &pid in pids {
-                notes.extend(cp.attach(&co.probes, 0..co.probes.len(), pid as i32)?);
-            }
-        }
-    }
-    if alloc_sites.is_some() {
-        sample_types.push(SampleType { name: "alloc-site-count".into(), unit: "count".into() });
-        sample_types.push(SampleType { name: "alloc-site-bytes".into(), unit: "bytes".into() });
-    }
-    let exits = ExitWatch::load(&mut objects.exits).ok();
-    for (w, &pid) in exits.iter().flat_map(|w| pids.iter().map(move |p| (w, p))) {
-        w.track(pid, launched)?;
-    }
-    Ok(Started { ev, syscalls: probe, calls, alloc_sites: alloc_sites.take(), exits, streams, sample_types })
-}
-
-/// Opens events on every thread of every target process. Threads created while we open are caught by
-/// re-listing until the set is stable (each new thread of an already-opened one inherits its events).
-fn open_all(
-    ev: &mut Events,
-    pids: &[u32],
-    launched: bool,
-    notes: &mut Vec<String>,
-) -> Result<(), RecordError> {
-    let mut done: std::collections::HashSet<u32> = std::collections::HashSet::new();
-    for round in 0..10 {
-        let mut new = false;
-        for &pid in pids {
-            let tids = if launched { vec![pid] } else { target::threads_of(pid) };
-            for tid in tids {
-                if !done.insert(tid) {
-                    continue;
-                }
-                new = true;
-                let r = if ev.rings.is_empty() {
-                    open_first(ev, tid, notes)
-                } else {
-                    ev.open_task(tid).map_err(|e| classify(e, tid))
-                };
-                match r {
-                    Ok(()) => {}
-                    // A thread that exited between listing and opening is fine; a whole process is not.
-                    Err(RecordError::NoSuchProcess(_)) if tid != pid => {}
-                    Err(e) => return Err(e),
-                }
-            }
-        }
-        if !new || launched || round == 9 {
-            break;
-        }
-    }
-    Ok(())
 }
 
 /// Executable files the target processes map now that the patterns were not resolved against (libraries
@@ -821,42 +513,6 @@ fn probe_late_module(
         ),
         Err(e) => format!("{loaded}: its functions could not be probed: {e}"),
     })
-}
-
-/// The wait status of launched child `pid` if it ended.
-fn try_wait(pid: u32) -> Option<i32> {
-    let mut st = 0;
-    // SAFETY: waitpid only writes the status integer we own.
-    let r = unsafe { libc::waitpid(pid as i32, &mut st, libc::WNOHANG) };
-    (r == pid as i32).then_some(st)
-}
-
-fn exit_code_of(st: i32) -> i32 {
-    if libc::WIFEXITED(st) {
-        libc::WEXITSTATUS(st)
-    } else {
-        128 + libc::WTERMSIG(st)
-    }
-}
-
-/// Ends a launched command that outlived the recording (or was left running by
-/// [`RecordOptions::leave_running`]): SIGTERM, then SIGKILL after a grace period. Returns its exit code.
-pub fn stop_launched(pid: u32) -> i32 {
-    // SAFETY: kill takes no pointers.
-    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while Instant::now() < deadline {
-        if let Some(status) = try_wait(pid) {
-            return exit_code_of(status);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // SAFETY: kill takes no pointers.
-    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-    let mut st = 0;
-    // SAFETY: st is an int owned by this frame.
-    unsafe { libc::waitpid(pid as i32, &mut st, 0) };
-    exit_code_of(st)
 }
 
 fn read_trim(path: &str) -> String {

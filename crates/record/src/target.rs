@@ -1,10 +1,12 @@
 //! Finding and starting the processes to profile: a launched command held at a gate until the profiler is
-//! ready, existing processes by PID, or every process with a given name. Reads /proc only.
+//! ready, existing processes by PID, or every process with a given name; waiting for a launched command
+//! and ending it. Reads /proc only.
 
 use crate::RecordError;
 use std::ffi::CString;
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::time::{Duration, Instant};
 
 /// What to profile.
 #[derive(Debug, Clone)]
@@ -94,17 +96,41 @@ impl Gated {
         }
     }
 
-    /// Kills and reaps a child that never ran (the profiler failed to set up).
-    pub fn abort(mut self) {
-        self.go.take();
-        self.reap();
-    }
-
     fn reap(&self) {
         let mut st = 0;
         // SAFETY: st is an int owned by this frame.
         unsafe { libc::waitpid(self.pid as i32, &mut st, 0) };
     }
+}
+
+/// A child that was never released (the profiler failed to set up) sees its gate close, exits, and is
+/// reaped here.
+impl Drop for Gated {
+    fn drop(&mut self) {
+        if self.go.take().is_some() {
+            self.reap();
+        }
+    }
+}
+
+/// The process ids to follow, how to name them in the recording, and the gated child when launching.
+pub(crate) type Resolved = (Vec<u32>, Vec<String>, Option<Gated>);
+
+pub(crate) fn resolve(target: &Target) -> Result<Resolved, RecordError> {
+    Ok(match target {
+        Target::Launch(argv) => {
+            let g = Gated::spawn(argv)?;
+            (vec![g.pid], argv.clone(), Some(g))
+        }
+        Target::Pids(pids) => {
+            if let Some(&p) = pids.iter().find(|&&p| !alive(p)) {
+                return Err(RecordError::NoSuchProcess(p));
+            }
+            let list = pids.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+            (pids.clone(), vec!["-p".into(), list], None)
+        }
+        Target::Comm(name) => (pids_named(name)?, vec!["--comm".into(), name.clone()], None),
+    })
 }
 
 /// Thread ids of a process, from /proc/PID/task.
@@ -224,6 +250,42 @@ pub fn program_path(cmd: &str) -> Option<std::path::PathBuf> {
     }
     let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
     path.split(':').map(|d| std::path::Path::new(d).join(cmd)).find(|p| runnable(p))
+}
+
+/// The wait status of launched child `pid` if it ended.
+pub(crate) fn try_wait(pid: u32) -> Option<i32> {
+    let mut st = 0;
+    // SAFETY: waitpid only writes the status integer we own.
+    let r = unsafe { libc::waitpid(pid as i32, &mut st, libc::WNOHANG) };
+    (r == pid as i32).then_some(st)
+}
+
+pub(crate) fn exit_code_of(st: i32) -> i32 {
+    if libc::WIFEXITED(st) {
+        libc::WEXITSTATUS(st)
+    } else {
+        128 + libc::WTERMSIG(st)
+    }
+}
+
+/// Ends a launched command that outlived the recording (or was left running by
+/// [`RecordOptions::leave_running`]): SIGTERM, then SIGKILL after a grace period. Returns its exit code.
+pub fn stop_launched(pid: u32) -> i32 {
+    // SAFETY: kill takes no pointers.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline {
+        if let Some(status) = try_wait(pid) {
+            return exit_code_of(status);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: kill takes no pointers.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let mut st = 0;
+    // SAFETY: st is an int owned by this frame.
+    unsafe { libc::waitpid(pid as i32, &mut st, 0) };
+    exit_code_of(st)
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 use crate::{pct, sample_type, RenderError};
 use std::io::Write;
 use whyslow_analyze::{FunctionStat, Neighbors};
-use whyslow_model::{basename, Profile};
+use whyslow_model::{basename, sample_types, Profile};
 
 #[derive(Debug, Clone)]
 pub struct ReportOptions {
@@ -50,11 +50,12 @@ pub fn header(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), Rende
         let share = pct(u.complete as i64, (u.complete + u.partial) as i64);
         writeln!(w, "  user stacks: {} complete, {} partial ({share:.1}% complete)", u.complete, u.partial)?;
     }
-    if let (Some(wall), Some(off)) = (p.sample_type("wall"), p.sample_type("offcpu")) {
+    if let (Some(wall), Some(off)) = (p.sample_type(sample_types::WALL), p.sample_type(sample_types::OFFCPU))
+    {
         let (wall, off) = (p.total(wall), p.total(off));
         let waiting: i64 = whyslow_analyze::stacks_ending_in(
             p,
-            p.sample_type("offcpu").unwrap_or(0),
+            p.sample_type(sample_types::OFFCPU).unwrap_or(0),
             whyslow_model::PREEMPTED_FRAME,
         )
         .iter()

@@ -6,7 +6,7 @@
 //! measurement, not the program: they are left out of every CPU share and counted apart.
 
 use std::collections::HashMap;
-use whyslow_model::{FrameKind, Profile, SyscallStat, PREEMPTED_FRAME};
+use whyslow_model::{sample_types, FrameKind, Profile, SyscallStat, PREEMPTED_FRAME};
 
 /// One function of the profile as a rule sees it.
 pub struct Func<'a> {
@@ -116,9 +116,9 @@ impl<'a> Facts<'a> {
                 id
             })
             .collect();
-        let cpu = p.sample_type("cpu-ns").or_else(|| p.sample_type("cpu"));
-        let off = p.sample_type("offcpu");
-        let sys = p.sample_type("syscalls");
+        let cpu = p.sample_type(sample_types::CPU_NS).or_else(|| p.sample_type(sample_types::CPU));
+        let off = p.sample_type(sample_types::OFFCPU);
+        let sys = p.sample_type(sample_types::SYSCALLS);
         let get = |s: &whyslow_model::Sample, i: Option<usize>| {
             i.and_then(|i| s.values.get(i)).copied().unwrap_or(0)
         };
@@ -141,7 +141,7 @@ impl<'a> Facts<'a> {
         }
         let cpu_total = views.iter().filter(|v| !v.instrumentation).map(|v| v.cpu).sum();
         let instrumentation_cpu = views.iter().filter(|v| v.instrumentation).map(|v| v.cpu).sum();
-        let wall_total = match (p.sample_type("cpu-ns"), off) {
+        let wall_total = match (p.sample_type(sample_types::CPU_NS), off) {
             (Some(_), Some(_)) => cpu_total + views.iter().map(|v| v.off).sum::<i64>(),
             _ => 0,
         };

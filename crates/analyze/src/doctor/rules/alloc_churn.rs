@@ -5,6 +5,7 @@ use super::{named, share_rule, Share, Text};
 use crate::doctor::facts::{Facts, Func};
 use crate::doctor::thresholds::ALLOC_CPU_PCT;
 use crate::doctor::Verdict;
+use whyslow_model::sample_types;
 
 const TEXT: Text = Text {
     id: "alloc-churn",
@@ -52,7 +53,7 @@ pub fn is_allocator(f: &Func) -> bool {
 
 /// The allocation call sites counted exactly in the kernel, when the run recorded them.
 fn site_counts(f: &Facts) -> Vec<String> {
-    let Some(count) = f.p.sample_type("alloc-site-count") else { return Vec::new() };
+    let Some(count) = f.p.sample_type(sample_types::ALLOC_SITE_COUNT) else { return Vec::new() };
     let total: i64 = f.p.samples.iter().map(|s| s.values[count]).sum();
     let mut sites = crate::top_functions(f.p, count);
     sites.retain(|s| s.self_ > 0);

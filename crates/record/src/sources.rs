@@ -1,0 +1,502 @@
+//! The event sources of a run: perf_event rings (CPU clock, tracepoints, uprobe events) opened per task
+//! and inherited by new threads and children, and the eBPF probes (syscall counters, call counters,
+//! allocation-site counters, exit watch). Opening, falling back where the machine refuses, following
+//! more processes later, and closing.
+
+use crate::bpf::{CallProbe, ExitWatch, SyscallProbe};
+use crate::calls::{PatternSpec, Probe};
+use crate::records;
+use crate::sys::{self, Clock, EventConfig, Ring, Source};
+use crate::target::{self, Target};
+use crate::{RecordError, RecordOptions};
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use whyslow_convert::records::Timed;
+use whyslow_convert::{Converter, Host, SizeArg, Stream};
+use whyslow_model::{sample_types, SampleType};
+use whyslow_symbols::placement::{Args, Needs, StackNeed};
+
+/// How bpf/calls.bpf.c's `size_arg` map names where the size is.
+fn bpf_size_code(size: SizeArg) -> u32 {
+    match size {
+        SizeArg::Arg(n) => n.min(2) as u32,
+        SizeArg::Product => 3,
+        SizeArg::GoFirst => 4,
+    }
+}
+
+/// What a probe reading this size argument and the return address needs kept intact at its site.
+fn size_needs(size: SizeArg) -> Needs {
+    let args = match size {
+        SizeArg::Arg(0) => Args::RDI,
+        SizeArg::Arg(1) => Args::RSI,
+        SizeArg::Arg(_) => Args::RDX,
+        SizeArg::Product => Args::RDI.with(Args::RSI),
+        SizeArg::GoFirst => Args::RAX,
+    };
+    Needs { stack: StackNeed::Known, args, ..Needs::default() }
+}
+
+/// The allocation functions of the target, each with where its size argument is.
+fn alloc_probes(t: &Target, notes: &mut Vec<String>) -> Result<Vec<(Probe, SizeArg)>, RecordError> {
+    // C++ operator new (every variant) allocates through malloc, so its allocations are counted once, at
+    // malloc, with operator new as the caller in the stack.
+    let table: [(&str, SizeArg); 7] = [
+        ("malloc", SizeArg::Arg(0)),
+        ("calloc", SizeArg::Product),
+        ("realloc", SizeArg::Arg(1)),
+        ("posix_memalign", SizeArg::Arg(2)),
+        ("aligned_alloc", SizeArg::Arg(1)),
+        ("memalign", SizeArg::Arg(1)),
+        ("runtime.mallocgc", SizeArg::GoFirst),
+    ];
+    let patterns: Vec<PatternSpec> = table
+        .iter()
+        .map(|(p, _)| PatternSpec { group: p.to_string(), pattern: p.to_string(), required: false })
+        .collect();
+    let size_of = |group: &str| table.iter().find(|(pat, _)| *pat == group).map(|(_, s)| *s);
+    let modules = crate::calls::target_modules(t)?;
+    let res = crate::calls::resolve(&modules, &patterns, |spec| {
+        size_of(&spec.group).map_or_else(Needs::default, size_needs)
+    })?;
+    notes.extend(res.notes);
+    // The loader's own minimal malloc is not the program's allocator.
+    let probes: Vec<(Probe, SizeArg)> = res
+        .probes
+        .into_iter()
+        .filter(|p| !p.module.to_string_lossy().contains("/ld-linux"))
+        .filter_map(|p| {
+            let size = size_of(&p.group)?;
+            Some((p, size))
+        })
+        .collect();
+    if probes.is_empty() {
+        return Err(RecordError::Invalid("--alloc: the target has no allocation function to probe".into()));
+    }
+    Ok(probes)
+}
+
+/// User stack bytes copied per event of streams that fire on every call (syscalls, calls, allocations).
+const EVENT_STACK_BYTES: u32 = 16 * 1024;
+/// Ring data pages per CPU for such streams (16 MB with 4 KB pages).
+const EVENT_RING_PAGES: usize = 4096;
+
+/// The open events: one ring per CPU, plus the extra fds redirected into it (with the process each was
+/// opened for, so a process that ended can be let go).
+pub(crate) struct Events {
+    rings: Vec<Ring>,
+    extra: Vec<(u32, OwnedFd)>,
+    cfgs: Vec<EventConfig>,
+    cpus: Vec<i32>,
+    /// Event id (as samples carry it) -> index into `cfgs`.
+    ids: HashMap<u64, usize>,
+    /// Data pages of each ring.
+    pages: usize,
+}
+
+impl Events {
+    /// Opens every event on every CPU for task `tid` of process `pid` (inherited by its future threads
+    /// and children).
+    fn open_task(&mut self, pid: u32, tid: u32) -> Result<(), std::io::Error> {
+        let pages = self.pages;
+        for (k, cfg) in self.cfgs.iter().enumerate() {
+            for (i, &cpu) in self.cpus.iter().enumerate() {
+                let fd = sys::open_event(cfg, tid as i32, cpu)?;
+                self.ids.insert(sys::event_id(&fd)?, k);
+                if let Some(ring) = self.rings.get(i) {
+                    sys::redirect_output(&fd, ring.fd())?;
+                    self.extra.push((pid, fd));
+                } else {
+                    self.rings.push(Ring::map(fd, pages)?);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn set_enabled(&self, on: bool) {
+        for fd in self.rings.iter().map(Ring::fd).chain(self.extra.iter().map(|(_, fd)| fd)) {
+            if on {
+                let _ = sys::enable(fd);
+            } else {
+                sys::disable(fd);
+            }
+        }
+    }
+
+    pub(crate) fn drain<H: Host>(&mut self, c: &mut Converter<H>, buf: &mut Vec<u8>) {
+        let mut batch: Vec<Timed> = Vec::new();
+        for ring in &mut self.rings {
+            ring.drain(buf, |rec| match records::decode(rec) {
+                Some(t) => batch.push(t),
+                None => c.count_malformed(),
+            });
+        }
+        c.handle_batch(batch, &self.ids);
+    }
+
+    pub(crate) fn rings(&self) -> &[Ring] {
+        &self.rings
+    }
+
+    /// Closes the events opened for process `pid` (not the rings, which other processes share).
+    pub(crate) fn forget(&mut self, pid: u32) {
+        self.extra.retain(|(p, _)| *p != pid);
+    }
+
+    pub(crate) fn clock(&self) -> Option<Clock> {
+        self.cfgs.iter().find_map(|c| match c.source {
+            Source::Clock(clock) => Some(clock),
+            Source::Tracepoint { .. } => None,
+        })
+    }
+}
+
+fn classify(e: std::io::Error, pid: u32) -> RecordError {
+    match e.raw_os_error() {
+        Some(libc::EACCES) | Some(libc::EPERM) => RecordError::Permission(e),
+        Some(libc::ESRCH) => RecordError::NoSuchProcess(pid),
+        _ => RecordError::PerfEvent(e),
+    }
+}
+
+pub(crate) fn raise_fd_limit() {
+    // SAFETY: l is a rlimit owned by this frame; getrlimit fills it before setrlimit reads it.
+    unsafe {
+        let mut l: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 && l.rlim_cur < l.rlim_max {
+            l.rlim_cur = l.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+        }
+    }
+}
+
+/// Opens events on the first task, falling back from cycles to cpu-clock and from kernel+user to user-only
+/// when the machine does not allow them. Returns the notes to show the user.
+fn open_first(ev: &mut Events, pid: u32, tid: u32, notes: &mut Vec<String>) -> Result<(), RecordError> {
+    loop {
+        match ev.open_task(pid, tid) {
+            Ok(()) => return Ok(()),
+            Err(e) => {
+                ev.rings.clear();
+                ev.extra.clear();
+                ev.ids.clear();
+                let code = e.raw_os_error();
+                let kernel = ev.cfgs.iter().any(|c| c.kernel);
+                let clock = ev.cfgs.iter_mut().find(|c| matches!(c.source, Source::Clock(_)));
+                match clock {
+                    Some(c)
+                        if c.source != Source::Clock(Clock::CpuClock)
+                            && matches!(
+                                code,
+                                Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)
+                            ) =>
+                    {
+                        if c.source == Source::Clock(Clock::Cycles) {
+                            notes.push("no hardware cycles counter here: sampled cpu-clock instead".into());
+                        }
+                        c.source = Source::Clock(Clock::CpuClock);
+                    }
+                    _ if kernel && matches!(code, Some(libc::EACCES) | Some(libc::EPERM)) => {
+                        notes
+                            .push("kernel stacks not allowed (perf_event_paranoid): user stacks only".into());
+                        ev.cfgs.iter_mut().for_each(|c| c.kernel = false);
+                    }
+                    _ => return Err(classify(e, tid)),
+                }
+            }
+        }
+    }
+}
+
+/// What the sources borrow for the length of a run: the eBPF skeletons' objects, the allocation functions
+/// to probe, and the tracefs uprobes whose events sample stacks (removed when this is dropped, after the
+/// events are closed).
+pub struct Objects {
+    syscalls: std::mem::MaybeUninit<libbpf_rs::OpenObject>,
+    calls: std::mem::MaybeUninit<libbpf_rs::OpenObject>,
+    alloc_obj: std::mem::MaybeUninit<libbpf_rs::OpenObject>,
+    exits: std::mem::MaybeUninit<libbpf_rs::OpenObject>,
+    pub(crate) alloc: Vec<(Probe, SizeArg)>,
+    uprobes: Vec<sys::TraceUprobe>,
+    /// What resolving the allocation functions had to say.
+    pub(crate) notes: Vec<String>,
+}
+
+impl Objects {
+    /// Resolves the allocation functions (with --alloc) and creates the tracefs uprobes: the calls'
+    /// probes (with --callers), then the allocation probes, in that order.
+    pub fn new(opts: &RecordOptions) -> Result<Self, RecordError> {
+        let mut notes = Vec::new();
+        let alloc = match &opts.alloc {
+            Some(_) => alloc_probes(&opts.target, &mut notes)?,
+            None => Vec::new(),
+        };
+        let callers = opts.calls.iter().filter(|c| c.callers_period.is_some()).flat_map(|c| &c.probes);
+        let probes: Vec<&Probe> = callers.chain(alloc.iter().map(|a| &a.0)).collect();
+        let mut uprobes = Vec::new();
+        if !probes.is_empty() {
+            static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+            sys::TraceUprobe::remove_stale("whyslow_", target::alive);
+            let run = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let group = format!("whyslow_{}_{run}", std::process::id());
+            for (i, p) in probes.iter().enumerate() {
+                let path = p.module.to_string_lossy();
+                let u =
+                    sys::TraceUprobe::create(&group, &format!("p{i}"), &path, p.offset).map_err(
+                        |e| match e.raw_os_error() {
+                            Some(libc::EACCES) | Some(libc::EPERM) => RecordError::Permission(e),
+                            _ => RecordError::Io(format!("tracefs uprobe on {}+{:#x}", path, p.offset), e),
+                        },
+                    )?;
+                uprobes.push(u);
+            }
+        }
+        Ok(Objects {
+            syscalls: std::mem::MaybeUninit::uninit(),
+            calls: std::mem::MaybeUninit::uninit(),
+            alloc_obj: std::mem::MaybeUninit::uninit(),
+            exits: std::mem::MaybeUninit::uninit(),
+            alloc,
+            uprobes,
+            notes,
+        })
+    }
+}
+
+/// The sources of a run, attached and ready.
+pub(crate) struct Sources<'obj> {
+    pub(crate) ev: Events,
+    pub(crate) syscalls: Option<SyscallProbe<'obj>>,
+    pub(crate) calls: Option<CallProbe<'obj>>,
+    /// Exact allocation counts and bytes per call site, counted in the kernel.
+    pub(crate) alloc_sites: Option<CallProbe<'obj>>,
+    /// How attached targets end (None where eBPF is unavailable: then only their exit is seen).
+    pub(crate) exits: Option<ExitWatch<'obj>>,
+    pub(crate) streams: Vec<Stream>,
+    pub(crate) sample_types: Vec<SampleType>,
+    /// The allocation functions probed in each process followed.
+    alloc_probes: Vec<Probe>,
+}
+
+impl<'obj> Sources<'obj> {
+    /// Opens the perf events and loads and attaches the eBPF programs, all before a gated child may run.
+    pub(crate) fn start(
+        opts: &RecordOptions,
+        trace: &[u32],
+        pids: &[u32],
+        launched: bool,
+        objects: &'obj mut Objects,
+        notes: &mut Vec<String>,
+    ) -> Result<Self, RecordError> {
+        let alloc = &objects.alloc;
+        let alloc_probes: Vec<Probe> = alloc.iter().map(|(p, _)| p.clone()).collect();
+        let base = EventConfig {
+            source: Source::Clock(opts.clock),
+            frequency: opts.frequency,
+            stack_bytes: opts.stack_bytes,
+            kernel: opts.kernel,
+            enable_on_exec: launched,
+            context_switch: false,
+        };
+        // Events that fire on every call come in bursts: a smaller stack copy each, and a larger ring.
+        let event_base = EventConfig { stack_bytes: opts.stack_bytes.min(EVENT_STACK_BYTES), ..base };
+        let mut cfgs = Vec::new();
+        let mut streams = Vec::new();
+        let mut sample_types = Vec::new();
+        if opts.cpu {
+            cfgs.push(base);
+            streams.push(Stream::Cpu { slot: 0 });
+            sample_types.push(SampleType { name: sample_types::CPU.into(), unit: "samples".into() });
+            sample_types.push(SampleType { name: sample_types::CPU_NS.into(), unit: "nanoseconds".into() });
+        }
+        if let Some(period) = opts.syscalls.as_ref().and_then(|s| s.stacks_period) {
+            let id = sys::tracepoint_id("raw_syscalls", "sys_enter").map_err(|e| match e.raw_os_error() {
+                Some(libc::EACCES) | Some(libc::EPERM) => RecordError::Permission(e),
+                _ => RecordError::Io("tracefs (raw_syscalls/sys_enter)".into(), e),
+            })?;
+            let source = Source::Tracepoint { id, period, kernel_stack: false };
+            cfgs.push(EventConfig { source, ..event_base });
+            streams.push(Stream::Syscalls { slot: sample_types.len() });
+            sample_types.push(SampleType { name: sample_types::SYSCALLS.into(), unit: "calls".into() });
+        }
+        if let Some((co, period)) = opts.calls.as_ref().and_then(|c| Some((c, c.callers_period?))) {
+            let slot = sample_types.len();
+            sample_types.push(SampleType { name: sample_types::CALLS.into(), unit: "calls".into() });
+            for i in 0..co.probes.len() {
+                let source = Source::Tracepoint { id: objects.uprobes[i].id, period, kernel_stack: false };
+                cfgs.push(EventConfig { source, ..event_base });
+                streams.push(Stream::Call { slot, probe: i });
+            }
+        }
+        if let Some(oo) = &opts.offcpu {
+            let tracefs = |e: std::io::Error| match e.raw_os_error() {
+                Some(libc::EACCES) | Some(libc::EPERM) => RecordError::Permission(e),
+                _ => RecordError::Io("tracefs (sched/sched_switch)".into(), e),
+            };
+            let id = sys::tracepoint_id("sched", "sched_switch").map_err(tracefs)?;
+            let state_offset =
+                sys::tracepoint_field_offset("sched", "sched_switch", "prev_state").map_err(tracefs)?;
+            let source = Source::Tracepoint { id, period: 1, kernel_stack: true };
+            cfgs.push(EventConfig { source, context_switch: true, ..event_base });
+            let min_block_ns = oo.min_block.as_nanos() as u64;
+            streams.push(Stream::OffCpu { slot: sample_types.len(), state_offset, min_block_ns });
+            sample_types.push(SampleType { name: sample_types::OFFCPU.into(), unit: "nanoseconds".into() });
+        }
+        if let Some(ao) = &opts.alloc {
+            let slot = sample_types.len();
+            sample_types.push(SampleType { name: sample_types::ALLOC_COUNT.into(), unit: "count".into() });
+            sample_types.push(SampleType { name: sample_types::ALLOC_BYTES.into(), unit: "bytes".into() });
+            let first = objects.uprobes.len() - alloc.len();
+            for (i, (_, size)) in alloc.iter().enumerate() {
+                let id = objects.uprobes[first + i].id;
+                let source = Source::Tracepoint { id, period: ao.period, kernel_stack: false };
+                cfgs.push(EventConfig { source, ..event_base });
+                streams.push(Stream::Alloc { slot, probe: i, size: *size, period: ao.period });
+            }
+        }
+        let mut probe = match &opts.syscalls {
+            Some(_) => Some(SyscallProbe::load(&mut objects.syscalls, trace)?),
+            None => None,
+        };
+        let mut alloc_sites = match &opts.alloc {
+            Some(_) => {
+                let codes: Vec<(u32, u32)> =
+                    alloc.iter().map(|(p, s)| (bpf_size_code(*s), p.site.stack_delta)).collect();
+                let mut p = CallProbe::load(&mut objects.alloc_obj, false, false, Some(&codes))?;
+                for &pid in pids {
+                    p.track(pid, launched)?;
+                    notes.extend(p.attach(&alloc_probes, 0..alloc_probes.len(), pid as i32)?);
+                }
+                Some(p)
+            }
+            None => None,
+        };
+        let mut calls = match &opts.calls {
+            Some(c) => Some(CallProbe::load(&mut objects.calls, c.latency, c.follow_children, None)?),
+            None => None,
+        };
+        let bursty = cfgs.iter().any(|c| !matches!(c.source, Source::Clock(_)));
+        let pages = if bursty { opts.ring_pages.max(EVENT_RING_PAGES) } else { opts.ring_pages };
+        let mut ev = Events {
+            rings: Vec::new(),
+            extra: Vec::new(),
+            cfgs,
+            cpus: sys::online_cpus(),
+            ids: HashMap::new(),
+            pages,
+        };
+        if !ev.cfgs.is_empty() {
+            open_all(&mut ev, pids, launched, notes)?;
+        }
+        if opts.cpu && ev.clock() != Some(Clock::CpuClock) {
+            sample_types[1] = SampleType { name: "cycles".into(), unit: "count".into() };
+        }
+        if let Some(p) = probe.as_mut() {
+            for &pid in pids {
+                p.track(pid, launched)?;
+            }
+            p.attach()?;
+        }
+        if let (Some(cp), Some(co)) = (calls.as_mut(), &opts.calls) {
+            for &pid in pids {
+                cp.track(pid, launched)?;
+            }
+            if co.follow_children {
+                notes.extend(cp.attach(&co.probes, 0..co.probes.len(), -1)?);
+            } else {
+                for &pid in pids {
+                    notes.extend(cp.attach(&co.probes, 0..co.probes.len(), pid as i32)?);
+                }
+            }
+        }
+        if alloc_sites.is_some() {
+            sample_types
+                .push(SampleType { name: sample_types::ALLOC_SITE_COUNT.into(), unit: "count".into() });
+            sample_types
+                .push(SampleType { name: sample_types::ALLOC_SITE_BYTES.into(), unit: "bytes".into() });
+        }
+        let exits = ExitWatch::load(&mut objects.exits).ok();
+        for (w, &pid) in exits.iter().flat_map(|w| pids.iter().map(move |p| (w, p))) {
+            w.track(pid, launched)?;
+        }
+        Ok(Sources {
+            ev,
+            syscalls: probe,
+            calls,
+            alloc_sites: alloc_sites.take(),
+            exits,
+            streams,
+            sample_types,
+            alloc_probes,
+        })
+    }
+
+    /// Follows process `pid` from now on as well: opens the events on its threads and has the eBPF
+    /// probes count it (a process that a running service found).
+    pub(crate) fn follow(
+        &mut self,
+        pid: u32,
+        opts: &RecordOptions,
+        notes: &mut Vec<String>,
+    ) -> Result<(), RecordError> {
+        if !self.ev.cfgs.is_empty() {
+            open_all(&mut self.ev, &[pid], false, notes)?;
+        }
+        if let Some(p) = self.syscalls.as_mut() {
+            p.track(pid, false)?;
+        }
+        if let (Some(cp), Some(co)) = (self.calls.as_mut(), &opts.calls) {
+            cp.track(pid, false)?;
+            if !co.follow_children {
+                notes.extend(cp.attach(&co.probes, 0..co.probes.len(), pid as i32)?);
+            }
+        }
+        if let Some(p) = self.alloc_sites.as_mut() {
+            p.track(pid, false)?;
+            notes.extend(p.attach(&self.alloc_probes, 0..self.alloc_probes.len(), pid as i32)?);
+        }
+        if let Some(w) = &self.exits {
+            w.track(pid, false)?;
+        }
+        Ok(())
+    }
+}
+
+/// Opens events on every thread of every target process. Threads created while we open are caught by
+/// re-listing until the set is stable (each new thread of an already-opened one inherits its events).
+fn open_all(
+    ev: &mut Events,
+    pids: &[u32],
+    launched: bool,
+    notes: &mut Vec<String>,
+) -> Result<(), RecordError> {
+    let mut done: std::collections::HashSet<u32> = std::collections::HashSet::new();
+    for round in 0..10 {
+        let mut new = false;
+        for &pid in pids {
+            let tids = if launched { vec![pid] } else { target::threads_of(pid) };
+            for tid in tids {
+                if !done.insert(tid) {
+                    continue;
+                }
+                new = true;
+                let r = if ev.rings.is_empty() {
+                    open_first(ev, pid, tid, notes)
+                } else {
+                    ev.open_task(pid, tid).map_err(|e| classify(e, tid))
+                };
+                match r {
+                    Ok(()) => {}
+                    // A thread that exited between listing and opening is fine; a whole process is not.
+                    Err(RecordError::NoSuchProcess(_)) if tid != pid => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        if !new || launched || round == 9 {
+            break;
+        }
+    }
+    Ok(())
+}
