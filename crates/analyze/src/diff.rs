@@ -10,7 +10,7 @@
 use crate::{top_functions, FunctionStat};
 use serde::Serialize;
 use std::collections::HashMap;
-use whyslow_model::{basename, sample_types, Metadata, Profile, ProfileBuilder};
+use whyslow_model::{basename, sample_types, Metadata, Profile, ProfileBuilder, SampleType, Thread};
 
 /// How one side's value turns into seconds.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -274,31 +274,71 @@ pub fn merge(profiles: &[&Profile]) -> Profile {
     }
     let mut b = ProfileBuilder::new(meta, types.clone());
     for p in profiles {
-        let value_map: Vec<Option<usize>> =
-            types.iter().map(|t| p.sample_types.iter().position(|u| u.name == t.name)).collect();
-        let modules: Vec<u32> = p.modules.iter().map(|m| b.module(&m.path, &m.build_id)).collect();
-        let frames: Vec<u32> = p
-            .frames
-            .iter()
-            .map(|f| {
-                let module =
-                    if f.module == whyslow_model::NONE { f.module } else { modules[f.module as usize] };
-                b.frame(p.str(f.name), module, p.str(f.file), f.kind)
-            })
-            .collect();
-        let threads: Vec<u32> = p.threads.iter().map(|t| b.thread(t.pid, t.tid, &t.name)).collect();
-        for s in &p.samples {
-            let stack: Vec<u32> = p.stack_frames(s.stack).iter().map(|&f| frames[f as usize]).collect();
-            let leaf = b.stack(&stack);
-            let values: Vec<i64> =
-                value_map.iter().map(|i| i.and_then(|i| s.values.get(i).copied()).unwrap_or(0)).collect();
-            b.add_sample(leaf, threads[s.thread as usize], &values);
-        }
+        copy_samples(&mut b, &types, p, |_| true);
     }
     let mut merged = b.finish();
     merged.syscalls = profiles.iter().flat_map(|p| p.syscalls.iter().cloned()).collect();
     merged.calls = profiles.iter().flat_map(|p| p.calls.iter().cloned()).collect();
     merged
+}
+
+/// Adds the samples of `p` that `keep` accepts to `b` (whose sample types are `types`): frames, modules
+/// and threads re-interned, values mapped by type name.
+fn copy_samples(b: &mut ProfileBuilder, types: &[SampleType], p: &Profile, keep: impl Fn(&Thread) -> bool) {
+    let value_map: Vec<Option<usize>> =
+        types.iter().map(|t| p.sample_types.iter().position(|u| u.name == t.name)).collect();
+    let modules: Vec<u32> = p.modules.iter().map(|m| b.module(&m.path, &m.build_id)).collect();
+    let mut frames: Vec<Option<u32>> = vec![None; p.frames.len()];
+    let mut threads: Vec<Option<u32>> = vec![None; p.threads.len()];
+    for s in &p.samples {
+        let t = &p.threads[s.thread as usize];
+        if !keep(t) {
+            continue;
+        }
+        let thread = *threads[s.thread as usize].get_or_insert_with(|| b.thread(t.pid, t.tid, &t.name));
+        let stack: Vec<u32> = p
+            .stack_frames(s.stack)
+            .iter()
+            .map(|&f| {
+                *frames[f as usize].get_or_insert_with(|| {
+                    let fr = &p.frames[f as usize];
+                    let module = if fr.module == whyslow_model::NONE {
+                        fr.module
+                    } else {
+                        modules[fr.module as usize]
+                    };
+                    b.frame(p.str(fr.name), module, p.str(fr.file), fr.kind)
+                })
+            })
+            .collect();
+        let leaf = b.stack(&stack);
+        let values: Vec<i64> =
+            value_map.iter().map(|i| i.and_then(|i| s.values.get(i).copied()).unwrap_or(0)).collect();
+        b.add_sample(leaf, thread, &values);
+    }
+}
+
+/// The profile cut in parts by the process its samples are of: `owner` maps a pid to the key of its part
+/// (None: left out). Each part keeps the metadata, with its own pids, and the counters of its processes.
+pub fn split(p: &Profile, owner: impl Fn(u32) -> Option<u32>) -> std::collections::BTreeMap<u32, Profile> {
+    let mut keys: Vec<u32> = p.threads.iter().filter_map(|t| owner(t.pid)).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    keys.into_iter()
+        .map(|k| {
+            let mut pids: Vec<u32> =
+                p.threads.iter().map(|t| t.pid).filter(|&pid| owner(pid) == Some(k)).collect();
+            pids.sort_unstable();
+            pids.dedup();
+            let meta = Metadata { target_pids: pids.clone(), ..p.meta.clone() };
+            let mut b = ProfileBuilder::new(meta, p.sample_types.clone());
+            copy_samples(&mut b, &p.sample_types, p, |t| owner(t.pid) == Some(k));
+            let mut part = b.finish();
+            part.syscalls = p.syscalls.iter().filter(|s| pids.contains(&s.pid)).cloned().collect();
+            part.calls = p.calls.iter().filter(|c| pids.contains(&c.pid)).cloned().collect();
+            (k, part)
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -386,5 +426,23 @@ mod tests {
         let got: Vec<(&str, i64, i64)> = top.iter().map(|f| (f.name.as_str(), f.self_, f.total)).collect();
         assert_eq!(got, [("work_a", 30, 30), ("work_b", 10, 10), ("x", 1, 1), ("main", 0, 41)]);
         assert_eq!(merge(&[]), Profile::default());
+    }
+
+    #[test]
+    fn split_cuts_by_owner_and_merge_puts_back() {
+        // Process 1 (work_a 10, work_b 5) and process 2 (work_a 20, work_b 5, x 1), 3 left out.
+        let mut second = profile("/bin/app", 20, 5, Some(("x", 1)));
+        second.threads[0].pid = 2;
+        let mut third = profile("/bin/app", 7, 7, None);
+        third.threads[0].pid = 3;
+        let all = merge(&[&profile("/bin/app", 10, 5, None), &second, &third]);
+        let parts = split(&all, |pid| (pid < 3).then_some(pid * 100));
+        assert_eq!(parts.keys().copied().collect::<Vec<_>>(), [100, 200]);
+        assert_eq!((parts[&100].total(0), parts[&200].total(0)), (15, 26));
+        assert_eq!(parts[&200].meta.target_pids, [2]);
+        parts[&200].validate().unwrap();
+        let back = merge(&[&parts[&100], &parts[&200]]);
+        assert_eq!(back.total(0), 41);
+        assert!(top_functions(&back, 0).iter().any(|f| f.name == "x" && f.self_ == 1));
     }
 }

@@ -297,6 +297,7 @@ impl<H: Host> Converter<H> {
                 if pid != ppid && !self.procs.contains_key(&pid) {
                     let child = self.procs.get(&ppid).map(Proc::fork).unwrap_or_default();
                     self.procs.insert(pid, child);
+                    self.raw.forks.push((pid, ppid));
                 }
                 if let Some(name) = self.raw.thread_names.get(&(ppid, ptid)).cloned() {
                     self.raw.thread_names.entry((pid, tid)).or_insert(name);
@@ -459,6 +460,7 @@ impl<H: Host> Converter<H> {
             thread_names: self.raw.thread_names.clone(),
             samples: std::mem::take(&mut self.raw.samples),
             labels: self.raw.labels.clone(),
+            forks: std::mem::take(&mut self.raw.forks),
             ..Default::default()
         };
         // Threads of processes that are gone are not named again.

@@ -222,6 +222,8 @@ fn exited_processes_are_forgotten_so_memory_stays_bounded_over_churn() {
         if i % 1000 == 999 {
             let w = c.cut();
             assert_eq!(w.samples.len(), 1000, "a window holds its own samples");
+            assert_eq!(w.forks.len(), 1000, "and the processes that started in it");
+            assert_eq!(w.forks[0], (pid - 999, 1));
             assert!(c.raw.thread_names.len() <= 1, "names of exited threads are not carried on");
         }
     }

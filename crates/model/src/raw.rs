@@ -52,6 +52,8 @@ pub struct RawRecording {
     pub thread_names: HashMap<(u32, u32), String>,
     pub samples: HashMap<(Vec<RawFrame>, RawThread), Vec<i64>>,
     pub labels: Vec<RawLabel>,
+    /// New processes seen forking, as (child, parent): who started the processes the samples are of.
+    pub forks: Vec<(u32, u32)>,
     /// Counter tables pass through symbolization unchanged.
     pub syscalls: Vec<SyscallStat>,
     pub calls: Vec<CallStat>,
