@@ -175,14 +175,19 @@ pub(crate) fn convert(prof: &proto::Profile, origin: &str) -> Result<whyslow_mod
         for (slot, &i) in values.iter_mut().zip(&order) {
             *slot = s.value[i];
         }
+        // Leaf first and no deeper than MAX_DEPTH, then turned root first: a location of many lines
+        // named many times must not multiply into a stack of their product (memory and time).
         stack.clear();
-        for id in s.location_id.iter().rev() {
+        let mut deeper = false;
+        for id in &s.location_id {
             let frames =
                 locations.get(id).ok_or_else(|| bad(format!("sample {n} names a missing location {id}")))?;
-            stack.extend_from_slice(frames);
+            let room = MAX_DEPTH - stack.len();
+            deeper |= frames.len() > room;
+            stack.extend(frames.iter().rev().take(room));
         }
-        if stack.len() > MAX_DEPTH {
-            stack.drain(..stack.len() - MAX_DEPTH);
+        stack.reverse();
+        if deeper {
             cut += 1;
         }
         let (mut name, mut tid, mut pid) = ("", 0u32, 0u32);

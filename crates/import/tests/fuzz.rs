@@ -1088,3 +1088,32 @@ fn random_bytes() {
         }
     }
 }
+
+/// Inputs built to multiply small sizes into large ones, which random mutations hardly produce.
+#[test]
+fn crafted_inputs_stay_bounded() {
+    install_panic_hook();
+    use whyslow_model::pprof as proto;
+    // One location of 20,000 inlined lines named 20,000 times by one sample: 400 million frames,
+    // unless the stack is cut while it is built.
+    let n = 20_000;
+    let prof = proto::Profile {
+        sample_type: vec![proto::ValueType { r#type: 1, unit: 2 }],
+        sample: vec![proto::Sample { location_id: vec![1; n], value: vec![1], label: vec![] }],
+        location: vec![proto::Location {
+            id: 1,
+            line: vec![proto::Line { function_id: 1, line: 0 }; n],
+            ..Default::default()
+        }],
+        function: vec![proto::Function { id: 1, name: 3, ..Default::default() }],
+        string_table: vec!["".into(), "samples".into(), "count".into(), "f".into()],
+        ..Default::default()
+    };
+    let bytes = prost::Message::encode_to_vec(&prof);
+    let t = Instant::now();
+    assert!(matches!(check(&bytes, "deep.pb", true), Ok(Outcome::Decoded)));
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    let p = decode(&bytes, "deep.pb", &ImportOptions::default()).unwrap();
+    assert_eq!(p.stack_frames(p.samples[0].stack).len(), 8192);
+    assert!(p.meta.notes.iter().any(|n| n.contains("1 stacks deeper than 8192")), "{:?}", p.meta.notes);
+}

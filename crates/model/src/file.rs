@@ -43,6 +43,12 @@ pub fn encode(profile: &Profile) -> Vec<u8> {
     out
 }
 
+/// The most a payload of `compressed` bytes may decompress to: recordings compress 2 to 4 times, a
+/// gzip bomb a thousand times; it is refused before it fills memory.
+fn max_decompressed(compressed: usize) -> u64 {
+    (64 << 20) + 64 * compressed as u64
+}
+
 /// Decodes bytes read from `path` (used only in error messages).
 pub fn decode(bytes: &[u8], path: &Path) -> Result<Profile, FileError> {
     let path = path.to_path_buf();
@@ -69,9 +75,17 @@ pub fn decode(bytes: &[u8], path: &Path) -> Result<Profile, FileError> {
         return Err(FileError::Corrupt { path, what: "checksum mismatch".into() });
     }
     let mut raw = Vec::new();
+    let max = max_decompressed(payload.len());
     flate2::read::GzDecoder::new(payload)
+        .take(max + 1)
         .read_to_end(&mut raw)
         .map_err(|e| FileError::Corrupt { path: path.clone(), what: format!("bad compression: {e}") })?;
+    if raw.len() as u64 > max {
+        return Err(FileError::Corrupt {
+            path,
+            what: format!("its data decompresses to more than {max} bytes"),
+        });
+    }
     let profile: Profile = postcard::from_bytes(&raw)
         .map_err(|e| FileError::Corrupt { path: path.clone(), what: format!("bad encoding: {e}") })?;
     profile.validate().map_err(|what| FileError::Corrupt { path, what })?;
@@ -136,5 +150,19 @@ mod tests {
         flipped[last] ^= 0xff;
         assert!(matches!(decode(&flipped, path), Err(FileError::Corrupt { .. })));
         assert!(matches!(decode(b"hello world, not a profile", path), Err(FileError::NotRecording { .. })));
+    }
+
+    #[test]
+    fn a_gzip_bomb_is_refused_before_it_fills_memory() {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        gz.write_all(&vec![0u8; 80 << 20]).unwrap();
+        let payload = gz.finish().unwrap();
+        let mut bytes = MAGIC.to_vec();
+        bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        bytes.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+        bytes.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+        bytes.extend_from_slice(&payload);
+        let e = decode(&bytes, Path::new("bomb.data")).unwrap_err();
+        assert!(e.to_string().contains("decompresses to more than"), "{e}");
     }
 }
