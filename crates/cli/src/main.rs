@@ -35,6 +35,9 @@ enum Command {
     /// Run two commands interleaved N times each, measure and record them, and say whether (and where)
     /// they differ.
     Compare(CompareArgs),
+    /// Run as a continuous profiling agent: targets chosen over an HTTP API (or --config) are recorded in
+    /// windows into an embedded store; profiles, the doctor and diffs over any time range.
+    Serve(ServeArgs),
 }
 
 /// Where a launching command's report goes.
@@ -354,6 +357,31 @@ pub struct ExportArgs {
     pub value_type: Option<String>,
 }
 
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Address to listen on. Anything but loopback requires --token-file.
+    #[arg(long, default_value = "127.0.0.1:7070")]
+    pub listen: std::net::SocketAddr,
+    /// Where the store (whyslow.db) and the periodic files live.
+    #[arg(long, default_value = "whyslow-data")]
+    pub data_dir: PathBuf,
+    /// TOML file with `[[target]]` definitions (as the API takes them), kept in the store by name.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// File holding the bearer token every request must carry.
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+    /// Remove windows (and periodic files) older than this: 30m, 12h, 7d.
+    #[arg(long, default_value = "7d")]
+    pub retention: String,
+    /// Keep the stored profiles under this size: 500MiB, 1GiB (oldest windows go first).
+    #[arg(long, default_value = "1GiB")]
+    pub max_disk: String,
+    /// Periodic files may only be written under this directory (default: DATA_DIR/output).
+    #[arg(long)]
+    pub output_root: Option<PathBuf>,
+}
+
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -366,6 +394,7 @@ fn main() {
         Command::Doctor(a) => commands::doctor(a),
         Command::Diff(a) => commands::diff(a),
         Command::Compare(a) => commands::compare(a),
+        Command::Serve(a) => commands::serve(a),
     };
     let killed = commands::target_killed();
     if let Some(k) = killed {

@@ -1,0 +1,522 @@
+//! The HTTP API. Every error is JSON `{"error": "..."}` with a 4xx status for bad input; only a failure of
+//! the agent itself (its store) is a 5xx. Queries and bodies are parsed strictly: unknown parameters and
+//! fields are errors, never ignored.
+
+use crate::spec::{self, TargetSpec, STACKPROBE_PREFIX};
+use crate::{now_ns, timespec, Shared};
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use whyslow_model::Profile;
+use whyslow_render::RenderError;
+
+/// An answer that is not a success.
+pub struct ApiError(StatusCode, String);
+
+impl ApiError {
+    fn bad(m: impl Into<String>) -> Self {
+        ApiError(StatusCode::BAD_REQUEST, m.into())
+    }
+    fn unprocessable(m: impl Into<String>) -> Self {
+        ApiError(StatusCode::UNPROCESSABLE_ENTITY, m.into())
+    }
+    fn not_found(m: impl Into<String>) -> Self {
+        ApiError(StatusCode::NOT_FOUND, m.into())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        json(self.0, &serde_json::json!({ "error": self.1 }))
+    }
+}
+
+impl From<crate::store::StoreError> for ApiError {
+    fn from(e: crate::store::StoreError) -> Self {
+        ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+    }
+}
+
+impl From<spec::SpecError> for ApiError {
+    fn from(e: spec::SpecError) -> Self {
+        match e {
+            spec::SpecError::Syntax(m) => ApiError::bad(format!("invalid JSON: {m}")),
+            spec::SpecError::Invalid(m) => ApiError::unprocessable(m),
+        }
+    }
+}
+
+impl From<RenderError> for ApiError {
+    fn from(e: RenderError) -> Self {
+        match e {
+            RenderError::Io(e) => ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+            other => ApiError::not_found(other.to_string()),
+        }
+    }
+}
+
+type ApiResult = Result<Response, ApiError>;
+
+fn json(status: StatusCode, v: &serde_json::Value) -> Response {
+    let mut body = serde_json::to_vec_pretty(v).expect("a JSON value serializes");
+    body.push(b'\n');
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+fn bytes(content_type: &'static str, body: Vec<u8>) -> Response {
+    (StatusCode::OK, [(header::CONTENT_TYPE, content_type)], body).into_response()
+}
+
+pub async fn serve(shared: Arc<Shared>, listener: std::net::TcpListener) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::from_std(listener)?;
+    let max_body = shared.opts.max_body;
+    let app = Router::new()
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .route("/api/v1/targets", get(list_targets).post(add_target))
+        .route("/api/v1/targets/{id}", get(get_target).patch(patch_target).delete(delete_target))
+        .route("/api/v1/processes", get(processes))
+        .route("/api/v1/profile", get(profile))
+        .route("/api/v1/doctor", get(doctor))
+        .route("/api/v1/diff", get(diff))
+        .route("/flamegraph", get(get_flamegraph).put(put_flamegraph))
+        .fallback(|| async { ApiError::not_found("no such endpoint (see /api/v1/targets, /api/v1/profile)") })
+        .method_not_allowed_fallback(|| async {
+            ApiError(StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this endpoint".into())
+        })
+        .layer(middleware::from_fn_with_state(shared.clone(), guard))
+        .layer(DefaultBodyLimit::max(max_body))
+        .with_state(shared.clone());
+    let stop = async move {
+        while !shared.stopping() {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    };
+    axum::serve(listener, app).with_graceful_shutdown(stop).await
+}
+
+/// Every request: the bearer token when one is configured (not for /healthz), and the status counted.
+async fn guard(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
+    let open = req.uri().path() == "/healthz";
+    let res = match &s.opts.token {
+        Some(token) if !open && !authorized(req.headers(), token) => ApiError(
+            StatusCode::UNAUTHORIZED,
+            "missing or wrong bearer token (Authorization: Bearer ...)".into(),
+        )
+        .into_response(),
+        _ => next.run(req).await,
+    };
+    s.counters.request(res.status().as_u16());
+    res
+}
+
+fn authorized(h: &HeaderMap, token: &str) -> bool {
+    let given =
+        h.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes()))
+}
+
+/// Compares without an early exit, so the time taken does not tell how much of the token matched (only
+/// whether the length did).
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
+
+/// The body, or the JSON error for a body too large (413) or unreadable (400).
+fn body(b: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    b.map_err(|r| ApiError(r.status(), r.body_text()))
+}
+
+/// Query parameters, every one of them known to the endpoint.
+fn params(
+    q: Result<Query<Vec<(String, String)>>, QueryRejection>,
+    known: &[&str],
+) -> Result<BTreeMap<String, String>, ApiError> {
+    let Query(pairs) = q.map_err(|r| ApiError::bad(r.body_text()))?;
+    let mut out = BTreeMap::new();
+    for (k, v) in pairs {
+        if !known.contains(&k.as_str()) {
+            return Err(ApiError::bad(format!(
+                "unknown parameter '{k}' (this endpoint takes {})",
+                known.join(", ")
+            )));
+        }
+        if out.insert(k.clone(), v).is_some() {
+            return Err(ApiError::bad(format!("parameter '{k}' given twice")));
+        }
+    }
+    Ok(out)
+}
+
+async fn healthz(State(s): State<Arc<Shared>>) -> Response {
+    let tracked = s.tracked.lock().expect("tracked lock").values().filter(|t| t.gone_ns.is_none()).count();
+    json(StatusCode::OK, &serde_json::json!({ "status": "ok", "tracked_processes": tracked }))
+}
+
+async fn metrics(State(s): State<Arc<Shared>>) -> ApiResult {
+    let text = tokio::task::spawn_blocking(move || crate::metrics::render(&s)).await.map_err(internal)??;
+    Ok(bytes("text/plain; version=0.0.4; charset=utf-8", text.into_bytes()))
+}
+
+fn internal(e: impl std::fmt::Display) -> ApiError {
+    ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+}
+
+fn target_json(id: i64, spec: &TargetSpec) -> serde_json::Value {
+    let mut v = serde_json::to_value(spec).expect("a spec serializes");
+    v.as_object_mut().expect("a spec is an object").insert("id".into(), id.into());
+    v
+}
+
+fn target_id(id: &str, s: &Shared) -> Result<i64, ApiError> {
+    let id: i64 = id.parse().map_err(|_| ApiError::bad(format!("target id '{id}' is not a number")))?;
+    if s.targets.read().expect("targets lock").contains_key(&id) {
+        Ok(id)
+    } else {
+        Err(ApiError::not_found(format!("no target {id}")))
+    }
+}
+
+async fn list_targets(State(s): State<Arc<Shared>>) -> Response {
+    let t = s.targets.read().expect("targets lock");
+    json(StatusCode::OK, &t.iter().map(|(&id, spec)| target_json(id, spec)).collect())
+}
+
+async fn add_target(State(s): State<Arc<Shared>>, b: Result<Bytes, BytesRejection>) -> ApiResult {
+    let spec = TargetSpec::from_json(&body(b)?)?;
+    let id = s.store.lock().expect("store lock").add_target(&spec, now_ns())?;
+    let v = target_json(id, &spec);
+    s.targets.write().expect("targets lock").insert(id, spec);
+    Ok(json(StatusCode::CREATED, &v))
+}
+
+async fn get_target(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult {
+    let id = target_id(&id, &s)?;
+    let t = s.targets.read().expect("targets lock");
+    Ok(json(StatusCode::OK, &target_json(id, &t[&id])))
+}
+
+/// A JSON merge patch (RFC 7396) of the definition; the result is checked like a new one.
+async fn patch_target(
+    State(s): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    b: Result<Bytes, BytesRejection>,
+) -> ApiResult {
+    let id = target_id(&id, &s)?;
+    let patch: serde_json::Value =
+        serde_json::from_slice(&body(b)?).map_err(|e| ApiError::bad(format!("invalid JSON: {e}")))?;
+    if !patch.is_object() {
+        return Err(ApiError::bad("a patch is a JSON object (RFC 7396 merge patch)"));
+    }
+    let current = s.targets.read().expect("targets lock")[&id].clone();
+    let mut v = serde_json::to_value(&current).expect("a spec serializes");
+    merge_patch(&mut v, &patch);
+    let spec = TargetSpec::from_json(&serde_json::to_vec(&v).expect("a value serializes"))?;
+    if !s.store.lock().expect("store lock").update_target(id, &spec)? {
+        return Err(ApiError::not_found(format!("no target {id}")));
+    }
+    s.targets.write().expect("targets lock").insert(id, spec.clone());
+    Ok(json(StatusCode::OK, &target_json(id, &spec)))
+}
+
+fn merge_patch(target: &mut serde_json::Value, patch: &serde_json::Value) {
+    match (target, patch) {
+        (serde_json::Value::Object(t), serde_json::Value::Object(p)) => {
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    merge_patch(t.entry(k.clone()).or_insert(serde_json::Value::Null), v);
+                }
+            }
+        }
+        (t, p) => *t = p.clone(),
+    }
+}
+
+async fn delete_target(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult {
+    let id = target_id(&id, &s)?;
+    s.store.lock().expect("store lock").delete_target(id)?;
+    s.targets.write().expect("targets lock").remove(&id);
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn processes(
+    State(s): State<Arc<Shared>>,
+    q: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> ApiResult {
+    let q = params(q, &["target"])?;
+    let only: Option<i64> = match q.get("target") {
+        Some(t) => Some(target_id(t, &s)?),
+        None => None,
+    };
+    let tracked = s.tracked.lock().expect("tracked lock");
+    let list: Vec<serde_json::Value> = tracked
+        .values()
+        .filter(|t| t.gone_ns.is_none() && only.is_none_or(|id| t.targets.contains(&id)))
+        .map(|t| {
+            serde_json::json!({
+                "pid": t.view.pid,
+                "ppid": t.view.ppid,
+                "comm": t.view.comm,
+                "cmdline": t.view.cmdline,
+                "cgroup": t.view.cgroup,
+                "targets": t.targets,
+                "sources": t.key.name(),
+                "followed": if t.root == t.view.pid { "directly".to_string() } else { format!("inherited from {}", t.root) },
+                "since_unix_ns": t.since_ns,
+            })
+        })
+        .collect();
+    Ok(json(StatusCode::OK, &serde_json::Value::Array(list)))
+}
+
+/// The targets a query names: `target=ID[,ID]` or `selector=label=value[,label=value]`.
+fn selected(s: &Shared, q: &BTreeMap<String, String>) -> Result<Vec<i64>, ApiError> {
+    match (q.get("target"), q.get("selector")) {
+        (Some(_), Some(_)) => Err(ApiError::bad("give target or selector, not both")),
+        (Some(t), None) => t.split(',').map(|id| target_id(id.trim(), s)).collect(),
+        (None, Some(sel)) => {
+            let mut want = Vec::new();
+            for pair in sel.split(',') {
+                let (k, v) = pair
+                    .split_once('=')
+                    .ok_or_else(|| ApiError::bad(format!("selector '{pair}' is not label=value")))?;
+                want.push((k.trim(), v.trim()));
+            }
+            let ids: Vec<i64> = s
+                .targets
+                .read()
+                .expect("targets lock")
+                .iter()
+                .filter(|(_, t)| want.iter().all(|(k, v)| t.labels.get(*k).is_some_and(|x| x == v)))
+                .map(|(&id, _)| id)
+                .collect();
+            if ids.is_empty() {
+                return Err(ApiError::not_found(format!("no target has the labels {sel}")));
+            }
+            Ok(ids)
+        }
+        (None, None) => Err(ApiError::bad("name the targets: target=ID or selector=label=value")),
+    }
+}
+
+/// The [from, until) range of a query (`from` defaults to now-15m, `until` to now).
+fn range(q: &BTreeMap<String, String>, from_key: &str, until_key: &str) -> Result<(u64, u64), ApiError> {
+    let now = now_ns();
+    let get = |k: &str, default: &str| {
+        timespec::parse(q.get(k).map_or(default, String::as_str), now).map_err(ApiError::bad)
+    };
+    let (from, until) = (get(from_key, "now-15m")?, get(until_key, "now")?);
+    if from >= until {
+        return Err(ApiError::bad(format!("{from_key} must be before {until_key}")));
+    }
+    Ok((from, until))
+}
+
+/// Largest sum of stored window bytes one query merges.
+const MAX_QUERY_BYTES: u64 = 512 << 20;
+
+/// Every stored window of `targets` in the range, merged into one profile.
+fn load(s: &Shared, targets: &[i64], from: u64, until: u64) -> Result<Profile, ApiError> {
+    let rows = s.store.lock().expect("store lock").windows(targets, from, until)?;
+    if rows.is_empty() {
+        let ids = targets.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+        return Err(ApiError::not_found(format!("no recorded windows of target {ids} in the range (yet)")));
+    }
+    if rows.iter().map(|w| w.bytes).sum::<u64>() > MAX_QUERY_BYTES {
+        return Err(ApiError(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "the range holds too much data: query a shorter one".into(),
+        ));
+    }
+    let ids: Vec<i64> = rows.iter().map(|w| w.id).collect();
+    Ok(crate::merged(s, &ids)?)
+}
+
+/// The index of the sample type a query asks for (`type`, default the first).
+fn value(p: &Profile, q: &BTreeMap<String, String>) -> Result<usize, ApiError> {
+    match q.get("type") {
+        None => Ok(0),
+        Some(t) => p.sample_type(t).ok_or_else(|| {
+            let have: Vec<&str> = p.sample_types.iter().map(|t| t.name.as_str()).collect();
+            ApiError::unprocessable(format!(
+                "no sample type '{t}' in this range (it has {})",
+                have.join(", ")
+            ))
+        }),
+    }
+}
+
+async fn blocking(f: impl FnOnce() -> ApiResult + Send + 'static) -> ApiResult {
+    tokio::task::spawn_blocking(f).await.map_err(internal)?
+}
+
+async fn profile(
+    State(s): State<Arc<Shared>>,
+    q: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> ApiResult {
+    let q = params(q, &["target", "selector", "type", "from", "until", "format"])?;
+    let targets = selected(&s, &q)?;
+    let (from, until) = range(&q, "from", "until")?;
+    let format = q.get("format").map_or("json", String::as_str).to_string();
+    if !["json", "folded", "pprof", "speedscope", "svg"].contains(&format.as_str()) {
+        return Err(ApiError::bad(format!(
+            "format '{format}' is not one of json, folded, pprof, speedscope, svg"
+        )));
+    }
+    blocking(move || {
+        let p = load(&s, &targets, from, until)?;
+        let v = value(&p, &q)?;
+        let mut out = Vec::new();
+        let ct = match format.as_str() {
+            "json" => {
+                whyslow_render::json::report(&mut out, &p, v)?;
+                "application/json"
+            }
+            "folded" => {
+                whyslow_render::export::folded(&mut out, &p, v)?;
+                "text/plain; charset=utf-8"
+            }
+            "pprof" => {
+                whyslow_render::export::pprof(&mut out, &p)?;
+                "application/octet-stream"
+            }
+            "speedscope" => {
+                whyslow_render::export::speedscope(&mut out, &p, v)?;
+                "application/json"
+            }
+            _ => {
+                let title = format!("target {} ({})", join(&targets), p.sample_types[v].name);
+                let o = whyslow_render::flamegraph::FlameOptions { title, subtitle: None, reverse: false };
+                whyslow_render::flamegraph::svg(&mut out, &p, v, &o)?;
+                "image/svg+xml"
+            }
+        };
+        Ok(bytes(ct, out))
+    })
+    .await
+}
+
+fn join(ids: &[i64]) -> String {
+    ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
+}
+
+async fn doctor(
+    State(s): State<Arc<Shared>>,
+    q: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> ApiResult {
+    let q = params(q, &["target", "selector", "from", "until"])?;
+    let targets = selected(&s, &q)?;
+    let (from, until) = range(&q, "from", "until")?;
+    blocking(move || {
+        let p = load(&s, &targets, from, until)?;
+        let d = whyslow_analyze::doctor::diagnose(&p, &format!("target {}", join(&targets)));
+        let mut out = Vec::new();
+        whyslow_render::doctor::json(&mut out, &p, &d).map_err(internal)?;
+        Ok(bytes("application/json", out))
+    })
+    .await
+}
+
+async fn diff(
+    State(s): State<Arc<Shared>>,
+    q: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> ApiResult {
+    let keys =
+        ["target", "selector", "type", "before_from", "before_until", "after_from", "after_until", "format"];
+    let q = params(q, &keys)?;
+    let targets = selected(&s, &q)?;
+    for k in ["before_from", "before_until", "after_from", "after_until"] {
+        if !q.contains_key(k) {
+            return Err(ApiError::bad(format!(
+                "diff needs before_from, before_until, after_from, after_until ({k} missing)"
+            )));
+        }
+    }
+    let before = range(&q, "before_from", "before_until")?;
+    let after = range(&q, "after_from", "after_until")?;
+    let format = q.get("format").map_or("json", String::as_str).to_string();
+    if !["json", "svg"].contains(&format.as_str()) {
+        return Err(ApiError::bad(format!("format '{format}' is not one of json, svg")));
+    }
+    blocking(move || {
+        let b = load(&s, &targets, before.0, before.1)?;
+        let a = load(&s, &targets, after.0, after.1)?;
+        let vb = value(&b, &q)?;
+        let va = a.sample_type(&b.sample_types[vb].name).ok_or_else(|| {
+            ApiError::unprocessable(format!("the after range has no '{}' samples", b.sample_types[vb].name))
+        })?;
+        let (sb, sa) = (whyslow_analyze::diff::Side::new(&b, vb), whyslow_analyze::diff::Side::new(&a, va));
+        let mut out = Vec::new();
+        if format == "svg" {
+            let title = format!("target {}: after vs before", join(&targets));
+            let o = whyslow_render::diff::DiffFlameOptions { title, negate: false, shares_only: false };
+            whyslow_render::diff::svg(&mut out, sb, sa, &o)?;
+            return Ok(bytes("image/svg+xml", out));
+        }
+        let d = whyslow_analyze::diff::diff(sb, sa, false);
+        whyslow_render::diff::json(&mut out, &d, 50)?;
+        Ok(bytes("application/json", out))
+    })
+    .await
+}
+
+/// stackprobe's form: the targets it defined (named `flamegraph-N`).
+async fn get_flamegraph(State(s): State<Arc<Shared>>) -> Response {
+    let t = s.targets.read().expect("targets lock");
+    let list: Vec<serde_json::Value> = t
+        .iter()
+        .filter(|(_, spec)| spec.name.as_deref().is_some_and(|n| n.starts_with(STACKPROBE_PREFIX)))
+        .map(|(&id, spec)| target_json(id, spec))
+        .collect();
+    json(StatusCode::OK, &serde_json::json!({ "targets": list }))
+}
+
+/// stackprobe's `PUT /flamegraph`: replaces the targets an earlier PUT defined.
+async fn put_flamegraph(State(s): State<Arc<Shared>>, b: Result<Bytes, BytesRejection>) -> ApiResult {
+    let specs = spec::from_stackprobe(&body(b)?)?;
+    let store = s.store.lock().expect("store lock");
+    let mut targets = s.targets.write().expect("targets lock");
+    let old: Vec<i64> = targets
+        .iter()
+        .filter(|(_, t)| t.name.as_deref().is_some_and(|n| n.starts_with(STACKPROBE_PREFIX)))
+        .map(|(&id, _)| id)
+        .collect();
+    for id in old {
+        store.delete_target(id)?;
+        targets.remove(&id);
+    }
+    let mut list = Vec::new();
+    for spec in specs {
+        let id = store.add_target(&spec, now_ns())?;
+        list.push(target_json(id, &spec));
+        targets.insert(id, spec);
+    }
+    Ok(json(StatusCode::OK, &serde_json::json!({ "targets": list })))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn tokens_compare_whole() {
+        use super::constant_time_eq as eq;
+        assert!(eq(b"secret", b"secret"));
+        assert!(!eq(b"secre", b"secret") && !eq(b"secret!", b"secret") && !eq(b"", b"secret"));
+        assert!(!eq(b"secreT", b"secret") && eq(b"", b""));
+    }
+
+    #[test]
+    fn merge_patch_follows_rfc_7396() {
+        let mut v = serde_json::json!({"a": 1, "b": {"c": 2, "d": 3}});
+        super::merge_patch(&mut v, &serde_json::json!({"a": null, "b": {"c": 5}, "e": [1]}));
+        assert_eq!(v, serde_json::json!({"b": {"c": 5, "d": 3}, "e": [1]}));
+    }
+}

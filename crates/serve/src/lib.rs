@@ -1,0 +1,235 @@
+//! `whyslow serve`: the continuous profiling agent. Targets choose processes (by name, command line, pid,
+//! cgroup) and sources; the recorder follows every matching process as it appears and records it in
+//! windows through the same converter as one-shot recordings; windows go to an embedded SQLite store;
+//! an HTTP API (and stackprobe's `/flamegraph` form) defines targets and serves profiles, the doctor and
+//! diffs over any time range; periodic SVG/folded files are written for targets that ask for them.
+//!
+//! Threads: the HTTP server (tokio), the manager (scans /proc, starts and feeds sessions), one thread per
+//! recording session, the window worker (symbolize, split, store), and housekeeping (retention, periodic
+//! files). Only this crate knows HTTP.
+
+mod api;
+mod housekeeping;
+mod metrics;
+mod procs;
+mod recorder;
+pub mod spec;
+pub mod store;
+pub mod timespec;
+
+use spec::TargetSpec;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+use store::Store;
+
+/// How to run the agent.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    /// Periodic files are written under this directory only (default: `DATA_DIR/output`).
+    pub output_root: PathBuf,
+    /// Bearer token every request must carry (required to listen on a non-loopback address).
+    pub token: Option<String>,
+    /// Windows older than this are removed.
+    pub retention: Duration,
+    /// The stored profiles take at most this many bytes (oldest windows removed first).
+    pub max_disk: u64,
+    /// Targets from the config file: kept in the store by name (a restart updates them, adds none twice).
+    pub targets: Vec<TargetSpec>,
+    /// Largest request body accepted.
+    pub max_body: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(
+        "refusing to listen on {0} without --token-file: only 127.0.0.1/::1 may be served without a token"
+    )]
+    Unprotected(SocketAddr),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen { addr: SocketAddr, source: std::io::Error },
+    #[error("cannot create {path}: {source}")]
+    Dir { path: PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
+    #[error("{0}")]
+    Config(String),
+}
+
+/// Counters behind /metrics.
+#[derive(Default)]
+pub struct Counters {
+    /// Samples and lost samples by session (its sources).
+    samples: Mutex<BTreeMap<String, (u64, u64)>>,
+    pub windows: AtomicU64,
+    pub windows_removed: AtomicU64,
+    pub store_errors: AtomicU64,
+    pub follow_errors: AtomicU64,
+    pub session_errors: AtomicU64,
+    pub files_written: AtomicU64,
+    requests: Mutex<BTreeMap<u16, u64>>,
+}
+
+impl Counters {
+    fn add(&self, key: &recorder::Key, samples: u64, lost: u64) {
+        let mut m = self.samples.lock().expect("counters lock");
+        let e = m.entry(key.name()).or_default();
+        e.0 += samples;
+        e.1 += lost;
+    }
+
+    fn request(&self, code: u16) {
+        *self.requests.lock().expect("counters lock").entry(code).or_default() += 1;
+    }
+}
+
+/// What the threads share.
+pub struct Shared {
+    opts: ServeOptions,
+    store: Mutex<Store>,
+    /// The targets as stored, by id.
+    targets: RwLock<BTreeMap<i64, TargetSpec>>,
+    tracked: Mutex<BTreeMap<u32, recorder::Tracked>>,
+    counters: Arc<Counters>,
+    stopping: AtomicBool,
+}
+
+impl Shared {
+    fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst) || whyslow_record::signals::stop_requested()
+    }
+}
+
+/// The stored windows `ids`, merged into one profile spanning them.
+fn merged(s: &Shared, ids: &[i64]) -> Result<whyslow_model::Profile, store::StoreError> {
+    let mut profiles = Vec::with_capacity(ids.len());
+    for &id in ids {
+        profiles.extend(s.store.lock().expect("store lock").profile(id)?);
+    }
+    let refs: Vec<&whyslow_model::Profile> = profiles.iter().collect();
+    let mut p = whyslow_analyze::diff::merge(&refs);
+    if let (Some(start), Some(end)) = (
+        profiles.iter().map(|p| p.meta.start_unix_ns).min(),
+        profiles.iter().map(|p| p.meta.start_unix_ns + p.meta.duration_ns).max(),
+    ) {
+        p.meta.start_unix_ns = start;
+        p.meta.duration_ns = end - start;
+    }
+    Ok(p)
+}
+
+pub fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// Runs the agent until SIGINT/SIGTERM: then the server stops taking requests, every session flushes its
+/// window into the store, and everything is detached.
+pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
+    if opts.token.is_none() && !opts.listen.ip().is_loopback() {
+        return Err(ServeError::Unprotected(opts.listen));
+    }
+    for dir in [&opts.data_dir, &opts.output_root] {
+        std::fs::create_dir_all(dir).map_err(|source| ServeError::Dir { path: dir.clone(), source })?;
+    }
+    let store = Store::open(&opts.data_dir)?;
+    let mut stored: BTreeMap<i64, TargetSpec> = store.targets()?.into_iter().collect();
+    for spec in &opts.targets {
+        spec.check().map_err(|e| ServeError::Config(format!("config target: {e}")))?;
+        let same = stored.iter().find(|(_, s)| s.name.is_some() && s.name == spec.name).map(|(&id, _)| id);
+        let id = match same {
+            Some(id) => {
+                store.update_target(id, spec)?;
+                id
+            }
+            None => store.add_target(spec, now_ns())?,
+        };
+        stored.insert(id, spec.clone());
+    }
+    let listener = std::net::TcpListener::bind(opts.listen)
+        .map_err(|source| ServeError::Listen { addr: opts.listen, source })?;
+    let addr = listener.local_addr().map_err(|source| ServeError::Listen { addr: opts.listen, source })?;
+    listener.set_nonblocking(true).map_err(|source| ServeError::Listen { addr, source })?;
+    whyslow_record::signals::install();
+    let shared = Arc::new(Shared {
+        opts,
+        store: Mutex::new(store),
+        targets: RwLock::new(stored),
+        tracked: Mutex::new(BTreeMap::new()),
+        counters: Arc::new(Counters::default()),
+        stopping: AtomicBool::new(false),
+    });
+    let manager = {
+        let s = shared.clone();
+        std::thread::Builder::new()
+            .name("whyslow-manager".into())
+            .spawn(move || recorder::run(s))
+            .expect("thread")
+    };
+    let keeper = {
+        let s = shared.clone();
+        std::thread::Builder::new()
+            .name("whyslow-keeper".into())
+            .spawn(move || housekeeping::run(s))
+            .expect("thread")
+    };
+    eprintln!(
+        "whyslow serve: listening on http://{addr} (data in {}, {} target{})",
+        shared.opts.data_dir.display(),
+        shared.targets.read().expect("targets lock").len(),
+        if shared.targets.read().expect("targets lock").len() == 1 { "" } else { "s" }
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|source| ServeError::Listen { addr, source })?;
+    let served = rt.block_on(api::serve(shared.clone(), listener));
+    shared.stopping.store(true, Ordering::SeqCst);
+    let _ = manager.join();
+    let _ = keeper.join();
+    eprintln!("whyslow serve: stopped; windows flushed to {}", shared.opts.data_dir.display());
+    served.map_err(|source| ServeError::Listen { addr, source })
+}
+
+/// Parses a config file (TOML): server settings are the command line's; `[[target]]` tables are
+/// target definitions as the API takes them.
+pub fn parse_config(text: &str) -> Result<Vec<TargetSpec>, ServeError> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Config {
+        #[serde(default)]
+        target: Vec<TargetSpec>,
+    }
+    let c: Config =
+        toml::from_str(text).map_err(|e| ServeError::Config(e.to_string().trim().replace('\n', " ")))?;
+    for (i, t) in c.target.iter().enumerate() {
+        t.check().map_err(|e| ServeError::Config(format!("target {}: {e}", i + 1)))?;
+    }
+    Ok(c.target)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn config_targets_parse_strictly() {
+        let t = super::parse_config(
+            "[[target]]\nname = \"web\"\nsources = [\"cpu\", \"offcpu\"]\n[target.match]\ncomm = \"^nginx\"\n[target.labels]\nenv = \"prod\"\n",
+        )
+        .unwrap();
+        assert_eq!(t.len(), 1);
+        assert_eq!(t[0].labels["env"], "prod");
+        assert!(super::parse_config("[[target]]\nname = \"x\"\n").unwrap_err().to_string().contains("match"));
+        assert!(super::parse_config("[[target]]\nbogus = 1\n[target.match]\ncomm = \"a\"\n")
+            .unwrap_err()
+            .to_string()
+            .contains("bogus"));
+    }
+}

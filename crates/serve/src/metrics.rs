@@ -1,0 +1,135 @@
+//! /metrics in the Prometheus text format: `whyslow_` prefix, base units, `_total` counters, no pid labels.
+
+use crate::Shared;
+use std::fmt::Write;
+use std::sync::atomic::Ordering;
+
+struct Out(String);
+
+impl Out {
+    fn family(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.0, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    }
+    fn value(&mut self, name: &str, labels: &[(&str, &str)], v: impl std::fmt::Display) {
+        let l: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{}\"", escape(v))).collect();
+        let l = if l.is_empty() { String::new() } else { format!("{{{}}}", l.join(",")) };
+        let _ = writeln!(self.0, "{name}{l} {v}");
+    }
+    fn one(&mut self, name: &str, kind: &str, help: &str, v: impl std::fmt::Display) {
+        self.family(name, kind, help);
+        self.value(name, &[], v);
+    }
+}
+
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+pub fn render(s: &Shared) -> Result<String, crate::api::ApiError> {
+    let c = &s.counters;
+    let mut o = Out(String::new());
+    o.family("whyslow_build_info", "gauge", "Version of the agent.");
+    o.value("whyslow_build_info", &[("version", env!("CARGO_PKG_VERSION"))], 1);
+    let targets = s.targets.read().expect("targets lock");
+    let running = targets.values().filter(|t| t.state == crate::spec::State::Running).count();
+    o.family("whyslow_targets", "gauge", "Targets defined, by state.");
+    o.value("whyslow_targets", &[("state", "running")], running);
+    o.value("whyslow_targets", &[("state", "stopped")], targets.len() - running);
+    drop(targets);
+    let tracked = s.tracked.lock().expect("tracked lock");
+    let live: Vec<&crate::recorder::Tracked> = tracked.values().filter(|t| t.gone_ns.is_none()).collect();
+    o.family("whyslow_tracked_processes", "gauge", "Processes followed now, by how they are followed.");
+    o.value(
+        "whyslow_tracked_processes",
+        &[("followed", "directly")],
+        live.iter().filter(|t| t.root == t.view.pid).count(),
+    );
+    o.value(
+        "whyslow_tracked_processes",
+        &[("followed", "inherited")],
+        live.iter().filter(|t| t.root != t.view.pid).count(),
+    );
+    drop(tracked);
+    let samples = c.samples.lock().expect("counters lock").clone();
+    o.family(
+        "whyslow_samples_total",
+        "counter",
+        "Samples and events converted, by the sources of the recording session.",
+    );
+    for (k, (n, _)) in &samples {
+        o.value("whyslow_samples_total", &[("sources", k)], n);
+    }
+    o.family(
+        "whyslow_lost_samples_total",
+        "counter",
+        "Samples the kernel dropped (ring buffer full), by session sources.",
+    );
+    for (k, (_, lost)) in &samples {
+        o.value("whyslow_lost_samples_total", &[("sources", k)], lost);
+    }
+    o.one(
+        "whyslow_windows_stored_total",
+        "counter",
+        "Windows stored (one per target and process).",
+        c.windows.load(Ordering::Relaxed),
+    );
+    o.one(
+        "whyslow_windows_removed_total",
+        "counter",
+        "Windows removed by retention.",
+        c.windows_removed.load(Ordering::Relaxed),
+    );
+    o.one(
+        "whyslow_store_errors_total",
+        "counter",
+        "Windows the store failed to write.",
+        c.store_errors.load(Ordering::Relaxed),
+    );
+    o.one(
+        "whyslow_follow_errors_total",
+        "counter",
+        "Processes that could not be followed.",
+        c.follow_errors.load(Ordering::Relaxed),
+    );
+    o.one(
+        "whyslow_session_errors_total",
+        "counter",
+        "Recording sessions that failed to start.",
+        c.session_errors.load(Ordering::Relaxed),
+    );
+    o.one(
+        "whyslow_files_written_total",
+        "counter",
+        "Periodic SVG and folded files written.",
+        c.files_written.load(Ordering::Relaxed),
+    );
+    let store = s.store.lock().expect("store lock");
+    let (windows, bytes) = store.usage()?;
+    let disk = store.disk_bytes();
+    drop(store);
+    o.one("whyslow_store_windows", "gauge", "Windows in the store.", windows);
+    o.one("whyslow_store_profile_bytes", "gauge", "Bytes of the stored profiles.", bytes);
+    o.one("whyslow_store_disk_bytes", "gauge", "Bytes the store's files take on disk.", disk);
+    o.family("whyslow_http_requests_total", "counter", "API requests answered, by status code.");
+    for (code, n) in c.requests.lock().expect("counters lock").iter() {
+        o.value("whyslow_http_requests_total", &[("code", &code.to_string())], n);
+    }
+    let (cpu, rss) = own_usage();
+    o.one("whyslow_process_cpu_seconds_total", "counter", "CPU time of the agent (user + system).", cpu);
+    o.one("whyslow_process_resident_memory_bytes", "gauge", "Resident memory of the agent.", rss);
+    Ok(o.0)
+}
+
+/// The agent's own CPU seconds and resident bytes, from /proc/self.
+pub fn own_usage() -> (f64, u64) {
+    // SAFETY: sysconf takes no pointers.
+    let (tick, page) = unsafe { (libc::sysconf(libc::_SC_CLK_TCK), libc::sysconf(libc::_SC_PAGESIZE)) };
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat.rsplit_once(") ").map(|(_, r)| r.split(' ').collect()).unwrap_or_default();
+    let ticks: u64 = [11, 12].iter().filter_map(|&i| fields.get(i)?.parse::<u64>().ok()).sum();
+    let rss_pages: u64 = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split(' ').nth(1)?.parse().ok())
+        .unwrap_or(0);
+    (ticks as f64 / tick.max(1) as f64, rss_pages * page.max(1) as u64)
+}

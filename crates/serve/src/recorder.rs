@@ -1,0 +1,381 @@
+//! Following the processes that targets match, and recording them in windows.
+//!
+//! The manager scans /proc every [`SCAN_INTERVAL`]: each process matched by running targets gets one
+//! recording key, the union of their sources with the highest frequency and the shortest window, and is
+//! followed by the one session of that key, so a process matched by two targets is recorded once. A
+//! process whose parent is followed already is covered by inheritance (its events were inherited at
+//! fork) and is not opened again. Each session runs on its own thread (a [`Session`] borrows its eBPF
+//! objects), cuts a window every `window_s` seconds and hands it to the window worker, which symbolizes
+//! it, splits it by process, and stores one row per (target, process).
+
+use crate::spec::{ProcessView, SourceKind, TargetSpec};
+use crate::{now_ns, procs, Shared};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use whyslow_model::raw::RawRecording;
+use whyslow_record::{
+    AllocOptions, Objects, Observer, OffCpuOptions, RecordOptions, Session, SyscallOptions, Target,
+};
+
+/// How often processes are rescanned: a process that starts (or execs into a match) is followed within
+/// this much plus the time to open its events.
+pub const SCAN_INTERVAL: Duration = Duration::from_millis(250);
+/// How long a process that ended or stopped matching is remembered, so its last window still finds its
+/// targets.
+const GRACE: Duration = Duration::from_secs(120);
+/// Allocations sampled: every Nth call of each allocation function.
+const ALLOC_PERIOD: u64 = 1000;
+/// Syscall entries sampled: every Nth.
+const SYSCALL_PERIOD: u64 = 100;
+/// Blocks shorter than this are not recorded as off-CPU time (bounds the cost on busy servers).
+const MIN_BLOCK: Duration = Duration::from_micros(50);
+
+/// What one session records: its sources, frequency and window length.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key {
+    pub sources: BTreeSet<SourceKind>,
+    pub frequency: u64,
+    pub window_s: u64,
+}
+
+impl Key {
+    /// The one key of a process matched by `specs`: every source any of them asks for.
+    fn of<'a>(specs: impl Iterator<Item = &'a TargetSpec>) -> Option<Key> {
+        let mut k: Option<Key> = None;
+        for s in specs {
+            let k =
+                k.get_or_insert_with(|| Key { sources: BTreeSet::new(), frequency: 0, window_s: u64::MAX });
+            k.sources.extend(s.sources.iter().copied());
+            k.frequency = k.frequency.max(s.frequency);
+            k.window_s = k.window_s.min(s.window_s);
+        }
+        k
+    }
+
+    pub fn name(&self) -> String {
+        self.sources.iter().map(|s| format!("{s:?}").to_lowercase()).collect::<Vec<_>>().join(",")
+    }
+
+    fn options(&self, first: u32, stop: Arc<AtomicBool>) -> RecordOptions {
+        let has = |s| self.sources.contains(&s);
+        RecordOptions {
+            target: Target::Pids(vec![first]),
+            frequency: self.frequency,
+            cpu: has(SourceKind::Cpu),
+            offcpu: has(SourceKind::Offcpu).then_some(OffCpuOptions { min_block: MIN_BLOCK }),
+            alloc: has(SourceKind::Alloc).then_some(AllocOptions { period: ALLOC_PERIOD }),
+            syscalls: has(SourceKind::Syscalls)
+                .then(|| SyscallOptions { trace: Vec::new(), stacks_period: Some(SYSCALL_PERIOD) }),
+            ring_pages: ring_pages(self.frequency, RecordOptions::default().stack_bytes),
+            stop: Some(stop),
+            ..RecordOptions::default()
+        }
+    }
+}
+
+/// Ring pages per CPU that hold a quarter second of samples (rings are drained every 100 ms), a power of
+/// two from 64 (256 KB) to 2048 (8 MB).
+fn ring_pages(frequency: u64, stack_bytes: u32) -> usize {
+    let bytes = frequency * (u64::from(stack_bytes) + 512) / 4;
+    (bytes.div_ceil(4096) as usize).next_power_of_two().clamp(64, 2048)
+}
+
+/// A process the agent follows now (or followed until recently).
+#[derive(Debug, Clone)]
+pub struct Tracked {
+    pub view: ProcessView,
+    pub targets: Vec<i64>,
+    pub key: Key,
+    /// The followed process whose events this one inherited, or itself when opened directly.
+    pub root: u32,
+    pub since_ns: u64,
+    /// When it ended or stopped matching (kept for [`GRACE`] so its last window is attributed).
+    pub gone_ns: Option<u64>,
+}
+
+enum Cmd {
+    Follow(u32),
+    Forget(u32),
+}
+
+struct SessionHandle {
+    tx: Sender<Cmd>,
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<()>,
+    pids: BTreeSet<u32>,
+}
+
+/// A window as a session cut it.
+pub struct Window {
+    pub raw: RawRecording,
+}
+
+/// Runs the manager until `shared.stopping`; then stops every session (each flushes its window) and
+/// waits for the window worker to store them.
+pub fn run(shared: Arc<Shared>) {
+    let (wtx, wrx) = channel::<Window>();
+    let worker = {
+        let shared = shared.clone();
+        std::thread::Builder::new()
+            .name("whyslow-windows".into())
+            .spawn(move || window_worker(shared, wrx))
+            .expect("spawning a thread")
+    };
+    let mut m = Manager { sessions: HashMap::new(), failed: HashMap::new(), windows: wtx };
+    while !shared.stopping() {
+        let t0 = Instant::now();
+        m.reap(&shared);
+        m.manage(&shared);
+        std::thread::sleep(SCAN_INTERVAL.saturating_sub(t0.elapsed()));
+    }
+    let Manager { mut sessions, windows: wtx, .. } = m;
+    for (_, s) in sessions.drain() {
+        s.stop.store(true, Ordering::SeqCst);
+        let _ = s.thread.join();
+    }
+    drop(wtx);
+    let _ = worker.join();
+}
+
+/// How long a key whose session failed to start waits before it is tried again.
+const RETRY: Duration = Duration::from_secs(10);
+
+struct Manager {
+    sessions: HashMap<Key, SessionHandle>,
+    /// Keys whose session failed, and when to try again.
+    failed: HashMap<Key, Instant>,
+    windows: Sender<Window>,
+}
+
+impl Manager {
+    /// Sessions that ended by themselves (they failed to start, or their first process was gone): their
+    /// processes are listed again at the next scan, the key after [`RETRY`].
+    fn reap(&mut self, shared: &Shared) {
+        let dead: Vec<Key> =
+            self.sessions.iter().filter(|(_, s)| s.thread.is_finished()).map(|(k, _)| k.clone()).collect();
+        let mut tracked = shared.tracked.lock().expect("tracked lock");
+        for k in dead {
+            let s = self.sessions.remove(&k).expect("listed above");
+            let _ = s.thread.join();
+            tracked.retain(|_, t| t.key != k);
+            self.failed.insert(k, Instant::now() + RETRY);
+        }
+        self.failed.retain(|_, until| Instant::now() < *until);
+    }
+
+    /// One scan: which processes each running target matches now, and the sessions following them.
+    fn manage(&mut self, shared: &Shared) {
+        let sessions = &mut self.sessions;
+        let targets: Vec<(i64, TargetSpec, crate::spec::Matcher)> = shared
+            .targets
+            .read()
+            .expect("targets lock")
+            .iter()
+            .filter(|(_, s)| s.state == crate::spec::State::Running)
+            .map(|(&id, s)| (id, s.clone(), s.matcher()))
+            .collect();
+        let views: BTreeMap<u32, ProcessView> = procs::scan().into_iter().map(|p| (p.pid, p)).collect();
+        let now = now_ns();
+        let mut tracked = shared.tracked.lock().expect("tracked lock");
+        // Desired state, parents before children (pids are not ordered by age; start ticks are).
+        let mut order: Vec<&ProcessView> = views.values().collect();
+        order.sort_by_key(|p| (p.start_ticks, p.pid));
+        let mut want: BTreeMap<u32, (Vec<i64>, Key, u32)> = BTreeMap::new();
+        for p in order {
+            let ids: Vec<i64> =
+                targets.iter().filter(|(_, _, m)| m.matches(p)).map(|(id, _, _)| *id).collect();
+            let Some(key) = Key::of(targets.iter().filter(|(id, _, _)| ids.contains(id)).map(|(_, s, _)| s))
+            else {
+                continue;
+            };
+            // Covered when an ancestor is followed with the same key (its events are inherited).
+            let mut root = p.pid;
+            let mut up = p.ppid;
+            for _ in 0..64 {
+                match want.get(&up) {
+                    Some((_, k, r)) if *k == key => {
+                        root = *r;
+                        break;
+                    }
+                    _ => {}
+                }
+                match views.get(&up) {
+                    Some(v) if v.ppid != up => up = v.ppid,
+                    _ => break,
+                }
+            }
+            want.insert(p.pid, (ids, key, root));
+        }
+        // Let go of what ended or no longer matches (or moved to another key).
+        let live: Vec<u32> = tracked.iter().filter(|(_, t)| t.gone_ns.is_none()).map(|(&p, _)| p).collect();
+        for pid in live {
+            let t = &tracked[&pid];
+            let keep = want.get(&pid).is_some_and(|(_, k, r)| *k == t.key && *r == t.root)
+                && views.get(&pid).is_some_and(|v| v.start_ticks == t.view.start_ticks);
+            if !keep {
+                if t.root == pid {
+                    if let Some(s) = sessions.get_mut(&t.key) {
+                        let _ = s.tx.send(Cmd::Forget(pid));
+                        s.pids.remove(&pid);
+                    }
+                }
+                tracked.get_mut(&pid).expect("listed above").gone_ns = Some(now);
+            }
+        }
+        tracked.retain(|_, t| t.gone_ns.is_none_or(|g| now.saturating_sub(g) < GRACE.as_nanos() as u64));
+        // Follow what is new.
+        for (pid, (ids, key, root)) in want {
+            if let Some(t) = tracked.get_mut(&pid).filter(|t| t.gone_ns.is_none()) {
+                t.targets = ids;
+                continue;
+            }
+            if self.failed.contains_key(&key) {
+                continue;
+            }
+            let view = views[&pid].clone();
+            let _ = shared.store.lock().expect("store lock").saw_process(&view, now);
+            if root == pid {
+                let s = sessions
+                    .entry(key.clone())
+                    .or_insert_with(|| start_session(shared, key.clone(), pid, self.windows.clone()));
+                if s.pids.insert(pid) {
+                    let _ = s.tx.send(Cmd::Follow(pid));
+                }
+            }
+            tracked.insert(pid, Tracked { view, targets: ids, key, root, since_ns: now, gone_ns: None });
+        }
+        // Sessions nobody needs any more end (their last window is flushed).
+        let idle: Vec<Key> =
+            sessions.iter().filter(|(_, s)| s.pids.is_empty()).map(|(k, _)| k.clone()).collect();
+        for k in idle {
+            if let Some(s) = sessions.remove(&k) {
+                s.stop.store(true, Ordering::SeqCst);
+                drop(s.tx);
+                let _ = s.thread.join();
+            }
+        }
+    }
+}
+
+fn start_session(shared: &Shared, key: Key, first: u32, windows: Sender<Window>) -> SessionHandle {
+    let (tx, rx) = channel();
+    let stop = Arc::new(AtomicBool::new(false));
+    let thread = {
+        let (key, stop) = (key.clone(), stop.clone());
+        let counters = shared.counters.clone();
+        std::thread::Builder::new()
+            .name(format!("whyslow-rec-{}", key.name()))
+            .spawn(move || {
+                if let Err(e) = session_thread(&key, first, rx, stop, &windows, &counters) {
+                    eprintln!("whyslow serve: recording {} failed: {e}", key.name());
+                    counters.session_errors.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+            .expect("spawning a thread")
+    };
+    SessionHandle { tx, stop, thread, pids: BTreeSet::new() }
+}
+
+struct Quiet;
+impl Observer for Quiet {}
+
+fn session_thread(
+    key: &Key,
+    first: u32,
+    rx: Receiver<Cmd>,
+    stop: Arc<AtomicBool>,
+    windows: &Sender<Window>,
+    counters: &crate::Counters,
+) -> Result<(), whyslow_record::RecordError> {
+    let opts = key.options(first, stop);
+    let mut objects = Objects::new(&opts)?;
+    let mut s = Session::start(&opts, &mut objects, &mut Quiet)?;
+    let window = Duration::from_secs(key.window_s);
+    let mut cut_at = Instant::now() + window;
+    let mut seen = (0, 0);
+    loop {
+        let end = s.step(&mut Quiet);
+        for cmd in rx.try_iter() {
+            match cmd {
+                Cmd::Follow(pid) => {
+                    // A process that ended before it could be opened is no error.
+                    if let Err(e) = s.follow(pid) {
+                        if whyslow_record::target::alive(pid) {
+                            counters.follow_errors.fetch_add(1, Ordering::Relaxed);
+                            eprintln!("whyslow serve: cannot follow pid {pid}: {e}");
+                        }
+                    }
+                }
+                Cmd::Forget(pid) => s.forget(pid),
+            }
+        }
+        let n = s.counters();
+        counters.add(key, n.samples - seen.0, n.lost - seen.1);
+        seen = (n.samples, n.lost);
+        if end == Some(whyslow_record::End::Stopped) {
+            break;
+        }
+        if Instant::now() >= cut_at {
+            cut_at += window;
+            let _ = windows.send(Window { raw: s.cut() });
+        }
+    }
+    let raw = s.finish(&mut Quiet);
+    let _ = windows.send(Window { raw });
+    Ok(())
+}
+
+/// Symbolizes each window, splits it by the followed process its samples belong to, and stores one
+/// row per (target, process).
+fn window_worker(shared: Arc<Shared>, rx: Receiver<Window>) {
+    // Processes started inside followed ones, as (child -> parent), from the windows' fork records.
+    let mut parents: HashMap<u32, (u32, Instant)> = HashMap::new();
+    for w in rx {
+        for &(child, parent) in &w.raw.forks {
+            parents.insert(child, (parent, Instant::now()));
+        }
+        parents.retain(|_, (_, t)| t.elapsed() < GRACE);
+        if w.raw.samples.is_empty() {
+            continue;
+        }
+        let profile = whyslow_symbolize::symbolize(w.raw);
+        let tracked = shared.tracked.lock().expect("tracked lock").clone();
+        let owner = |pid: u32| {
+            let mut p = pid;
+            for _ in 0..64 {
+                if let Some(t) = tracked.get(&p) {
+                    return Some(t.root);
+                }
+                p = parents.get(&p)?.0;
+            }
+            None
+        };
+        let parts = whyslow_analyze::diff::split(&profile, owner);
+        let mut rows = Vec::new();
+        for (root, part) in &parts {
+            let Some(t) = tracked.get(root) else { continue };
+            // The targets of the root and of the processes it covers.
+            let mut ids: Vec<i64> =
+                tracked.values().filter(|x| x.root == *root).flat_map(|x| x.targets.clone()).collect();
+            ids.sort_unstable();
+            ids.dedup();
+            for id in ids {
+                rows.push((id, t.view.clone(), part));
+            }
+        }
+        let refs: Vec<(i64, &ProcessView, &whyslow_model::Profile)> =
+            rows.iter().map(|(id, v, p)| (*id, v, *p)).collect();
+        let stored = shared.store.lock().expect("store lock").add_windows(&refs);
+        match stored {
+            Ok(()) => shared.counters.windows.fetch_add(refs.len() as u64, Ordering::Relaxed),
+            Err(e) => {
+                eprintln!("whyslow serve: {e}");
+                shared.counters.store_errors.fetch_add(1, Ordering::Relaxed)
+            }
+        };
+    }
+}

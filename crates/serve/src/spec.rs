@@ -1,0 +1,469 @@
+//! What a target is: which processes (by comm regex, command-line substring, pids, cgroup), which sources,
+//! how often, and where periodic files go. Parsed strictly (unknown fields are errors) from the API's JSON,
+//! the config file's TOML, or stackprobe's `PUT /flamegraph` form.
+
+use regex::Regex;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+
+/// Why a definition was refused; the API answers 422 (400 for JSON that does not parse).
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    #[error("{0}")]
+    Syntax(String),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// A source of samples a target records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SourceKind {
+    /// On-CPU time (cpu, cpu-ns).
+    Cpu,
+    /// Blocked and preempted time (offcpu; with cpu also wall).
+    Offcpu,
+    /// Sampled allocations (alloc-count, alloc-bytes).
+    Alloc,
+    /// Sampled syscall entries by stack (syscalls).
+    Syscalls,
+}
+
+pub const ALL_SOURCES: [SourceKind; 4] =
+    [SourceKind::Cpu, SourceKind::Offcpu, SourceKind::Alloc, SourceKind::Syscalls];
+
+/// Which processes a target takes. Every given criterion must hold; at least one is given.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Match {
+    /// Regular expression on the process name (comm, at most 15 bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comm: Option<String>,
+    /// Substring of the command line (arguments joined by spaces).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cmdline: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pids: Vec<u32>,
+    /// cgroup v2 path prefix (`/system.slice/nginx.service`, a container's cgroup).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
+}
+
+/// Periodic flame graph and folded files of a target, as stackprobe writes them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Output {
+    /// Directory under the output root (relative; no `..`).
+    pub dir: String,
+    /// Seconds between files.
+    #[serde(default = "default_period")]
+    pub period_s: u64,
+    /// One pair of files per process instead of one per target.
+    #[serde(default)]
+    pub multi_instance: bool,
+}
+
+fn default_period() -> u64 {
+    60
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    #[default]
+    Running,
+    Stopped,
+}
+
+/// A target as the user defines it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(rename = "match")]
+    pub matcher: Match,
+    #[serde(default = "default_sources")]
+    pub sources: Vec<SourceKind>,
+    /// Sampling frequency of on-CPU time, Hz.
+    #[serde(default = "default_frequency")]
+    pub frequency: u64,
+    /// Length of a stored window, seconds.
+    #[serde(default = "default_window")]
+    pub window_s: u64,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<Output>,
+    #[serde(default)]
+    pub state: State,
+}
+
+fn default_sources() -> Vec<SourceKind> {
+    vec![SourceKind::Cpu]
+}
+fn default_frequency() -> u64 {
+    99
+}
+fn default_window() -> u64 {
+    10
+}
+
+/// Longest regular expression accepted, and the size its compiled form may take.
+const MAX_REGEX: usize = 1024;
+const REGEX_SIZE_LIMIT: usize = 1 << 20;
+
+impl TargetSpec {
+    /// Parses and checks a definition from JSON.
+    pub fn from_json(body: &[u8]) -> Result<Self, SpecError> {
+        let spec: TargetSpec = serde_json::from_slice(body).map_err(|e| SpecError::Syntax(e.to_string()))?;
+        spec.check()?;
+        Ok(spec)
+    }
+
+    /// Everything serde cannot check: a criterion present, the regex, ranges, label names, the output dir.
+    pub fn check(&self) -> Result<(), SpecError> {
+        let bad = |m: String| Err(SpecError::Invalid(m));
+        let m = &self.matcher;
+        if m.comm.is_none() && m.cmdline.is_none() && m.pids.is_empty() && m.cgroup.is_none() {
+            return bad("match needs at least one of comm, cmdline, pids, cgroup".into());
+        }
+        if let Some(re) = &m.comm {
+            compile(re)?;
+        }
+        if m.cmdline.as_deref() == Some("") {
+            return bad("match.cmdline must not be empty".into());
+        }
+        if let Some(cg) = &m.cgroup {
+            if !cg.starts_with('/') {
+                return bad(format!("match.cgroup must be an absolute cgroup path, not '{cg}'"));
+            }
+        }
+        if self.sources.is_empty() {
+            return bad("sources must name at least one of cpu, offcpu, alloc, syscalls".into());
+        }
+        if !(1..=1000).contains(&self.frequency) {
+            return bad(format!("frequency must be 1 to 1000 Hz, not {}", self.frequency));
+        }
+        if !(1..=3600).contains(&self.window_s) {
+            return bad(format!("window_s must be 1 to 3600 seconds, not {}", self.window_s));
+        }
+        for (k, v) in &self.labels {
+            let ok = k
+                .chars()
+                .enumerate()
+                .all(|(i, c)| c == '_' || c.is_ascii_alphabetic() || (i > 0 && c.is_ascii_digit()));
+            if k.is_empty() || !ok || k.starts_with("__") || k.len() > 64 {
+                return bad(format!(
+                    "label name '{k}' must match [a-zA-Z_][a-zA-Z0-9_]* (at most 64, no __ prefix)"
+                ));
+            }
+            if v.len() > 256 {
+                return bad(format!("label '{k}' is longer than 256 bytes"));
+            }
+        }
+        if let Some(name) = &self.name {
+            if name.is_empty()
+                || name.len() > 64
+                || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            {
+                return bad(format!("name '{name}' must be 1 to 64 of [A-Za-z0-9._-]"));
+            }
+        }
+        if let Some(o) = &self.output {
+            relative_dir(&o.dir)?;
+            if !(1..=86400).contains(&o.period_s) {
+                return bad(format!("output.period_s must be 1 to 86400 seconds, not {}", o.period_s));
+            }
+        }
+        Ok(())
+    }
+
+    /// The compiled matcher of a checked spec.
+    pub fn matcher(&self) -> Matcher {
+        Matcher {
+            comm: self.matcher.comm.as_deref().and_then(|r| compile(r).ok()),
+            cmdline: self.matcher.cmdline.clone(),
+            pids: self.matcher.pids.clone(),
+            cgroup: self.matcher.cgroup.clone(),
+        }
+    }
+
+    /// The name files and series are named by: the given one, else `target-ID`.
+    pub fn display_name(&self, id: i64) -> String {
+        self.name.clone().unwrap_or_else(|| format!("target-{id}"))
+    }
+}
+
+fn compile(re: &str) -> Result<Regex, SpecError> {
+    if re.len() > MAX_REGEX {
+        return Err(SpecError::Invalid(format!("match.comm is longer than {MAX_REGEX} bytes")));
+    }
+    regex::RegexBuilder::new(re).size_limit(REGEX_SIZE_LIMIT).build().map_err(|e| {
+        SpecError::Invalid(format!(
+            "match.comm is not a valid regular expression: {}",
+            one_line(&e.to_string())
+        ))
+    })
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// A relative directory that stays under its root: no absolute path, no `..`, no empty name.
+pub fn relative_dir(dir: &str) -> Result<PathBuf, SpecError> {
+    let p = Path::new(dir);
+    let escapes = p.components().any(|c| !matches!(c, Component::Normal(_) | Component::CurDir));
+    if dir.is_empty() || escapes || dir.contains('\0') {
+        return Err(SpecError::Invalid(format!(
+            "output directory '{dir}' must be a relative path inside the output root (no '..', not absolute)"
+        )));
+    }
+    Ok(p.to_path_buf())
+}
+
+/// What a process looks like to the matchers.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ProcessView {
+    pub pid: u32,
+    pub ppid: u32,
+    pub comm: String,
+    pub cmdline: String,
+    pub cgroup: String,
+    /// Start time in clock ticks since boot: with the pid, names one process across pid reuse.
+    pub start_ticks: u64,
+}
+
+/// A compiled [`Match`].
+#[derive(Debug, Clone)]
+pub struct Matcher {
+    comm: Option<Regex>,
+    cmdline: Option<String>,
+    pids: Vec<u32>,
+    cgroup: Option<String>,
+}
+
+impl Matcher {
+    pub fn matches(&self, p: &ProcessView) -> bool {
+        self.comm.as_ref().is_none_or(|r| r.is_match(&p.comm))
+            && self.cmdline.as_ref().is_none_or(|s| p.cmdline.contains(s.as_str()))
+            && (self.pids.is_empty() || self.pids.contains(&p.pid))
+            && self.cgroup.as_ref().is_none_or(|c| {
+                p.cgroup == *c || (p.cgroup.starts_with(c.as_str()) && p.cgroup[c.len()..].starts_with('/'))
+            })
+    }
+}
+
+/// stackprobe's `PUT /flamegraph` body: `json=<object>` (as `curl -d json='{...}'` sends it, raw or
+/// percent-encoded), with `cmd.probe` (oncpu, offcpu, mem), `snoopers.proc_id`, `snoopers.proc_name`
+/// (`[{comm, cmdline}]`), `params` and `state`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Stackprobe {
+    #[serde(default)]
+    cmd: StackprobeCmd,
+    #[serde(default)]
+    snoopers: Snoopers,
+    #[serde(default)]
+    params: Params,
+    #[serde(default)]
+    state: Option<State>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StackprobeCmd {
+    #[serde(default)]
+    probe: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Snoopers {
+    #[serde(default)]
+    proc_id: Vec<u32>,
+    #[serde(default)]
+    proc_name: Vec<ProcName>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProcName {
+    #[serde(default)]
+    comm: Option<String>,
+    #[serde(default)]
+    cmdline: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Params {
+    /// Milliseconds between samples.
+    #[serde(default)]
+    perf_sample_period: Option<u64>,
+    /// Seconds between SVG files.
+    #[serde(default)]
+    svg_period: Option<u64>,
+    #[serde(default)]
+    output_dir: Option<String>,
+    #[serde(default)]
+    multi_instance: Option<bool>,
+}
+
+/// The name of the targets a stackprobe form defines (one per snooper); a new PUT replaces them.
+pub const STACKPROBE_PREFIX: &str = "flamegraph";
+
+/// The body of a stackprobe request: the JSON object after `json=`, percent-decoded when encoded.
+fn stackprobe_json(body: &[u8]) -> Result<Vec<u8>, SpecError> {
+    let text = std::str::from_utf8(body).map_err(|_| SpecError::Syntax("body is not UTF-8".into()))?.trim();
+    let text = text.strip_prefix("json=").unwrap_or(text);
+    if text.starts_with('{') {
+        return Ok(text.as_bytes().to_vec());
+    }
+    let plus = text.replace('+', " ");
+    let mut out = Vec::with_capacity(plus.len());
+    let b = plus.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex =
+                b.get(i + 1..i + 3).and_then(|h| u8::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok());
+            out.push(hex.ok_or_else(|| SpecError::Syntax("bad percent-encoding in the form body".into()))?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    Ok(out)
+}
+
+/// The targets a stackprobe `PUT /flamegraph` stands for (one per snooper), checked.
+pub fn from_stackprobe(body: &[u8]) -> Result<Vec<TargetSpec>, SpecError> {
+    let json = stackprobe_json(body)?;
+    let sp: Stackprobe = serde_json::from_slice(&json).map_err(|e| SpecError::Syntax(e.to_string()))?;
+    let mut sources = Vec::new();
+    for p in &sp.cmd.probe {
+        let s = match p.as_str() {
+            "oncpu" => SourceKind::Cpu,
+            "offcpu" => SourceKind::Offcpu,
+            "mem" => SourceKind::Alloc,
+            other => {
+                return Err(SpecError::Invalid(format!(
+                    "cmd.probe '{other}' is not one of oncpu, offcpu, mem"
+                )))
+            }
+        };
+        if !sources.contains(&s) {
+            sources.push(s);
+        }
+    }
+    if sources.is_empty() {
+        sources.push(SourceKind::Cpu);
+    }
+    let frequency = match sp.params.perf_sample_period {
+        Some(0) => return Err(SpecError::Invalid("params.perf_sample_period must be at least 1 ms".into())),
+        Some(ms) => (1000 / ms).max(1),
+        None => 99,
+    };
+    let output = Output {
+        dir: sp.params.output_dir.clone().unwrap_or_else(|| STACKPROBE_PREFIX.to_string()),
+        period_s: sp.params.svg_period.unwrap_or(60),
+        multi_instance: sp.params.multi_instance.unwrap_or(false),
+    };
+    let base = |i: usize, matcher: Match| TargetSpec {
+        name: Some(format!("{STACKPROBE_PREFIX}-{i}")),
+        matcher,
+        sources: sources.clone(),
+        frequency,
+        window_s: output.period_s.clamp(1, 10),
+        labels: BTreeMap::new(),
+        output: Some(output.clone()),
+        state: sp.state.unwrap_or_default(),
+    };
+    let mut specs = Vec::new();
+    if !sp.snoopers.proc_id.is_empty() {
+        specs.push(base(specs.len(), Match { pids: sp.snoopers.proc_id.clone(), ..Match::default() }));
+    }
+    for n in &sp.snoopers.proc_name {
+        // stackprobe compares names exactly: an anchored, escaped regex.
+        let comm = n.comm.as_ref().map(|c| format!("^{}$", regex::escape(c)));
+        specs.push(base(specs.len(), Match { comm, cmdline: n.cmdline.clone(), ..Match::default() }));
+    }
+    if specs.is_empty() {
+        return Err(SpecError::Invalid("snoopers must name processes (proc_id or proc_name)".into()));
+    }
+    for s in &specs {
+        s.check()?;
+    }
+    Ok(specs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(pid: u32, comm: &str, cmdline: &str, cgroup: &str) -> ProcessView {
+        ProcessView {
+            pid,
+            comm: comm.into(),
+            cmdline: cmdline.into(),
+            cgroup: cgroup.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn every_given_criterion_must_hold() {
+        let s = TargetSpec::from_json(br#"{"match":{"comm":"^nginx","cmdline":"worker"}}"#).unwrap();
+        assert_eq!((s.sources.clone(), s.frequency, s.window_s), (vec![SourceKind::Cpu], 99, 10));
+        let m = s.matcher();
+        assert!(m.matches(&view(1, "nginx", "nginx: worker process", "/")));
+        assert!(!m.matches(&view(1, "nginx", "nginx: master process", "/")));
+        assert!(!m.matches(&view(1, "xnginx", "worker", "/")));
+        let cg =
+            TargetSpec::from_json(br#"{"match":{"cgroup":"/system.slice/a.service"}}"#).unwrap().matcher();
+        assert!(cg.matches(&view(1, "a", "", "/system.slice/a.service")));
+        assert!(cg.matches(&view(1, "a", "", "/system.slice/a.service/sub")));
+        assert!(!cg.matches(&view(1, "a", "", "/system.slice/a.service2")));
+    }
+
+    #[test]
+    fn bad_definitions_say_what_is_wrong() {
+        let err = |b: &[u8]| TargetSpec::from_json(b).unwrap_err().to_string();
+        assert!(err(br#"{"match":{}}"#).contains("at least one"));
+        assert!(err(br#"{"match":{"comm":"("}}"#).contains("not a valid regular expression"));
+        assert!(err(br#"{"match":{"comm":"a"},"bogus":1}"#).contains("unknown field `bogus`"));
+        assert!(err(br#"{"match":{"comm":"a"},"sources":["gpu"]}"#).contains("unknown variant `gpu`"));
+        assert!(err(br#"{"match":{"comm":"a"},"frequency":0}"#).contains("frequency"));
+        assert!(err(br#"{"match":{"comm":"a"},"labels":{"9x":"1"}}"#).contains("label name"));
+        assert!(
+            err(br#"{"match":{"comm":"a"},"output":{"dir":"../etc"}}"#).contains("inside the output root")
+        );
+        assert!(err(br#"{"match":{"comm":"a"},"output":{"dir":"/tmp"}}"#).contains("inside the output root"));
+        assert!(matches!(TargetSpec::from_json(b"{"), Err(SpecError::Syntax(_))));
+    }
+
+    #[test]
+    fn the_stackprobe_form_becomes_targets() {
+        let body = br#"json={"cmd":{"probe":["oncpu","offcpu"]},"snoopers":{"proc_id":[7],"proc_name":[{"comm":"redis-server"}]},"params":{"svg_period":60,"perf_sample_period":10,"multi_instance":true}}"#;
+        let specs = from_stackprobe(body).unwrap();
+        assert_eq!(specs.len(), 2);
+        assert_eq!(specs[0].matcher.pids, [7]);
+        assert_eq!(specs[1].matcher.comm.as_deref(), Some("^redis\\-server$"));
+        assert_eq!(specs[1].sources, [SourceKind::Cpu, SourceKind::Offcpu]);
+        assert_eq!(specs[1].frequency, 100);
+        let o = specs[1].output.as_ref().unwrap();
+        assert_eq!((o.dir.as_str(), o.period_s, o.multi_instance), ("flamegraph", 60, true));
+        // Percent-encoded as a browser form would send it.
+        let enc = b"json=%7B%22snoopers%22%3A%7B%22proc_id%22%3A%5B1%5D%7D%7D";
+        assert_eq!(from_stackprobe(enc).unwrap()[0].matcher.pids, [1]);
+        assert!(from_stackprobe(br#"json={"cmd":{"probe":["gpu"]},"snoopers":{"proc_id":[1]}}"#).is_err());
+        assert!(
+            from_stackprobe(br#"json={"snoopers":{"proc_id":[1]},"params":{"output_dir":"/etc"}}"#).is_err()
+        );
+        assert!(from_stackprobe(br#"json={}"#).is_err());
+    }
+}
