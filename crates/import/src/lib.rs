@@ -108,8 +108,12 @@ fn starts_with(path: &Path, magic: &[u8]) -> bool {
 
 /// A perf.data recording symbolized like a live one, marked as imported.
 fn perf_data(raw: whyslow_model::raw::RawRecording, origin: &str) -> Profile {
+    let overflowed = raw.overflowed;
     let mut p = whyslow_symbolize::symbolize(raw);
     p.meta.notes.insert(0, source_note("perf.data", origin));
+    if overflowed > 0 {
+        p.meta.notes.push(format!("{overflowed} corrupt samples left out: their values overflow the totals"));
+    }
     p
 }
 

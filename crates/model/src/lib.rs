@@ -425,6 +425,15 @@ impl Profile {
                 return Err(format!("sample {i} has {} values, expected {nt}", s.values.len()));
             }
         }
+        // Every sum a consumer takes (totals, a function's share, a diff) stays exact.
+        let mut totals = vec![0i64; nt];
+        for s in &self.samples {
+            for (k, (t, v)) in totals.iter_mut().zip(&s.values).enumerate() {
+                *t = v.checked_abs().and_then(|a| t.checked_add(a)).ok_or_else(|| {
+                    format!("the values of sample type {} overflow", self.sample_types[k].name)
+                })?;
+            }
+        }
         Ok(())
     }
 }
@@ -588,6 +597,20 @@ mod tests {
         let mut p = sample_profile();
         p.samples[0].stack = 99;
         assert!(p.validate().is_err());
+    }
+
+    #[test]
+    fn values_whose_sums_overflow_are_refused_or_left_out() {
+        let mut p = sample_profile();
+        p.samples[0].values[0] = i64::MAX;
+        assert!(p.validate().unwrap_err().contains("overflow"));
+        let mut raw = raw::RawRecording { sample_types: p.sample_types.clone(), ..Default::default() };
+        let n = raw.sample_types.len();
+        let thread = raw::RawThread { pid: 1, tid: 1 };
+        raw.add(vec![raw::RawFrame::Kernel(1)], thread.clone(), &vec![i64::MAX - 1; n]);
+        raw.add(vec![raw::RawFrame::Kernel(2)], thread.clone(), &vec![2; n]);
+        raw.add(vec![raw::RawFrame::Kernel(2)], thread, &vec![1; n]);
+        assert_eq!((raw.samples.len(), raw.overflowed, raw.totals[0]), (2, 1, i64::MAX));
     }
 }
 

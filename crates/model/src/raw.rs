@@ -57,6 +57,12 @@ pub struct RawRecording {
     /// Counter tables pass through symbolization unchanged.
     pub syscalls: Vec<SyscallStat>,
     pub calls: Vec<CallStat>,
+    /// Per sample type, the sum of the absolute values [`RawRecording::add`] took: it stays within i64,
+    /// so no sum a consumer takes over these samples can overflow.
+    pub totals: Vec<i64>,
+    /// Samples `add` left out because their values would have overflowed those sums (only a corrupt
+    /// file has them: a perf.data period of 2^63).
+    pub overflowed: u64,
 }
 
 impl RawRecording {
@@ -72,8 +78,21 @@ impl RawRecording {
         }
     }
 
+    /// Adds the values of one stack, unless they would take a sum of absolute values past i64 (then the
+    /// sample is left out and counted in `overflowed`).
     pub fn add(&mut self, stack_leaf_first: Vec<RawFrame>, thread: RawThread, values: &[i64]) {
         let n = self.sample_types.len();
+        if self.totals.len() < n {
+            self.totals.resize(n, 0);
+        }
+        let fits = |t: &i64, v: &i64| v.checked_abs().and_then(|a| t.checked_add(a)).is_some();
+        if !self.totals.iter().zip(values).all(|(t, v)| fits(t, v)) {
+            self.overflowed += 1;
+            return;
+        }
+        for (t, v) in self.totals.iter_mut().zip(values) {
+            *t += v.abs();
+        }
         let acc = self.samples.entry((stack_leaf_first, thread)).or_insert_with(|| vec![0; n]);
         for (a, v) in acc.iter_mut().zip(values) {
             *a += v;

@@ -5,6 +5,8 @@
 //! differs from the one perf recorded is not used (its frames stay module+offset) and is named in a note.
 //! Reads the file only; a corrupt or truncated file is an error, never a panic.
 
+mod guard;
+
 use linux_perf_data::linux_perf_event_reader::{
     EventRecord, HardwareEventId, PerfEventType, SamplingPolicy, SoftwareCounterType,
 };
@@ -166,6 +168,7 @@ fn check_sections<R: Read + Seek>(file: &mut R) -> Result<(), String> {
     if table.chunks(16).any(|e| !inside(u64_le(e, 0), u64_le(e, 8))) {
         return Err("a header section extends past the end of the file (truncated or corrupt)".into());
     }
+    guard::check_counts(file, &h, &table, len)?;
     file.seek(SeekFrom::Start(0)).map_err(|e| e.to_string())?;
     Ok(())
 }

@@ -1,0 +1,108 @@
+//! Counts in perf.data's header sections that the parser crate (linux-perf-data) allocates for before it
+//! reads what they count: a corrupt count asked for up to hundreds of GB and aborted the process (found
+//! by fuzzing, crates/import/tests/fuzz.rs). Each is checked against the bytes its section has.
+
+use std::io::{Read, Seek, SeekFrom};
+
+/// Feature bits (perf's `HEADER_*`).
+const CMDLINE: usize = 11;
+const EVENT_DESC: usize = 12;
+const SIMPLEPERF_META_INFO: usize = 129;
+/// The smallest perf_event_attr (PERF_ATTR_SIZE_VER0), a generous largest, and a file section (offset,
+/// size).
+const ATTR_SIZE_VER0: u64 = 64;
+const MAX_ATTR_SIZE: u64 = 1 << 16;
+const FILE_SECTION: u64 = 16;
+
+fn le(b: &[u8], at: usize, width: usize) -> Option<u64> {
+    let s = b.get(at..at.checked_add(width)?)?;
+    Some(s.iter().rev().fold(0u64, |v, &x| v << 8 | x as u64))
+}
+
+/// `h`: the file header (104 bytes), `table`: its feature table (offset and size of each feature's
+/// section, in bit order), `len`: the file's length. The header's sections and the feature sections are
+/// known to lie inside the file.
+pub(crate) fn check_counts<R: Read + Seek>(
+    file: &mut R,
+    h: &[u8],
+    table: &[u8],
+    len: u64,
+) -> Result<(), String> {
+    let bit = |b: usize| le(h, 72 + 8 * (b / 64), 8).is_some_and(|w| w >> (b % 64) & 1 == 1);
+    let section = |feature: usize| {
+        let k = (0..feature).filter(|&b| bit(b)).count();
+        bit(feature).then(|| (le(table, 16 * k, 8).unwrap_or(0), le(table, 16 * k + 8, 8).unwrap_or(0)))
+    };
+    let mut read = |(offset, size): (u64, u64)| -> Result<Vec<u8>, String> {
+        let mut b = vec![0u8; usize::try_from(size).map_err(|e| e.to_string())?];
+        file.seek(SeekFrom::Start(offset)).map_err(|e| e.to_string())?;
+        file.read_exact(&mut b).map_err(|e| e.to_string())?;
+        Ok(b)
+    };
+    let inside = |offset: u64, size: u64| offset.checked_add(size).is_some_and(|end| end <= len);
+    let attr_size = le(h, 16, 8).unwrap_or(0);
+    let bad_attr_size = || format!("its attribute size {attr_size} fits no perf_event_attr");
+    // The parser takes the events from the first of these it finds.
+    let event_types = (le(h, 56, 8).unwrap_or(0), le(h, 64, 8).unwrap_or(0));
+    if let Some(s) = section(EVENT_DESC) {
+        if !event_desc_fits(&read(s)?) {
+            return Err("its event descriptions are cut off or corrupt".into());
+        }
+    } else if event_types.1 != 0 || bit(SIMPLEPERF_META_INFO) {
+        // Attributes each followed by the (offset, size) of their ids: inside the attributes of
+        // simpleperf's attr section, behind them in the old event_types section.
+        let (entries, entry_size, attr) = if event_types.1 != 0 {
+            (event_types, attr_size.saturating_add(FILE_SECTION), attr_size)
+        } else {
+            (
+                (le(h, 24, 8).unwrap_or(0), le(h, 32, 8).unwrap_or(0)),
+                attr_size,
+                attr_size.saturating_sub(FILE_SECTION),
+            )
+        };
+        if !(ATTR_SIZE_VER0..=MAX_ATTR_SIZE).contains(&attr) {
+            return Err(bad_attr_size());
+        }
+        if !inside(entries.0, entries.1) {
+            return Err("its event types extend past the end of the file (truncated?)".into());
+        }
+        let b = read(entries)?;
+        let ids_inside = (0..b.len() as u64 / entry_size).all(|i| {
+            let at = (i * entry_size + attr) as usize;
+            inside(le(&b, at, 8).unwrap_or(0), le(&b, at + 8, 8).unwrap_or(0))
+        });
+        if !ids_inside {
+            return Err("its event ids extend past the end of the file (truncated or corrupt)".into());
+        }
+    } else if !(ATTR_SIZE_VER0..=MAX_ATTR_SIZE).contains(&attr_size) {
+        return Err(bad_attr_size());
+    }
+    if let Some(s) = section(CMDLINE) {
+        // A count of strings of 4 bytes at least.
+        let b = read(s)?;
+        if le(&b, 0, 4).is_some_and(|n| n > (b.len() as u64).saturating_sub(4) / 4) {
+            return Err("its command line is cut off or corrupt".into());
+        }
+    }
+    Ok(())
+}
+
+/// Whether HEADER_EVENT_DESC's events fit in its bytes: `nr`, `attr_size`, then per event the attribute,
+/// `nr_ids`, a string (length and bytes) and the ids.
+fn event_desc_fits(b: &[u8]) -> bool {
+    let (Some(nr), Some(attr_size)) = (le(b, 0, 4), le(b, 4, 4)) else { return false };
+    if nr > 0 && attr_size < ATTR_SIZE_VER0 {
+        return false;
+    }
+    let mut at = 8usize;
+    for _ in 0..nr {
+        // Every event takes 72 bytes at least, so this ends after b.len() / 72 rounds.
+        let Some(ids_at) = at.checked_add(attr_size as usize) else { return false };
+        let (Some(ids), Some(name)) = (le(b, ids_at, 4), le(b, ids_at + 4, 4)) else { return false };
+        match (ids_at + 8).checked_add(name as usize).and_then(|n| n.checked_add(8 * ids as usize)) {
+            Some(end) if end <= b.len() => at = end,
+            _ => return false,
+        }
+    }
+    true
+}
