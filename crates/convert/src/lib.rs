@@ -9,7 +9,7 @@
 
 pub mod records;
 
-use records::{Record, Sample, Timed, UserRegs};
+use records::{Record, SampleRef, Timed, UserRegs};
 use std::collections::HashMap;
 use std::sync::Arc;
 use whyslow_model::raw::{RawFrame, RawModule, RawRecording, RawThread};
@@ -274,11 +274,7 @@ impl<H: Host> Converter<H> {
 
     pub fn handle(&mut self, t: Timed, ids: &HashMap<u64, usize>) {
         match t.record {
-            Record::Sample(s) => {
-                if let Some(&stream) = ids.get(&s.id).and_then(|&k| self.streams.get(k)) {
-                    self.sample(s, stream, t.time)
-                }
-            }
+            Record::Sample(s) => self.handle_sample(s.borrowed(), t.time, ids),
             Record::Switch { tid, out: false } => self.switched_in(tid, t.time),
             Record::Switch { .. } | Record::Other => {}
             Record::Mmap { pid, start, len, pgoff, exec, path } => {
@@ -313,6 +309,13 @@ impl<H: Host> Converter<H> {
                 }
             }
             Record::Lost(n) => self.counters.lost += n,
+        }
+    }
+
+    /// A sample whose bytes stay the source's (handled like [`Record::Sample`] in [`Converter::handle`]).
+    pub fn handle_sample(&mut self, s: SampleRef<'_>, time: u64, ids: &HashMap<u64, usize>) {
+        if let Some(&stream) = ids.get(&s.id).and_then(|&k| self.streams.get(k)) {
+            self.sample(s, stream, time)
         }
     }
 
@@ -367,8 +370,13 @@ impl<H: Host> Converter<H> {
         }
     }
 
-    fn sample(&mut self, s: Sample, stream: Stream, time: u64) {
+    fn sample(&mut self, s: SampleRef<'_>, stream: Stream, time: u64) {
         self.counters.samples += 1;
+        // A sample of a thread means it runs: a block whose switch-in no record showed (a perf.data file
+        // of sched_switch alone holds only the switch-outs of the threads it follows) ends here.
+        if let Some(b) = self.blocked.remove(&s.tid) {
+            self.add_blocked(b, time);
+        }
         if !self.procs.contains_key(&s.pid) {
             self.add_process(s.pid);
         }
@@ -429,7 +437,7 @@ impl<H: Host> Converter<H> {
         };
         if let Some(UserRegs { bp, sp, ip, .. }) = s.regs {
             let proc = self.procs.get_mut(&s.pid).expect("inserted above");
-            let outcome = proc.unwinder.unwind(Regs { ip, sp, bp }, &s.stack, &mut self.frames);
+            let outcome = proc.unwinder.unwind(Regs { ip, sp, bp }, s.stack, &mut self.frames);
             match outcome {
                 Outcome::Complete => self.counters.unwind.complete += 1,
                 Outcome::Partial => self.counters.unwind.partial += 1,

@@ -72,6 +72,37 @@ pub struct Sample {
     pub raw: Vec<u8>,
 }
 
+/// A [`Sample`] whose variable-length parts are borrowed from the source's buffer (a perf.data file read
+/// in place): the converter reads them while it handles the sample and keeps none of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SampleRef<'a> {
+    pub pid: u32,
+    pub tid: u32,
+    pub id: u64,
+    pub period: u64,
+    pub kernel: &'a [u64],
+    pub user: &'a [u64],
+    pub regs: Option<UserRegs>,
+    pub stack: &'a [u8],
+    pub raw: &'a [u8],
+}
+
+impl Sample {
+    pub fn borrowed(&self) -> SampleRef<'_> {
+        SampleRef {
+            pid: self.pid,
+            tid: self.tid,
+            id: self.id,
+            period: self.period,
+            kernel: &self.kernel,
+            user: &self.user,
+            regs: self.regs,
+            stack: &self.stack,
+            raw: &self.raw,
+        }
+    }
+}
+
 /// A record with the time it happened (ns, one clock for all sources) for ordering across rings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Timed {

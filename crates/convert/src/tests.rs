@@ -1,6 +1,7 @@
 //! The converter fed synthetic records: no kernel, no processes.
 
 use super::*;
+use crate::records::Sample;
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -195,6 +196,29 @@ fn blocked_time_runs_from_switch_out_to_switch_in_or_thread_exit() {
     let mut blocked: Vec<(u32, i64)> = raw.samples.iter().map(|((_, t), v)| (t.tid, v[2])).collect();
     blocked.sort();
     assert_eq!(blocked, vec![(10, 500), (11, 700), (12, 250)]);
+}
+
+#[test]
+fn a_block_whose_switch_in_is_not_recorded_ends_at_the_threads_next_sample() {
+    // perf.data of `perf record -e sched:sched_switch` holds only the switch-outs of the threads it
+    // follows: a thread's next sample of any event shows it ran again.
+    let mut c = converter();
+    let ids = ids();
+    c.handle(at(100, mmap(10, 0x40_0000, EXE)), &ids);
+    let off = || {
+        let Record::Sample(mut s) = sample(2, 10, 10, 0x40_0010) else { unreachable!() };
+        s.raw = 1u64.to_ne_bytes().to_vec();
+        Record::Sample(s)
+    };
+    c.handle(at(1_000, off()), &ids);
+    c.handle(at(1_400, sample(1, 10, 10, 0x40_0010)), &ids); // on CPU again
+    c.handle(at(2_000, off()), &ids);
+    c.handle(at(2_300, off()), &ids); // switched out again: it ran in between
+    c.finish_blocked(2_350);
+    let (raw, _) = c.finish();
+    let offcpu: i64 = raw.samples.values().map(|v| v[2]).sum();
+    let cpu: i64 = raw.samples.values().map(|v| v[0]).sum();
+    assert_eq!((offcpu, cpu), (400 + 300 + 50, 1));
 }
 
 #[test]

@@ -6,16 +6,18 @@
 //! Reads the file only; a corrupt or truncated file is an error, never a panic.
 
 mod guard;
+mod inplace;
 
 use linux_perf_data::linux_perf_event_reader::{
-    EventRecord, HardwareEventId, PerfEventType, SamplingPolicy, SoftwareCounterType,
+    ContextSwitchRecord, EventRecord, HardwareEventId, PerfEventType, RawEventRecord, SampleRecord,
+    SamplingPolicy, SoftwareCounterType,
 };
 use linux_perf_data::{PerfFileReader, PerfFileRecord};
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
-use whyslow_convert::records::{Record, Sample, Timed, UserRegs};
+use whyslow_convert::records::{Record, SampleRef, Timed, UserRegs};
 use whyslow_convert::{Converter, Host, ProcessInfo, Stream};
 use whyslow_model::raw::RawRecording;
 use whyslow_model::{sample_types as st, Metadata, SampleType};
@@ -90,16 +92,23 @@ fn build_id(bytes: &[u8]) -> Option<Vec<u8>> {
     object::File::parse(bytes).ok()?.build_id().ok()?.map(<[u8]>::to_vec)
 }
 
+const SCHED_SWITCH: &str = "sched:sched_switch";
+
 /// What one perf event of the file becomes.
 fn stream_of(
     attr: &linux_perf_data::AttributeDescription,
     k: usize,
     types: &mut Vec<SampleType>,
-) -> (Stream, Option<u64>) {
-    let freq = match attr.attr.sampling_policy {
-        SamplingPolicy::Frequency(f) => Some(f),
-        _ => None,
-    };
+    switch: SwitchFields,
+) -> Stream {
+    // A thread's switch-out: the time until it runs again is off-CPU time of the stack it blocked in.
+    if attr.name.as_deref() == Some(SCHED_SWITCH) && matches!(attr.attr.type_, PerfEventType::Tracepoint(_)) {
+        if let Some(slot) = types.iter().position(|t| t.name == st::OFFCPU) {
+            return Stream::OffCpu { slot, state_offset: switch.prev_state, min_block_ns: 0 };
+        }
+        types.push(SampleType { name: st::OFFCPU.into(), unit: "nanoseconds".into() });
+        return Stream::OffCpu { slot: types.len() - 1, state_offset: switch.prev_state, min_block_ns: 0 };
+    }
     let clock = match attr.attr.type_ {
         PerfEventType::Software(SoftwareCounterType::CpuClock | SoftwareCounterType::TaskClock) => {
             Some((st::CPU_NS, "nanoseconds"))
@@ -113,13 +122,13 @@ fn stream_of(
             let slot = types.len();
             types.push(SampleType { name: st::CPU.into(), unit: "samples".into() });
             types.push(SampleType { name: period_name.into(), unit: unit.into() });
-            (Stream::Cpu { slot }, freq)
+            Stream::Cpu { slot }
         }
         _ => {
             let slot = types.len();
             let name = attr.name.clone().unwrap_or_else(|| format!("event{k}"));
             types.push(SampleType { name, unit: "count".into() });
-            (Stream::Events { slot }, None)
+            Stream::Events { slot }
         }
     }
 }
@@ -131,20 +140,41 @@ pub const MAGIC: &[u8] = b"PERFILE2";
 pub fn import(path: &Path) -> Result<RawRecording, PerfDataError> {
     let shown = path.display().to_string();
     let file = std::fs::File::open(path).map_err(|e| PerfDataError::Read(shown.clone(), e))?;
-    import_from(file, &shown)
+    // Read in place where the file can be mapped (a regular file): no copies of the records.
+    // SAFETY: the mapping is private and read-only; should another process truncate the file while it is
+    // read, this process gets SIGBUS (as `perf report`, which maps perf.data the same way).
+    match unsafe { memmap2::Mmap::map(&file) } {
+        Ok(map) => {
+            let _ = map.advise(memmap2::Advice::Sequential);
+            guarded(&shown, || {
+                read(std::io::Cursor::new(&map[..]), Some(Mapped { bytes: &map, map: Some(&map) }), &shown)
+            })
+        }
+        Err(_) => guarded(&shown, || read(std::io::BufReader::with_capacity(1 << 20, file), None, &shown)),
+    }
 }
 
 /// A perf.data file held in memory (fetched from a URL); `origin` names it in errors and notes.
 pub fn decode(bytes: &[u8], origin: &str) -> Result<RawRecording, PerfDataError> {
-    import_from(std::io::Cursor::new(bytes), origin)
+    guarded(origin, || read(std::io::Cursor::new(bytes), Some(Mapped { bytes, map: None }), origin))
 }
 
-fn import_from<R: Read + Seek>(reader: R, origin: &str) -> Result<RawRecording, PerfDataError> {
-    // The parser crate multiplies lengths read from the file (Cargo.toml turns its overflow checks off,
-    // so a corrupt length fails its bounds checks instead); should any other of its checks panic, a
-    // corrupt file is still an error, not a crash.
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read(reader, origin)));
+/// The parser crate multiplies lengths read from the file (Cargo.toml turns its overflow checks off, so a
+/// corrupt length fails its bounds checks instead); should any other of its checks panic, a corrupt file
+/// is still an error, not a crash.
+fn guarded(
+    origin: &str,
+    f: impl FnOnce() -> Result<RawRecording, PerfDataError>,
+) -> Result<RawRecording, PerfDataError> {
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
     result.unwrap_or_else(|_| Err(PerfDataError::Parse(origin.to_string(), "corrupt record lengths".into())))
+}
+
+/// The whole file in memory or mapped; `map` to give pages back once read.
+#[derive(Clone, Copy)]
+struct Mapped<'a> {
+    bytes: &'a [u8],
+    map: Option<&'a memmap2::Mmap>,
 }
 
 /// Checks that every section the header names lies inside the file: the parser allocates a section's
@@ -177,148 +207,322 @@ fn u64_le(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
-fn read<R: Read + Seek>(mut file: R, shown: &str) -> Result<RawRecording, PerfDataError> {
+/// Where the records lie in an uncompressed little-endian file with the usual header (not pipe mode).
+fn data_section<'a>(m: &Mapped<'a>, perf_file: &linux_perf_data::PerfFile) -> Option<(&'a [u8], usize)> {
+    let b = m.bytes;
+    if b.len() < 104 || &b[..8] != MAGIC || u64_le(b, 8) != 104 {
+        return None;
+    }
+    if perf_file.features().has_feature(linux_perf_data::Feature::COMPRESSED)
+        || perf_file.features().has_feature(linux_perf_data::Feature::SIMPLEPERF_META_INFO)
+    {
+        return None; // compressed records are inflated, simpleperf's are sorted differently: the crate's reader
+    }
+    let (offset, size) = (usize::try_from(u64_le(b, 40)).ok()?, usize::try_from(u64_le(b, 48)).ok()?);
+    Some((b.get(offset..offset.checked_add(size)?)?, offset))
+}
+
+fn read<R: Read + Seek>(
+    mut file: R,
+    mapped: Option<Mapped<'_>>,
+    shown: &str,
+) -> Result<RawRecording, PerfDataError> {
     let shown = shown.to_string();
     check_sections(&mut file).map_err(|why| PerfDataError::Parse(shown.clone(), why))?;
     let parse = |e: linux_perf_data::Error| PerfDataError::Parse(shown.clone(), e.to_string());
     let PerfFileReader { mut perf_file, mut record_iter } =
-        PerfFileReader::parse_file(std::io::BufReader::new(file)).map_err(parse)?;
-    let mut types = Vec::new();
-    let mut streams = Vec::new();
-    let mut frequency = None;
+        PerfFileReader::parse_file(file).map_err(parse)?;
     let attrs = perf_file.event_attributes().to_vec();
-    for (k, a) in attrs.iter().enumerate() {
-        let (s, f) = stream_of(a, k, &mut types);
-        frequency = frequency.or(f);
-        streams.push(s);
+    let mut imp = Importer::new(&perf_file);
+    let in_place =
+        mapped.and_then(|m| Some((m, data_section(&m, &perf_file)?, inplace::Layout::new(&attrs)?)));
+    match in_place {
+        Some((m, (data, base), layout)) => {
+            // Pages already read are given back (the mapping would otherwise count the whole file as
+            // resident); they stay in the page cache.
+            let mut given_back = 0usize;
+            let give_back = |upto: usize| {
+                let upto = base + upto;
+                if let Some(map) = m.map.filter(|_| upto >= given_back + (64 << 20)) {
+                    // SAFETY: the mapping is read-only, so dropping its pages loses nothing: a later read
+                    // of them (none is expected) faults them in from the file again.
+                    let _ = unsafe {
+                        map.unchecked_advise_range(
+                            memmap2::UncheckedAdvice::DontNeed,
+                            given_back,
+                            upto - given_back,
+                        )
+                    };
+                    given_back = upto;
+                }
+            };
+            inplace::walk(data, &layout, |attr, rec, time| imp.record(attr, rec, time), give_back)
+                .map_err(|why| PerfDataError::Parse(shown.clone(), why))?;
+        }
+        None => loop {
+            let rec = match record_iter.next_record(&mut perf_file) {
+                Ok(Some(r)) => r,
+                Ok(None) => break,
+                Err(e) => return Err(parse(e)),
+            };
+            if let PerfFileRecord::EventRecord { attr_index, record } = rec {
+                let time = record.timestamp();
+                imp.record(attr_index, &record, time);
+            }
+        },
     }
-    let build_ids: HashMap<String, Vec<u8>> = perf_file
-        .build_ids()
-        .map(|ids| {
-            ids.into_values().map(|d| (String::from_utf8_lossy(&d.path).into_owned(), d.build_id)).collect()
-        })
-        .unwrap_or_default();
-    let host = LocalFiles { build_ids, missing: Default::default(), found: Default::default() };
-    let mut c = Converter::new(host, types, streams);
-    let ids: HashMap<u64, usize> = (0..attrs.len()).map(|k| (k as u64, k)).collect();
-    let (mut first, mut last) = (u64::MAX, 0u64);
-    let mut batch = Vec::new();
-    loop {
-        let rec = match record_iter.next_record(&mut perf_file) {
-            Ok(Some(r)) => r,
-            Ok(None) => break,
-            Err(e) => return Err(parse(e)),
-        };
-        let PerfFileRecord::EventRecord { attr_index, record } = rec else { continue };
+    imp.finish(&perf_file, &attrs, shown)
+}
+
+/// Offsets in sched:sched_switch's raw record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct SwitchFields {
+    prev_state: usize,
+    next_pid: usize,
+}
+
+impl SwitchFields {
+    /// From the event formats perf saved with the file (HEADER_TRACING_DATA); the layout every kernel
+    /// since 2.6.32 has where the file has none.
+    fn of(perf_file: &linux_perf_data::PerfFile) -> SwitchFields {
+        let formats =
+            perf_file.feature_section_data(linux_perf_data::Feature::TRACING_DATA).unwrap_or_default();
+        let field = |name| tracepoint_field_offset(formats, "sched_switch", name);
+        SwitchFields {
+            prev_state: field("prev_state").unwrap_or(32),
+            next_pid: field("next_pid").unwrap_or(56),
+        }
+    }
+}
+
+/// Offset of `field` in the raw record of tracepoint `event`, from format text as in tracefs
+/// (`\tfield:pid_t next_pid;\toffset:56;\tsize:4;\tsigned:1;`).
+fn tracepoint_field_offset(formats: &[u8], event: &str, field: &str) -> Option<usize> {
+    let marker = format!("name: {event}\n");
+    let at = formats.windows(marker.len()).position(|w| w == marker.as_bytes())? + marker.len();
+    let rest = &formats[at..];
+    let end = rest.windows(10).position(|w| w == b"print fmt:").unwrap_or(rest.len());
+    let text = String::from_utf8_lossy(&rest[..end]);
+    text.lines().find_map(|line| {
+        let decl = line.trim().strip_prefix("field:")?;
+        let (decl, rest) = decl.split_once(';')?;
+        let name = decl.split_whitespace().last()?;
+        let name = name.split('[').next()?;
+        if name != field {
+            return None;
+        }
+        rest.split(';').find_map(|kv| kv.trim().strip_prefix("offset:")).and_then(|o| o.trim().parse().ok())
+    })
+}
+
+/// The state of one import: the converter and what it is fed.
+struct Importer {
+    c: Converter<LocalFiles>,
+    ids: HashMap<u64, usize>,
+    /// Per event: sched_switch's fields where the event is sched:sched_switch.
+    switches: Vec<Option<SwitchFields>>,
+    /// Times of the first and last sample, and of the last record.
+    first: u64,
+    last: u64,
+    end: u64,
+    /// PERF_RECORD_SWITCH records (`perf record --switch-events`) seen.
+    switch_records: u64,
+    /// Reused for every sample's callchain.
+    kernel: Vec<u64>,
+    user: Vec<u64>,
+}
+
+impl Importer {
+    fn new(perf_file: &linux_perf_data::PerfFile) -> Importer {
+        let attrs = perf_file.event_attributes();
+        let mut types = Vec::new();
+        let mut streams = Vec::new();
+        let fields = SwitchFields::of(perf_file);
+        let mut switches = Vec::new();
+        for (k, a) in attrs.iter().enumerate() {
+            let s = stream_of(a, k, &mut types, fields);
+            switches.push(matches!(s, Stream::OffCpu { .. }).then_some(fields));
+            streams.push(s);
+        }
+        let build_ids: HashMap<String, Vec<u8>> = perf_file
+            .build_ids()
+            .map(|ids| {
+                ids.into_values()
+                    .map(|d| (String::from_utf8_lossy(&d.path).into_owned(), d.build_id))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let host = LocalFiles { build_ids, missing: Default::default(), found: Default::default() };
+        Importer {
+            c: Converter::new(host, types, streams),
+            ids: (0..attrs.len()).map(|k| (k as u64, k)).collect(),
+            switches,
+            first: u64::MAX,
+            last: 0,
+            end: 0,
+            switch_records: 0,
+            kernel: Vec::new(),
+            user: Vec::new(),
+        }
+    }
+
+    /// One record of event `attr`, in time order.
+    fn record(&mut self, attr: usize, record: &RawEventRecord<'_>, time: Option<u64>) {
+        let time = time.unwrap_or(0);
+        self.end = self.end.max(time);
         let parsed = match record.parse() {
             Ok(p) => p,
             Err(_) => {
-                c.count_malformed();
-                continue;
+                self.c.count_malformed();
+                return;
             }
         };
-        let time = record.timestamp().unwrap_or(0);
-        let Some(r) = convert(parsed, attr_index) else { continue };
-        if matches!(r, Record::Sample(_)) {
-            first = first.min(time);
-            last = last.max(time);
-        }
-        batch.push(Timed { time, record: r });
-        // The reader yields records in time order; hand them over in chunks to bound memory.
-        if batch.len() >= 4096 {
-            c.handle_batch(std::mem::take(&mut batch), &ids);
-        }
-    }
-    c.handle_batch(batch, &ids);
-    if c.counters().samples == 0 {
-        return Err(PerfDataError::NoSamples(shown));
-    }
-    let missing: Vec<String> = c.host().missing.borrow().iter().cloned().collect();
-    let found = c.host().found.borrow().len();
-    let (mut raw, counters) = c.finish();
-    if found == 0 && !missing.is_empty() {
-        return Err(PerfDataError::BinariesMissing { path: shown, missing: missing.join(", ") });
-    }
-    let mut notes = Vec::new();
-    if !missing.is_empty() {
-        notes.push(format!(
-            "files not on this machine (or rebuilt since the recording), their frames stay module+offset: {}",
-            missing.join(", ")
-        ));
-    }
-    let event = attrs.iter().filter_map(|a| a.name.clone()).collect::<Vec<_>>().join(" + ");
-    raw.meta = Metadata {
-        tool_version: env!("CARGO_PKG_VERSION").to_string(),
-        command: perf_file
-            .cmdline()
-            .ok()
-            .flatten()
-            .map(|v| v.iter().map(|s| s.to_string()).collect())
-            .unwrap_or_else(|| vec![shown.clone()]),
-        event: format!("{event} (perf.data)"),
-        frequency_hz: frequency.unwrap_or(0),
-        duration_ns: last.saturating_sub(first),
-        lost_samples: counters.lost,
-        unwind: counters.unwind,
-        hostname: perf_file.hostname().ok().flatten().unwrap_or_default().to_string(),
-        kernel_release: perf_file.os_release().ok().flatten().unwrap_or_default().to_string(),
-        notes,
-        ..Default::default()
-    };
-    Ok(raw)
-}
-
-/// One parsed perf record as the converter's record (None for those it has no use for).
-fn convert(r: EventRecord, attr_index: usize) -> Option<Record> {
-    let pid = |p: i32| u32::try_from(p).ok();
-    Some(match r {
-        EventRecord::Sample(s) => {
-            let (mut kernel, mut user) = (Vec::new(), Vec::new());
-            if let Some(chain) = &s.callchain {
-                let mut into_kernel = true;
-                for i in 0..chain.len() {
-                    let a = chain.get(i)?;
-                    if a >= PERF_CONTEXT_MAX {
-                        into_kernel = a == PERF_CONTEXT_KERNEL || (a != PERF_CONTEXT_USER && into_kernel);
-                        continue;
-                    }
-                    let frames = if into_kernel { &mut kernel } else { &mut user };
-                    // Return addresses point after the call: step back into it (not the first frame).
-                    frames.push(if frames.is_empty() { a } else { a.saturating_sub(1) });
+        match parsed {
+            EventRecord::Sample(s) => self.sample(attr, &s, time),
+            EventRecord::ContextSwitch(cs) => {
+                let Some(tid) =
+                    record.common_data().ok().and_then(|d| d.tid).and_then(|t| u32::try_from(t).ok())
+                else {
+                    return;
+                };
+                self.switch_records += 1;
+                let out = matches!(cs, ContextSwitchRecord::Out { .. });
+                self.c.handle(Timed { time, record: Record::Switch { tid, out } }, &self.ids);
+            }
+            other => {
+                if let Some(r) = convert(other) {
+                    self.c.handle(Timed { time, record: r }, &self.ids);
                 }
             }
-            let regs = s.user_regs.as_ref().and_then(|r| {
-                Some(UserRegs {
-                    ax: r.get(REG_AX).unwrap_or(0),
-                    dx: r.get(REG_DX).unwrap_or(0),
-                    si: r.get(REG_SI).unwrap_or(0),
-                    di: r.get(REG_DI).unwrap_or(0),
-                    bp: r.get(REG_BP).unwrap_or(0),
-                    sp: r.get(REG_SP)?,
-                    ip: r.get(REG_IP)?,
-                })
-            });
-            let stack = match &s.user_stack {
-                Some((data, dyn_size)) => {
-                    let bytes = data.as_slice();
-                    bytes[..(*dyn_size as usize).min(bytes.len())].to_vec()
-                }
-                None => Vec::new(),
-            };
-            // With registers and stack bytes the converter unwinds (dwarf); else the kernel's walk (-g).
-            let regs = if stack.is_empty() && !user.is_empty() { None } else { regs };
-            Record::Sample(Sample {
-                pid: pid(s.pid.unwrap_or(0))?,
-                tid: pid(s.tid.unwrap_or(0))?,
-                id: attr_index as u64,
-                period: s.period.unwrap_or(1),
-                kernel,
-                user,
-                regs,
-                stack,
-                raw: s.raw.map(|r| r.as_slice().into_owned()).unwrap_or_default(),
-            })
         }
+    }
+
+    fn sample(&mut self, attr: usize, s: &SampleRecord<'_>, time: u64) {
+        let pid = |p: Option<i32>| u32::try_from(p.unwrap_or(0)).ok();
+        let (Some(p), Some(t)) = (pid(s.pid), pid(s.tid)) else { return };
+        let (kernel, user) = (&mut self.kernel, &mut self.user);
+        kernel.clear();
+        user.clear();
+        if let Some(chain) = &s.callchain {
+            let mut into_kernel = true;
+            for i in 0..chain.len() {
+                let Some(a) = chain.get(i) else { return };
+                if a >= PERF_CONTEXT_MAX {
+                    into_kernel = a == PERF_CONTEXT_KERNEL || (a != PERF_CONTEXT_USER && into_kernel);
+                    continue;
+                }
+                let frames = if into_kernel { &mut *kernel } else { &mut *user };
+                // Return addresses point after the call: step back into it (not the first frame).
+                frames.push(if frames.is_empty() { a } else { a.saturating_sub(1) });
+            }
+        }
+        let regs = s.user_regs.as_ref().and_then(|r| {
+            Some(UserRegs {
+                ax: r.get(REG_AX).unwrap_or(0),
+                dx: r.get(REG_DX).unwrap_or(0),
+                si: r.get(REG_SI).unwrap_or(0),
+                di: r.get(REG_DI).unwrap_or(0),
+                bp: r.get(REG_BP).unwrap_or(0),
+                sp: r.get(REG_SP)?,
+                ip: r.get(REG_IP)?,
+            })
+        });
+        let stack = s.user_stack.as_ref().map(|(data, _)| data.as_slice()).unwrap_or_default();
+        let used = s.user_stack.as_ref().map_or(0, |(_, dyn_size)| *dyn_size as usize).min(stack.len());
+        let raw = s.raw.as_ref().map(|r| r.as_slice()).unwrap_or_default();
+        // With registers and stack bytes the converter unwinds (dwarf); else the kernel's walk (-g).
+        let regs = if used == 0 && !user.is_empty() { None } else { regs };
+        self.first = self.first.min(time);
+        self.last = self.last.max(time);
+        let sample = SampleRef {
+            pid: p,
+            tid: t,
+            id: attr as u64,
+            period: s.period.unwrap_or(1),
+            kernel,
+            user,
+            regs,
+            stack: &stack[..used],
+            raw: &raw,
+        };
+        self.c.handle_sample(sample, time, &self.ids);
+        // sched_switch names the thread that runs next: if it is one of the file's, its block ends.
+        if let Some(f) = self.switches.get(attr).copied().flatten() {
+            let next = raw
+                .get(f.next_pid..f.next_pid + 4)
+                .map(|b| i32::from_le_bytes(b.try_into().expect("4 bytes")));
+            if let Some(next) = next.and_then(|n| u32::try_from(n).ok()).filter(|&n| n != 0) {
+                self.c.handle(Timed { time, record: Record::Switch { tid: next, out: false } }, &self.ids);
+            }
+        }
+    }
+
+    fn finish(
+        mut self,
+        perf_file: &linux_perf_data::PerfFile,
+        attrs: &[linux_perf_data::AttributeDescription],
+        shown: String,
+    ) -> Result<RawRecording, PerfDataError> {
+        let c = &mut self.c;
+        if c.counters().samples == 0 {
+            return Err(PerfDataError::NoSamples(shown));
+        }
+        // Threads still blocked when the recording ended were blocked until then.
+        c.finish_blocked(self.end);
+        let missing: Vec<String> = c.host().missing.borrow().iter().cloned().collect();
+        let found = c.host().found.borrow().len();
+        let offcpu = c.streams().iter().any(|s| matches!(s, Stream::OffCpu { .. }));
+        let frequency = attrs.iter().find_map(|a| match a.attr.sampling_policy {
+            SamplingPolicy::Frequency(f) => Some(f),
+            _ => None,
+        });
+        let (mut raw, counters) = self.c.finish();
+        if found == 0 && !missing.is_empty() {
+            return Err(PerfDataError::BinariesMissing { path: shown, missing: missing.join(", ") });
+        }
+        let mut notes = Vec::new();
+        if !missing.is_empty() {
+            notes.push(format!(
+                "files not on this machine (or rebuilt since the recording), their frames stay module+offset: {}",
+                missing.join(", ")
+            ));
+        }
+        if offcpu && self.switch_records == 0 {
+            notes.push(
+                "off-CPU time from sched:sched_switch: a block ends when the thread is seen again (switched in \
+                 by another recorded thread, or its next sample); a recording of one command holds no switch-ins \
+                 from other tasks, so time a thread ran between waking and its next event counts as blocked \
+                 (record with --switch-events, -a, or with -e cpu-clock as well, for exact ends)"
+                    .into(),
+            );
+        }
+        let event = attrs.iter().filter_map(|a| a.name.clone()).collect::<Vec<_>>().join(" + ");
+        raw.meta = Metadata {
+            tool_version: env!("CARGO_PKG_VERSION").to_string(),
+            command: perf_file
+                .cmdline()
+                .ok()
+                .flatten()
+                .map(|v| v.iter().map(|s| s.to_string()).collect())
+                .unwrap_or_else(|| vec![shown.clone()]),
+            event: format!("{event} (perf.data)"),
+            frequency_hz: frequency.unwrap_or(0),
+            duration_ns: self.last.saturating_sub(self.first),
+            lost_samples: counters.lost,
+            unwind: counters.unwind,
+            hostname: perf_file.hostname().ok().flatten().unwrap_or_default().to_string(),
+            kernel_release: perf_file.os_release().ok().flatten().unwrap_or_default().to_string(),
+            notes,
+            ..Default::default()
+        };
+        Ok(raw)
+    }
+}
+
+/// A parsed record other than a sample as the converter's record (None for those it has no use for).
+fn convert(r: EventRecord) -> Option<Record> {
+    let pid = |p: i32| u32::try_from(p).ok();
+    Some(match r {
         EventRecord::Mmap(m) => Record::Mmap {
             pid: pid(m.pid)?,
             start: m.address,
