@@ -279,7 +279,7 @@ impl<H: Host> Converter<H> {
             Record::Switch { .. } | Record::Other => {}
             Record::Mmap { pid, start, len, pgoff, exec, path } => {
                 if exec {
-                    self.add_mapping(pid, start, start + len, pgoff, &path);
+                    self.add_mapping(pid, start, start.saturating_add(len), pgoff, &path);
                 }
             }
             Record::Comm { pid, tid, name, exec } => {

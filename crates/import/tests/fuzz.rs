@@ -13,11 +13,13 @@
 //! Per format the test prints how many mutants decoded and why the others were refused.
 //!
 //! Seeded, so a failure repeats. WHYSLOW_FUZZ_SEED sets the seed, WHYSLOW_FUZZ_ITERS the mutants per
-//! corpus file (the default keeps the whole test short in a debug build), WHYSLOW_FUZZ_SECS instead runs
+//! format (the defaults keep the whole test near 10 s in a debug build), WHYSLOW_FUZZ_SECS instead runs
 //! each format for that many seconds (bench/fuzz_importers.sh: 600 s each in release mode). The input
 //! being checked is always in `$CARGO_TARGET_TMPDIR/fuzz/current-FORMAT`, so an abort or a hang (the
 //! watchdog aborts after WHYSLOW_FUZZ_HANG_SECS, default 60) leaves it behind; a panicking input is saved
-//! as `crash-FORMAT-HASH` there and the test fails at the end of its run.
+//! as `crash-FORMAT-HASH` there and the test fails at the end of its run; the slowest input is kept as
+//! `slowest-FORMAT`. WHYSLOW_FUZZ_INPUT=FILE
+//! checks one saved input (test `reproduce`); fixed ones go to `tests/corpus/regressions/`.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::{Cell, RefCell};
@@ -297,8 +299,8 @@ fn perf_shift(b: &mut [u8], l: &PerfLayout, at: usize, delta: isize) {
     }
     // Each attribute's ids section.
     if l.attr_size >= 16 {
-        let mut a = l.attrs.0;
-        while a + l.attr_size <= l.attrs.0 + l.attrs.1 && a + l.attr_size <= b.len() {
+        let (mut a, end) = (l.attrs.0, l.attrs.0.saturating_add(l.attrs.1).min(b.len()));
+        while a.saturating_add(l.attr_size) <= end {
             shift(b, a + l.attr_size - 16);
             a += l.attr_size;
         }
@@ -602,7 +604,9 @@ fn mutate_text(rng: &mut Rng, v: &mut Vec<u8>, others: &[&[u8]]) {
         }
         1 => {
             let (a, b) = line(rng);
-            let copy = v[a..b].repeat(if rng.chance(10) { 1 + rng.below(500) } else { 1 });
+            // Now and then many times, up to 256 KiB (a long line copied 500 times made 20 MB inputs).
+            let times = if rng.chance(10) { 1 + rng.below(500).min((256 << 10) / (b - a)) } else { 1 };
+            let copy = v[a..b].repeat(times);
             let to = line(rng).0;
             v.splice(to..to, copy);
         }
@@ -991,6 +995,7 @@ fn fuzz(kind: Kind) {
         tried += 1;
         if took > slowest.0 {
             slowest = (took, what.clone());
+            std::fs::write(dir.join(format!("slowest-{}", kind.name())), &input).unwrap();
         }
         match result {
             Ok(Outcome::Decoded) => decoded += 1,
