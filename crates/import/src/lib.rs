@@ -95,7 +95,9 @@ pub fn is_url(source: &str) -> bool {
 pub fn load(source: &str, opts: &ImportOptions) -> Result<Profile, ImportError> {
     if !is_url(source) && starts_with(Path::new(source), whyslow_perfdata::MAGIC) {
         // perf.data is read as a stream (a dwarf recording is often larger than the size cap).
-        return Ok(perf_data(whyslow_perfdata::import(Path::new(source))?, source));
+        let mut ahead = None;
+        let raw = whyslow_perfdata::import_with(Path::new(source), |a| ahead = Some(prefetch(a)))?;
+        return Ok(perf_data(raw, source, ahead.unwrap_or_default()));
     }
     let bytes = if is_url(source) { http::fetch(source, opts)? } else { read_file(Path::new(source), opts)? };
     decode(&bytes, source, opts)
@@ -106,10 +108,19 @@ fn starts_with(path: &Path, magic: &[u8]) -> bool {
     std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut head)).is_ok() && head == magic
 }
 
+/// Starts reading the symbols a perf.data file's header says its samples need, while its records are read.
+fn prefetch(a: &whyslow_perfdata::Ahead) -> whyslow_symbolize::Prefetch {
+    whyslow_symbolize::Prefetch::start(&a.files, a.kernel_build_id.as_deref())
+}
+
 /// A perf.data recording symbolized like a live one, marked as imported.
-fn perf_data(raw: whyslow_model::raw::RawRecording, origin: &str) -> Profile {
+fn perf_data(
+    raw: whyslow_model::raw::RawRecording,
+    origin: &str,
+    ahead: whyslow_symbolize::Prefetch,
+) -> Profile {
     let overflowed = raw.overflowed;
-    let mut p = whyslow_symbolize::symbolize(raw);
+    let mut p = whyslow_symbolize::symbolize_with(raw, ahead);
     p.meta.notes.insert(0, source_note("perf.data", origin));
     if overflowed > 0 {
         p.meta.notes.push(format!("{overflowed} corrupt samples left out: their values overflow the totals"));
@@ -181,7 +192,9 @@ pub fn decode(bytes: &[u8], origin: &str, opts: &ImportOptions) -> Result<Profil
         return Ok(whyslow_model::file::decode(bytes, Path::new(origin))?);
     }
     if bytes.starts_with(whyslow_perfdata::MAGIC) {
-        return Ok(perf_data(whyslow_perfdata::decode(bytes, origin)?, origin));
+        let mut ahead = None;
+        let raw = whyslow_perfdata::decode_with(bytes, origin, |a| ahead = Some(prefetch(a)))?;
+        return Ok(perf_data(raw, origin, ahead.unwrap_or_default()));
     }
     if bytes.starts_with(GZIP_MAGIC) {
         let raw = gunzip(bytes, origin, opts.max_bytes)?;

@@ -63,6 +63,18 @@ pub struct RawRecording {
     /// Samples `add` left out because their values would have overflowed those sums (only a corrupt
     /// file has them: a perf.data period of 2^63).
     pub overflowed: u64,
+    /// The kernel the [`RawFrame::Kernel`] addresses are of, where the source knows it (a perf.data file
+    /// may come from another boot or machine); None: the running kernel.
+    pub kernel: Option<RawKernel>,
+}
+
+/// A recorded kernel: its build id and where one of its symbols lay (addresses move between boots).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RawKernel {
+    /// Hex, as perf stores it (empty when not recorded).
+    pub build_id: String,
+    /// A symbol (perf's `_text`) and its address in the recording.
+    pub reloc: Option<(String, u64)>,
 }
 
 impl RawRecording {

@@ -19,7 +19,7 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 use whyslow_convert::records::{Record, SampleRef, Timed, UserRegs};
 use whyslow_convert::{Converter, Host, ProcessInfo, Stream};
-use whyslow_model::raw::RawRecording;
+use whyslow_model::raw::{RawKernel, RawRecording};
 use whyslow_model::{sample_types as st, Metadata, SampleType};
 
 #[derive(Debug, thiserror::Error)]
@@ -93,6 +93,8 @@ fn build_id(bytes: &[u8]) -> Option<Vec<u8>> {
 }
 
 const SCHED_SWITCH: &str = "sched:sched_switch";
+/// perf's name of the kernel (its build id, its map).
+const KERNEL_DSO: &str = "[kernel.kallsyms]";
 
 /// What one perf event of the file becomes.
 fn stream_of(
@@ -136,8 +138,22 @@ fn stream_of(
 /// The first bytes of a perf.data file.
 pub const MAGIC: &[u8] = b"PERFILE2";
 
+/// What the file's header says will be symbolized, known before its records are read: the files perf
+/// recorded a build id for (those its samples hit) and the kernel's build id (hex) when kernel code was hit.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ahead {
+    pub files: Vec<String>,
+    pub kernel_build_id: Option<String>,
+}
+
 /// Reads a perf.data file into a raw recording (to symbolize).
 pub fn import(path: &Path) -> Result<RawRecording, PerfDataError> {
+    import_with(path, |_| {})
+}
+
+/// [`import`], telling `ahead` what will be symbolized as soon as the header is read (to start loading
+/// symbols while the records are read).
+pub fn import_with(path: &Path, ahead: impl FnOnce(&Ahead)) -> Result<RawRecording, PerfDataError> {
     let shown = path.display().to_string();
     let file = std::fs::File::open(path).map_err(|e| PerfDataError::Read(shown.clone(), e))?;
     // Read in place where the file can be mapped (a regular file): no copies of the records.
@@ -147,16 +163,28 @@ pub fn import(path: &Path) -> Result<RawRecording, PerfDataError> {
         Ok(map) => {
             let _ = map.advise(memmap2::Advice::Sequential);
             guarded(&shown, || {
-                read(std::io::Cursor::new(&map[..]), Some(Mapped { bytes: &map, map: Some(&map) }), &shown)
+                let mapped = Mapped { bytes: &map, map: Some(&map) };
+                read(std::io::Cursor::new(&map[..]), Some(mapped), &shown, ahead)
             })
         }
-        Err(_) => guarded(&shown, || read(std::io::BufReader::with_capacity(1 << 20, file), None, &shown)),
+        Err(_) => {
+            guarded(&shown, || read(std::io::BufReader::with_capacity(1 << 20, file), None, &shown, ahead))
+        }
     }
 }
 
 /// A perf.data file held in memory (fetched from a URL); `origin` names it in errors and notes.
 pub fn decode(bytes: &[u8], origin: &str) -> Result<RawRecording, PerfDataError> {
-    guarded(origin, || read(std::io::Cursor::new(bytes), Some(Mapped { bytes, map: None }), origin))
+    decode_with(bytes, origin, |_| {})
+}
+
+/// [`decode`] with [`import_with`]'s `ahead`.
+pub fn decode_with(
+    bytes: &[u8],
+    origin: &str,
+    ahead: impl FnOnce(&Ahead),
+) -> Result<RawRecording, PerfDataError> {
+    guarded(origin, || read(std::io::Cursor::new(bytes), Some(Mapped { bytes, map: None }), origin, ahead))
 }
 
 /// The parser crate multiplies lengths read from the file (Cargo.toml turns its overflow checks off, so a
@@ -226,6 +254,7 @@ fn read<R: Read + Seek>(
     mut file: R,
     mapped: Option<Mapped<'_>>,
     shown: &str,
+    ahead: impl FnOnce(&Ahead),
 ) -> Result<RawRecording, PerfDataError> {
     let shown = shown.to_string();
     check_sections(&mut file).map_err(|why| PerfDataError::Parse(shown.clone(), why))?;
@@ -234,6 +263,7 @@ fn read<R: Read + Seek>(
         PerfFileReader::parse_file(file).map_err(parse)?;
     let attrs = perf_file.event_attributes().to_vec();
     let mut imp = Importer::new(&perf_file);
+    ahead(&imp.ahead);
     let in_place =
         mapped.and_then(|m| Some((m, data_section(&m, &perf_file)?, inplace::Layout::new(&attrs)?)));
     match in_place {
@@ -243,7 +273,7 @@ fn read<R: Read + Seek>(
             let mut given_back = 0usize;
             let give_back = |upto: usize| {
                 let upto = base + upto;
-                if let Some(map) = m.map.filter(|_| upto >= given_back + (64 << 20)) {
+                if let Some(map) = m.map.filter(|_| upto >= given_back + (16 << 20)) {
                     // SAFETY: the mapping is read-only, so dropping its pages loses nothing: a later read
                     // of them (none is expected) faults them in from the file again.
                     let _ = unsafe {
@@ -330,6 +360,9 @@ struct Importer {
     /// Reused for every sample's callchain.
     kernel: Vec<u64>,
     user: Vec<u64>,
+    ahead: Ahead,
+    /// perf's kernel map: its reference symbol and that symbol's address.
+    kernel_reloc: Option<(String, u64)>,
 }
 
 impl Importer {
@@ -352,8 +385,14 @@ impl Importer {
                     .collect()
             })
             .unwrap_or_default();
+        let hex = |id: &[u8]| id.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        let mut files: Vec<String> = build_ids.keys().filter(|p| p.starts_with('/')).cloned().collect();
+        files.sort();
+        let kernel_build_id = build_ids.get(KERNEL_DSO).map(|id| hex(id));
         let host = LocalFiles { build_ids, missing: Default::default(), found: Default::default() };
         Importer {
+            ahead: Ahead { files, kernel_build_id },
+            kernel_reloc: None,
             c: Converter::new(host, types, streams),
             ids: (0..attrs.len()).map(|k| (k as u64, k)).collect(),
             switches,
@@ -379,6 +418,9 @@ impl Importer {
         };
         match parsed {
             EventRecord::Sample(s) => self.sample(attr, &s, time),
+            // The kernel's map, `[kernel.kallsyms]_text` at the address of _text (relocated kernels).
+            EventRecord::Mmap(m) if m.pid == -1 => self.kernel_map(&m.path.as_slice(), m.page_offset),
+            EventRecord::Mmap2(m) if m.pid == -1 => self.kernel_map(&m.path.as_slice(), m.page_offset),
             EventRecord::ContextSwitch(cs) => {
                 let Some(tid) =
                     record.common_data().ok().and_then(|d| d.tid).and_then(|t| u32::try_from(t).ok())
@@ -394,6 +436,15 @@ impl Importer {
                     self.c.handle(Timed { time, record: r }, &self.ids);
                 }
             }
+        }
+    }
+
+    fn kernel_map(&mut self, path: &[u8], pgoff: u64) {
+        let path = String::from_utf8_lossy(path);
+        if let Some(symbol) =
+            path.strip_prefix(KERNEL_DSO).filter(|s| !s.is_empty() && self.kernel_reloc.is_none())
+        {
+            self.kernel_reloc = Some((symbol.to_string(), pgoff));
         }
     }
 
@@ -477,6 +528,10 @@ impl Importer {
             _ => None,
         });
         let (mut raw, counters) = self.c.finish();
+        if self.ahead.kernel_build_id.is_some() || self.kernel_reloc.is_some() {
+            let build_id = self.ahead.kernel_build_id.clone().unwrap_or_default();
+            raw.kernel = Some(RawKernel { build_id, reloc: self.kernel_reloc.clone() });
+        }
         if found == 0 && !missing.is_empty() {
             return Err(PerfDataError::BinariesMissing { path: shown, missing: missing.join(", ") });
         }

@@ -1,28 +1,67 @@
-//! Kernel symbol lookup from /proc/kallsyms (read once, sorted, binary searched).
+//! Kernel symbol lookup from a kallsyms table (read once, sorted, binary searched): /proc/kallsyms, or
+//! the copy perf keeps of a kernel's table in its build-id cache (`~/.debug/[kernel.kallsyms]/ID/kallsyms`,
+//! written by `perf record`), which is a plain file: reading it takes milliseconds where /proc/kallsyms,
+//! formatted by the kernel line by line, takes tens of them.
+
+use std::path::PathBuf;
 
 pub struct Kallsyms {
-    syms: Vec<(u64, String)>,
+    text: String,
+    /// (address, start of the name in `text`, its length), sorted by address, then name.
+    syms: Vec<(u64, u32, u32)>,
+    /// The kernel image's own text: `_stext`..`_etext`.
+    core: Option<(u64, u64)>,
 }
 
 impl Kallsyms {
     pub fn load() -> Kallsyms {
-        Self::parse(&std::fs::read_to_string("/proc/kallsyms").unwrap_or_default())
+        Self::parse(std::fs::read_to_string("/proc/kallsyms").unwrap_or_default())
     }
 
-    fn parse(text: &str) -> Kallsyms {
-        let mut syms: Vec<(u64, String)> = text
-            .lines()
-            .filter_map(|l| {
-                let mut it = l.split_whitespace();
-                let addr = u64::from_str_radix(it.next()?, 16).ok()?;
-                let kind = it.next()?;
-                let name = it.next()?;
-                // Text symbols only; a zero address means kptr_restrict hides them.
-                (addr != 0 && matches!(kind, "t" | "T" | "w" | "W")).then(|| (addr, name.to_string()))
-            })
-            .collect();
-        syms.sort_unstable();
-        Kallsyms { syms }
+    /// perf's copy of the table of the kernel with this build id (hex), if it has one.
+    pub fn from_perf_cache(build_id: &str) -> Option<Kallsyms> {
+        if build_id.is_empty() || !build_id.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        let dir = match std::env::var_os("PERF_BUILDID_DIR") {
+            Some(d) => PathBuf::from(d),
+            None => PathBuf::from(std::env::var_os("HOME")?).join(".debug"),
+        };
+        let path = dir.join("[kernel.kallsyms]").join(build_id).join("kallsyms");
+        let k = Self::parse(std::fs::read_to_string(path).ok()?);
+        (!k.is_empty()).then_some(k)
+    }
+
+    fn parse(text: String) -> Kallsyms {
+        let mut syms = Vec::with_capacity(text.len() / 40);
+        let mut start = 0usize;
+        for line in text.split('\n') {
+            let at = start;
+            start += line.len() + 1;
+            let mut it = line.split_ascii_whitespace();
+            let (Some(addr), Some(kind), Some(name)) = (it.next(), it.next(), it.next()) else { continue };
+            let Ok(addr) = u64::from_str_radix(addr, 16) else { continue };
+            // Text symbols only; a zero address means kptr_restrict hides them.
+            if addr == 0 || !matches!(kind, "t" | "T" | "w" | "W") {
+                continue;
+            }
+            let offset = name.as_ptr() as usize - line.as_ptr() as usize;
+            let (Ok(from), Ok(len)) = (u32::try_from(at + offset), u32::try_from(name.len())) else {
+                continue;
+            };
+            syms.push((addr, from, len));
+        }
+        let name = |&(_, from, len): &(u64, u32, u32)| &text[from as usize..(from + len) as usize];
+        // The table is mostly sorted already; equal addresses sort by name (the last one names them).
+        syms.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| name(a).cmp(name(b))));
+        let mut k = Kallsyms { text, syms, core: None };
+        k.core = k.address_of("_stext").zip(k.address_of("_etext"));
+        k
+    }
+
+    fn name(&self, i: usize) -> &str {
+        let (_, from, len) = self.syms[i];
+        &self.text[from as usize..(from + len) as usize]
     }
 
     pub fn is_empty(&self) -> bool {
@@ -30,8 +69,19 @@ impl Kallsyms {
     }
 
     pub fn lookup(&self, addr: u64) -> Option<&str> {
-        let i = self.syms.partition_point(|(a, _)| *a <= addr);
-        (i > 0).then(|| self.syms[i - 1].1.as_str())
+        let i = self.syms.partition_point(|(a, ..)| *a <= addr);
+        (i > 0).then(|| self.name(i - 1))
+    }
+
+    /// The address of a symbol (the first of that name).
+    pub fn address_of(&self, symbol: &str) -> Option<u64> {
+        (0..self.syms.len()).find(|&i| self.name(i) == symbol).map(|i| self.syms[i].0)
+    }
+
+    /// Whether `addr` lies in the kernel image's own text (`_stext`.. `_etext`), not in a module or BPF
+    /// program (those are loaded and unloaded while the kernel runs).
+    pub fn in_core_text(&self, addr: u64) -> bool {
+        self.core.is_some_and(|(s, e)| s <= addr && addr < e)
     }
 }
 
@@ -41,10 +91,16 @@ mod tests {
 
     #[test]
     fn finds_the_enclosing_symbol() {
-        let k =
-            Kallsyms::parse("ffff0010 T do_sys_open\nffff0000 t _stext\nffff0020 d data_sym\n0 T hidden\n");
+        let k = Kallsyms::parse(
+            "ffff0010 T do_sys_open\nffff0000 t _stext\nffff0020 d data_sym\n0 T hidden\n\
+             ffff0000 T _text\nffff9000 t mod_fn\t[some_mod]\nffff0040 T _etext\n"
+                .into(),
+        );
         assert_eq!(k.lookup(0xffff0015), Some("do_sys_open"));
-        assert_eq!(k.lookup(0xffff0000), Some("_stext"));
+        assert_eq!(k.lookup(0xffff0000), Some("_text"), "equal addresses: the last name in order");
         assert_eq!(k.lookup(0xfffe0000), None);
+        assert_eq!(k.lookup(0xffff9004), Some("mod_fn"));
+        assert_eq!(k.address_of("do_sys_open"), Some(0xffff0010));
+        assert!(k.in_core_text(0xffff0015) && !k.in_core_text(0xffff9004));
     }
 }

@@ -1,6 +1,8 @@
 //! (module, file offset) -> function frames: names demangled (C++, Rust without hash), Go as is, inlined
-//! callees as frames of their own, kernel addresses from /proc/kallsyms. Turns a
-//! [`RawRecording`] into a [`Profile`] through the model's builder.
+//! callees as frames of their own, kernel addresses from /proc/kallsyms (or perf's copy of the recorded
+//! kernel's table). Turns a [`RawRecording`] into a [`Profile`] through the model's builder. Modules are
+//! symbolized on a few threads in parallel; [`Prefetch`] starts reading their symbols (and the kernel's)
+//! while an imported file's samples are still being read.
 //!
 //! An address nothing covers stays visible as `module+0xOFFSET`; it is never dropped.
 
@@ -10,8 +12,10 @@ pub use whyslow_symbols::demangle;
 
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
+use kallsyms::Kallsyms;
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::mpsc;
 use whyslow_model::raw::{RawFrame, RawRecording};
 use whyslow_model::{basename, FrameKind, Profile, ProfileBuilder, NONE};
 
@@ -58,14 +62,174 @@ fn unknown(path: &str, offset: u64) -> Func {
     Func { name: format!("{}+{offset:#x}", basename(path)), file: String::new(), kind: FrameKind::Unknown }
 }
 
-/// Symbolizes every frame of a raw recording and builds the profile.
-pub fn symbolize(raw: RawRecording) -> Profile {
-    let symbolizer = Symbolizer::builder()
+fn new_symbolizer() -> Symbolizer {
+    Symbolizer::builder()
         .enable_code_info(true)
         .enable_inlined_fns(true)
         // Its demangler also "demangles" plain C names (`a` -> `signed char`); we demangle ourselves.
         .enable_demangling(false)
-        .build();
+        .build()
+}
+
+type Funcs = Vec<Vec<Func>>;
+
+enum Job {
+    /// Read the file's symbols and debug information now (blazesym keeps them for the next job).
+    Warm(String),
+    /// Symbolize these offsets of `file` and send the frames back, tagged with `module`.
+    Symbolize {
+        module: u32,
+        file: String,
+        offsets: Vec<u64>,
+        reply: mpsc::Sender<(u32, Result<Funcs, String>)>,
+    },
+}
+
+/// Threads that symbolize, each with its own blazesym symbolizer (one cannot be shared between threads);
+/// a file is always symbolized by the same thread, the one that may have read it ahead.
+#[derive(Default)]
+struct Pool {
+    workers: Vec<(mpsc::Sender<Job>, std::thread::JoinHandle<()>)>,
+    owner: HashMap<String, usize>,
+}
+
+impl Pool {
+    /// Hands `job` about `path` to its thread; false where no thread could be started.
+    fn send(&mut self, path: &str, job: Job) -> bool {
+        let n = match self.owner.get(path) {
+            Some(&n) => n,
+            None => {
+                let most = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(2, 8);
+                let n = if self.workers.len() < most { self.spawn() } else { Some(self.owner.len() % most) };
+                let Some(n) = n.or_else(|| (!self.workers.is_empty()).then_some(0)) else { return false };
+                self.owner.insert(path.to_string(), n);
+                n
+            }
+        };
+        self.workers[n].0.send(job).is_ok()
+    }
+
+    fn spawn(&mut self) -> Option<usize> {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let thread = std::thread::Builder::new().name("symbolize".into()).spawn(move || {
+            let symbolizer = new_symbolizer();
+            for job in rx {
+                match job {
+                    Job::Warm(path) => {
+                        let _ = symbolize_module(&symbolizer, &path, &[0]);
+                    }
+                    Job::Symbolize { module, file, offsets, reply } => {
+                        let _ = reply.send((module, symbolize_module(&symbolizer, &file, &offsets)));
+                    }
+                }
+            }
+        });
+        self.workers.push((tx, thread.ok()?));
+        Some(self.workers.len() - 1)
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        for (tx, thread) in self.workers.drain(..) {
+            drop(tx);
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Symbolization started ahead, while the samples are still being read: the kernel's symbol table and
+/// the symbols and debug information of the files to symbolize load on other threads meanwhile.
+#[derive(Default)]
+pub struct Prefetch {
+    kernel: Option<(String, std::thread::JoinHandle<(Kallsyms, bool)>)>,
+    pool: Pool,
+}
+
+impl Prefetch {
+    /// Starts reading the symbols of `files` and, given its build id (hex), of the kernel the recording
+    /// was made on.
+    pub fn start(files: &[String], kernel_build_id: Option<&str>) -> Prefetch {
+        let mut pool = Pool::default();
+        // Regular files only: the names come from the file being imported (a corrupt one could name a
+        // device or a pipe).
+        for f in files.iter().filter(|f| std::fs::metadata(f).is_ok_and(|m| m.is_file())) {
+            pool.send(f, Job::Warm(f.clone()));
+        }
+        let kernel = kernel_build_id.and_then(|id| {
+            let owned = id.to_string();
+            let load =
+                std::thread::Builder::new().name("kallsyms".into()).spawn(move || kernel_table(&owned));
+            Some((id.to_string(), load.ok()?))
+        });
+        Prefetch { kernel, pool }
+    }
+}
+
+/// The kernel symbols of the kernel with this build id: perf's copy of its table where perf kept one,
+/// else the running kernel's (true: perf's copy).
+fn kernel_table(build_id: &str) -> (Kallsyms, bool) {
+    match Kallsyms::from_perf_cache(build_id) {
+        Some(k) => (k, true),
+        None => (Kallsyms::load(), false),
+    }
+}
+
+/// A kallsyms table and how far the recorded kernel's addresses lie from it (KASLR moves the kernel at
+/// every boot): perf records where its reference symbol (`_text`) was.
+struct Shifted {
+    table: Kallsyms,
+    shift: u64,
+}
+
+impl Shifted {
+    fn new(table: Kallsyms, reloc: Option<&(String, u64)>) -> Shifted {
+        let at = reloc.and_then(|(symbol, addr)| Some((*addr, table.address_of(symbol)?)));
+        Shifted { shift: at.map_or(0, |(recorded, here)| recorded.wrapping_sub(here)), table }
+    }
+
+    fn lookup(&self, addr: u64) -> Option<&str> {
+        self.table.lookup(addr.wrapping_sub(self.shift))
+    }
+}
+
+/// Names kernel addresses: from perf's copy of the recorded kernel's table for the kernel image's own text,
+/// from /proc/kallsyms otherwise (modules and BPF programs come and go; perf's copy is as old as the first
+/// recording with that kernel).
+struct KernelSymbols {
+    first: Shifted,
+    from_perf_cache: bool,
+    proc: Option<Shifted>,
+    reloc: Option<(String, u64)>,
+}
+
+impl KernelSymbols {
+    fn new((table, from_perf_cache): (Kallsyms, bool), reloc: Option<(String, u64)>) -> KernelSymbols {
+        KernelSymbols { first: Shifted::new(table, reloc.as_ref()), from_perf_cache, proc: None, reloc }
+    }
+
+    fn lookup(&mut self, addr: u64) -> Option<&str> {
+        let core = self.first.table.in_core_text(addr.wrapping_sub(self.first.shift));
+        if !self.from_perf_cache || core {
+            return self.first.lookup(addr);
+        }
+        let reloc = self.reloc.as_ref();
+        self.proc.get_or_insert_with(|| Shifted::new(Kallsyms::load(), reloc)).lookup(addr)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.first.table.is_empty()
+    }
+}
+
+/// Symbolizes every frame of a raw recording and builds the profile.
+pub fn symbolize(raw: RawRecording) -> Profile {
+    symbolize_with(raw, Prefetch::default())
+}
+
+/// [`symbolize`] with what [`Prefetch::start`] has read already.
+pub fn symbolize_with(raw: RawRecording, prefetch: Prefetch) -> Profile {
+    let Prefetch { kernel: kernel_ahead, mut pool } = prefetch;
     let mut notes = Vec::new();
 
     // Collect distinct addresses per module, then resolve each module in one batch.
@@ -82,6 +246,11 @@ pub fn symbolize(raw: RawRecording) -> Profile {
     }
     let mut resolved: HashMap<RawFrame, Vec<Func>> = HashMap::new();
     let sampled: Vec<u32> = by_module.keys().copied().collect();
+    // Each module on a pool thread (in parallel, and on the thread that may have read it ahead).
+    let (reply, replies) = mpsc::channel();
+    let mut asked: HashMap<u32, Vec<u64>> = HashMap::new();
+    let mut kept_files = Vec::new();
+    let mut local: Option<Symbolizer> = None;
     for (module, mut offsets) in by_module {
         offsets.sort_unstable();
         offsets.dedup();
@@ -94,29 +263,66 @@ pub fn symbolize(raw: RawRecording) -> Profile {
             Some(f)
         });
         let file = kept.as_ref().map(|f| f.path().to_string_lossy().into_owned());
-        let funcs = match file.as_deref().or(path.starts_with('/').then_some(path)) {
-            Some(file) => symbolize_module(&symbolizer, file, &offsets).unwrap_or_else(|e| {
-                notes.push(format!("cannot symbolize {path}: {e}"));
-                offsets.iter().map(|&o| vec![unknown(path, o)]).collect()
-            }),
-            None => offsets.iter().map(|&o| vec![unknown(path, o)]).collect(),
+        kept_files.extend(kept);
+        let Some(file) = file.or(path.starts_with('/').then(|| path.to_string())) else {
+            for &o in &offsets {
+                resolved.insert(RawFrame::User { module, offset: o }, vec![unknown(path, o)]);
+            }
+            continue;
         };
+        let job =
+            Job::Symbolize { module, file: file.clone(), offsets: offsets.clone(), reply: reply.clone() };
+        if !pool.send(&file, job) {
+            let s = local.get_or_insert_with(new_symbolizer);
+            let _ = reply.send((module, symbolize_module(s, &file, &offsets)));
+        }
+        asked.insert(module, offsets);
+    }
+    drop(reply);
+    if !kernel_addrs.is_empty() {
+        let recorded = raw.kernel.as_ref();
+        let table = match kernel_ahead {
+            Some((id, load)) => load.join().unwrap_or_else(|_| kernel_table(&id)),
+            None => match recorded.filter(|k| !k.build_id.is_empty()) {
+                Some(k) => kernel_table(&k.build_id),
+                None => (Kallsyms::load(), false),
+            },
+        };
+        let mut ksyms = KernelSymbols::new(table, recorded.and_then(|k| k.reloc.clone()));
+        if ksyms.is_empty() {
+            notes.push("kernel symbols unavailable (/proc/kallsyms shows no addresses)".into());
+        }
+        kernel_addrs.sort_unstable();
+        kernel_addrs.dedup();
+        for a in kernel_addrs {
+            let (name, kind) = match ksyms.lookup(a) {
+                Some(name) => (name.to_string(), FrameKind::Kernel),
+                None => (format!("{KERNEL_MODULE}+{a:#x}"), FrameKind::Unknown),
+            };
+            resolved.insert(RawFrame::Kernel(a), vec![Func { name, file: String::new(), kind }]);
+        }
+    }
+    for (module, funcs) in replies {
+        let Some(offsets) = asked.remove(&module) else { continue };
+        let path = &raw.modules[module as usize].path;
+        let funcs = funcs.unwrap_or_else(|e| {
+            notes.push(format!("cannot symbolize {path}: {e}"));
+            offsets.iter().map(|&o| vec![unknown(path, o)]).collect()
+        });
         for (o, f) in offsets.iter().zip(funcs) {
             resolved.insert(RawFrame::User { module, offset: *o }, f);
         }
     }
-    if !kernel_addrs.is_empty() {
-        let ksyms = kallsyms::Kallsyms::load();
-        if ksyms.is_empty() {
-            notes.push("kernel symbols unavailable (/proc/kallsyms shows no addresses)".into());
-        }
-        for a in kernel_addrs {
-            let name =
-                ksyms.lookup(a).map(str::to_string).unwrap_or_else(|| format!("{KERNEL_MODULE}+{a:#x}"));
-            let kind = if ksyms.lookup(a).is_some() { FrameKind::Kernel } else { FrameKind::Unknown };
-            resolved.insert(RawFrame::Kernel(a), vec![Func { name, file: String::new(), kind }]);
+    // A module whose thread failed.
+    for (module, offsets) in asked {
+        let path = &raw.modules[module as usize].path;
+        notes.push(format!("cannot symbolize {path}: the symbolizer failed"));
+        for o in offsets {
+            resolved.insert(RawFrame::User { module, offset: o }, vec![unknown(path, o)]);
         }
     }
+    drop(pool);
+    drop(kept_files);
 
     let mut meta = raw.meta;
     meta.notes.extend(notes);
