@@ -9,7 +9,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-const RETENTION_EVERY: Duration = Duration::from_secs(30);
+/// Retention runs this often: a quarter of the retention period, from 1 to 30 seconds.
+fn retention_every(retention: Duration) -> Duration {
+    (retention / 4).clamp(Duration::from_secs(1), Duration::from_secs(30))
+}
 
 pub fn run(s: std::sync::Arc<Shared>) {
     let mut next_retention = 0u64;
@@ -18,7 +21,7 @@ pub fn run(s: std::sync::Arc<Shared>) {
     while !s.stopping() {
         let now = now_ns();
         if now >= next_retention {
-            next_retention = now + RETENTION_EVERY.as_nanos() as u64;
+            next_retention = now + retention_every(s.opts.retention).as_nanos() as u64;
             retain(&s, now);
         }
         let targets: Vec<(i64, TargetSpec)> =

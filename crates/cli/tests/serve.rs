@@ -1,0 +1,413 @@
+//! End-to-end tests of `whyslow serve`: the real agent on a free port, real workloads started after the
+//! targets, requests over plain HTTP/1.1.
+
+mod common;
+use common::*;
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running agent; killed (SIGKILL) when dropped, unless stopped first.
+struct Agent {
+    child: Child,
+    addr: String,
+    token: Option<String>,
+}
+
+impl Agent {
+    fn start(data: &Path, extra: &[&str]) -> Agent {
+        let mut child = whyslow()
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data)
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start whyslow serve");
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let first = lines.next().expect("serve prints where it listens").unwrap();
+        let addr = first
+            .split("http://")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .unwrap_or_else(|| panic!("{first}"));
+        // Keep draining stderr so the agent never blocks on it.
+        std::thread::spawn(move || lines.for_each(|l| eprintln!("serve: {}", l.unwrap_or_default())));
+        Agent { child, addr: addr.to_string(), token: None }
+    }
+
+    /// (status, body) of one request.
+    fn req(&self, method: &str, path: &str, body: &[u8]) -> (u16, Vec<u8>) {
+        let auth = self.token.as_ref().map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n{auth}Content-Length: {}\r\n\r\n",
+            self.addr,
+            body.len()
+        );
+        raw(&self.addr, &[head.as_bytes(), body].concat())
+    }
+
+    fn get(&self, path: &str) -> (u16, Value) {
+        let (code, body) = self.req("GET", path, b"");
+        (code, serde_json::from_slice(&body).unwrap_or(Value::Null))
+    }
+
+    fn post(&self, path: &str, body: &str) -> (u16, Value) {
+        let (code, body) = self.req("POST", path, body.as_bytes());
+        (code, serde_json::from_slice(&body).unwrap_or(Value::Null))
+    }
+
+    /// SIGTERM, and the exit status.
+    fn stop(mut self) -> std::process::ExitStatus {
+        // SAFETY: kill takes no pointers.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let st = self.child.wait().unwrap();
+        std::mem::forget(self);
+        st
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sends raw bytes, returns (status, body); status 0 when the connection gave no HTTP answer.
+fn raw(addr: &str, bytes: &[u8]) -> (u16, Vec<u8>) {
+    let mut s = TcpStream::connect(addr).expect("connect to the agent");
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let _ = s.write_all(bytes);
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let Some(end) = out.windows(4).position(|w| w == b"\r\n\r\n") else { return (0, out) };
+    let head = String::from_utf8_lossy(&out[..end]).to_string();
+    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let mut body = out[end + 4..].to_vec();
+    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        body = dechunk(&body);
+    }
+    (status, body)
+}
+
+fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(nl) = b.windows(2).position(|w| w == b"\r\n") {
+        let n = usize::from_str_radix(String::from_utf8_lossy(&b[..nl]).trim(), 16).unwrap_or(0);
+        if n == 0 || b.len() < nl + 2 + n {
+            break;
+        }
+        out.extend_from_slice(&b[nl + 2..nl + 2 + n]);
+        b = &b[(nl + 4 + n).min(b.len())..];
+    }
+    out
+}
+
+/// Polls `f` every 200 ms until it gives Some, up to `secs`.
+fn wait_for<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {secs} s waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn pids(a: &Agent) -> Vec<u64> {
+    let (code, v) = a.get("/api/v1/processes");
+    assert_eq!(code, 200, "{v}");
+    v.as_array().unwrap().iter().map(|p| p["pid"].as_u64().unwrap()).collect()
+}
+
+fn spawn_split(secs: &str) -> Child {
+    std::process::Command::new(workload("cpu_split")).arg(secs).stdout(Stdio::null()).spawn().unwrap()
+}
+
+/// A comm target defined before its processes start: both instances are picked up within a scan, the
+/// profile of the range shows the 60/30/10 split, and the exited ones drop out of /processes.
+#[test]
+fn a_comm_target_follows_processes_that_start_later() {
+    let _x = exclusive();
+    let dir = tmp();
+    let a = Agent::start(dir.path(), &[]);
+    let (code, t) = a.post(
+        "/api/v1/targets",
+        r#"{"match":{"comm":"^cpu_split$"},"sources":["cpu"],"frequency":999,"window_s":1,"labels":{"app":"split"}}"#,
+    );
+    assert_eq!(code, 201, "{t}");
+    let id = t["id"].as_i64().unwrap();
+    let mut first = spawn_split("3");
+    wait_for(3, "the first instance in /processes", || {
+        pids(&a).contains(&u64::from(first.id())).then_some(())
+    });
+    let mut second = spawn_split("2");
+    wait_for(3, "the second instance in /processes", || {
+        pids(&a).contains(&u64::from(second.id())).then_some(())
+    });
+    assert!(first.wait().unwrap().success() && second.wait().unwrap().success());
+    // Both gone: let go within a scan or two.
+    wait_for(3, "exited processes to leave /processes", || pids(&a).is_empty().then_some(()));
+    // Their last windows are stored once the sessions cut them.
+    let report = wait_for(10, "the profile to hold both runs", || {
+        let (code, r) = a.get(&format!("/api/v1/profile?target={id}&from=now-5m&type=cpu"));
+        // ~5000 samples with the CPU to themselves; fewer when other tests share the two cores.
+        (code == 200 && r["total_samples"].as_i64()? > 1000).then_some(r)
+    });
+    assert_split(&report);
+    // The same through the label selector, and as folded stacks and SVG.
+    let (code, by_label) = a.get("/api/v1/profile?selector=app=split&from=now-5m&type=cpu");
+    assert_eq!((code, by_label["total_samples"].clone()), (200, report["total_samples"].clone()));
+    let (code, folded) = a.req("GET", &format!("/api/v1/profile?target={id}&from=now-5m&format=folded"), b"");
+    assert_eq!(code, 200);
+    assert!(String::from_utf8_lossy(&folded).lines().any(|l| l.contains("main;run_round;burn_a ")));
+    let (code, svg) = a.req("GET", &format!("/api/v1/profile?target={id}&from=now-5m&format=svg"), b"");
+    assert!(code == 200 && svg.starts_with(b"<?xml"), "{code}");
+    let (code, doc) = a.get(&format!("/api/v1/doctor?target={id}&from=now-5m"));
+    assert_eq!(code, 200, "{doc}");
+    assert!(doc["hot_paths"][0]["frames"].as_array().unwrap().iter().any(|f| f == "burn_a"), "{doc}");
+    assert!(a.stop().success());
+}
+
+/// stackprobe's form starts the same recording and writes periodic SVG and folded files.
+#[test]
+fn the_stackprobe_form_writes_periodic_files() {
+    let _x = exclusive();
+    let dir = tmp();
+    let a = Agent::start(dir.path(), &[]);
+    let mut w = spawn_split("4");
+    let body = r#"json={"cmd":{"probe":["oncpu"]},"snoopers":{"proc_name":[{"comm":"cpu_split"}]},"params":{"svg_period":1,"perf_sample_period":5,"output_dir":"sp"}}"#;
+    let (code, v) = a.req("PUT", "/flamegraph", body.as_bytes());
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&v));
+    wait_for(3, "the workload in /processes", || pids(&a).contains(&u64::from(w.id())).then_some(()));
+    let out = dir.path().join("output/sp");
+    let svg = wait_for(12, "a periodic SVG", || {
+        std::fs::read_dir(&out)
+            .ok()?
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|x| x == "svg"))
+    });
+    let folded = std::fs::read_to_string(svg.with_extension("folded")).unwrap();
+    assert!(folded.lines().any(|l| l.contains("burn_a")), "{folded}");
+    assert!(std::fs::read(&svg).unwrap().starts_with(b"<?xml"));
+    // GET shows what the form defined; a second PUT replaces it rather than adding to it.
+    let (_, g) = a.get("/flamegraph");
+    assert_eq!(g["targets"].as_array().unwrap().len(), 1, "{g}");
+    let (code, _) = a.req("PUT", "/flamegraph", body.as_bytes());
+    assert_eq!(code, 200);
+    let (_, all) = a.get("/api/v1/targets");
+    assert_eq!(all.as_array().unwrap().len(), 1, "{all}");
+    // An output directory outside the root is refused and changes nothing.
+    let escape = body.replace("\"sp\"", "\"../../etc\"");
+    let (code, e) = a.req("PUT", "/flamegraph", escape.as_bytes());
+    assert_eq!(code, 422, "{}", String::from_utf8_lossy(&e));
+    assert!(String::from_utf8_lossy(&e).contains("inside the output root"));
+    assert_eq!(a.get("/api/v1/targets").1, all);
+    w.wait().unwrap();
+}
+
+/// Targets and windows survive a restart; a SIGKILL mid-window leaves a readable store; retention
+/// removes old windows.
+#[test]
+fn the_store_survives_restarts_and_sigkill_and_retention_empties_it() {
+    let _x = exclusive();
+    let dir = tmp();
+    let a = Agent::start(dir.path(), &[]);
+    let (code, _) =
+        a.post("/api/v1/targets", r#"{"name":"split","match":{"comm":"^cpu_split$"},"window_s":1}"#);
+    assert_eq!(code, 201);
+    let mut w = spawn_split("8");
+    let windows = |a: &Agent| -> i64 {
+        let (code, body) = a.req("GET", "/metrics", b"");
+        assert_eq!(code, 200);
+        let text = String::from_utf8(body).unwrap();
+        let line = text.lines().find(|l| l.starts_with("whyslow_store_windows ")).expect("store gauge");
+        line.split(' ').nth(1).unwrap().parse().unwrap()
+    };
+    wait_for(10, "two stored windows", || (windows(&a) >= 2).then_some(()));
+    drop(a); // SIGKILL, mid-window
+    let a = Agent::start(dir.path(), &[]);
+    let (_, targets) = a.get("/api/v1/targets");
+    assert_eq!(targets[0]["name"], "split", "{targets}");
+    let (code, r) = a.get("/api/v1/profile?target=1&from=now-5m");
+    assert_eq!(code, 200, "{r}");
+    assert!(r["total_samples"].as_i64().unwrap() > 0);
+    // The process is still running: the restarted agent follows it again.
+    wait_for(3, "the workload followed after the restart", || {
+        pids(&a).contains(&u64::from(w.id())).then_some(())
+    });
+    w.wait().unwrap();
+    assert!(a.stop().success(), "SIGTERM ends the agent cleanly");
+    // Retention of 2 s: every window goes once it is that old.
+    let a = Agent::start(dir.path(), &["--retention", "2s"]);
+    wait_for(10, "retention to remove every window", || (windows(&a) == 0).then_some(()));
+    let (code, e) = a.get("/api/v1/profile?target=1&from=now-5m");
+    assert_eq!(code, 404, "{e}");
+}
+
+/// Bad requests get the right 4xx with a JSON error and change nothing; /metrics parses with promtool;
+/// a token protects the API; random and mutated requests never give a 5xx.
+#[test]
+fn bad_input_is_refused_with_json_errors_and_metrics_parse() {
+    let _x = exclusive();
+    let dir = tmp();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "0123456789abcdef0123\n").unwrap();
+    let mut a = Agent::start(&dir.path().join("d"), &["--token-file", token_file.to_str().unwrap()]);
+    assert_eq!(a.get("/api/v1/targets").0, 401, "no token");
+    a.token = Some("0123456789abcdef0124".into());
+    assert_eq!(a.get("/api/v1/targets").0, 401, "wrong token");
+    a.token = Some("0123456789abcdef0123".into());
+    let (code, _) = a.post("/api/v1/targets", r#"{"match":{"comm":"^x$"}}"#);
+    assert_eq!(code, 201);
+    let before = a.get("/api/v1/targets").1;
+    let huge = format!(r#"{{"match":{{"comm":"{}"}}}}"#, "a".repeat(2 << 20));
+    let cases: &[(&str, &str, &str, u16)] = &[
+        ("POST", "/api/v1/targets", "{bad", 400),
+        ("POST", "/api/v1/targets", r#"{"match":{"comm":"x"},"unknown":1}"#, 400),
+        ("POST", "/api/v1/targets", r#"{"match":{"comm":"("}}"#, 422),
+        ("POST", "/api/v1/targets", r#"{"match":{}}"#, 422),
+        ("POST", "/api/v1/targets", r#"{"match":{"comm":"x"},"output":{"dir":"/etc"}}"#, 422),
+        ("POST", "/api/v1/targets", &huge, 413),
+        ("PATCH", "/api/v1/targets/1", r#"{"frequency":0}"#, 422),
+        ("PATCH", "/api/v1/targets/1", r#"[1]"#, 400),
+        ("PATCH", "/api/v1/targets/7", r#"{}"#, 404),
+        ("DELETE", "/api/v1/targets/x", "", 400),
+        ("GET", "/api/v1/profile?target=1&from=yesterday", "", 400),
+        ("GET", "/api/v1/profile?target=1&from=now&until=now-1h", "", 400),
+        ("GET", "/api/v1/profile?target=1&format=gif", "", 400),
+        ("GET", "/api/v1/profile?target=1&nope=1", "", 400),
+        ("GET", "/api/v1/profile?target=1", "", 404),
+        ("GET", "/api/v1/profile", "", 400),
+        ("GET", "/api/v1/diff?target=1", "", 400),
+        ("GET", "/api/v1/nothing", "", 404),
+        ("DELETE", "/healthz", "", 405),
+    ];
+    for (method, path, body, want) in cases {
+        let (code, b) = a.req(method, path, body.as_bytes());
+        let text = String::from_utf8_lossy(&b);
+        assert_eq!(code, *want, "{method} {path}: {text}");
+        let v: Value =
+            serde_json::from_slice(&b).unwrap_or_else(|_| panic!("{method} {path}: not JSON: {text}"));
+        assert!(v["error"].as_str().is_some_and(|e| !e.is_empty()), "{v}");
+    }
+    assert_eq!(a.get("/api/v1/targets").1, before, "nothing changed");
+    // A PATCH that is valid changes only what it names.
+    let (code, t) = {
+        let (c, b) = a.req("PATCH", "/api/v1/targets/1", br#"{"frequency":49,"labels":{"env":"test"}}"#);
+        (c, serde_json::from_slice::<Value>(&b).unwrap())
+    };
+    assert_eq!(
+        (code, t["frequency"].as_i64(), t["match"]["comm"].as_str()),
+        (200, Some(49), Some("^x$")),
+        "{t}"
+    );
+    // Random and mutated requests: never a 5xx, never a dropped connection, the agent stays up.
+    let seeds: Vec<&[u8]> = vec![
+        // Nothing a mutation makes of these matches a process: no such name, a pid above pid_max.
+        b"POST /api/v1/targets HTTP/1.1\r\nContent-Length: 31\r\n\r\n{\"match\":{\"comm\":\"^zz_never$\"}}",
+        b"GET /api/v1/profile?target=1&from=now-1h&type=cpu&format=svg HTTP/1.1\r\n\r\n",
+        b"PATCH /api/v1/targets/1 HTTP/1.1\r\nContent-Length: 17\r\n\r\n{\"window_s\": 5 }",
+        b"PUT /flamegraph HTTP/1.1\r\nContent-Length: 49\r\n\r\njson={\"snoopers\":{\"proc_id\":[4194305]},\"state\":1}",
+        b"GET /api/v1/diff?target=1&before_from=now-2m&before_until=now-1m&after_from=now-1m&after_until=now HTTP/1.1\r\n\r\n",
+    ];
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    const POOL: &[u8] = b"%{}[]\":,=&?/\\0\x00\xff9-";
+    let auth = b"Authorization: Bearer 0123456789abcdef0123\r\nConnection: close\r\n";
+    // WHYSLOW_API_FUZZ_SECS=180 runs for minutes instead of 1500 requests.
+    let deadline = std::env::var("WHYSLOW_API_FUZZ_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map(|s| Instant::now() + Duration::from_secs(s));
+    let mut answered = 0;
+    let mut i = 0;
+    while deadline.map_or(i < 1500, |d| Instant::now() < d) {
+        i += 1;
+        let seed = seeds[i % seeds.len()];
+        let mut req = seed.to_vec();
+        // Mutate after the request line's method (random bytes, flips, cuts, repeats).
+        for _ in 0..1 + next() % 4 {
+            let at = 4 + (next() as usize) % (req.len() - 4);
+            match next() % 4 {
+                0 => req[at] ^= 1 << (next() % 8),
+                1 => req[at] = POOL[(next() % POOL.len() as u64) as usize],
+                2 => req.truncate(at.max(12)),
+                _ => {
+                    let chunk = req[at..(at + 8).min(req.len())].to_vec();
+                    req.splice(at..at, chunk);
+                }
+            }
+        }
+        // Whatever the mutation did, the request is complete: its headers end, its Content-Length is its
+        // body's (otherwise the server rightly waits for the rest), and it carries the token.
+        let (head, body) = match req.windows(4).position(|w| w == b"\r\n\r\n") {
+            Some(p) => (req[..p].to_vec(), req[p + 4..].to_vec()),
+            None => (req.clone(), Vec::new()),
+        };
+        let head: Vec<&[u8]> = head
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.to_ascii_lowercase().starts_with(b"content-length"))
+            .collect();
+        let head = head.join(&b'\n');
+        let length = format!("\r\nContent-Length: {}\r\n", body.len());
+        let full =
+            [head.trim_ascii_end(), b"\r\n", auth, length.trim_start().as_bytes(), b"\r\n", &body].concat();
+        let (code, body) = raw(&a.addr, &full);
+        assert!(
+            code < 500,
+            "request {i} gave {code}: {:?} -> {}",
+            String::from_utf8_lossy(&full),
+            String::from_utf8_lossy(&body)
+        );
+        answered += usize::from(code > 0);
+    }
+    assert!(answered * 3 > i * 2, "most mutated requests get an answer: {answered} of {i}");
+    eprintln!("api fuzz: {i} requests, {answered} answered, none with a 5xx");
+    let (code, _) = a.get("/healthz");
+    assert_eq!(code, 200);
+    // /metrics is valid Prometheus text.
+    let (code, metrics) = a.req("GET", "/metrics", b"");
+    assert_eq!(code, 200);
+    let text = String::from_utf8(metrics).unwrap();
+    assert!(text.contains("whyslow_http_requests_total{code=\"401\"}"), "{text}");
+    let mut check = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (apt: prometheus) is installed by scripts/deps.sh");
+    check.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let out = check.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn serving_beyond_loopback_needs_a_token() {
+    let dir = tmp();
+    let out =
+        whyslow().args(["serve", "--listen", "0.0.0.0:0", "--data-dir"]).arg(dir.path()).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("--token-file"), "{err}");
+    let out = whyslow().args(["serve", "--retention", "soon"]).output().unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--retention"));
+}
