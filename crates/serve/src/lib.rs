@@ -231,5 +231,8 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("bogus"));
+        // The example shipped with the systemd unit.
+        let shipped = super::parse_config(include_str!("../../../dist/whyslow.toml")).unwrap();
+        assert_eq!(shipped[0].matcher.comm.as_deref(), Some("^nginx"));
     }
 }
