@@ -142,6 +142,10 @@ fn a_comm_target_follows_processes_that_start_later() {
     );
     assert_eq!(code, 201, "{t}");
     let id = t["id"].as_i64().unwrap();
+    // A second target matching the same processes by command line: they are still recorded once.
+    let (code, t2) =
+        a.post("/api/v1/targets", r#"{"match":{"cmdline":"bin/cpu_split"},"sources":["cpu"],"window_s":1}"#);
+    assert_eq!(code, 201, "{t2}");
     let mut first = spawn_split("3");
     wait_for(3, "the first instance in /processes", || {
         pids(&a).contains(&u64::from(first.id())).then_some(())
@@ -153,13 +157,29 @@ fn a_comm_target_follows_processes_that_start_later() {
     assert!(first.wait().unwrap().success() && second.wait().unwrap().success());
     // Both gone: let go within a scan or two.
     wait_for(3, "exited processes to leave /processes", || pids(&a).is_empty().then_some(()));
-    // Their last windows are stored once the sessions cut them.
-    let report = wait_for(10, "the profile to hold both runs", || {
+    // Their last windows are stored once the sessions cut them: wait until the total holds still for
+    // longer than a window.
+    let mut last = (0, Instant::now());
+    let report = wait_for(15, "the profile to hold both runs", || {
         let (code, r) = a.get(&format!("/api/v1/profile?target={id}&from=now-5m&type=cpu"));
+        let total = if code == 200 { r["total_samples"].as_i64()? } else { 0 };
+        if total != last.0 {
+            last = (total, Instant::now());
+        }
         // ~5000 samples with the CPU to themselves; fewer when other tests share the two cores.
-        (code == 200 && r["total_samples"].as_i64()? > 1000).then_some(r)
+        (total > 1000 && last.1.elapsed() > Duration::from_millis(2500)).then_some(r)
     });
     assert_split(&report);
+    // The other target's windows hold the same samples (one recording, stored for both).
+    let (code, other) = a.get(&format!("/api/v1/profile?target={}&from=now-5m&type=cpu", t2["id"]));
+    assert_eq!((code, &other["total_samples"]), (200, &report["total_samples"]));
+    let (_, m) = a.req("GET", "/metrics", b"");
+    let m = String::from_utf8(m).unwrap();
+    assert!(
+        m.lines().any(|l| l.starts_with("whyslow_samples_total{sources=\"cpu\"}")),
+        "one cpu session: {m}"
+    );
+    assert!(!m.contains("sources=\"cpu,"), "{m}");
     // The same through the label selector, and as folded stacks and SVG.
     let (code, by_label) = a.get("/api/v1/profile?selector=app=split&from=now-5m&type=cpu");
     assert_eq!((code, by_label["total_samples"].clone()), (200, report["total_samples"].clone()));
