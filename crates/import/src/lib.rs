@@ -121,7 +121,15 @@ fn perf_data(
 ) -> Profile {
     let overflowed = raw.overflowed;
     let mut p = whyslow_symbolize::symbolize_with(raw, ahead);
-    p.meta.notes.insert(0, source_note("perf.data", origin));
+    let note = match p.sample_type(whyslow_model::sample_types::OFFCPU) {
+        // sched:sched_switch events: off-CPU time is there.
+        Some(_) => format!(
+            "{}perf.data {origin}: no syscall counters or exact call counts",
+            whyslow_model::IMPORTED_NOTE
+        ),
+        None => source_note("perf.data", origin),
+    };
+    p.meta.notes.insert(0, note);
     if overflowed > 0 {
         p.meta.notes.push(format!("{overflowed} corrupt samples left out: their values overflow the totals"));
     }

@@ -17,6 +17,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use whyslow_convert::records::{Record, SampleRef, Timed, UserRegs};
 use whyslow_convert::{Converter, Host, ProcessInfo, Stream};
 use whyslow_model::raw::{RawKernel, RawRecording};
@@ -270,8 +271,10 @@ fn read<R: Read + Seek>(
         Some((m, (data, base), layout)) => {
             // Pages already read are given back (the mapping would otherwise count the whole file as
             // resident); they stay in the page cache.
+            let reached = AtomicUsize::new(0);
             let mut given_back = 0usize;
             let give_back = |upto: usize| {
+                reached.store(upto, Ordering::Relaxed);
                 let upto = base + upto;
                 if let Some(map) = m.map.filter(|_| upto >= given_back + (16 << 20)) {
                     // SAFETY: the mapping is read-only, so dropping its pages loses nothing: a later read
@@ -286,8 +289,20 @@ fn read<R: Read + Seek>(
                     given_back = upto;
                 }
             };
-            inplace::walk(data, &layout, |attr, rec, time| imp.record(attr, rec, time), give_back)
-                .map_err(|why| PerfDataError::Parse(shown.clone(), why))?;
+            let stop = AtomicBool::new(false);
+            let walked = std::thread::scope(|scope| {
+                if let Some(map) = m.map {
+                    let (reached, stop) = (&reached, &stop);
+                    let _ = std::thread::Builder::new()
+                        .name("perf.data pages".into())
+                        .spawn_scoped(scope, move || map_ahead(map, base, data.len(), reached, stop));
+                }
+                let walked =
+                    inplace::walk(data, &layout, |attr, rec, time| imp.record(attr, rec, time), give_back);
+                stop.store(true, Ordering::Relaxed);
+                walked
+            });
+            walked.map_err(|why| PerfDataError::Parse(shown.clone(), why))?;
         }
         None => loop {
             let rec = match record_iter.next_record(&mut perf_file) {
@@ -302,6 +317,27 @@ fn read<R: Read + Seek>(
         },
     }
     imp.finish(&perf_file, &attrs, shown)
+}
+
+/// Maps the pages of the data section (`len` bytes at `base`) a little ahead of where the records are
+/// read (`reached`, relative to `base`), on another core: the reading thread then takes no page faults
+/// (nor waits for the disk where the file is not cached). Ends at `stop`, or where the kernel cannot
+/// (MADV_POPULATE_READ is Linux 5.14): the reader then faults the pages in itself.
+fn map_ahead(map: &memmap2::Mmap, base: usize, len: usize, reached: &AtomicUsize, stop: &AtomicBool) {
+    const STEP: usize = 4 << 20;
+    const AHEAD: usize = 32 << 20;
+    let (mut done, end) = (0usize, len);
+    while done < end && !stop.load(Ordering::Relaxed) {
+        if done >= reached.load(Ordering::Relaxed).saturating_add(AHEAD) {
+            std::thread::sleep(std::time::Duration::from_micros(250));
+            continue;
+        }
+        let n = STEP.min(end - done);
+        if map.advise_range(memmap2::Advice::PopulateRead, base + done, n).is_err() {
+            return;
+        }
+        done += n;
+    }
 }
 
 /// Offsets in sched:sched_switch's raw record.
@@ -541,6 +577,17 @@ impl Importer {
                 "files not on this machine (or rebuilt since the recording), their frames stay module+offset: {}",
                 missing.join(", ")
             ));
+        }
+        let sampled = attrs.iter().any(|a| {
+            a.name.as_deref() == Some(SCHED_SWITCH)
+                && !matches!(a.attr.sampling_policy, SamplingPolicy::Period(p) if p.get() == 1)
+        });
+        if sampled {
+            notes.push(
+                "sched:sched_switch was sampled (perf record -F or -c), so the file holds only some switches: \
+                 off-CPU time is incomplete (record it with period 1: no -F, or -e sched:sched_switch/period=1/)"
+                    .into(),
+            );
         }
         if offcpu && self.switch_records == 0 {
             notes.push(

@@ -129,3 +129,61 @@ fn a_binary_gone_since_the_recording_is_named() {
     let note = raw.meta.notes.iter().find(|n| n.contains("not on this machine")).expect("a note");
     assert!(note.contains("split_copy"), "{note}");
 }
+
+/// Off-CPU seconds (inclusive) of `function` in a recording with sched:sched_switch events.
+fn offcpu_secs(data: &Path, function: &str) -> f64 {
+    let p = whyslow_symbolize::symbolize(import(data).unwrap());
+    let off = p.sample_type(whyslow_model::sample_types::OFFCPU).expect("offcpu values");
+    let top = whyslow_analyze::top_functions(&p, off);
+    top.iter().find(|f| f.name == function).map_or(0, |f| f.total) as f64 / 1e9
+}
+
+/// `perf record -e sched:sched_switch` of a thread that only sleeps (naps: 20 x 50 ms in nap, nothing in
+/// between): each switch-out starts a block that ends at the thread's next switch-out (a recording of
+/// one command holds no switch-ins), microseconds after the nap, so nap holds 1.0 s of off-CPU time
+/// (+-15%: timer slack and wake-up latency add a little, a loaded machine more). With -g the kernel's
+/// frame-pointer walk stops in glibc's clock_nanosleep (built without frame pointers): the time is
+/// checked in the kernel's do_nanosleep there, and in nap with dwarf stacks.
+#[test]
+fn sched_switch_events_are_off_cpu_time_of_the_stack_that_blocked() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = workload("naps");
+    for (mode, args, function) in [
+        ("dwarf", &["--call-graph", "dwarf"][..], "nap"),
+        ("dwarf", &["--call-graph", "dwarf"][..], "do_nanosleep"),
+        ("-g", &["-g"][..], "do_nanosleep"),
+    ] {
+        let data = dir.path().join(format!("naps{mode}.data"));
+        let record = [&["-e", "sched:sched_switch"][..], args].concat();
+        if !data.exists() && perf_record(&data, &record, &[bin.to_str().unwrap(), "20", "50"]).is_none() {
+            return;
+        }
+        let secs = offcpu_secs(&data, function);
+        assert!((secs - 1.0).abs() <= 0.15, "{mode}: {secs:.3} s off-CPU in {function}, want 1.0 +-15%");
+    }
+}
+
+/// With cpu-clock samples beside the switches, a block ends at the thread's first sample after it woke
+/// (within a sample period): offcpu's main thread blocks 60 ms in read_phase and 40 ms in sleep_phase
+/// per round while burning 100 ms, so 10 rounds give 0.6 s and 0.4 s (+-15%) instead of taking the
+/// burning in. The two events also make records whose event is told by its id (PERF_SAMPLE_IDENTIFIER).
+#[test]
+fn off_cpu_time_ends_at_the_next_sample_of_any_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("offcpu.data");
+    let bin = workload("offcpu");
+    // No -F: it would sample the tracepoint too (every switch is needed).
+    let args = ["-e", "cpu-clock", "-e", "sched:sched_switch", "--call-graph", "dwarf"];
+    if perf_record(&data, &args, &[bin.to_str().unwrap(), "10"]).is_none() {
+        return;
+    }
+    for (function, want) in [("read_phase", 0.6), ("sleep_phase", 0.4)] {
+        let secs = offcpu_secs(&data, function);
+        assert!((secs - want).abs() <= 0.15 * want, "{secs:.3} s off-CPU in {function}, want {want} +-15%");
+    }
+    let p = whyslow_symbolize::symbolize(import(&data).unwrap());
+    let cpu = p.sample_type("cpu").expect("cpu samples");
+    let burn = whyslow_analyze::top_functions(&p, cpu).into_iter().find(|f| f.name == "burn_phase");
+    let share = 100.0 * burn.map_or(0, |f| f.total) as f64 / p.total(cpu) as f64;
+    assert!(share >= 90.0, "burn_phase has {share:.1}% of the cpu samples");
+}
