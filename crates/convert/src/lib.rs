@@ -119,7 +119,10 @@ impl Proc {
 
     fn normalize(&self, addr: u64) -> RawFrame {
         match self.maps.iter().find(|m| m.0 <= addr && addr < m.1) {
-            Some(&(start, _, pgoff, module)) => RawFrame::User { module, offset: addr - start + pgoff },
+            // A corrupt perf.data can name any page offset: wrap as the kernel's arithmetic would.
+            Some(&(start, _, pgoff, module)) => {
+                RawFrame::User { module, offset: (addr - start).wrapping_add(pgoff) }
+            }
             None => RawFrame::Unmapped(addr),
         }
     }
@@ -407,7 +410,7 @@ impl<H: Host> Converter<H> {
                 vec![RawFrame::Label(self.raw.label(&name, &module, FrameKind::User))]
             }
             Stream::OffCpu { state_offset, .. } => {
-                let state = s.raw.get(state_offset..state_offset + 8);
+                let state = s.raw.get(state_offset..state_offset.saturating_add(8)); // the offset is from the file
                 let state = state.map_or(0, |b| u64::from_ne_bytes(b.try_into().expect("8 bytes")));
                 let mut stack: Vec<RawFrame> = Vec::new();
                 // TASK_RUNNING (0): preempted, so waiting for a CPU rather than blocked; marked as such so

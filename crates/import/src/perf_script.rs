@@ -13,6 +13,10 @@ use whyslow_model::{basename, sample_types, FrameKind, Metadata, Profile, Profil
 
 const MAX_DEPTH: usize = 8192;
 
+/// Most events one file may have: every sample has a value per event, so their product is the memory a
+/// file takes (20,000 events of one sample each made 3 GB of an 800 KB file).
+const MAX_EVENTS: usize = 256;
+
 struct Header<'a> {
     comm: String,
     pid: u32,
@@ -159,6 +163,9 @@ pub fn parse(text: &str, origin: &str) -> Result<Profile, ImportError> {
         })?;
         periods |= h.period.is_some();
         if !events.iter().any(|e| e == h.event) {
+            if events.len() == MAX_EVENTS {
+                return Err(err(i + 1, &format!("more than {MAX_EVENTS} events (the most whyslow reads)")));
+            }
             events.push(h.event.to_string());
         }
     }

@@ -1125,6 +1125,11 @@ fn crafted_inputs_stay_bounded() {
     let p = decode(&bytes, "deep.pb", &ImportOptions::default()).unwrap();
     assert_eq!(p.stack_frames(p.samples[0].stack).len(), 8192);
     assert!(p.meta.notes.iter().any(|n| n.contains("1 stacks deeper than 8192")), "{:?}", p.meta.notes);
+
+    // perf script text of 20,000 events, one sample each: every sample has a value per event (3.2 GB).
+    let text: String = (0..20_000).map(|i| format!("t 1 1.000001: ev{i}:\n\tf000 f{i} (/x)\n\n")).collect();
+    let r = check(text.as_bytes(), "events.perf-script", true);
+    assert!(matches!(r, Ok(Outcome::Refused(_))), "{:?}", r.as_ref().err());
 }
 
 /// Inputs that once crashed an importer (`tests/corpus/regressions/`, found by this fuzzing), each

@@ -1,7 +1,10 @@
-//! Counts in perf.data's header sections that the parser crate (linux-perf-data) allocates for before it
-//! reads what they count: a corrupt count asked for up to hundreds of GB and aborted the process (found
-//! by fuzzing, crates/import/tests/fuzz.rs). Each is checked against the bytes its section has.
+//! What the parser crates (linux-perf-data, linux-perf-event-reader) would trust: counts in perf.data's
+//! header sections that they allocate for before they read what they count (a corrupt count asked for up
+//! to hundreds of GB and aborted the process), each checked against the bytes its section has, and a
+//! record field they assert on. Found by fuzzing (crates/import/tests/fuzz.rs).
 
+use linux_perf_data::linux_perf_event_reader::constants::PERF_RECORD_MISC_MMAP_BUILD_ID;
+use linux_perf_data::linux_perf_event_reader::{RawEventRecord, RecordType};
 use std::io::{Read, Seek, SeekFrom};
 
 /// Feature bits (perf's `HEADER_*`).
@@ -13,6 +16,9 @@ const SIMPLEPERF_META_INFO: usize = 129;
 const ATTR_SIZE_VER0: u64 = 64;
 const MAX_ATTR_SIZE: u64 = 1 << 16;
 const FILE_SECTION: u64 = 16;
+/// Most events a file may have (`perf record -e 'syscalls:*'` has about 700): every sample gets a value
+/// per event, so without a bound a crafted file's memory grows with its events times its samples.
+const MAX_EVENTS: u64 = 4096;
 
 fn le(b: &[u8], at: usize, width: usize) -> Option<u64> {
     let s = b.get(at..at.checked_add(width)?)?;
@@ -44,9 +50,14 @@ pub(crate) fn check_counts<R: Read + Seek>(
     let bad_attr_size = || format!("its attribute size {attr_size} fits no perf_event_attr");
     // The parser takes the events from the first of these it finds.
     let event_types = (le(h, 56, 8).unwrap_or(0), le(h, 64, 8).unwrap_or(0));
+    let too_many = || format!("it has more than {MAX_EVENTS} events (the most whyslow reads)");
     if let Some(s) = section(EVENT_DESC) {
-        if !event_desc_fits(&read(s)?) {
+        let b = read(s)?;
+        if !event_desc_fits(&b) {
             return Err("its event descriptions are cut off or corrupt".into());
+        }
+        if le(&b, 0, 4).unwrap_or(0) > MAX_EVENTS {
+            return Err(too_many());
         }
     } else if event_types.1 != 0 || bit(SIMPLEPERF_META_INFO) {
         // Attributes each followed by the (offset, size) of their ids: inside the attributes of
@@ -66,6 +77,9 @@ pub(crate) fn check_counts<R: Read + Seek>(
         if !inside(entries.0, entries.1) {
             return Err("its event types extend past the end of the file (truncated?)".into());
         }
+        if entries.1 / entry_size > MAX_EVENTS {
+            return Err(too_many());
+        }
         let b = read(entries)?;
         let ids_inside = (0..b.len() as u64 / entry_size).all(|i| {
             let at = (i * entry_size + attr) as usize;
@@ -76,6 +90,8 @@ pub(crate) fn check_counts<R: Read + Seek>(
         }
     } else if !(ATTR_SIZE_VER0..=MAX_ATTR_SIZE).contains(&attr_size) {
         return Err(bad_attr_size());
+    } else if le(h, 32, 8).unwrap_or(0) / attr_size > MAX_EVENTS {
+        return Err(too_many());
     }
     if let Some(s) = section(CMDLINE) {
         // A count of strings of 4 bytes at least.
@@ -85,6 +101,14 @@ pub(crate) fn check_counts<R: Read + Seek>(
         }
     }
     Ok(())
+}
+
+/// Whether an MMAP2 record's build id has at most 20 bytes, as the parser crate asserts (a corrupt
+/// length panicked there). After pid, tid, address, length and page offset comes its length byte.
+pub(crate) fn mmap2_build_id_fits(r: &RawEventRecord<'_>) -> bool {
+    r.record_type != RecordType::MMAP2
+        || r.misc & PERF_RECORD_MISC_MMAP_BUILD_ID == 0
+        || r.data.get(32..33).is_none_or(|b| b.as_slice()[0] <= 20)
 }
 
 /// Whether HEADER_EVENT_DESC's events fit in its bytes: `nr`, `attr_size`, then per event the attribute,
@@ -105,4 +129,48 @@ fn event_desc_fits(b: &[u8]) -> bool {
         }
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// HEADER_EVENT_DESC of `nr` events of 64-byte attributes, each with one id and a 4-byte name.
+    fn event_desc(nr: u32) -> Vec<u8> {
+        let mut b = [nr.to_le_bytes(), 64u32.to_le_bytes()].concat();
+        for _ in 0..nr {
+            b.extend([0u8; 64]);
+            b.extend(1u32.to_le_bytes());
+            b.extend(4u32.to_le_bytes());
+            b.extend(b"ev\0\0");
+            b.extend(7u64.to_le_bytes());
+        }
+        b
+    }
+
+    #[test]
+    fn event_counts_must_fit_their_bytes() {
+        assert!(event_desc_fits(&event_desc(3)));
+        let mut b = event_desc(3);
+        b[0] = 4; // one more event than there are
+        assert!(!event_desc_fits(&b));
+        b[0..4].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(!event_desc_fits(&b));
+        let mut b = event_desc(1);
+        b[8 + 64..8 + 68].copy_from_slice(&(1u32 << 31).to_le_bytes()); // ids
+        assert!(!event_desc_fits(&b));
+    }
+
+    #[test]
+    fn too_many_events_are_refused() {
+        let desc = event_desc(MAX_EVENTS as u32 + 1);
+        let mut h = vec![0u8; 104];
+        h[16] = 136;
+        h[72 + 1] = 1 << (EVENT_DESC - 8); // the one feature
+        let table = [104u64.to_le_bytes(), (desc.len() as u64).to_le_bytes()].concat();
+        let file = [h.clone(), desc].concat();
+        let len = file.len() as u64;
+        let e = check_counts(&mut std::io::Cursor::new(file), &h, &table, len).unwrap_err();
+        assert!(e.contains("more than 4096 events"), "{e}");
+    }
 }

@@ -445,6 +445,10 @@ impl Importer {
     fn record(&mut self, attr: usize, record: &RawEventRecord<'_>, time: Option<u64>) {
         let time = time.unwrap_or(0);
         self.end = self.end.max(time);
+        if !guard::mmap2_build_id_fits(record) {
+            self.c.count_malformed();
+            return;
+        }
         let parsed = match record.parse() {
             Ok(p) => p,
             Err(_) => {
