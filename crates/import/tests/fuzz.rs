@@ -13,7 +13,7 @@
 //! Per format the test prints how many mutants decoded and why the others were refused.
 //!
 //! Seeded, so a failure repeats. WHYSLOW_FUZZ_SEED sets the seed, WHYSLOW_FUZZ_ITERS the mutants per
-//! format (the defaults keep the whole test near 10 s in a debug build), WHYSLOW_FUZZ_SECS instead runs
+//! format (the defaults keep the whole test under 10 s of CPU in a debug build), WHYSLOW_FUZZ_SECS instead runs
 //! each format for that many seconds (bench/fuzz_importers.sh: 600 s each in release mode). The input
 //! being checked is always in `$CARGO_TARGET_TMPDIR/fuzz/current-FORMAT`, so an abort or a hang (the
 //! watchdog aborts after WHYSLOW_FUZZ_HANG_SECS, default 60) leaves it behind; a panicking input is saved
@@ -708,9 +708,9 @@ impl Kind {
     /// in a debug build (a perf.data mutant takes about 2 ms there, the others 0.1 to 0.4 ms).
     fn default_iters(self) -> usize {
         match self {
-            Kind::PerfData => 5000,
+            Kind::PerfData => 3000,
             Kind::Recording => 10_000,
-            Kind::Pprof | Kind::Folded | Kind::PerfScript => 12_000,
+            Kind::Pprof | Kind::Folded | Kind::PerfScript => 8000,
         }
     }
 }
