@@ -125,7 +125,13 @@ pub fn run(shared: Arc<Shared>) {
             .spawn(move || window_worker(shared, wrx))
             .expect("spawning a thread")
     };
-    let mut m = Manager { sessions: HashMap::new(), failed: HashMap::new(), windows: wtx };
+    let mut m = Manager {
+        sessions: HashMap::new(),
+        failed: HashMap::new(),
+        windows: wtx,
+        procs: procs::Procs::new(),
+        matchers: HashMap::new(),
+    };
     while !shared.stopping() {
         let t0 = Instant::now();
         m.reap(&shared);
@@ -149,6 +155,8 @@ struct Manager {
     /// Keys whose session failed, and when to try again.
     failed: HashMap<Key, Instant>,
     windows: Sender<Window>,
+    procs: procs::Procs,
+    matchers: HashMap<i64, (TargetSpec, crate::spec::Matcher)>,
 }
 
 impl Manager {
@@ -170,15 +178,18 @@ impl Manager {
     /// One scan: which processes each running target matches now, and the sessions following them.
     fn manage(&mut self, shared: &Shared) {
         let sessions = &mut self.sessions;
-        let targets: Vec<(i64, TargetSpec, crate::spec::Matcher)> = shared
-            .targets
-            .read()
-            .expect("targets lock")
-            .iter()
+        // Matchers are compiled once per definition.
+        let defs = shared.targets.read().expect("targets lock").clone();
+        self.matchers.retain(|id, (spec, _)| defs.get(id) == Some(spec));
+        let targets: Vec<(i64, TargetSpec, crate::spec::Matcher)> = defs
+            .into_iter()
             .filter(|(_, s)| s.state == crate::spec::State::Running)
-            .map(|(&id, s)| (id, s.clone(), s.matcher()))
+            .map(|(id, s)| {
+                let m = self.matchers.entry(id).or_insert_with(|| (s.clone(), s.matcher())).1.clone();
+                (id, s, m)
+            })
             .collect();
-        let views: BTreeMap<u32, ProcessView> = procs::scan().into_iter().map(|p| (p.pid, p)).collect();
+        let views = self.procs.refresh().clone();
         let now = now_ns();
         let mut tracked = shared.tracked.lock().expect("tracked lock");
         // Desired state, parents before children (pids are not ordered by age; start ticks are).
