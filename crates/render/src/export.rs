@@ -21,6 +21,17 @@ pub fn folded(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), Rende
 /// frame + 1; an inlined frame is a location of its own), one mapping per module, samples labelled with
 /// their thread's name, tid and pid.
 pub fn pprof(w: &mut impl Write, p: &Profile) -> Result<(), RenderError> {
+    pprof_with(w, p, None)
+}
+
+/// [`pprof`] with the period type (type, unit) and period that consumers read units from (Pyroscope
+/// needs `cpu`/`nanoseconds` for CPU, `space`/`bytes` for memory); without, the recording's event in
+/// nanoseconds at its sampling frequency.
+pub fn pprof_with(
+    w: &mut impl Write,
+    p: &Profile,
+    period: Option<(&str, &str, i64)>,
+) -> Result<(), RenderError> {
     // Our string table starts with "" like pprof's, so ids carry over; new strings are appended.
     let mut strings = p.strings.clone();
     let mut index: HashMap<String, i64> =
@@ -103,9 +114,14 @@ pub fn pprof(w: &mut impl Write, p: &Profile) -> Result<(), RenderError> {
             }
         })
         .collect();
-    let period = if p.meta.frequency_hz > 0 { 1_000_000_000 / p.meta.frequency_hz as i64 } else { 0 };
     let comment = vec![s(&format!("whyslow {}: {}", p.meta.tool_version, p.meta.command.join(" ")))];
-    let period_type = Some(vt(&mut s, &p.meta.event, "nanoseconds"));
+    let (period_type, period) = match period {
+        Some((t, u, n)) => (Some(vt(&mut s, t, u)), n),
+        None => (
+            Some(vt(&mut s, &p.meta.event, "nanoseconds")),
+            if p.meta.frequency_hz > 0 { 1_000_000_000 / p.meta.frequency_hz as i64 } else { 0 },
+        ),
+    };
     let prof = proto::Profile {
         sample_type,
         sample,

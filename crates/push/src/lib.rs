@@ -1,0 +1,297 @@
+//! Profiles to the backends teams already run: Grafana Pyroscope (its Push API over Connect, or the
+//! legacy `/ingest` for older servers) and OpenTelemetry (OTLP profiles over HTTP/protobuf).
+//!
+//! A profile becomes one series per kind of data (CPU, memory, off-CPU, wall, syscalls), each with the
+//! sample and period types its backend reads units from. Sending is blocking (ureq) and classifies every
+//! failure as worth retrying (network, 5xx, 408, 429) or not (other 4xx: the request itself is wrong).
+
+mod otlp;
+mod pyroscope;
+
+use whyslow_model::{sample_types, Profile};
+
+pub use otlp::export_request;
+pub use pyroscope::{ingest_url, push_request, PushRequest};
+
+/// Where profiles go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backend {
+    /// Pyroscope's Push API: `POST {url}/push.v1.PusherService/Push`.
+    Pyroscope(String),
+    /// Pyroscope's legacy ingest: `POST {url}/ingest?name=...&format=pprof`.
+    PyroscopeIngest(String),
+    /// OTLP profiles over HTTP/protobuf: `POST {url}/v1development/profiles`.
+    Otlp(String),
+}
+
+impl Backend {
+    /// `pyroscope=URL`, `pyroscope-ingest=URL` or `otlp=URL`.
+    pub fn parse(s: &str) -> Result<Backend, String> {
+        let (kind, url) = s
+            .split_once('=')
+            .ok_or_else(|| format!("'{s}' is not KIND=URL (pyroscope=, pyroscope-ingest=, otlp=)"))?;
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(format!("'{url}' is not an http(s):// URL"));
+        }
+        let url = url.trim_end_matches('/').to_string();
+        match kind {
+            "pyroscope" => Ok(Backend::Pyroscope(url)),
+            "pyroscope-ingest" => Ok(Backend::PyroscopeIngest(url)),
+            "otlp" => Ok(Backend::Otlp(url)),
+            other => Err(format!("unknown backend '{other}' (pyroscope, pyroscope-ingest, otlp)")),
+        }
+    }
+
+    /// A short name for metrics and logs.
+    pub fn name(&self) -> String {
+        match self {
+            Backend::Pyroscope(u) => format!("pyroscope={u}"),
+            Backend::PyroscopeIngest(u) => format!("pyroscope-ingest={u}"),
+            Backend::Otlp(u) => format!("otlp={u}"),
+        }
+    }
+}
+
+/// Credentials and tenant sent with every request.
+#[derive(Debug, Clone, Default)]
+pub struct Auth {
+    /// `X-Scope-OrgID` (Pyroscope and Mimir-style multi-tenancy).
+    pub tenant: Option<String>,
+    /// `user:password` for HTTP basic authentication.
+    pub basic: Option<String>,
+    pub bearer: Option<String>,
+}
+
+/// What the series are labeled with.
+#[derive(Debug, Clone, Default)]
+pub struct Labels {
+    /// `service_name` (OTLP: `service.name`): the target's name, else the process name.
+    pub service: String,
+    /// The process name (comm), `process` label.
+    pub process: String,
+    pub hostname: String,
+    /// A pid label per process (off by default: one series per process is a cardinality cost).
+    pub pid: Option<u32>,
+    /// Target labels and `--push-label`s.
+    pub extra: Vec<(String, String)>,
+}
+
+/// One kind of data of a profile, as a backend names it.
+pub struct Kind {
+    /// Pyroscope's `__name__` and legacy ingest suffix.
+    pub name: &'static str,
+    /// (our sample type, its name there, unit there).
+    pub types: &'static [(&'static str, &'static str, &'static str)],
+    /// The period type (type, unit).
+    pub period: (&'static str, &'static str),
+}
+
+/// The kinds pushed, in order; a profile pushes those it has samples of.
+pub const KINDS: &[Kind] = &[
+    Kind {
+        name: "process_cpu",
+        types: &[(sample_types::CPU, "samples", "count"), (sample_types::CPU_NS, "cpu", "nanoseconds")],
+        period: ("cpu", "nanoseconds"),
+    },
+    Kind {
+        name: "memory",
+        types: &[
+            (sample_types::ALLOC_COUNT, "alloc_objects", "count"),
+            (sample_types::ALLOC_BYTES, "alloc_space", "bytes"),
+        ],
+        period: ("space", "bytes"),
+    },
+    Kind {
+        name: "offcpu",
+        types: &[(sample_types::OFFCPU, "offcpu", "nanoseconds")],
+        period: ("offcpu", "nanoseconds"),
+    },
+    Kind {
+        name: "wall",
+        types: &[(sample_types::WALL, "wall", "nanoseconds")],
+        period: ("wall", "nanoseconds"),
+    },
+    Kind {
+        name: "syscalls",
+        types: &[(sample_types::SYSCALLS, "syscalls", "count")],
+        period: ("syscalls", "count"),
+    },
+];
+
+/// The part of `p` a kind stands for: only its sample types, renamed, and only samples with a value;
+/// None when the profile has none of them or no sample of them.
+pub fn select(p: &Profile, kind: &Kind) -> Option<Profile> {
+    let picked: Vec<(usize, &str, &str)> = kind
+        .types
+        .iter()
+        .filter_map(|(ours, name, unit)| Some((p.sample_type(ours)?, *name, *unit)))
+        .collect();
+    // CPU needs its nanoseconds (a cycles profile has no time to push as process_cpu).
+    if picked.len() != kind.types.len() {
+        return None;
+    }
+    let mut out = Profile {
+        sample_types: picked
+            .iter()
+            .map(|(_, n, u)| whyslow_model::SampleType { name: n.to_string(), unit: u.to_string() })
+            .collect(),
+        samples: Vec::new(),
+        ..p.clone()
+    };
+    out.samples = p
+        .samples
+        .iter()
+        .filter_map(|s| {
+            let values: Vec<i64> =
+                picked.iter().map(|(i, _, _)| s.values.get(*i).copied().unwrap_or(0)).collect();
+            values.iter().any(|&v| v != 0).then(|| whyslow_model::Sample { values, ..s.clone() })
+        })
+        .collect();
+    (!out.samples.is_empty()).then_some(out)
+}
+
+/// A kind's profile as gzipped pprof with the kind's period type.
+pub fn pprof(p: &Profile, kind: &Kind) -> Vec<u8> {
+    let period = match kind.name {
+        "process_cpu" if p.meta.frequency_hz > 0 => 1_000_000_000 / p.meta.frequency_hz as i64,
+        _ => 0,
+    };
+    let mut out = Vec::new();
+    whyslow_render::export::pprof_with(&mut out, p, Some((kind.period.0, kind.period.1, period)))
+        .expect("writing to a Vec cannot fail");
+    out
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PushError {
+    /// Worth trying again later: the backend is unreachable, overloaded or failing.
+    #[error("{0}")]
+    Retry(String),
+    /// The backend refused the request itself: sending it again would fail again.
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// Sends one profile (every kind it has) to a backend. Returns the bytes sent.
+pub fn send(backend: &Backend, auth: &Auth, labels: &Labels, p: &Profile) -> Result<u64, PushError> {
+    let agent = ureq::AgentBuilder::new().timeout(std::time::Duration::from_secs(30)).build();
+    let mut sent = 0;
+    match backend {
+        Backend::Pyroscope(url) => {
+            let body = prost::Message::encode_to_vec(&push_request(p, labels));
+            if body.len() <= 2 {
+                return Ok(0);
+            }
+            let req = agent
+                .post(&format!("{url}/push.v1.PusherService/Push"))
+                .set("Content-Type", "application/proto")
+                .set("Connect-Protocol-Version", "1");
+            sent += body.len() as u64;
+            call(with_auth(req, auth), &body)?;
+        }
+        Backend::PyroscopeIngest(url) => {
+            for kind in KINDS {
+                let Some(part) = select(p, kind) else { continue };
+                let body = pprof(&part, kind);
+                let req = agent
+                    .post(&ingest_url(url, &part, kind, labels))
+                    .set("Content-Type", "application/octet-stream");
+                sent += body.len() as u64;
+                call(with_auth(req, auth), &body)?;
+            }
+        }
+        Backend::Otlp(url) => {
+            let body = prost::Message::encode_to_vec(&export_request(p, labels));
+            let req = agent
+                .post(&format!("{url}/v1development/profiles"))
+                .set("Content-Type", "application/x-protobuf");
+            sent += body.len() as u64;
+            call(with_auth(req, auth), &body)?;
+        }
+    }
+    Ok(sent)
+}
+
+fn with_auth(mut req: ureq::Request, auth: &Auth) -> ureq::Request {
+    if let Some(t) = &auth.tenant {
+        req = req.set("X-Scope-OrgID", t);
+    }
+    if let Some(b) = &auth.basic {
+        req = req.set("Authorization", &format!("Basic {}", base64(b.as_bytes())));
+    } else if let Some(t) = &auth.bearer {
+        req = req.set("Authorization", &format!("Bearer {t}"));
+    }
+    req
+}
+
+fn call(req: ureq::Request, body: &[u8]) -> Result<(), PushError> {
+    let url = req.url().to_string();
+    match req.send_bytes(body) {
+        Ok(_) => Ok(()),
+        Err(ureq::Error::Status(code, resp)) => {
+            let text: String = resp.into_string().unwrap_or_default().chars().take(300).collect();
+            let m = format!("{url}: HTTP {code}: {}", text.trim());
+            if code >= 500 || code == 408 || code == 429 {
+                Err(PushError::Retry(m))
+            } else {
+                Err(PushError::Refused(m))
+            }
+        }
+        Err(e) => Err(PushError::Retry(format!("{url}: {e}"))),
+    }
+}
+
+fn base64(b: &[u8]) -> String {
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for c in b.chunks(3) {
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            if i <= c.len() {
+                out.push(T[(n >> (18 - 6 * i)) as usize & 63] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// 16 random bytes as a UUID (version 4).
+fn uuid() -> String {
+    let mut b = [0u8; 16];
+    let filled =
+        std::fs::File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b));
+    if filled.is_err() {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        b = (t ^ u128::from(std::process::id()) << 64).to_le_bytes();
+    }
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backends_parse_and_base64_matches_rfc_4648() {
+        assert_eq!(
+            Backend::parse("pyroscope=http://h:4040/").unwrap(),
+            Backend::Pyroscope("http://h:4040".into())
+        );
+        assert!(Backend::parse("pyroscope=h:4040").unwrap_err().contains("http"));
+        assert!(Backend::parse("jaeger=http://h").unwrap_err().contains("unknown backend"));
+        assert_eq!(base64(b"user:pass"), "dXNlcjpwYXNz");
+        assert_eq!(base64(b"ab"), "YWI=");
+        let u = uuid();
+        assert_eq!((u.len(), &u[14..15]), (36, "4"));
+    }
+}
