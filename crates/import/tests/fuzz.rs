@@ -704,8 +704,8 @@ impl Kind {
             Kind::Recording => "recording",
         }
     }
-    /// Mutants checked when neither WHYSLOW_FUZZ_ITERS nor WHYSLOW_FUZZ_SECS is set: a few seconds each
-    /// in a debug build (a perf.data mutant takes about 2 ms there, the others 0.1 to 0.4 ms).
+    /// Mutants checked when neither WHYSLOW_FUZZ_ITERS nor WHYSLOW_FUZZ_SECS is set: a few seconds of CPU
+    /// each in a debug build (a perf.data mutant takes about 2 ms there, the others 0.1 to 0.5 ms).
     fn default_iters(self) -> usize {
         match self {
             Kind::PerfData => 3000,
@@ -756,8 +756,8 @@ fn corpus(kind: Kind) -> Vec<Seed> {
             // perf.data names binaries of the machine it was recorded on: decoding without them is fine.
             Err(ImportError::PerfData(whyslow_perfdata::PerfDataError::BinariesMissing { .. })) => {}
             Err(ImportError::Recording(whyslow_model::file::FileError::Version { .. })) => panic!(
-                "corpus file {name} has an old recording format: record it again (whyslow record -o \
-                 {name} -- tests/workloads/bin/cpu_split 0.3) and keep the crashes of the old format"
+                "corpus file {name} is a recording of an older format: record it again (tests/corpus/README.md \
+                 says how)"
             ),
             Err(e) => panic!("corpus file {name} must import: {e}"),
         }
@@ -872,6 +872,30 @@ fn normalized(s: &str) -> String {
     out.chars().take(90).collect()
 }
 
+/// What `whyslow report`, `flamegraph`, `export` and `doctor` do with a profile: analyses and renderers
+/// (each may refuse a profile with an error, e.g. one without samples of a type, but never panic).
+fn consume(p: &whyslow_model::Profile, origin: &str) {
+    use whyslow_render as r;
+    let mut out = std::io::sink();
+    for value in 0..p.sample_types.len().min(4) {
+        whyslow_analyze::top_functions(p, value);
+        let o = r::text::ReportOptions { value, limit: 20, threads: true };
+        let _ = r::text::report(&mut out, p, &o);
+    }
+    let _ = r::json::report(&mut out, p, 0);
+    let flame = r::flamegraph::FlameOptions { title: origin.into(), subtitle: None, reverse: false };
+    let _ = r::flamegraph::svg(&mut out, p, 0, &flame);
+    let _ = r::export::pprof(&mut out, p);
+    let _ = r::export::folded(&mut out, p, 0);
+    let _ = r::export::speedscope(&mut out, p, 0);
+    let _ = r::export::callgrind(&mut out, p, 0);
+    let _ = r::syscalls::table(&mut out, p, &whyslow_analyze::syscall_summary(p, true));
+    let _ = r::calls::table(&mut out, p, &whyslow_analyze::call_summary(p), true);
+    let d = whyslow_analyze::doctor::diagnose(p, origin);
+    let _ = r::doctor::text(&mut out, p, &d);
+    let _ = r::doctor::json(&mut out, p, &d);
+}
+
 /// Decodes one input and runs what consumers run on it. Err: what went wrong (a crash). perf.data is
 /// decoded (parsed, converted, unwound) without symbolizing unless `full`: the symbolizer reads
 /// /proc/kallsyms and every binary's debug info, which would make each check take 50 ms.
@@ -890,10 +914,7 @@ fn check(input: &[u8], origin: &str, full: bool) -> Result<Outcome, String> {
         match decoded {
             Ok(Some(p)) => {
                 p.validate().map_err(|e| format!("decoded an invalid profile: {e}"))?;
-                for v in 0..p.sample_types.len() {
-                    whyslow_analyze::top_functions(&p, v);
-                }
-                whyslow_analyze::doctor::diagnose(&p, origin);
+                consume(&p, origin);
                 Ok(Outcome::Decoded)
             }
             Ok(None) => Ok(Outcome::Decoded),
