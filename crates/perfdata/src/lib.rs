@@ -269,36 +269,23 @@ fn read<R: Read + Seek>(
         mapped.and_then(|m| Some((m, data_section(&m, &perf_file)?, inplace::Layout::new(&attrs)?)));
     match in_place {
         Some((m, (data, base), layout)) => {
-            // Pages already read are given back (the mapping would otherwise count the whole file as
-            // resident); they stay in the page cache.
-            let reached = AtomicUsize::new(0);
-            let mut given_back = 0usize;
-            let give_back = |upto: usize| {
-                reached.store(upto, Ordering::Relaxed);
-                let upto = base + upto;
-                if let Some(map) = m.map.filter(|_| upto >= given_back + (16 << 20)) {
-                    // SAFETY: the mapping is read-only, so dropping its pages loses nothing: a later read
-                    // of them (none is expected) faults them in from the file again.
-                    let _ = unsafe {
-                        map.unchecked_advise_range(
-                            memmap2::UncheckedAdvice::DontNeed,
-                            given_back,
-                            upto - given_back,
-                        )
-                    };
-                    given_back = upto;
-                }
-            };
-            let stop = AtomicBool::new(false);
+            // Another core maps the pages ahead of the records being read and gives back those read (the
+            // mapping would otherwise count the whole file as resident; they stay in the page cache).
+            let (reached, stop) = (AtomicUsize::new(0), AtomicBool::new(false));
             let walked = std::thread::scope(|scope| {
-                if let Some(map) = m.map {
+                let mut pages = Pages { map: m.map, base, len: data.len(), ahead: 0, given_back: 0 };
+                let helper = m.map.and_then(|_| {
                     let (reached, stop) = (&reached, &stop);
-                    let _ = std::thread::Builder::new()
-                        .name("perf.data pages".into())
-                        .spawn_scoped(scope, move || map_ahead(map, base, data.len(), reached, stop));
-                }
+                    let mut pages = Pages { ..pages };
+                    let run = move || pages.follow(reached, stop);
+                    std::thread::Builder::new().name("perf.data pages".into()).spawn_scoped(scope, run).ok()
+                });
+                let done = |upto: usize| match &helper {
+                    Some(_) => reached.store(upto, Ordering::Relaxed),
+                    None => pages.give_back(upto),
+                };
                 let walked =
-                    inplace::walk(data, &layout, |attr, rec, time| imp.record(attr, rec, time), give_back);
+                    inplace::walk(data, &layout, |attr, rec, time| imp.record(attr, rec, time), done);
                 stop.store(true, Ordering::Relaxed);
                 walked
             });
@@ -319,24 +306,57 @@ fn read<R: Read + Seek>(
     imp.finish(&perf_file, &attrs, shown)
 }
 
-/// Maps the pages of the data section (`len` bytes at `base`) a little ahead of where the records are
-/// read (`reached`, relative to `base`), on another core: the reading thread then takes no page faults
-/// (nor waits for the disk where the file is not cached). Ends at `stop`, or where the kernel cannot
-/// (MADV_POPULATE_READ is Linux 5.14): the reader then faults the pages in itself.
-fn map_ahead(map: &memmap2::Mmap, base: usize, len: usize, reached: &AtomicUsize, stop: &AtomicBool) {
+/// The pages of a mapped file's data section (`len` bytes at `base`) around where its records are read.
+#[derive(Clone, Copy)]
+struct Pages<'a> {
+    map: Option<&'a memmap2::Mmap>,
+    base: usize,
+    len: usize,
+    /// Mapped ahead up to here (relative to `base`); given back below `given_back` (absolute).
+    ahead: usize,
+    given_back: usize,
+}
+
+impl Pages<'_> {
     const STEP: usize = 4 << 20;
     const AHEAD: usize = 32 << 20;
-    let (mut done, end) = (0usize, len);
-    while done < end && !stop.load(Ordering::Relaxed) {
-        if done >= reached.load(Ordering::Relaxed).saturating_add(AHEAD) {
-            std::thread::sleep(std::time::Duration::from_micros(250));
-            continue;
+    const BEHIND: usize = 16 << 20;
+
+    /// Nothing before `upto` (relative to `base`) is read again: gives those pages back in 16 MB steps.
+    fn give_back(&mut self, upto: usize) {
+        let upto = self.base + upto;
+        let Some(map) = self.map.filter(|_| upto >= self.given_back + Self::BEHIND) else { return };
+        // SAFETY: the mapping is read-only, so dropping its pages loses nothing: a later read of them
+        // (none is expected) faults them in from the file again.
+        let _ = unsafe {
+            map.unchecked_advise_range(
+                memmap2::UncheckedAdvice::DontNeed,
+                self.given_back,
+                upto - self.given_back,
+            )
+        };
+        self.given_back = upto;
+    }
+
+    /// On a thread of its own until `stop`: keeps the pages up to 32 MB past `reached` (where the reader
+    /// is) mapped, so the reader takes no page faults (nor waits for the disk where the file is not
+    /// cached), and gives back those before it. Without MADV_POPULATE_READ (Linux 5.14) the reader
+    /// faults the pages in itself.
+    fn follow(&mut self, reached: &AtomicUsize, stop: &AtomicBool) {
+        let Some(map) = self.map else { return };
+        let mut populate = true;
+        while !stop.load(Ordering::Relaxed) {
+            let at = reached.load(Ordering::Relaxed);
+            self.give_back(at);
+            let want = at.saturating_add(Self::AHEAD).min(self.len);
+            if populate && self.ahead < want {
+                let n = Self::STEP.min(self.len - self.ahead);
+                populate = map.advise_range(memmap2::Advice::PopulateRead, self.base + self.ahead, n).is_ok();
+                self.ahead += n;
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(250));
+            }
         }
-        let n = STEP.min(end - done);
-        if map.advise_range(memmap2::Advice::PopulateRead, base + done, n).is_err() {
-            return;
-        }
-        done += n;
     }
 }
 

@@ -76,13 +76,39 @@ type Funcs = Vec<Vec<Func>>;
 enum Job {
     /// Read the file's symbols and debug information now (blazesym keeps them for the next job).
     Warm(String),
-    /// Symbolize these offsets of `file` and send the frames back, tagged with `module`.
+    /// Symbolize these offsets of `file` and send the frames back, tagged with `module`; with
+    /// `producers`, also the compilers that built that file.
     Symbolize {
         module: u32,
         file: String,
         offsets: Vec<u64>,
-        reply: mpsc::Sender<(u32, Result<Funcs, String>)>,
+        producers: Option<String>,
+        reply: mpsc::Sender<Reply>,
     },
+}
+
+/// What a pool thread found for one module.
+struct Reply {
+    module: u32,
+    funcs: Result<Funcs, String>,
+    producers: Vec<String>,
+}
+
+impl Job {
+    fn run(self, symbolizer: &Symbolizer) {
+        match self {
+            Job::Warm(path) => {
+                let _ = symbolize_module(symbolizer, &path, &[0]);
+            }
+            Job::Symbolize { module, file, offsets, producers, reply } => {
+                let funcs = symbolize_module(symbolizer, &file, &offsets);
+                let producers = producers
+                    .map(|p| whyslow_symbols::producers(Path::new(&p)).unwrap_or_default())
+                    .unwrap_or_default();
+                let _ = reply.send(Reply { module, funcs, producers });
+            }
+        }
+    }
 }
 
 /// Threads that symbolize, each with its own blazesym symbolizer (one cannot be shared between threads);
@@ -94,19 +120,19 @@ struct Pool {
 }
 
 impl Pool {
-    /// Hands `job` about `path` to its thread; false where no thread could be started.
-    fn send(&mut self, path: &str, job: Job) -> bool {
+    /// Hands `job` about `path` to its thread; gives it back where no thread could be started.
+    fn send(&mut self, path: &str, job: Job) -> Result<(), Job> {
         let n = match self.owner.get(path) {
             Some(&n) => n,
             None => {
                 let most = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(2, 8);
                 let n = if self.workers.len() < most { self.spawn() } else { Some(self.owner.len() % most) };
-                let Some(n) = n.or_else(|| (!self.workers.is_empty()).then_some(0)) else { return false };
+                let Some(n) = n.or_else(|| (!self.workers.is_empty()).then_some(0)) else { return Err(job) };
                 self.owner.insert(path.to_string(), n);
                 n
             }
         };
-        self.workers[n].0.send(job).is_ok()
+        self.workers[n].0.send(job).map_err(|e| e.0)
     }
 
     fn spawn(&mut self) -> Option<usize> {
@@ -114,14 +140,7 @@ impl Pool {
         let thread = std::thread::Builder::new().name("symbolize".into()).spawn(move || {
             let symbolizer = new_symbolizer();
             for job in rx {
-                match job {
-                    Job::Warm(path) => {
-                        let _ = symbolize_module(&symbolizer, &path, &[0]);
-                    }
-                    Job::Symbolize { module, file, offsets, reply } => {
-                        let _ = reply.send((module, symbolize_module(&symbolizer, &file, &offsets)));
-                    }
-                }
+                job.run(&symbolizer);
             }
         });
         self.workers.push((tx, thread.ok()?));
@@ -154,7 +173,7 @@ impl Prefetch {
         // Regular files only: the names come from the file being imported (a corrupt one could name a
         // device or a pipe).
         for f in files.iter().filter(|f| std::fs::metadata(f).is_ok_and(|m| m.is_file())) {
-            pool.send(f, Job::Warm(f.clone()));
+            let _ = pool.send(f, Job::Warm(f.clone()));
         }
         let kernel = kernel_build_id.and_then(|id| {
             let owned = id.to_string();
@@ -245,7 +264,6 @@ pub fn symbolize_with(raw: RawRecording, prefetch: Prefetch) -> Profile {
         }
     }
     let mut resolved: HashMap<RawFrame, Vec<Func>> = HashMap::new();
-    let sampled: Vec<u32> = by_module.keys().copied().collect();
     // Each module on a pool thread (in parallel, and on the thread that may have read it ahead).
     let (reply, replies) = mpsc::channel();
     let mut asked: HashMap<u32, Vec<u64>> = HashMap::new();
@@ -270,11 +288,11 @@ pub fn symbolize_with(raw: RawRecording, prefetch: Prefetch) -> Profile {
             }
             continue;
         };
-        let job =
-            Job::Symbolize { module, file: file.clone(), offsets: offsets.clone(), reply: reply.clone() };
-        if !pool.send(&file, job) {
-            let s = local.get_or_insert_with(new_symbolizer);
-            let _ = reply.send((module, symbolize_module(s, &file, &offsets)));
+        let producers = path.starts_with('/').then(|| path.to_string());
+        let (job_file, job_offsets, reply) = (file.clone(), offsets.clone(), reply.clone());
+        let job = Job::Symbolize { module, file: job_file, offsets: job_offsets, producers, reply };
+        if let Err(job) = pool.send(&file, job) {
+            job.run(local.get_or_insert_with(new_symbolizer));
         }
         asked.insert(module, offsets);
     }
@@ -302,8 +320,10 @@ pub fn symbolize_with(raw: RawRecording, prefetch: Prefetch) -> Profile {
             resolved.insert(RawFrame::Kernel(a), vec![Func { name, file: String::new(), kind }]);
         }
     }
-    for (module, funcs) in replies {
+    let mut producers: HashMap<u32, Vec<String>> = HashMap::new();
+    for Reply { module, funcs, producers: built_by } in replies {
         let Some(offsets) = asked.remove(&module) else { continue };
+        producers.insert(module, built_by);
         let path = &raw.modules[module as usize].path;
         let funcs = funcs.unwrap_or_else(|e| {
             notes.push(format!("cannot symbolize {path}: {e}"));
@@ -366,11 +386,8 @@ pub fn symbolize_with(raw: RawRecording, prefetch: Prefetch) -> Profile {
         b.add_sample(leaf, t, &values);
     }
     let mut p = b.finish();
-    for (raw_id, m) in raw.modules.iter().enumerate() {
-        if sampled.contains(&(raw_id as u32)) && m.path.starts_with('/') {
-            p.modules[module_ids[raw_id] as usize].producers =
-                whyslow_symbols::producers(Path::new(&m.path)).unwrap_or_default();
-        }
+    for (raw_id, built_by) in producers {
+        p.modules[module_ids[raw_id as usize] as usize].producers = built_by;
     }
     p.syscalls = raw.syscalls;
     p.calls = raw.calls;
