@@ -7,7 +7,7 @@ have() { command -v "$1" >/dev/null 2>&1; }
 pkg_installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 for cmd_pkg in gcc:gcc g++:g++ make:make pkg-config:pkg-config clang:clang perf:linux-perf \
                strace:strace ltrace:ltrace hyperfine:hyperfine bpftool:bpftool sqlite3:sqlite3 wrk:wrk \
-               protoc:protobuf-compiler promtool:prometheus; do
+               protoc:protobuf-compiler promtool:prometheus chromium:chromium; do
   cmd=${cmd_pkg%%:*}; pkg=${cmd_pkg#*:}
   have "$cmd" || need+=("$pkg")
 done
@@ -20,6 +20,18 @@ if [ ${#need[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+# The web UI's browser tests: Playwright from PyPI in a venv under the repository (.venv-ui), driving the
+# system's Chromium above (never `playwright install`, which downloads a browser build of its own).
+root="$(cd "$(dirname "$0")/.." && pwd)"
+if ! "$root/.venv-ui/bin/python" -c "import playwright" >/dev/null 2>&1; then
+  echo "deps: installing playwright into .venv-ui"
+  if ! python3 -m venv --clear "$root/.venv-ui" >/dev/null 2>&1; then
+    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-venv >/dev/null
+    python3 -m venv --clear "$root/.venv-ui"
+  fi
+  "$root/.venv-ui/bin/pip" install -q "playwright==1.65.2"
 fi
 if ! have cargo; then
   echo "deps: cargo not found: install Rust (https://rustup.rs) and re-run" >&2

@@ -3,6 +3,7 @@
 
 mod commands;
 mod shell;
+mod view;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
@@ -38,6 +39,9 @@ enum Command {
     /// Run as a continuous profiling agent: targets chosen over an HTTP API (or --config) are recorded in
     /// windows into an embedded store; profiles, the doctor and diffs over any time range.
     Serve(ServeArgs),
+    /// Open recordings in the web UI (flame graph, table, doctor; two files: the diff), served on
+    /// 127.0.0.1 until Ctrl-C.
+    View(ViewArgs),
 }
 
 /// Where a launching command's report goes.
@@ -382,6 +386,20 @@ pub struct ServeArgs {
     pub output_root: Option<PathBuf>,
 }
 
+#[derive(Args)]
+pub struct ViewArgs {
+    /// Recording or imported profile (anything `report` reads); a second one for the diff view
+    /// (before, after).
+    #[arg(default_value = "whyslow.data", num_args = 1..=2)]
+    pub files: Vec<PathBuf>,
+    /// Port on 127.0.0.1 (default: a free one).
+    #[arg(long, default_value_t = 0)]
+    pub port: u16,
+    /// Start a browser on the URL (xdg-open, else chromium).
+    #[arg(long)]
+    pub open: bool,
+}
+
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -395,6 +413,7 @@ fn main() {
         Command::Diff(a) => commands::diff(a),
         Command::Compare(a) => commands::compare(a),
         Command::Serve(a) => commands::serve(a),
+        Command::View(a) => view::view(a),
     };
     let killed = commands::target_killed();
     if let Some(k) = killed {

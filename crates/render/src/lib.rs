@@ -11,6 +11,7 @@ pub mod json;
 pub mod load;
 pub mod syscalls;
 pub mod text;
+pub mod tree;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RenderError {

@@ -78,6 +78,8 @@ pub async fn serve(shared: Arc<Shared>, listener: std::net::TcpListener) -> std:
     let listener = tokio::net::TcpListener::from_std(listener)?;
     let max_body = shared.opts.max_body;
     let app = Router::new()
+        .route("/", get(ui_index))
+        .route("/ui/{file}", get(ui_asset))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .route("/api/v1/targets", get(list_targets).post(add_target))
@@ -104,7 +106,9 @@ pub async fn serve(shared: Arc<Shared>, listener: std::net::TcpListener) -> std:
 
 /// Every request: the bearer token when one is configured (not for /healthz), and the status counted.
 async fn guard(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
-    let open = req.uri().path() == "/healthz";
+    // The UI's static files hold no data (the page asks for the token and sends it with its API calls).
+    let path = req.uri().path();
+    let open = path == "/healthz" || path == "/" || path.starts_with("/ui/");
     let res = match &s.opts.token {
         Some(token) if !open && !authorized(req.headers(), token) => ApiError(
             StatusCode::UNAUTHORIZED,
@@ -155,6 +159,32 @@ fn params(
     Ok(out)
 }
 
+/// The web UI: hand-written HTML, CSS and JavaScript embedded in the binary. No bundler or JavaScript
+/// toolchain: three small files need no build step, so the binary builds offline from the repository alone
+/// and what is served is exactly what is committed.
+const UI_FILES: [(&str, &str, &str); 3] = [
+    ("index.html", "text/html; charset=utf-8", include_str!("../ui/index.html")),
+    ("app.css", "text/css; charset=utf-8", include_str!("../ui/app.css")),
+    ("app.js", "text/javascript; charset=utf-8", include_str!("../ui/app.js")),
+];
+
+fn ui_file(name: &str) -> Result<Response, ApiError> {
+    let (_, ct, body) = UI_FILES
+        .iter()
+        .find(|(n, _, _)| *n == name)
+        .ok_or_else(|| ApiError::not_found(format!("no UI file '{name}'")))?;
+    Ok((StatusCode::OK, [(header::CONTENT_TYPE, *ct), (header::CACHE_CONTROL, "no-cache")], *body)
+        .into_response())
+}
+
+async fn ui_index() -> ApiResult {
+    ui_file("index.html")
+}
+
+async fn ui_asset(Path(file): Path<String>) -> ApiResult {
+    ui_file(&file)
+}
+
 async fn healthz(State(s): State<Arc<Shared>>) -> Response {
     let tracked = s.tracked.lock().expect("tracked lock").values().filter(|t| t.gone_ns.is_none()).count();
     json(StatusCode::OK, &serde_json::json!({ "status": "ok", "tracked_processes": tracked }))
@@ -184,9 +214,32 @@ fn target_id(id: &str, s: &Shared) -> Result<i64, ApiError> {
     }
 }
 
-async fn list_targets(State(s): State<Arc<Shared>>) -> Response {
-    let t = s.targets.read().expect("targets lock");
-    json(StatusCode::OK, &t.iter().map(|(&id, spec)| target_json(id, spec)).collect())
+/// The targets; with `windows=true` each also tells the windows stored of it:
+/// `windows: {count, first_unix_ns, last_unix_ns}` (the UI picks its time range from them).
+async fn list_targets(
+    State(s): State<Arc<Shared>>,
+    q: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> ApiResult {
+    let q = params(q, &["windows"])?;
+    let windows = match q.get("windows").map(String::as_str) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => return Err(ApiError::bad(format!("windows '{other}' is not true or false"))),
+    };
+    let t = s.targets.read().expect("targets lock").clone();
+    let mut list = Vec::with_capacity(t.len());
+    for (id, spec) in &t {
+        let mut v = target_json(*id, spec);
+        if windows {
+            let (count, first, last) = s.store.lock().expect("store lock").span(*id)?;
+            v.as_object_mut().expect("a spec is an object").insert(
+                "windows".into(),
+                serde_json::json!({ "count": count, "first_unix_ns": first, "last_unix_ns": last }),
+            );
+        }
+        list.push(v);
+    }
+    Ok(json(StatusCode::OK, &serde_json::Value::Array(list)))
 }
 
 async fn add_target(State(s): State<Arc<Shared>>, b: Result<Bytes, BytesRejection>) -> ApiResult {
@@ -367,9 +420,9 @@ async fn profile(
     let targets = selected(&s, &q)?;
     let (from, until) = range(&q, "from", "until")?;
     let format = q.get("format").map_or("json", String::as_str).to_string();
-    if !["json", "folded", "pprof", "speedscope", "svg"].contains(&format.as_str()) {
+    if !["json", "tree", "folded", "pprof", "speedscope", "svg"].contains(&format.as_str()) {
         return Err(ApiError::bad(format!(
-            "format '{format}' is not one of json, folded, pprof, speedscope, svg"
+            "format '{format}' is not one of json, tree, folded, pprof, speedscope, svg"
         )));
     }
     blocking(move || {
@@ -379,6 +432,10 @@ async fn profile(
         let ct = match format.as_str() {
             "json" => {
                 whyslow_render::json::report(&mut out, &p, v)?;
+                "application/json"
+            }
+            "tree" => {
+                whyslow_render::tree::json(&mut out, &p, v)?;
                 "application/json"
             }
             "folded" => {
@@ -430,10 +487,24 @@ async fn diff(
     State(s): State<Arc<Shared>>,
     q: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> ApiResult {
-    let keys =
-        ["target", "selector", "type", "before_from", "before_until", "after_from", "after_until", "format"];
+    let keys = [
+        "target",
+        "selector",
+        "after_target",
+        "type",
+        "before_from",
+        "before_until",
+        "after_from",
+        "after_until",
+        "format",
+    ];
     let q = params(q, &keys)?;
     let targets = selected(&s, &q)?;
+    // The after range may come from other targets (two recordings opened by `whyslow view`).
+    let after_targets = match q.get("after_target") {
+        Some(t) => t.split(',').map(|id| target_id(id.trim(), &s)).collect::<Result<Vec<_>, _>>()?,
+        None => targets.clone(),
+    };
     for k in ["before_from", "before_until", "after_from", "after_until"] {
         if !q.contains_key(k) {
             return Err(ApiError::bad(format!(
@@ -449,7 +520,7 @@ async fn diff(
     }
     blocking(move || {
         let b = load(&s, &targets, before.0, before.1)?;
-        let a = load(&s, &targets, after.0, after.1)?;
+        let a = load(&s, &after_targets, after.0, after.1)?;
         let vb = value(&b, &q)?;
         let va = a.sample_type(&b.sample_types[vb].name).ok_or_else(|| {
             ApiError::unprocessable(format!("the after range has no '{}' samples", b.sample_types[vb].name))

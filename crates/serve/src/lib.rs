@@ -16,6 +16,9 @@ mod recorder;
 pub mod spec;
 pub mod store;
 pub mod timespec;
+mod view;
+
+pub use view::{view, ViewFile};
 
 use spec::TargetSpec;
 use std::collections::BTreeMap;
@@ -43,6 +46,22 @@ pub struct ServeOptions {
     pub targets: Vec<TargetSpec>,
     /// Largest request body accepted.
     pub max_body: usize,
+}
+
+impl ServeOptions {
+    /// A local agent over `data_dir` without token, config targets or pushes (what `whyslow view` runs).
+    pub fn local(listen: SocketAddr, data_dir: PathBuf) -> Self {
+        ServeOptions {
+            listen,
+            output_root: data_dir.join("output"),
+            data_dir,
+            token: None,
+            retention: Duration::from_secs(u32::MAX as u64),
+            max_disk: u64::MAX,
+            targets: Vec::new(),
+            max_body: 1 << 20,
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -133,6 +152,12 @@ pub fn now_ns() -> u64 {
 /// Runs the agent until SIGINT/SIGTERM: then the server stops taking requests, every session flushes its
 /// window into the store, and everything is detached.
 pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
+    run_with(opts, true, |_| {})
+}
+
+/// [`run`]; with `record` false nothing is recorded and nothing removed (no manager, no housekeeping):
+/// the API and the UI serve what the store holds (`whyslow view`). `on_listen` is told the address.
+fn run_with(opts: ServeOptions, record: bool, on_listen: impl FnOnce(SocketAddr)) -> Result<(), ServeError> {
     if opts.token.is_none() && !opts.listen.ip().is_loopback() {
         return Err(ServeError::Unprotected(opts.listen));
     }
@@ -166,26 +191,29 @@ pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
         counters: Arc::new(Counters::default()),
         stopping: AtomicBool::new(false),
     });
-    let manager = {
+    let manager = record.then(|| {
         let s = shared.clone();
         std::thread::Builder::new()
             .name("whyslow-manager".into())
             .spawn(move || recorder::run(s))
             .expect("thread")
-    };
-    let keeper = {
+    });
+    let keeper = record.then(|| {
         let s = shared.clone();
         std::thread::Builder::new()
             .name("whyslow-keeper".into())
             .spawn(move || housekeeping::run(s))
             .expect("thread")
-    };
-    eprintln!(
-        "whyslow serve: listening on http://{addr} (data in {}, {} target{})",
-        shared.opts.data_dir.display(),
-        shared.targets.read().expect("targets lock").len(),
-        if shared.targets.read().expect("targets lock").len() == 1 { "" } else { "s" }
-    );
+    });
+    on_listen(addr);
+    if record {
+        eprintln!(
+            "whyslow serve: listening on http://{addr} (data in {}, {} target{})",
+            shared.opts.data_dir.display(),
+            shared.targets.read().expect("targets lock").len(),
+            if shared.targets.read().expect("targets lock").len() == 1 { "" } else { "s" }
+        );
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -193,9 +221,12 @@ pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
         .map_err(|source| ServeError::Listen { addr, source })?;
     let served = rt.block_on(api::serve(shared.clone(), listener));
     shared.stopping.store(true, Ordering::SeqCst);
-    let _ = manager.join();
-    let _ = keeper.join();
-    eprintln!("whyslow serve: stopped; windows flushed to {}", shared.opts.data_dir.display());
+    for t in manager.into_iter().chain(keeper) {
+        let _ = t.join();
+    }
+    if record {
+        eprintln!("whyslow serve: stopped; windows flushed to {}", shared.opts.data_dir.display());
+    }
     served.map_err(|source| ServeError::Listen { addr, source })
 }
 

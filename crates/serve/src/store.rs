@@ -193,6 +193,17 @@ impl Store {
         Ok(out)
     }
 
+    /// How many windows target `id` has stored and the time they span: (count, first start, last end).
+    pub fn span(&self, id: i64) -> Result<(u64, u64, u64), StoreError> {
+        self.conn
+            .query_row(
+                "SELECT COUNT(*), COALESCE(MIN(start_ns), 0), COALESCE(MAX(end_ns), 0) FROM windows WHERE target = ?1",
+                params![id],
+                |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64, r.get::<_, i64>(2)? as u64)),
+            )
+            .map_err(|e| self.sql(e))
+    }
+
     /// The profile of a stored window.
     pub fn profile(&self, id: i64) -> Result<Option<Profile>, StoreError> {
         let blob: Option<Vec<u8>> = self

@@ -1,0 +1,487 @@
+// whyslow web UI. Plain JavaScript without a bundler or toolchain (see index.html): every view reads the
+// service's JSON API (/api/v1/...), the same one scripts use. window.whyslow exposes the drawn frames
+// (a hit-test for tests and tools).
+"use strict";
+(function () {
+  const $ = (id) => document.getElementById(id);
+  const ROW = 18;
+  const st = {
+    targets: [], target: null, type: null, unit: "", total: 0, root: null, zoom: null,
+    search: "", frames: [], fns: [], sort: { key: "self", desc: true }, view: "flame", ready: false,
+  };
+
+  // ---- API ------------------------------------------------------------------------------------------
+  async function api(path) {
+    for (let attempt = 0; attempt < 2; attempt++) {
+      const headers = {};
+      const token = sessionStorage.getItem("whyslow-token");
+      if (token) headers.Authorization = "Bearer " + token;
+      const r = await fetch(path, { headers });
+      if (r.status === 401 && attempt === 0) {
+        const t = prompt("This whyslow service needs its bearer token:");
+        if (!t) break;
+        sessionStorage.setItem("whyslow-token", t.trim());
+        continue;
+      }
+      const body = await r.json();
+      if (!r.ok) throw new Error(body.error || r.statusText);
+      return body;
+    }
+    throw new Error("unauthorized");
+  }
+
+  function status(msg) { $("status").textContent = msg || ""; }
+
+  function rangeOf(t) {
+    const r = $("range").value;
+    const w = t.windows || { count: 0 };
+    if (r === "all") {
+      if (!w.count) return null;
+      return { from: Math.floor(w.first_unix_ns / 1e9), until: Math.ceil(w.last_unix_ns / 1e9) + 1 };
+    }
+    return { from: "now-" + r, until: "now" };
+  }
+
+  function q(params) {
+    return Object.entries(params).filter(([, v]) => v !== null && v !== undefined)
+      .map(([k, v]) => k + "=" + encodeURIComponent(v)).join("&");
+  }
+
+  function targetLabel(t) {
+    return (t.name || "target " + t.id) + (t.state === "stopped" ? " (stopped)" : "");
+  }
+
+  // ---- loading --------------------------------------------------------------------------------------
+  async function loadTargets() {
+    st.targets = await api("/api/v1/targets?windows=true");
+    for (const sel of [$("target"), $("diff-before"), $("diff-after")]) {
+      sel.innerHTML = "";
+      for (const t of st.targets) sel.add(new Option(targetLabel(t), t.id));
+    }
+    if (st.targets.length > 1) $("diff-after").value = st.targets[1].id;
+    if (!st.targets.length) { status("No targets yet: define one (POST /api/v1/targets)."); return; }
+    st.target = st.targets[0];
+    const w = st.target.windows || {};
+    // A long-lived service: start with the last hour rather than everything stored.
+    $("range").value = w.count && w.last_unix_ns - w.first_unix_ns > 3600e9 ? "1h" : "all";
+    await loadProfile();
+  }
+
+  async function loadProfile() {
+    const t = st.target;
+    const r = rangeOf(t);
+    if (!r) { status("No recorded windows of " + targetLabel(t) + " yet."); return; }
+    status("");
+    let data;
+    try {
+      data = await api("/api/v1/profile?" + q({ target: t.id, type: st.type, from: r.from, until: r.until, format: "tree" }));
+    } catch (e) { status(e.message); st.root = null; draw(); return; }
+    const types = data.sample_types.map((x) => x.name);
+    const sel = $("type");
+    sel.innerHTML = "";
+    for (const n of types) sel.add(new Option(n, n));
+    sel.value = data.sample_type;
+    st.type = data.sample_type; st.unit = data.unit; st.total = data.total;
+    st.root = prepare(data.tree);
+    st.zoom = st.root;
+    st.fns = functions(st.root);
+    draw(); renderTable();
+    if (st.view === "doctor") loadDoctor();
+    st.ready = true;
+  }
+
+  // Parent links and depths; iterative (stacks can be thousands deep).
+  function prepare(root) {
+    root.parent = null; root.depth = 0;
+    const todo = [root];
+    while (todo.length) {
+      const n = todo.pop();
+      for (const c of n.children) { c.parent = n; c.depth = n.depth + 1; todo.push(c); }
+    }
+    return root;
+  }
+
+  // Self and total per function; a recursive function's total counts each stack once.
+  function functions(root) {
+    const m = new Map();
+    const onPath = new Map();
+    const todo = [[root, 0]];
+    while (todo.length) {
+      const top = todo[todo.length - 1];
+      const [n, i] = top;
+      if (i === 0 && n !== root) {
+        let f = m.get(n.name);
+        if (!f) { f = { name: n.name, self: 0, total: 0 }; m.set(n.name, f); }
+        f.self += n.self;
+        if (!onPath.get(n.name)) f.total += n.value;
+        onPath.set(n.name, (onPath.get(n.name) || 0) + 1);
+      }
+      if (i < n.children.length) { top[1]++; todo.push([n.children[i], 0]); }
+      else {
+        todo.pop();
+        if (n !== root) onPath.set(n.name, onPath.get(n.name) - 1);
+      }
+    }
+    return [...m.values()];
+  }
+
+  // ---- flame graph ----------------------------------------------------------------------------------
+  function color(n) {
+    if (st.search && matches(n)) return "#d81b60";
+    let h = 0;
+    for (let i = 0; i < n.name.length; i++) h = (h * 31 + n.name.charCodeAt(i)) >>> 0;
+    const v = (h % 1000) / 1000;
+    if (n.kind === "kernel") return `hsl(30, 85%, ${58 + v * 12}%)`;
+    if (n.kind === "inlined") return `hsl(180, 55%, ${60 + v * 12}%)`;
+    if (n.kind === "root") return "#b0bec5";
+    return `hsl(${5 + v * 45}, 80%, ${60 + v * 10}%)`;
+  }
+
+  function matches(n) {
+    return n.kind !== "root" && n.name.toLowerCase().includes(st.search.toLowerCase());
+  }
+
+  function layout(width) {
+    const out = [];
+    if (!st.root) return out;
+    const path = [];
+    for (let n = st.zoom; n; n = n.parent) path.unshift(n);
+    for (const n of path.slice(0, -1)) out.push({ node: n, x: 0, width, depth: n.depth });
+    const scale = width / Math.max(st.zoom.value, 1);
+    const todo = [[st.zoom, 0]];
+    while (todo.length) {
+      const [n, x] = todo.pop();
+      const w = n.value * scale;
+      if (w < 0.4) continue;
+      out.push({ node: n, x, width: w, depth: n.depth });
+      let cx = x; // children start at the parent's left edge
+      for (const c of n.children) { todo.push([c, cx]); cx += c.value * scale; }
+    }
+    return out;
+  }
+
+  function draw() {
+    const canvas = $("flame");
+    const width = canvas.parentElement.clientWidth || 800;
+    const frames = layout(width);
+    const maxDepth = frames.reduce((m, f) => Math.max(m, f.depth), 0);
+    const height = (maxDepth + 1) * ROW;
+    const dpr = window.devicePixelRatio || 1;
+    canvas.width = width * dpr; canvas.height = height * dpr;
+    canvas.style.height = height + "px";
+    const ctx = canvas.getContext("2d");
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.clearRect(0, 0, width, height);
+    ctx.font = "12px system-ui, sans-serif";
+    ctx.textBaseline = "middle";
+    const icicle = $("icicle").checked;
+    st.frames = frames.map((f) => {
+      const y = icicle ? f.depth * ROW : (maxDepth - f.depth) * ROW;
+      ctx.fillStyle = color(f.node);
+      ctx.fillRect(f.x, y, Math.max(f.width - 0.5, 0.5), ROW - 1);
+      if (f.width > 30) {
+        ctx.fillStyle = st.search && matches(f.node) ? "#fff" : "#111";
+        ctx.fillText(fit(ctx, f.node.name, f.width - 6), f.x + 3, y + ROW / 2);
+      }
+      return { name: f.node.name, x: f.x, y, width: f.width, depth: f.depth, node: f.node,
+        matched: !!(st.search && matches(f.node)) };
+    });
+    breadcrumb(); searchInfo();
+  }
+
+  function fit(ctx, text, w) {
+    if (ctx.measureText(text).width <= w) return text;
+    let lo = 0, hi = text.length;
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >> 1;
+      if (ctx.measureText(text.slice(0, mid) + "…").width <= w) lo = mid; else hi = mid - 1;
+    }
+    return lo > 0 ? text.slice(0, lo) + "…" : "";
+  }
+
+  function fmt(v) {
+    if (st.unit === "nanoseconds") return (v / 1e9).toFixed(3) + " s";
+    if (st.unit === "bytes") return (v / 1048576).toFixed(2) + " MiB";
+    return v.toLocaleString() + " " + st.unit;
+  }
+  function pct(v, of) { return of ? (100 * v / of).toFixed(1) + "%" : "0%"; }
+
+  function breadcrumb() {
+    const nav = $("breadcrumb");
+    nav.innerHTML = "";
+    const path = [];
+    for (let n = st.zoom; n; n = n.parent) path.unshift(n);
+    path.forEach((n, i) => {
+      if (i) nav.append(" › ");
+      const a = document.createElement("a");
+      a.textContent = n.name; a.tabIndex = 0;
+      a.onclick = () => zoomTo(n);
+      a.onkeydown = (e) => { if (e.key === "Enter") zoomTo(n); };
+      nav.append(a);
+    });
+  }
+
+  // The share of the zoomed view in frames matching the search (nested matches counted once).
+  function matchedValue(root) {
+    let sum = 0;
+    const todo = [root];
+    while (todo.length) {
+      const n = todo.pop();
+      if (matches(n)) { sum += n.value; continue; }
+      for (const c of n.children) todo.push(c);
+    }
+    return sum;
+  }
+
+  function searchInfo() {
+    const el = $("match");
+    if (!st.search || !st.root) { el.textContent = ""; return; }
+    const v = matchedValue(st.zoom);
+    el.textContent = `Matched: ${pct(v, st.zoom.value)} (${fmt(v)})`;
+    el.dataset.pct = st.zoom.value ? (100 * v / st.zoom.value).toFixed(2) : "0";
+  }
+
+  function zoomTo(n) { st.zoom = n; draw(); }
+
+  function frameAt(ev) {
+    const r = $("flame").getBoundingClientRect();
+    const x = ev.clientX - r.left, y = ev.clientY - r.top;
+    return st.frames.find((f) => x >= f.x && x < f.x + f.width && y >= f.y && y < f.y + ROW);
+  }
+
+  $("flame").addEventListener("click", (ev) => { const f = frameAt(ev); if (f) zoomTo(f.node); });
+  $("flame").addEventListener("mousemove", (ev) => {
+    const f = frameAt(ev), tip = $("tooltip");
+    if (!f) { tip.hidden = true; return; }
+    const n = f.node;
+    tip.textContent = "";
+    const b = document.createElement("b"); b.textContent = n.name; tip.append(b);
+    tip.append(document.createElement("br"),
+      `total ${fmt(n.value)} (${pct(n.value, st.total)}), self ${fmt(n.self)} (${pct(n.self, st.total)})`);
+    tip.style.left = Math.min(ev.clientX + 12, window.innerWidth - 320) + "px";
+    tip.style.top = ev.clientY + 14 + "px";
+    tip.hidden = false;
+  });
+  $("flame").addEventListener("mouseleave", () => { $("tooltip").hidden = true; });
+
+  function setSearch(s) { st.search = s; $("search").value = s; draw(); }
+  $("search").addEventListener("input", (e) => { st.search = e.target.value.trim(); draw(); });
+  $("search").addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && st.search) { const n = heaviest((x) => matches(x)); if (n) zoomTo(n); }
+  });
+  $("reset").onclick = () => zoomTo(st.root);
+  $("icicle").onchange = () => draw();
+  window.addEventListener("resize", () => draw());
+  document.addEventListener("keydown", (e) => {
+    const typing = ["INPUT", "SELECT", "TEXTAREA"].includes(document.activeElement.tagName);
+    if (e.key === "/" && !typing) { e.preventDefault(); show("flame"); $("search").focus(); }
+    else if (e.key === "Escape") { if (typing) document.activeElement.blur(); if (st.root) zoomTo(st.root); }
+  });
+
+  function heaviest(pred) {
+    let best = null;
+    const todo = st.root ? [st.root] : [];
+    while (todo.length) {
+      const n = todo.pop();
+      if (pred(n) && (!best || n.value > best.value)) best = n;
+      for (const c of n.children) todo.push(c);
+    }
+    return best;
+  }
+
+  // A function in the flame graph: searched (highlighted) and zoomed to its heaviest stack.
+  function showFunction(name) {
+    show("flame");
+    setSearch(name);
+    const n = heaviest((x) => x.name === name);
+    if (n) zoomTo(n);
+  }
+
+  // ---- table ----------------------------------------------------------------------------------------
+  function renderTable() {
+    const body = document.querySelector("#fn-table tbody");
+    const filter = $("filter").value.trim().toLowerCase();
+    const { key, desc } = st.sort;
+    const rows = st.fns.filter((f) => !filter || f.name.toLowerCase().includes(filter));
+    rows.sort((a, b) => {
+      const c = key === "name" ? a.name.localeCompare(b.name) : a[key] - b[key];
+      return desc ? -c : c;
+    });
+    body.innerHTML = "";
+    for (const f of rows.slice(0, 500)) {
+      const tr = document.createElement("tr");
+      for (const [v, cls] of [[f.name, ""], [fmt(f.self), "num"], [pct(f.self, st.total), "num"],
+        [fmt(f.total), "num"], [pct(f.total, st.total), "num"]]) {
+        const td = document.createElement("td");
+        td.textContent = v; td.title = v; if (cls) td.className = cls;
+        tr.append(td);
+      }
+      tr.dataset.name = f.name;
+      tr.onclick = () => showFunction(f.name);
+      body.append(tr);
+    }
+    document.querySelectorAll("#fn-table th[data-sort]").forEach((th) => {
+      th.setAttribute("aria-sort", th.dataset.sort === key ? (desc ? "descending" : "ascending") : "none");
+    });
+  }
+  document.querySelectorAll("#fn-table th[data-sort]").forEach((th) => {
+    th.tabIndex = 0;
+    const sort = () => {
+      const k = th.dataset.sort;
+      st.sort = { key: k, desc: st.sort.key === k ? !st.sort.desc : k !== "name" };
+      renderTable();
+    };
+    th.onclick = sort;
+    th.onkeydown = (e) => { if (e.key === "Enter") sort(); };
+  });
+  $("filter").addEventListener("input", renderTable);
+
+  // ---- doctor ---------------------------------------------------------------------------------------
+  async function loadDoctor() {
+    const el = $("doctor");
+    const r = st.target && rangeOf(st.target);
+    if (!r) return;
+    el.textContent = "Diagnosing…";
+    let d;
+    try { d = await api("/api/v1/doctor?" + q({ target: st.target.id, from: r.from, until: r.until })); }
+    catch (e) { el.textContent = e.message; return; }
+    el.innerHTML = "";
+    const names = st.fns.filter((f) => f.name.length >= 3).sort((a, b) => b.total - a.total);
+    const link = (name) => {
+      const a = document.createElement("a");
+      a.className = "fn"; a.textContent = name; a.tabIndex = 0;
+      a.onclick = () => showFunction(name);
+      a.onkeydown = (e) => { if (e.key === "Enter") showFunction(name); };
+      return a;
+    };
+    if (!d.findings.length) el.append(Object.assign(document.createElement("p"), { textContent: "No known anti-pattern found." }));
+    for (const f of d.findings) {
+      const box = document.createElement("article");
+      box.className = "finding"; box.dataset.id = f.id;
+      const h = document.createElement("h3");
+      h.textContent = `${f.title} — ${f.impact_pct.toFixed(1)}% of ${f.impact_of} (${f.confidence} confidence) [${f.id}]`;
+      box.append(h);
+      const ul = document.createElement("ul");
+      for (const e of f.evidence) { const li = document.createElement("li"); li.textContent = e; ul.append(li); }
+      box.append(ul);
+      for (const [k, v] of [["Why", f.why], ["Fix", f.fix], ["Verify", f.verify]]) {
+        const p = document.createElement("p"); const b = document.createElement("b");
+        b.textContent = k + ": "; p.append(b, v); box.append(p);
+      }
+      const text = [f.title, ...f.evidence].join(" ");
+      const fns = names.filter((n) => text.includes(n.name)).slice(0, 6);
+      if (fns.length) {
+        const p = document.createElement("p"); p.append("In the flame graph: ");
+        for (const n of fns) p.append(link(n.name));
+        box.append(p);
+      }
+      el.append(box);
+    }
+    if (d.hot_paths && d.hot_paths.length) {
+      const h = document.createElement("h3"); h.textContent = "Hot paths"; el.append(h);
+      const ul = document.createElement("ul");
+      for (const hp of d.hot_paths) {
+        const li = document.createElement("li");
+        li.append(`${hp.pct.toFixed(1)}% of ${hp.of}: ${hp.frames.slice(0, -1).join(" → ")} → `);
+        li.append(link(hp.frames[hp.frames.length - 1]));
+        ul.append(li);
+      }
+      el.append(ul);
+    }
+  }
+
+  // ---- diff -----------------------------------------------------------------------------------------
+  async function loadDiff() {
+    const el = $("diff");
+    const b = st.targets.find((t) => String(t.id) === $("diff-before").value);
+    const a = st.targets.find((t) => String(t.id) === $("diff-after").value);
+    if (!b || !a) { el.textContent = "Pick two targets (or open two recordings with whyslow view)."; return; }
+    const rb = rangeOf(b), ra = rangeOf(a);
+    if (!rb || !ra) { el.textContent = "A target has no recorded windows."; return; }
+    const params = { target: b.id, after_target: a.id, type: st.type, before_from: rb.from, before_until: rb.until,
+      after_from: ra.from, after_until: ra.until };
+    el.textContent = "Comparing…";
+    let d;
+    try { d = await api("/api/v1/diff?" + q(params)); } catch (e) { el.textContent = e.message; return; }
+    el.innerHTML = "";
+    const p = document.createElement("p");
+    p.textContent = `before: ${d.before.total} samples, after: ${d.after.total}. Red grew, blue shrank.`;
+    el.append(p);
+    const table = document.createElement("table");
+    table.id = "diff-table";
+    table.innerHTML = "<thead><tr><th>Function</th><th class=num>Self before</th><th class=num>Self after</th>" +
+      "<th class=num>Self delta</th><th class=num>Total delta</th></tr></thead>";
+    const body = document.createElement("tbody");
+    for (const f of d.functions) {
+      const tr = document.createElement("tr");
+      tr.className = f.self_delta > 0 || f.total_delta > 0 ? "grew" : f.self_delta < 0 || f.total_delta < 0 ? "shrank" : "";
+      tr.dataset.name = f.name;
+      for (const [v, c] of [[f.name, ""], [f.self_before, "num"], [f.self_after, "num"],
+        [(f.self_delta > 0 ? "+" : "") + f.self_delta, "num"], [(f.total_delta > 0 ? "+" : "") + f.total_delta, "num"]]) {
+        const td = document.createElement("td"); td.textContent = v; td.title = String(v);
+        if (c) td.className = c; tr.append(td);
+      }
+      body.append(tr);
+    }
+    table.append(body);
+    el.append(table);
+    const obj = document.createElement("object");
+    obj.type = "image/svg+xml";
+    obj.data = "/api/v1/diff?" + q({ ...params, format: "svg" });
+    if (!sessionStorage.getItem("whyslow-token")) el.append(obj);
+  }
+  $("diff-run").onclick = loadDiff;
+
+  // ---- processes ------------------------------------------------------------------------------------
+  async function loadProcesses() {
+    const el = $("processes");
+    let ps;
+    try { ps = await api("/api/v1/processes"); } catch (e) { el.textContent = e.message; return; }
+    el.innerHTML = "";
+    const h = document.createElement("h3"); h.textContent = "Targets"; el.append(h);
+    const ul = document.createElement("ul");
+    for (const t of st.targets) {
+      const li = document.createElement("li");
+      li.textContent = `${targetLabel(t)}: ${JSON.stringify(t.match)}, ${(t.windows || {}).count || 0} windows stored`;
+      ul.append(li);
+    }
+    el.append(ul);
+    const h2 = document.createElement("h3"); h2.textContent = `Processes followed now (${ps.length})`; el.append(h2);
+    const ul2 = document.createElement("ul");
+    for (const p of ps) {
+      const li = document.createElement("li");
+      li.textContent = `${p.pid} ${p.comm} (targets ${p.targets.join(",")}, ${p.sources}, ${p.followed}): ${p.cmdline}`;
+      ul2.append(li);
+    }
+    el.append(ul2);
+  }
+
+  // ---- tabs and selectors ---------------------------------------------------------------------------
+  function show(view) {
+    st.view = view;
+    document.querySelectorAll("#tabs button").forEach((b) => b.setAttribute("aria-selected", b.dataset.view === view));
+    document.querySelectorAll(".view").forEach((s) => { s.hidden = s.id !== "view-" + view; });
+    if (view === "flame") draw();
+    if (view === "doctor") loadDoctor();
+    if (view === "diff") loadDiff();
+    if (view === "processes") loadProcesses();
+  }
+  document.querySelectorAll("#tabs button").forEach((b) => { b.onclick = () => show(b.dataset.view); });
+  $("target").onchange = () => {
+    st.target = st.targets.find((t) => String(t.id) === $("target").value);
+    st.type = null; loadProfile();
+  };
+  $("type").onchange = () => { st.type = $("type").value; loadProfile(); };
+  $("range").onchange = () => loadProfile();
+
+  window.whyslow = {
+    get ready() { return st.ready; },
+    // Drawn frames in canvas pixels: x, y (top of the row), width, depth (root 0), matched by the search.
+    frames: () => st.frames.map((f) => ({ name: f.name, x: f.x, y: f.y, width: f.width, depth: f.depth, matched: f.matched })),
+    zoomed: () => (st.zoom ? st.zoom.name : null),
+    showFunction,
+    search: setSearch,
+  };
+
+  loadTargets().catch((e) => status(e.message));
+})();

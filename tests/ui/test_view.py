@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""Browser test of whyslow's web UI: `whyslow view` of a cpu_split recording, driven by Playwright in the
+system's Chromium (apt's /usr/bin/chromium; Playwright's own browser download is never used).
+
+Usage: test_view.py WHYSLOW_BINARY WORKLOADS_BIN_DIR OUT_DIR   (run by crates/cli/tests/ui.rs)
+Screenshots of each view are saved in OUT_DIR."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+
+from playwright.sync_api import sync_playwright
+
+CHROMIUM = os.environ.get("WHYSLOW_CHROMIUM", "/usr/bin/chromium")
+
+
+def log(msg):
+    print(f"ui test: {msg}", flush=True)
+
+
+def start_view(whyslow, files):
+    p = subprocess.Popen([whyslow, "view", *files], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = p.stdout.readline()
+    m = re.search(r"(http://127\.0\.0\.1:\d+/)", line)
+    if not m:
+        p.kill()
+        raise SystemExit(f"whyslow view printed no URL: {line!r} {p.stderr.read()}")
+    return p, m.group(1)
+
+
+def stop(p):
+    p.terminate()
+    try:
+        p.wait(10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+
+
+def frames(page):
+    return page.evaluate("window.whyslow.frames()")
+
+
+def widest(fs, name):
+    got = [f for f in fs if f["name"] == name]
+    assert got, f"no frame {name} drawn: {[f['name'] for f in fs][:40]}"
+    return max(got, key=lambda f: f["width"])
+
+
+def main():
+    whyslow, bindir, out = sys.argv[1:4]
+    os.makedirs(out, exist_ok=True)
+    t0 = time.time()
+    data = os.path.join(out, "cpu_split.data")
+    subprocess.run([whyslow, "record", "-F", "2999", "-o", data, "--", os.path.join(bindir, "cpu_split"), "3"],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log(f"recorded in {time.time() - t0:.1f} s")
+    view, url = start_view(whyslow, [data])
+    try:
+        # The static page is embedded and served at / with the API beside it.
+        with urllib.request.urlopen(url) as r:
+            assert b"/ui/app.js" in r.read()
+        with sync_playwright() as pw:
+            t1 = time.time()
+            browser = pw.chromium.launch(executable_path=CHROMIUM)
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            errors = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(url)
+            page.wait_for_function("window.whyslow && window.whyslow.ready", timeout=10000)
+            log(f"browser up and first render in {time.time() - t1:.2f} s")
+
+            # Flame graph: burn_a/b/c at 60/30/10 of main's width (+-3 points).
+            fs = frames(page)
+            main_w = widest(fs, "main")["width"]
+            shares = {n: 100 * widest(fs, n)["width"] / main_w for n in ("burn_a", "burn_b", "burn_c")}
+            log(f"widths as % of main: { {k: round(v, 1) for k, v in shares.items()} }")
+            for name, want in (("burn_a", 60), ("burn_b", 30), ("burn_c", 10)):
+                assert abs(shares[name] - want) <= 3, f"{name}: {shares[name]:.1f}% of main, want {want} +-3"
+            page.screenshot(path=os.path.join(out, "flame.png"), full_page=True)
+
+            # Search: `/` focuses the box; burn_b is highlighted and its share (~30%) is shown.
+            page.keyboard.press("/")
+            assert page.evaluate("document.activeElement.id") == "search"
+            page.keyboard.type("burn_b")
+            page.wait_for_function("window.whyslow.frames().some(f => f.matched)")
+            fs = frames(page)
+            matched = {f["name"] for f in fs if f["matched"]}
+            assert matched == {"burn_b"}, matched
+            text = page.inner_text("#match")
+            got = float(page.get_attribute("#match", "data-pct"))
+            log(f"search burn_b: {text!r}")
+            assert abs(got - shares["burn_b"] * main_w / widest(fs, "all")["width"]) <= 1.0, (got, shares)
+            assert 26 <= got <= 34, text
+            page.screenshot(path=os.path.join(out, "search.png"), full_page=True)
+
+            # Clicking burn_a zooms to it: it spans the whole width, the breadcrumb ends in it.
+            page.keyboard.press("Escape")
+            a = widest(frames(page), "burn_a")
+            box = page.locator("#flame").bounding_box()
+            page.mouse.click(box["x"] + a["x"] + a["width"] / 2, box["y"] + a["y"] + 9)
+            page.wait_for_function("window.whyslow.zoomed() === 'burn_a'")
+            fs = frames(page)
+            assert abs(widest(fs, "burn_a")["width"] - box["width"]) < 2, widest(fs, "burn_a")
+            assert "burn_b" not in {f["name"] for f in fs}
+            assert page.inner_text("#breadcrumb").strip().endswith("burn_a")
+            page.screenshot(path=os.path.join(out, "zoom.png"), full_page=True)
+            # Escape resets the zoom.
+            page.keyboard.press("Escape")
+            page.wait_for_function("window.whyslow.zoomed() === 'all'")
+
+            # Table: sorted by self (descending) burn_a, burn_b, burn_c lead; a click on Self sorts ascending.
+            page.click("#tabs button[data-view=table]")
+            names = page.eval_on_selector_all("#fn-table tbody tr", "rs => rs.map(r => r.dataset.name)")
+            assert names[:3] == ["burn_a", "burn_b", "burn_c"], names[:5]
+            page.click("#fn-table th[data-sort=self]")
+            assert page.get_attribute("#fn-table th[data-sort=self]", "aria-sort") == "ascending"
+            selfs = page.eval_on_selector_all("#fn-table tbody tr td:nth-child(2)",
+                                              "ts => ts.map(t => parseFloat(t.textContent.replace(/,/g, '')))")
+            assert selfs == sorted(selfs), selfs[:10]
+            page.fill("#filter", "burn_")
+            names = page.eval_on_selector_all("#fn-table tbody tr", "rs => rs.map(r => r.dataset.name)")
+            assert sorted(names) == ["burn_a", "burn_b", "burn_c"], names
+            page.screenshot(path=os.path.join(out, "table.png"), full_page=True)
+
+            # Doctor view renders (cpu_split has no anti-pattern: hot paths link into the flame graph).
+            page.click("#tabs button[data-view=doctor]")
+            page.wait_for_selector("#doctor .fn, #doctor p", timeout=10000)
+            page.screenshot(path=os.path.join(out, "doctor.png"), full_page=True)
+            links = page.locator("#doctor .fn")
+            if links.count():
+                name = links.first.inner_text()
+                links.first.click()
+                page.wait_for_function("(n) => window.whyslow.zoomed() === n", arg=name)
+
+            assert not errors, errors
+            browser.close()
+        # The tree the page draws comes from the service's API.
+        target = json.load(urllib.request.urlopen(url + "api/v1/targets?windows=true"))[0]
+        assert target["windows"]["count"] == 1, target
+    finally:
+        stop(view)
+    log(f"passed in {time.time() - t0:.1f} s (screenshots in {out})")
+
+
+if __name__ == "__main__":
+    main()
