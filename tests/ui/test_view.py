@@ -144,7 +144,78 @@ def main():
         assert target["windows"]["count"] == 1, target
     finally:
         stop(view)
+    diff_view(whyslow, bindir, out)
+    doctor_view(whyslow, bindir, out)
     log(f"passed in {time.time() - t0:.1f} s (screenshots in {out})")
+
+
+def open_page(pw, url):
+    browser = pw.chromium.launch(executable_path=CHROMIUM)
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(url)
+    page.wait_for_function("window.whyslow && window.whyslow.ready", timeout=10000)
+    return browser, page, errors
+
+
+def diff_view(whyslow, bindir, out):
+    """The 1x and 2x builds of diffwork: work_b is red (grew) and its delta is `whyslow diff`'s."""
+    files = []
+    for name in ("diffwork", "diffwork_2x"):
+        f = os.path.join(out, name + ".data")
+        subprocess.run([whyslow, "record", "-o", f, "--", os.path.join(bindir, name), "6000"],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        files.append(f)
+    cli = json.loads(subprocess.run([whyslow, "diff", *files, "--format", "json", "--limit", "500"],
+                                    check=True, capture_output=True, text=True).stdout)
+    want = next(f for f in cli["functions"] if f["name"] == "work_b")
+    view, url = start_view(whyslow, files)
+    try:
+        with sync_playwright() as pw:
+            browser, page, errors = open_page(pw, url)
+            page.click("#tabs button[data-view=diff]")
+            page.wait_for_selector("#diff-table tr[data-name=work_b]", timeout=10000)
+            row = page.locator("#diff-table tr[data-name=work_b]")
+            assert row.get_attribute("class") == "grew", row.get_attribute("class")
+            cells = row.locator("td").all_inner_texts()
+            log(f"diff work_b row {cells}, whyslow diff: self_delta {want['self_delta']}")
+            assert float(cells[3]) == want["self_delta"], (cells, want)
+            assert float(cells[4]) == want["total_delta"], (cells, want)
+            assert page.eval_on_selector_all("#diff-table tbody tr", "rs => rs[0].dataset.name") == "work_b"
+            page.screenshot(path=os.path.join(out, "diff.png"), full_page=True)
+            assert not errors, errors
+            browser.close()
+    finally:
+        stop(view)
+
+
+def doctor_view(whyslow, bindir, out):
+    """A tz-stat-storm recording: the doctor view lists the finding with its evidence."""
+    f = os.path.join(out, "tzlog.data")
+    subprocess.run([whyslow, "doctor", "-o", f, "--", os.path.join(bindir, "doctor_tzlog")],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    view, url = start_view(whyslow, [f])
+    try:
+        with sync_playwright() as pw:
+            browser, page, errors = open_page(pw, url)
+            page.click("#tabs button[data-view=doctor]")
+            page.wait_for_selector("#doctor article[data-id=tz-stat-storm]", timeout=15000)
+            box = page.locator("#doctor article[data-id=tz-stat-storm]")
+            evidence = box.locator("li").all_inner_texts()
+            log(f"doctor: tz-stat-storm with {len(evidence)} lines of evidence, e.g. {evidence[:1]}")
+            assert evidence and all(e.strip() for e in evidence), evidence
+            page.screenshot(path=os.path.join(out, "doctor_tz.png"), full_page=True)
+            links = box.locator(".fn")
+            if links.count():
+                name = links.first.inner_text()
+                links.first.click()
+                page.wait_for_function("(n) => window.whyslow.zoomed() === n", arg=name)
+                assert any(fr["matched"] for fr in frames(page))
+            assert not errors, errors
+            browser.close()
+    finally:
+        stop(view)
 
 
 if __name__ == "__main__":
