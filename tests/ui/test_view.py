@@ -127,6 +127,17 @@ def main():
             assert sorted(names) == ["burn_a", "burn_b", "burn_c"], names
             page.screenshot(path=os.path.join(out, "table.png"), full_page=True)
 
+            # Sandwich of burn_b: its callers (run_round, main) above it at its full width.
+            page.click("#fn-table tr[data-name=burn_b] button.sw")
+            page.wait_for_function("window.whyslow.sandwichFrames().callers.length > 0")
+            sw = page.evaluate("window.whyslow.sandwichFrames()")
+            callers = {f["name"]: f for f in sw["callers"]}
+            full = callers["burn_b"]["width"]
+            assert callers["burn_b"]["depth"] == 0 and callers["run_round"]["depth"] == 1, callers
+            assert abs(callers["run_round"]["width"] - full) < 1 and abs(callers["main"]["width"] - full) < 1
+            assert sw["callees"][0]["name"] == "burn_b"
+            page.screenshot(path=os.path.join(out, "sandwich.png"), full_page=True)
+
             # Doctor view renders (cpu_split has no anti-pattern: hot paths link into the flame graph).
             page.click("#tabs button[data-view=doctor]")
             page.wait_for_selector("#doctor .fn, #doctor p", timeout=10000)

@@ -141,14 +141,14 @@
     return n.kind !== "root" && n.name.toLowerCase().includes(st.search.toLowerCase());
   }
 
-  function layout(width) {
+  function layout(zoom, width) {
     const out = [];
-    if (!st.root) return out;
+    if (!zoom) return out;
     const path = [];
-    for (let n = st.zoom; n; n = n.parent) path.unshift(n);
+    for (let n = zoom; n; n = n.parent) path.unshift(n);
     for (const n of path.slice(0, -1)) out.push({ node: n, x: 0, width, depth: n.depth });
-    const scale = width / Math.max(st.zoom.value, 1);
-    const todo = [[st.zoom, 0]];
+    const scale = width / Math.max(zoom.value, 1);
+    const todo = [[zoom, 0]];
     while (todo.length) {
       const [n, x] = todo.pop();
       const w = n.value * scale;
@@ -161,9 +161,14 @@
   }
 
   function draw() {
-    const canvas = $("flame");
+    st.frames = render($("flame"), st.root && st.zoom, $("icicle").checked);
+    breadcrumb(); searchInfo();
+  }
+
+  // Draws the tree under `zoom` (its ancestors full width) on `canvas`; returns the drawn frames.
+  function render(canvas, zoom, icicle) {
     const width = canvas.parentElement.clientWidth || 800;
-    const frames = layout(width);
+    const frames = layout(zoom, width);
     const maxDepth = frames.reduce((m, f) => Math.max(m, f.depth), 0);
     const height = (maxDepth + 1) * ROW;
     const dpr = window.devicePixelRatio || 1;
@@ -174,8 +179,7 @@
     ctx.clearRect(0, 0, width, height);
     ctx.font = "12px system-ui, sans-serif";
     ctx.textBaseline = "middle";
-    const icicle = $("icicle").checked;
-    st.frames = frames.map((f) => {
+    return frames.map((f) => {
       const y = icicle ? f.depth * ROW : (maxDepth - f.depth) * ROW;
       ctx.fillStyle = color(f.node);
       ctx.fillRect(f.x, y, Math.max(f.width - 0.5, 0.5), ROW - 1);
@@ -186,8 +190,86 @@
       return { name: f.node.name, x: f.x, y, width: f.width, depth: f.depth, node: f.node,
         matched: !!(st.search && matches(f.node)) };
     });
-    breadcrumb(); searchInfo();
   }
+
+  // ---- sandwich: one function's callers (above it) and callees (below it), over all its stacks ----------
+  function outermost(name) {
+    const out = [];
+    const todo = st.root ? [st.root] : [];
+    while (todo.length) {
+      const n = todo.pop();
+      if (n.name === name && n.kind !== "root") { out.push(n); continue; }
+      for (const c of n.children) todo.push(c);
+    }
+    return out;
+  }
+
+  function childNamed(n, name, kind) {
+    let c = n.children.find((x) => x.name === name);
+    if (!c) { c = { name, kind, value: 0, self: 0, children: [] }; n.children.push(c); }
+    return c;
+  }
+
+  function sandwichTrees(name) {
+    const tops = outermost(name);
+    const kind = tops.length ? tops[0].kind : "user";
+    const callees = { name, kind, value: 0, self: 0, children: [] };
+    const callers = { name, kind, value: 0, self: 0, children: [] };
+    for (const t of tops) {
+      const todo = [[callees, t]];
+      while (todo.length) {
+        const [dst, src] = todo.pop();
+        dst.value += src.value; dst.self += src.self;
+        for (const c of src.children) todo.push([childNamed(dst, c.name, c.kind), c]);
+      }
+      callers.value += t.value;
+      let cur = callers;
+      for (let p = t.parent; p && p.kind !== "root"; p = p.parent) {
+        cur = childNamed(cur, p.name, p.kind);
+        cur.value += t.value;
+      }
+    }
+    const fixSelf = (n) => {
+      const todo = [n];
+      while (todo.length) {
+        const x = todo.pop();
+        x.self = x.value - x.children.reduce((a, c) => a + c.value, 0);
+        x.children.sort((a, b) => a.name.localeCompare(b.name));
+        todo.push(...x.children);
+      }
+    };
+    fixSelf(callers);
+    callees.children.sort((a, b) => a.name.localeCompare(b.name));
+    return { callers: prepare(callers), callees: prepare(callees) };
+  }
+
+  function showSandwich(name) {
+    st.sandwich = name;
+    $("sandwich-name").value = name;
+    show("sandwich");
+  }
+
+  function drawSandwich() {
+    const name = st.sandwich;
+    if (!name || !st.root) return;
+    const t = sandwichTrees(name);
+    $("sandwich-info").textContent = `${name}: total ${fmt(t.callees.value)} (${pct(t.callees.value, st.total)}), ` +
+      `self ${fmt(t.callees.self)} (${pct(t.callees.self, st.total)})`;
+    st.sandwichFrames = {
+      callers: render($("callers"), t.callers, false),
+      callees: render($("callees"), t.callees, true),
+    };
+  }
+
+  for (const id of ["callers", "callees"]) {
+    $(id).addEventListener("click", (ev) => {
+      const r = $(id).getBoundingClientRect();
+      const x = ev.clientX - r.left, y = ev.clientY - r.top;
+      const f = (st.sandwichFrames || {})[id]?.find((g) => x >= g.x && x < g.x + g.width && y >= g.y && y < g.y + ROW);
+      if (f) showSandwich(f.name);
+    });
+  }
+  $("sandwich-name").addEventListener("change", (e) => showSandwich(e.target.value.trim()));
 
   function fit(ctx, text, w) {
     if (ctx.measureText(text).width <= w) return text;
@@ -271,7 +353,7 @@
   });
   $("reset").onclick = () => zoomTo(st.root);
   $("icicle").onchange = () => draw();
-  window.addEventListener("resize", () => draw());
+  window.addEventListener("resize", () => (st.view === "sandwich" ? drawSandwich() : draw()));
   document.addEventListener("keydown", (e) => {
     const typing = ["INPUT", "SELECT", "TEXTAREA"].includes(document.activeElement.tagName);
     if (e.key === "/" && !typing) { e.preventDefault(); show("flame"); $("search").focus(); }
@@ -318,6 +400,10 @@
       }
       tr.dataset.name = f.name;
       tr.onclick = () => showFunction(f.name);
+      const sw = document.createElement("button");
+      sw.className = "sw"; sw.textContent = "sandwich"; sw.title = "callers and callees of " + f.name;
+      sw.onclick = (e) => { e.stopPropagation(); showSandwich(f.name); };
+      tr.firstChild.prepend(sw);
       body.append(tr);
     }
     document.querySelectorAll("#fn-table th[data-sort]").forEach((th) => {
@@ -462,6 +548,7 @@
     document.querySelectorAll("#tabs button").forEach((b) => b.setAttribute("aria-selected", b.dataset.view === view));
     document.querySelectorAll(".view").forEach((s) => { s.hidden = s.id !== "view-" + view; });
     if (view === "flame") draw();
+    if (view === "sandwich") drawSandwich();
     if (view === "doctor") loadDoctor();
     if (view === "diff") loadDiff();
     if (view === "processes") loadProcesses();
@@ -480,6 +567,13 @@
     frames: () => st.frames.map((f) => ({ name: f.name, x: f.x, y: f.y, width: f.width, depth: f.depth, matched: f.matched })),
     zoomed: () => (st.zoom ? st.zoom.name : null),
     showFunction,
+    showSandwich,
+    // The sandwich view's drawn frames: {callers: [...], callees: [...]} like frames().
+    sandwichFrames: () => {
+      const strip = (fs) => (fs || []).map((f) => ({ name: f.name, x: f.x, y: f.y, width: f.width, depth: f.depth }));
+      const s = st.sandwichFrames || {};
+      return { callers: strip(s.callers), callees: strip(s.callees) };
+    },
     search: setSearch,
   };
 
