@@ -835,6 +835,68 @@ pub fn serve(a: crate::ServeArgs) -> Result<()> {
         max_disk: size_bytes("--max-disk", &a.max_disk)?,
         targets,
         max_body: 1 << 20,
+        push: push_options(&a.push)?,
+        push_labels: labels(&a.push.labels)?,
+        push_per_process: a.push.per_process,
     };
     Ok(whyslow_serve::run(opts)?)
+}
+
+fn labels(list: &[String]) -> Result<Vec<(String, String)>> {
+    list.iter()
+        .map(|l| match l.split_once('=') {
+            Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+            _ => bail!("--push-label '{l}' is not NAME=VALUE"),
+        })
+        .collect()
+}
+
+fn push_options(a: &crate::PushArgs) -> Result<Vec<whyslow_serve::PushOptions>> {
+    let secret = |path: &Option<std::path::PathBuf>| -> Result<Option<String>> {
+        path.as_ref()
+            .map(|p| {
+                std::fs::read_to_string(p)
+                    .map(|s| s.trim().to_string())
+                    .with_context(|| format!("cannot read {}", p.display()))
+            })
+            .transpose()
+    };
+    let auth = whyslow_push::Auth {
+        tenant: a.tenant.clone(),
+        basic: secret(&a.basic_auth_file)?,
+        bearer: secret(&a.bearer_file)?,
+    };
+    a.to.iter()
+        .map(|t| {
+            let backend = whyslow_push::Backend::parse(t).map_err(|e| anyhow!("--push: {e}"))?;
+            Ok(whyslow_serve::PushOptions { backend, auth: auth.clone() })
+        })
+        .collect()
+}
+
+pub fn push(a: crate::PushFileArgs) -> Result<()> {
+    let targets = push_options(&a.push)?;
+    if targets.is_empty() {
+        bail!("push needs a backend: --push pyroscope=URL, pyroscope-ingest=URL or otlp=URL");
+    }
+    let p = load(&a.file, None)?;
+    let program = p.meta.command.first().map(|c| whyslow_model::basename(c).to_string()).unwrap_or_default();
+    let labels = whyslow_push::Labels {
+        service: a.service_name.clone().unwrap_or_else(|| {
+            if program.is_empty() {
+                "whyslow".into()
+            } else {
+                program.clone()
+            }
+        }),
+        process: program,
+        hostname: p.meta.hostname.clone(),
+        pid: a.push.per_process.then(|| p.meta.target_pids.first().copied()).flatten(),
+        extra: labels(&a.push.labels)?,
+    };
+    for t in &targets {
+        let bytes = whyslow_push::send(&t.backend, &t.auth, &labels, &p).map_err(|e| anyhow!("{e}"))?;
+        eprintln!("whyslow: pushed {} ({bytes} bytes) to {}", a.file.display(), t.backend.name());
+    }
+    Ok(())
 }

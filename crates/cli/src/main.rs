@@ -39,6 +39,8 @@ enum Command {
     /// Run as a continuous profiling agent: targets chosen over an HTTP API (or --config) are recorded in
     /// windows into an embedded store; profiles, the doctor and diffs over any time range.
     Serve(ServeArgs),
+    /// Send a recording or an imported profile once to Pyroscope or an OTLP endpoint (--push KIND=URL).
+    Push(PushFileArgs),
     /// Open recordings in the web UI (flame graph, table, doctor; two files: the diff), served on
     /// 127.0.0.1 until Ctrl-C.
     View(ViewArgs),
@@ -384,6 +386,43 @@ pub struct ServeArgs {
     /// Periodic files may only be written under this directory (default: DATA_DIR/output).
     #[arg(long)]
     pub output_root: Option<PathBuf>,
+    #[command(flatten)]
+    pub push: PushArgs,
+}
+
+/// Where and how profiles are pushed (serve: every stored window; push: one file).
+#[derive(Args)]
+pub struct PushArgs {
+    /// Backend: pyroscope=URL (Push API), pyroscope-ingest=URL (legacy /ingest), otlp=URL (OTLP
+    /// profiles over HTTP). Repeatable.
+    #[arg(long = "push", value_name = "KIND=URL")]
+    pub to: Vec<String>,
+    /// Label added to every pushed series (repeatable).
+    #[arg(long = "push-label", value_name = "NAME=VALUE")]
+    pub labels: Vec<String>,
+    /// Tenant sent as X-Scope-OrgID.
+    #[arg(long = "push-tenant")]
+    pub tenant: Option<String>,
+    /// File holding `user:password` for HTTP basic authentication.
+    #[arg(long = "push-basic-auth-file")]
+    pub basic_auth_file: Option<PathBuf>,
+    /// File holding a bearer token.
+    #[arg(long = "push-bearer-file")]
+    pub bearer_file: Option<PathBuf>,
+    /// A pid label on each series (one series per process: mind the cardinality).
+    #[arg(long = "push-per-process")]
+    pub per_process: bool,
+}
+
+#[derive(Args)]
+pub struct PushFileArgs {
+    /// Recording or profile to push (anything `report` reads).
+    pub file: PathBuf,
+    /// The service the series are named by (default: the recorded command's name).
+    #[arg(long)]
+    pub service_name: Option<String>,
+    #[command(flatten)]
+    pub push: PushArgs,
 }
 
 #[derive(Args)]
@@ -413,6 +452,7 @@ fn main() {
         Command::Diff(a) => commands::diff(a),
         Command::Compare(a) => commands::compare(a),
         Command::Serve(a) => commands::serve(a),
+        Command::Push(a) => commands::push(a),
         Command::View(a) => view::view(a),
     };
     let killed = commands::target_killed();

@@ -195,6 +195,51 @@ fn a_comm_target_follows_processes_that_start_later() {
     assert!(a.stop().success());
 }
 
+/// Processes that were already running when their target was defined, parent and children alike (the
+/// children inherit nothing: they were forked before the parent's events were opened), are all sampled.
+#[test]
+fn running_children_of_a_followed_parent_are_sampled_too() {
+    let _x = exclusive();
+    let dir = tmp();
+    let a = Agent::start(dir.path(), &[]);
+    let split = workload("cpu_split");
+    let script = format!("{0} 4 & {0} 4 & wait", split.display());
+    let mut family =
+        std::process::Command::new("sh").args(["-c", &script]).stdout(Stdio::null()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let (code, t) =
+        a.post("/api/v1/targets", r#"{"match":{"cmdline":"cpu_split"},"frequency":999,"window_s":1}"#);
+    assert_eq!(code, 201, "{t}");
+    let procs = wait_for(3, "the shell and both children", || {
+        let (_, v) = a.get("/api/v1/processes");
+        (v.as_array()?.len() == 3).then_some(v)
+    });
+    for p in procs.as_array().unwrap() {
+        assert_eq!(p["followed"], "directly", "existing processes inherit nothing: {procs}");
+    }
+    assert!(family.wait().unwrap().success());
+    let mut last = (0, Instant::now());
+    let r = wait_for(15, "both children's samples", || {
+        let (code, r) = a.get("/api/v1/profile?target=1&from=now-5m&type=cpu");
+        let total = if code == 200 { r["total_samples"].as_i64()? } else { 0 };
+        if total != last.0 {
+            last = (total, Instant::now());
+        }
+        (total > 1000 && last.1.elapsed() > Duration::from_millis(2500)).then_some(r)
+    });
+    let mut pids: Vec<u64> = r["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["name"] == "cpu_split" && t["samples"].as_i64().unwrap_or(0) > 200)
+        .map(|t| t["pid"].as_u64().unwrap())
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    assert_eq!(pids.len(), 2, "both children sampled: {}", r["threads"]);
+    assert_split(&r);
+}
+
 /// stackprobe's form starts the same recording and writes periodic SVG and folded files.
 #[test]
 fn the_stackprobe_form_writes_periodic_files() {

@@ -207,6 +207,11 @@ impl<H: Host> Converter<H> {
         self.procs.len()
     }
 
+    /// The processes it keeps state of: added, or seen forking from one that was.
+    pub fn process_ids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.procs.keys().copied()
+    }
+
     /// A record the source could not decode.
     pub fn count_malformed(&mut self) {
         self.counters.malformed += 1;

@@ -10,6 +10,7 @@ mod pyroscope;
 
 use whyslow_model::{sample_types, Profile};
 
+pub use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest;
 pub use otlp::export_request;
 pub use pyroscope::{ingest_url, push_request, PushRequest};
 

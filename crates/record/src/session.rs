@@ -232,6 +232,11 @@ impl<'a> Session<'a> {
         Ok(())
     }
 
+    /// The processes the converter follows: those followed and those seen forking from them.
+    pub fn processes(&self) -> impl Iterator<Item = u32> + '_ {
+        self.c.process_ids()
+    }
+
     /// Lets process `pid` go: closes its events (the converter dropped its state when it exited).
     pub fn forget(&mut self, pid: u32) {
         self.src.ev.forget(pid);
@@ -387,6 +392,8 @@ impl<'a> Session<'a> {
         let duration = self.window_t0.elapsed();
         let mut meta = self.metadata(duration, counters);
         meta.lost_events = lost_events;
+        // Lost samples of this last window only (the earlier ones went with their windows).
+        meta.lost_samples = counters.lost - self.lost_before;
         let Session { opts, src, c, gate, t0, .. } = self;
         // The events close before a launched command is ended.
         drop(src);

@@ -4,9 +4,17 @@ use crate::Shared;
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
-struct Out(String);
+pub struct Out(String, std::collections::HashSet<String>);
 
 impl Out {
+    /// A sample, after its family's HELP and TYPE the first time the family shows.
+    pub fn sample(&mut self, name: &str, kind: &str, help: &str, labels: &[(&str, &str)], v: String) {
+        if self.1.insert(name.to_string()) {
+            self.family(name, kind, help);
+        }
+        self.value(name, labels, v);
+    }
+
     fn family(&mut self, name: &str, kind: &str, help: &str) {
         let _ = writeln!(self.0, "# HELP {name} {help}\n# TYPE {name} {kind}");
     }
@@ -27,7 +35,7 @@ fn escape(v: &str) -> String {
 
 pub fn render(s: &Shared) -> Result<String, crate::api::ApiError> {
     let c = &s.counters;
-    let mut o = Out(String::new());
+    let mut o = Out(String::new(), Default::default());
     o.family("whyslow_build_info", "gauge", "Version of the agent.");
     o.value("whyslow_build_info", &[("version", env!("CARGO_PKG_VERSION"))], 1);
     let targets = s.targets.read().expect("targets lock");
@@ -114,6 +122,7 @@ pub fn render(s: &Shared) -> Result<String, crate::api::ApiError> {
     for (code, n) in c.requests.lock().expect("counters lock").iter() {
         o.value("whyslow_http_requests_total", &[("code", &code.to_string())], n);
     }
+    crate::pusher::metrics(s, &mut o);
     let (cpu, rss) = own_usage();
     o.one("whyslow_process_cpu_seconds_total", "counter", "CPU time of the agent (user + system).", cpu);
     o.one("whyslow_process_resident_memory_bytes", "gauge", "Resident memory of the agent.", rss);

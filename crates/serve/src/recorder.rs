@@ -92,6 +92,9 @@ pub struct Tracked {
     pub key: Key,
     /// The followed process whose events this one inherited, or itself when opened directly.
     pub root: u32,
+    /// Clock ticks since boot when it was chosen to be opened directly (processes started before
+    /// cannot have inherited its events).
+    pub follow_ticks: u64,
     pub since_ns: u64,
     /// When it ended or stopped matching (kept for [`GRACE`] so its last window is attributed).
     pub gone_ns: Option<u64>,
@@ -104,6 +107,8 @@ enum Cmd {
 
 struct SessionHandle {
     tx: Sender<Cmd>,
+    /// The processes the session's converter knows (opened, or seen forking from one that was).
+    known: Arc<std::sync::Mutex<std::collections::HashSet<u32>>>,
     stop: Arc<AtomicBool>,
     thread: JoinHandle<()>,
     pids: BTreeSet<u32>,
@@ -131,6 +136,7 @@ pub fn run(shared: Arc<Shared>) {
         windows: wtx,
         procs: procs::Procs::new(),
         matchers: HashMap::new(),
+        pending: HashMap::new(),
     };
     while !shared.stopping() {
         let t0 = Instant::now();
@@ -157,6 +163,30 @@ struct Manager {
     windows: Sender<Window>,
     procs: procs::Procs,
     matchers: HashMap<i64, (TargetSpec, crate::spec::Matcher)>,
+    /// Processes started after their followed ancestor whose fork the session has not shown yet, and
+    /// since when.
+    pending: HashMap<u32, Instant>,
+}
+
+/// How a process matched under the same key as a followed ancestor is recorded.
+enum Cover {
+    /// Through the ancestor's inherited events.
+    By(u32),
+    /// By opening its own events.
+    Direct,
+    Wait,
+}
+
+/// How long to wait for the fork record of a process that may have inherited its ancestor's events.
+const FORK_WAIT: Duration = Duration::from_secs(1);
+
+/// Clock ticks since boot (the unit of /proc/PID/stat's start time).
+fn uptime_ticks() -> u64 {
+    // SAFETY: sysconf takes no pointers.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let up = std::fs::read_to_string("/proc/uptime").unwrap_or_default();
+    let secs: f64 = up.split(' ').next().and_then(|s| s.parse().ok()).unwrap_or(0.0);
+    (secs * hz) as u64
 }
 
 impl Manager {
@@ -177,7 +207,6 @@ impl Manager {
 
     /// One scan: which processes each running target matches now, and the sessions following them.
     fn manage(&mut self, shared: &Shared) {
-        let sessions = &mut self.sessions;
         // Matchers are compiled once per definition.
         let defs = shared.targets.read().expect("targets lock").clone();
         self.matchers.retain(|id, (spec, _)| defs.get(id) == Some(spec));
@@ -190,6 +219,8 @@ impl Manager {
             })
             .collect();
         let views = self.procs.refresh().clone();
+        let ticks = uptime_ticks();
+        self.pending.retain(|pid, _| views.contains_key(pid));
         let now = now_ns();
         let mut tracked = shared.tracked.lock().expect("tracked lock");
         // Desired state, parents before children (pids are not ordered by age; start ticks are).
@@ -203,22 +234,16 @@ impl Manager {
             else {
                 continue;
             };
-            // Covered when an ancestor is followed with the same key (its events are inherited).
-            let mut root = p.pid;
-            let mut up = p.ppid;
-            for _ in 0..64 {
-                match want.get(&up) {
-                    Some((_, k, r)) if *k == key => {
-                        root = *r;
-                        break;
-                    }
-                    _ => {}
-                }
-                match views.get(&up) {
-                    Some(v) if v.ppid != up => up = v.ppid,
-                    _ => break,
-                }
-            }
+            let root = match tracked.get(&p.pid) {
+                // A decision stands while the process and its root are followed with the same key.
+                Some(t) if t.gone_ns.is_none() && t.key == key && want.contains_key(&t.root) => t.root,
+                _ => match self.cover(p, &key, &views, &want, &tracked) {
+                    Cover::By(a) => a,
+                    Cover::Direct => p.pid,
+                    // Not decided yet: looked at again at the next scan.
+                    Cover::Wait => continue,
+                },
+            };
             want.insert(p.pid, (ids, key, root));
         }
         // Let go of what ended or no longer matches (or moved to another key).
@@ -229,7 +254,7 @@ impl Manager {
                 && views.get(&pid).is_some_and(|v| v.start_ticks == t.view.start_ticks);
             if !keep {
                 if t.root == pid {
-                    if let Some(s) = sessions.get_mut(&t.key) {
+                    if let Some(s) = self.sessions.get_mut(&t.key) {
                         let _ = s.tx.send(Cmd::Forget(pid));
                         s.pids.remove(&pid);
                     }
@@ -250,45 +275,92 @@ impl Manager {
             let view = views[&pid].clone();
             let _ = shared.store.lock().expect("store lock").saw_process(&view, now);
             if root == pid {
-                let s = sessions
+                let s = self
+                    .sessions
                     .entry(key.clone())
                     .or_insert_with(|| start_session(shared, key.clone(), pid, self.windows.clone()));
                 if s.pids.insert(pid) {
                     let _ = s.tx.send(Cmd::Follow(pid));
                 }
             }
-            tracked.insert(pid, Tracked { view, targets: ids, key, root, since_ns: now, gone_ns: None });
+            tracked.insert(
+                pid,
+                Tracked { view, targets: ids, key, root, follow_ticks: ticks, since_ns: now, gone_ns: None },
+            );
         }
         // Sessions nobody needs any more end (their last window is flushed).
         let idle: Vec<Key> =
-            sessions.iter().filter(|(_, s)| s.pids.is_empty()).map(|(k, _)| k.clone()).collect();
+            self.sessions.iter().filter(|(_, s)| s.pids.is_empty()).map(|(k, _)| k.clone()).collect();
         for k in idle {
-            if let Some(s) = sessions.remove(&k) {
+            if let Some(s) = self.sessions.remove(&k) {
                 s.stop.store(true, Ordering::SeqCst);
                 drop(s.tx);
                 let _ = s.thread.join();
             }
         }
     }
+
+    /// Whether `p` is recorded through a followed ancestor with the same key. Inherited events exist
+    /// only for processes forked after the ancestor's events were opened: a process that started before
+    /// the ancestor was chosen is opened directly; one that started after is covered once the session
+    /// has seen its fork, and opened directly if that fork does not show within [`FORK_WAIT`].
+    fn cover(
+        &mut self,
+        p: &ProcessView,
+        key: &Key,
+        views: &BTreeMap<u32, ProcessView>,
+        want: &BTreeMap<u32, (Vec<i64>, Key, u32)>,
+        tracked: &BTreeMap<u32, Tracked>,
+    ) -> Cover {
+        let mut up = p.ppid;
+        for _ in 0..64 {
+            if let Some((_, k, root)) = want.get(&up).filter(|(_, k, _)| k == key) {
+                let _ = k;
+                // An ancestor chosen in this scan is opened after it: nothing is inherited yet.
+                let Some(a) = tracked.get(root).filter(|t| t.gone_ns.is_none() && t.root == *root) else {
+                    return Cover::Direct;
+                };
+                if p.start_ticks < a.follow_ticks {
+                    return Cover::Direct;
+                }
+                let seen = self
+                    .sessions
+                    .get(key)
+                    .is_some_and(|s| s.known.lock().expect("known lock").contains(&p.pid));
+                if seen {
+                    self.pending.remove(&p.pid);
+                    return Cover::By(*root);
+                }
+                let since = *self.pending.entry(p.pid).or_insert_with(Instant::now);
+                return if since.elapsed() < FORK_WAIT { Cover::Wait } else { Cover::Direct };
+            }
+            match views.get(&up) {
+                Some(v) if v.ppid != up => up = v.ppid,
+                _ => break,
+            }
+        }
+        Cover::Direct
+    }
 }
 
 fn start_session(shared: &Shared, key: Key, first: u32, windows: Sender<Window>) -> SessionHandle {
     let (tx, rx) = channel();
+    let known = Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
     let stop = Arc::new(AtomicBool::new(false));
     let thread = {
-        let (key, stop) = (key.clone(), stop.clone());
+        let (key, stop, known) = (key.clone(), stop.clone(), known.clone());
         let counters = shared.counters.clone();
         std::thread::Builder::new()
             .name(format!("whyslow-rec-{}", key.name()))
             .spawn(move || {
-                if let Err(e) = session_thread(&key, first, rx, stop, &windows, &counters) {
+                if let Err(e) = session_thread(&key, first, rx, stop, &windows, &counters, &known) {
                     eprintln!("whyslow serve: recording {} failed: {e}", key.name());
                     counters.session_errors.fetch_add(1, Ordering::Relaxed);
                 }
             })
             .expect("spawning a thread")
     };
-    SessionHandle { tx, stop, thread, pids: BTreeSet::new() }
+    SessionHandle { tx, known, stop, thread, pids: BTreeSet::new() }
 }
 
 struct Quiet;
@@ -301,6 +373,7 @@ fn session_thread(
     stop: Arc<AtomicBool>,
     windows: &Sender<Window>,
     counters: &crate::Counters,
+    known: &std::sync::Mutex<std::collections::HashSet<u32>>,
 ) -> Result<(), whyslow_record::RecordError> {
     let opts = key.options(first, stop);
     let mut objects = Objects::new(&opts)?;
@@ -324,6 +397,7 @@ fn session_thread(
                 Cmd::Forget(pid) => s.forget(pid),
             }
         }
+        *known.lock().expect("known lock") = s.processes().collect();
         let n = s.counters();
         counters.add(key, n.samples - seen.0, n.lost - seen.1);
         seen = (n.samples, n.lost);

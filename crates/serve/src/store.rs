@@ -59,6 +59,11 @@ CREATE TABLE IF NOT EXISTS windows(
     profile BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS windows_by_target ON windows(target, start_ns);
+CREATE TABLE IF NOT EXISTS push_cursors(
+    backend TEXT PRIMARY KEY,
+    last_id INTEGER NOT NULL,
+    dropped INTEGER NOT NULL DEFAULT 0
+);
 CREATE INDEX IF NOT EXISTS windows_by_time ON windows(start_ns);
 ";
 
@@ -232,6 +237,13 @@ impl Store {
         let path = self.path.clone();
         let sql = |source| StoreError::Sql { path: path.clone(), source };
         let tx = self.conn.transaction().map_err(sql)?;
+        // Windows a backend never got count as dropped for it.
+        tx.execute(
+            "UPDATE push_cursors SET dropped = dropped +
+             (SELECT COUNT(*) FROM windows WHERE end_ns < ?1 AND id > push_cursors.last_id)",
+            params![sql_time(older_than_ns)],
+        )
+        .map_err(sql)?;
         let mut removed = tx
             .execute("DELETE FROM windows WHERE end_ns < ?1", params![sql_time(older_than_ns)])
             .map_err(sql)? as u64;
@@ -264,6 +276,12 @@ impl Store {
                         Ok((r.get(0)?, r.get(1)?))
                     })
                     .map_err(sql)?;
+                tx.execute(
+                    "UPDATE push_cursors SET dropped = dropped + (SELECT COUNT(*) FROM windows
+                     WHERE (start_ns < ?1 OR (start_ns = ?1 AND id <= ?2)) AND id > push_cursors.last_id)",
+                    params![s, i],
+                )
+                .map_err(sql)?;
                 removed += tx
                     .execute(
                         "DELETE FROM windows WHERE start_ns < ?1 OR (start_ns = ?1 AND id <= ?2)",
@@ -274,6 +292,67 @@ impl Store {
         }
         tx.commit().map_err(sql)?;
         Ok(removed)
+    }
+
+    /// The last window pushed to `backend`; a backend seen for the first time starts at the newest
+    /// window (history is not pushed).
+    pub fn push_cursor(&self, backend: &str) -> Result<i64, StoreError> {
+        self.conn
+            .execute(
+                "INSERT OR IGNORE INTO push_cursors(backend, last_id) SELECT ?1, COALESCE(MAX(id), 0) FROM windows",
+                params![backend],
+            )
+            .map_err(|e| self.sql(e))?;
+        self.conn
+            .query_row("SELECT last_id FROM push_cursors WHERE backend = ?1", params![backend], |r| r.get(0))
+            .map_err(|e| self.sql(e))
+    }
+
+    pub fn set_push_cursor(&self, backend: &str, id: i64) -> Result<(), StoreError> {
+        self.conn
+            .execute("UPDATE push_cursors SET last_id = ?2 WHERE backend = ?1", params![backend, id])
+            .map_err(|e| self.sql(e))?;
+        Ok(())
+    }
+
+    /// The oldest stored window after `id`, with its process's name.
+    pub fn next_window(&self, after: i64) -> Result<Option<(WindowRow, String)>, StoreError> {
+        self.conn
+            .query_row(
+                "SELECT w.id, w.target, w.pid, w.start_ns, w.end_ns, w.bytes, COALESCE(p.comm, '')
+                 FROM windows w LEFT JOIN processes p ON p.pid = w.pid AND p.start_ticks = w.start_ticks
+                 WHERE w.id > ?1 ORDER BY w.id LIMIT 1",
+                params![after],
+                |r| {
+                    Ok((
+                        WindowRow {
+                            id: r.get(0)?,
+                            target: r.get(1)?,
+                            pid: r.get(2)?,
+                            start_ns: r.get::<_, i64>(3)? as u64,
+                            end_ns: r.get::<_, i64>(4)? as u64,
+                            bytes: r.get::<_, i64>(5)? as u64,
+                        },
+                        r.get(6)?,
+                    ))
+                },
+            )
+            .optional()
+            .map_err(|e| self.sql(e))
+    }
+
+    /// Windows waiting for `backend`, and those retention removed before it got them.
+    pub fn push_queue(&self, backend: &str) -> Result<(u64, u64), StoreError> {
+        self.conn
+            .query_row(
+                "SELECT (SELECT COUNT(*) FROM windows WHERE id > c.last_id), c.dropped FROM push_cursors c
+                 WHERE c.backend = ?1",
+                params![backend],
+                |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64)),
+            )
+            .optional()
+            .map(Option::unwrap_or_default)
+            .map_err(|e| self.sql(e))
     }
 
     /// Bytes the database files take on disk (main file and WAL).
@@ -337,5 +416,28 @@ mod tests {
         let left: Vec<u64> = s.windows(&[1], 0, u64::MAX).unwrap().iter().map(|w| w.start_ns).collect();
         assert_eq!(left, [700, 800, 900]);
         assert!(s.delete_target(1).unwrap() && !s.delete_target(1).unwrap());
+    }
+
+    #[test]
+    fn push_cursors_start_at_the_newest_window_and_count_what_retention_removed_unsent() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(dir.path()).unwrap();
+        let p = ProcessView { pid: 1, comm: "x".into(), start_ticks: 5, ..Default::default() };
+        s.saw_process(&p, 1).unwrap();
+        let add = |s: &mut Store, i: u64| s.add_windows(&[(1, &p, &profile(100 * i, 1))]).unwrap();
+        add(&mut s, 0);
+        // History is not pushed: a new backend starts after window 1.
+        assert_eq!(s.push_cursor("b").unwrap(), 1);
+        for i in 1..5 {
+            add(&mut s, i);
+        }
+        assert_eq!(s.push_queue("b").unwrap(), (4, 0));
+        let (next, comm) = s.next_window(1).unwrap().unwrap();
+        assert_eq!((next.id, next.start_ns, comm.as_str()), (2, 100, "x"));
+        s.set_push_cursor("b", 2).unwrap();
+        // Windows 1-3 end before 310: window 3 was never pushed.
+        s.retain(310, u64::MAX).unwrap();
+        assert_eq!(s.push_queue("b").unwrap(), (2, 1));
+        assert_eq!(s.next_window(2).unwrap().unwrap().0.id, 4);
     }
 }

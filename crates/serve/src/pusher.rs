@@ -1,0 +1,177 @@
+//! Delivery of stored windows to push backends. The store is the queue: each backend has a cursor (the
+//! last window it got), so an outage loses nothing (windows are sent late, in order, with their own
+//! timestamps), memory stays bounded whatever the outage (one window at a time is read), and what
+//! retention removes before a backend got it is counted as dropped. Failures worth retrying back off
+//! exponentially with jitter (1 s to 5 min); a refusal (a 4xx other than 408/429) drops that window with
+//! the reason logged and counted, instead of retrying it forever.
+
+use crate::{now_ns, Shared};
+use std::sync::Arc;
+use std::time::Duration;
+use whyslow_push::{Auth, Backend, PushError};
+
+/// A backend and how to reach it.
+#[derive(Debug, Clone)]
+pub struct PushOptions {
+    pub backend: Backend,
+    pub auth: Auth,
+}
+
+/// Delivery counters of one backend.
+#[derive(Debug, Clone, Default)]
+pub struct PushStats {
+    pub pushed: u64,
+    pub refused: u64,
+    pub failures: u64,
+    pub bytes: u64,
+    pub last_success_ns: u64,
+}
+
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+pub fn run(s: Arc<Shared>, o: PushOptions) {
+    let name = o.backend.name();
+    let mut cursor = match s.store.lock().expect("store lock").push_cursor(&name) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("whyslow serve: push to {name}: {e}");
+            return;
+        }
+    };
+    let mut backoff = Duration::from_secs(1);
+    while !s.stopping() {
+        let next = s.store.lock().expect("store lock").next_window(cursor);
+        let (row, comm) = match next {
+            Ok(Some(n)) => n,
+            Ok(None) => {
+                sleep(&s, Duration::from_millis(500));
+                continue;
+            }
+            Err(e) => {
+                eprintln!("whyslow serve: push to {name}: {e}");
+                sleep(&s, Duration::from_secs(5));
+                continue;
+            }
+        };
+        let profile = match s.store.lock().expect("store lock").profile(row.id) {
+            Ok(Some(p)) => p,
+            // Removed by retention meanwhile, or unreadable: nothing to send.
+            _ => {
+                cursor = row.id;
+                continue;
+            }
+        };
+        let labels = labels(&s, row.target, row.pid, &comm);
+        let result = whyslow_push::send(&o.backend, &o.auth, &labels, &profile);
+        let mut stats = s.push_stats.lock().expect("stats lock");
+        let st = stats.entry(name.clone()).or_default();
+        match result {
+            Ok(bytes) => {
+                st.pushed += 1;
+                st.bytes += bytes;
+                st.last_success_ns = now_ns();
+                backoff = Duration::from_secs(1);
+            }
+            Err(PushError::Refused(m)) => {
+                st.refused += 1;
+                eprintln!("whyslow serve: {name} refused window {} (dropped, not retried): {m}", row.id);
+            }
+            Err(PushError::Retry(m)) => {
+                st.failures += 1;
+                drop(stats);
+                eprintln!("whyslow serve: push to {name} failed, retrying in {} s: {m}", backoff.as_secs());
+                sleep(&s, jitter(backoff));
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                continue;
+            }
+        }
+        drop(stats);
+        cursor = row.id;
+        if let Err(e) = s.store.lock().expect("store lock").set_push_cursor(&name, cursor) {
+            eprintln!("whyslow serve: push to {name}: {e}");
+        }
+    }
+}
+
+/// The series labels of a window: the target's name (else the process name) as the service, the
+/// target's labels and the agent's `--push-label`s, the process name and the host; the pid only when
+/// asked for (one series per process).
+fn labels(s: &Shared, target: i64, pid: u32, comm: &str) -> whyslow_push::Labels {
+    let spec = s.targets.read().expect("targets lock").get(&target).cloned();
+    let mut extra: Vec<(String, String)> = s.opts.push_labels.clone();
+    if let Some(t) = &spec {
+        extra.extend(t.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+    whyslow_push::Labels {
+        service: spec.and_then(|t| t.name).unwrap_or_else(|| {
+            if comm.is_empty() {
+                format!("target-{target}")
+            } else {
+                comm.to_string()
+            }
+        }),
+        process: comm.to_string(),
+        hostname: std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_default(),
+        pid: s.opts.push_per_process.then_some(pid),
+        extra,
+    }
+}
+
+/// Between half and one and a half times `d`, so agents that failed together do not retry together.
+fn jitter(d: Duration) -> Duration {
+    let r = (now_ns() % 1000) as f64 / 1000.0;
+    d.mul_f64(0.5 + r)
+}
+
+/// Sleeps up to `d`, waking early when the agent stops.
+fn sleep(s: &Shared, d: Duration) {
+    let end = std::time::Instant::now() + d;
+    while !s.stopping() && std::time::Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(100).min(end - std::time::Instant::now()));
+    }
+}
+
+/// Adds the push families to /metrics.
+pub fn metrics(s: &Shared, o: &mut crate::metrics::Out) {
+    let stats = s.push_stats.lock().expect("stats lock").clone();
+    for p in &s.opts.push {
+        let name = p.backend.name();
+        let st = stats.get(&name).cloned().unwrap_or_default();
+        let (queued, dropped) = s.store.lock().expect("store lock").push_queue(&name).unwrap_or_default();
+        let b = [("backend", name.as_str())];
+        let w = |result: &'static str| [("backend", name.as_str()), ("result", result)];
+        o.sample(
+            "whyslow_push_windows_total",
+            "counter",
+            "Windows delivered to a push backend, refused by it, or removed by retention before it got them.",
+            &w("pushed"),
+            st.pushed.to_string(),
+        );
+        o.sample("whyslow_push_windows_total", "counter", "", &w("refused"), st.refused.to_string());
+        o.sample("whyslow_push_windows_total", "counter", "", &w("retention"), dropped.to_string());
+        o.sample(
+            "whyslow_push_failures_total",
+            "counter",
+            "Push attempts that failed and will be retried.",
+            &b,
+            st.failures.to_string(),
+        );
+        o.sample("whyslow_push_bytes_total", "counter", "Bytes pushed.", &b, st.bytes.to_string());
+        o.sample(
+            "whyslow_push_queue_windows",
+            "gauge",
+            "Windows waiting to be pushed.",
+            &b,
+            queued.to_string(),
+        );
+        o.sample(
+            "whyslow_push_last_success_timestamp_seconds",
+            "gauge",
+            "When a push last succeeded (0: never).",
+            &b,
+            format!("{:.3}", st.last_success_ns as f64 / 1e9),
+        );
+    }
+}
