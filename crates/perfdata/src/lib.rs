@@ -17,7 +17,6 @@ use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use whyslow_convert::records::{Record, SampleRef, Timed, UserRegs};
 use whyslow_convert::{Converter, Host, ProcessInfo, Stream};
 use whyslow_model::raw::{RawKernel, RawRecording};
@@ -269,26 +268,17 @@ fn read<R: Read + Seek>(
         mapped.and_then(|m| Some((m, data_section(&m, &perf_file)?, inplace::Layout::new(&attrs)?)));
     match in_place {
         Some((m, (data, base), layout)) => {
-            // Another core maps the pages ahead of the records being read and gives back those read (the
-            // mapping would otherwise count the whole file as resident; they stay in the page cache).
-            let (reached, stop) = (AtomicUsize::new(0), AtomicBool::new(false));
-            let walked = std::thread::scope(|scope| {
-                let mut pages = Pages { map: m.map, base, len: data.len(), ahead: 0, given_back: 0 };
-                let helper = m.map.and_then(|_| {
-                    let (reached, stop) = (&reached, &stop);
-                    let mut pages = Pages { ..pages };
-                    let run = move || pages.follow(reached, stop);
-                    std::thread::Builder::new().name("perf.data pages".into()).spawn_scoped(scope, run).ok()
-                });
-                let done = |upto: usize| match &helper {
-                    Some(_) => reached.store(upto, Ordering::Relaxed),
-                    None => pages.give_back(upto),
-                };
-                let walked =
-                    inplace::walk(data, &layout, |attr, rec, time| imp.record(attr, rec, time), done);
-                stop.store(true, Ordering::Relaxed);
-                walked
-            });
+            // Pages already read are given back (the mapping would otherwise count the whole file as
+            // resident; they stay in the page cache). Mapping them ahead on the other core
+            // (MADV_POPULATE_READ) was tried: no faster, the reader keeps pace, and the core is wanted
+            // by the symbolizer's threads.
+            let mut pages = Pages { map: m.map, base, given_back: base };
+            let walked = inplace::walk(
+                data,
+                &layout,
+                |attr, rec, time| imp.record(attr, rec, time),
+                |upto| pages.give_back(upto),
+            );
             walked.map_err(|why| PerfDataError::Parse(shown.clone(), why))?;
         }
         None => loop {
@@ -306,26 +296,19 @@ fn read<R: Read + Seek>(
     imp.finish(&perf_file, &attrs, shown)
 }
 
-/// The pages of a mapped file's data section (`len` bytes at `base`) around where its records are read.
-#[derive(Clone, Copy)]
+/// The pages of a mapped file's data section, which starts at `base`.
 struct Pages<'a> {
     map: Option<&'a memmap2::Mmap>,
     base: usize,
-    len: usize,
-    /// Mapped ahead up to here (relative to `base`); given back below `given_back` (absolute).
-    ahead: usize,
+    /// Pages below this (absolute) are given back.
     given_back: usize,
 }
 
 impl Pages<'_> {
-    const STEP: usize = 4 << 20;
-    const AHEAD: usize = 32 << 20;
-    const BEHIND: usize = 16 << 20;
-
     /// Nothing before `upto` (relative to `base`) is read again: gives those pages back in 16 MB steps.
     fn give_back(&mut self, upto: usize) {
         let upto = self.base + upto;
-        let Some(map) = self.map.filter(|_| upto >= self.given_back + Self::BEHIND) else { return };
+        let Some(map) = self.map.filter(|_| upto >= self.given_back + (16 << 20)) else { return };
         // SAFETY: the mapping is read-only, so dropping its pages loses nothing: a later read of them
         // (none is expected) faults them in from the file again.
         let _ = unsafe {
@@ -336,27 +319,6 @@ impl Pages<'_> {
             )
         };
         self.given_back = upto;
-    }
-
-    /// On a thread of its own until `stop`: keeps the pages up to 32 MB past `reached` (where the reader
-    /// is) mapped, so the reader takes no page faults (nor waits for the disk where the file is not
-    /// cached), and gives back those before it. Without MADV_POPULATE_READ (Linux 5.14) the reader
-    /// faults the pages in itself.
-    fn follow(&mut self, reached: &AtomicUsize, stop: &AtomicBool) {
-        let Some(map) = self.map else { return };
-        let mut populate = true;
-        while !stop.load(Ordering::Relaxed) {
-            let at = reached.load(Ordering::Relaxed);
-            self.give_back(at);
-            let want = at.saturating_add(Self::AHEAD).min(self.len);
-            if populate && self.ahead < want {
-                let n = Self::STEP.min(self.len - self.ahead);
-                populate = map.advise_range(memmap2::Advice::PopulateRead, self.base + self.ahead, n).is_ok();
-                self.ahead += n;
-            } else {
-                std::thread::sleep(std::time::Duration::from_micros(250));
-            }
-        }
     }
 }
 
