@@ -35,6 +35,7 @@ bench: build workloads
 	bench/calls_overhead.sh
 	bench/offcpu_alloc_overhead.sh
 	bench/import_perfdata.sh
+	bench/push_cost.sh
 	bench/serve_overhead.sh
 
 clean:
