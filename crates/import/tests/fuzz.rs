@@ -1194,6 +1194,7 @@ fn reproduce() {
         Ok(p) => {
             p.validate().unwrap();
             eprintln!("decoded: {} samples, {} stacks", p.samples.len(), p.stacks.len());
+            consume(&p, &origin);
         }
         Err(e) => eprintln!("refused: {e}"),
     }

@@ -390,6 +390,43 @@ impl Profile {
         self.samples.iter().map(|s| s.values[value]).sum()
     }
 
+    /// Checks the counter tables: at most [`HIST_BUCKETS`] latency buckets, and every column summed over
+    /// all rows (the latency buckets all together) fits in a u64, so merging rows, the summaries and the
+    /// quantiles never overflow.
+    fn validate_counters(&self) -> Result<(), String> {
+        let overflow = |what: &str| format!("the {what} counters overflow");
+        let add = |sum: &mut u64, v: u64, what: &str| {
+            *sum = sum.checked_add(v).ok_or_else(|| overflow(what))?;
+            Ok::<(), String>(())
+        };
+        let (mut calls, mut errors, mut ns, mut bytes, mut errnos, mut hist) = (0, 0, 0, 0, 0, 0);
+        for (i, s) in self.syscalls.iter().enumerate() {
+            if s.hist.len() > HIST_BUCKETS {
+                return Err(format!(
+                    "syscall row {i} has {} latency buckets (at most {HIST_BUCKETS})",
+                    s.hist.len()
+                ));
+            }
+            add(&mut calls, s.calls, "syscall")?;
+            add(&mut errors, s.errors, "syscall")?;
+            add(&mut ns, s.total_ns, "syscall")?;
+            add(&mut bytes, s.bytes, "syscall")?;
+            for &v in &s.hist {
+                add(&mut hist, v, "syscall")?; // all buckets together: a quantile sums a row's
+            }
+            for (_, n) in &s.errnos {
+                add(&mut errnos, *n, "syscall")?;
+            }
+        }
+        let (mut calls, mut timed, mut ns) = (0, 0, 0);
+        for c in &self.calls {
+            add(&mut calls, c.calls, "call")?;
+            add(&mut timed, c.timed, "call")?;
+            add(&mut ns, c.total_ns, "call")?;
+        }
+        Ok(())
+    }
+
     /// Checks internal references so a file that decodes but lies (or a buggy source) cannot panic consumers.
     pub fn validate(&self) -> Result<(), String> {
         let ns = self.strings.len() as u32;
@@ -425,6 +462,7 @@ impl Profile {
                 return Err(format!("sample {i} has {} values, expected {nt}", s.values.len()));
             }
         }
+        self.validate_counters()?;
         // Every sum a consumer takes (totals, a function's share, a diff) stays exact.
         let mut totals = vec![0i64; nt];
         for s in &self.samples {
@@ -611,6 +649,14 @@ mod tests {
         raw.add(vec![raw::RawFrame::Kernel(2)], thread.clone(), &vec![2; n]);
         raw.add(vec![raw::RawFrame::Kernel(2)], thread, &vec![1; n]);
         assert_eq!((raw.samples.len(), raw.overflowed, raw.totals[0]), (2, 1, i64::MAX));
+        let mut p = sample_profile();
+        let row = SyscallStat { calls: u64::MAX, hist: vec![0; HIST_BUCKETS], ..Default::default() };
+        p.syscalls = vec![row.clone()];
+        assert!(p.validate().is_ok());
+        p.syscalls.push(row);
+        assert!(p.validate().unwrap_err().contains("syscall counters overflow"));
+        p.syscalls = vec![SyscallStat { hist: vec![1; 80], ..Default::default() }];
+        assert!(p.validate().unwrap_err().contains("80 latency buckets"));
     }
 }
 

@@ -82,8 +82,10 @@ pub(crate) fn check_counts<R: Read + Seek>(
         }
         let b = read(entries)?;
         let ids_inside = (0..b.len() as u64 / entry_size).all(|i| {
-            let at = (i * entry_size + attr) as usize;
-            inside(le(&b, at, 8).unwrap_or(0), le(&b, at + 8, 8).unwrap_or(0))
+            let at = (i * entry_size) as usize;
+            let ids = at + attr as usize;
+            attr_read_whole(&b, at, attr)
+                && inside(le(&b, ids, 8).unwrap_or(0), le(&b, ids + 8, 8).unwrap_or(0))
         });
         if !ids_inside {
             return Err("its event ids extend past the end of the file (truncated or corrupt)".into());
@@ -111,6 +113,15 @@ pub(crate) fn mmap2_build_id_fits(r: &RawEventRecord<'_>) -> bool {
         || r.data.get(32..33).is_none_or(|b| b.as_slice()[0] <= 20)
 }
 
+/// Whether the perf_event_attr at `at` is read as `room` bytes: its own size must be one of the sizes
+/// the attribute had (the parser reads the fields of the largest version not above it, then skips to
+/// `room`, so a size between two versions made it read the next fields a few bytes early: a string
+/// length from the middle of a name asked for 1 GB) and fit in `room`.
+fn attr_read_whole(b: &[u8], at: usize, room: u64) -> bool {
+    const VERSIONS: [u64; 8] = [64, 72, 80, 96, 104, 112, 120, 128];
+    le(b, at + 4, 4).is_some_and(|size| size <= room && (VERSIONS.contains(&size) || size > 128))
+}
+
 /// Whether HEADER_EVENT_DESC's events fit in its bytes: `nr`, `attr_size`, then per event the attribute,
 /// `nr_ids`, a string (length and bytes) and the ids.
 fn event_desc_fits(b: &[u8]) -> bool {
@@ -121,6 +132,9 @@ fn event_desc_fits(b: &[u8]) -> bool {
     let mut at = 8usize;
     for _ in 0..nr {
         // Every event takes 72 bytes at least, so this ends after b.len() / 72 rounds.
+        if !attr_read_whole(b, at, attr_size) {
+            return false;
+        }
         let Some(ids_at) = at.checked_add(attr_size as usize) else { return false };
         let (Some(ids), Some(name)) = (le(b, ids_at, 4), le(b, ids_at + 4, 4)) else { return false };
         match (ids_at + 8).checked_add(name as usize).and_then(|n| n.checked_add(8 * ids as usize)) {
@@ -139,7 +153,9 @@ mod tests {
     fn event_desc(nr: u32) -> Vec<u8> {
         let mut b = [nr.to_le_bytes(), 64u32.to_le_bytes()].concat();
         for _ in 0..nr {
-            b.extend([0u8; 64]);
+            let mut attr = [0u8; 64];
+            attr[4] = 64; // its size
+            b.extend(attr);
             b.extend(1u32.to_le_bytes());
             b.extend(4u32.to_le_bytes());
             b.extend(b"ev\0\0");
@@ -158,6 +174,10 @@ mod tests {
         assert!(!event_desc_fits(&b));
         let mut b = event_desc(1);
         b[8 + 64..8 + 68].copy_from_slice(&(1u32 << 31).to_le_bytes()); // ids
+        assert!(!event_desc_fits(&b));
+        // An attribute size between two versions of perf_event_attr: the parser would misread the rest.
+        let mut b = event_desc(1);
+        b[8 + 4] = 65;
         assert!(!event_desc_fits(&b));
     }
 
