@@ -419,6 +419,8 @@ fn session_thread(
 fn window_worker(shared: Arc<Shared>, rx: Receiver<Window>) {
     // Processes started inside followed ones, as (child -> parent), from the windows' fork records.
     let mut parents: HashMap<u32, (u32, Instant)> = HashMap::new();
+    // Files and the kernel's table stay read from one window to the next.
+    let mut symbolizer = whyslow_symbolize::Resident::default();
     for w in rx {
         for &(child, parent) in &w.raw.forks {
             parents.insert(child, (parent, Instant::now()));
@@ -427,7 +429,7 @@ fn window_worker(shared: Arc<Shared>, rx: Receiver<Window>) {
         if w.raw.samples.is_empty() {
             continue;
         }
-        let profile = whyslow_symbolize::symbolize(w.raw);
+        let profile = symbolizer.symbolize(w.raw);
         let tracked = shared.tracked.lock().expect("tracked lock").clone();
         let owner = |pid: u32| {
             let mut p = pid;

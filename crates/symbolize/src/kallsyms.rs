@@ -5,6 +5,7 @@
 
 use std::path::PathBuf;
 
+#[derive(Clone)]
 pub struct Kallsyms {
     text: String,
     /// (address, start of the name in `text`, its length), sorted by address, then name.

@@ -248,7 +248,51 @@ pub fn symbolize(raw: RawRecording) -> Profile {
 
 /// [`symbolize`] with what [`Prefetch::start`] has read already.
 pub fn symbolize_with(raw: RawRecording, prefetch: Prefetch) -> Profile {
-    let Prefetch { kernel: kernel_ahead, mut pool } = prefetch;
+    let Prefetch { kernel: mut kernel_ahead, mut pool } = prefetch;
+    build(raw, &mut pool, &mut |recorded| match kernel_ahead.take() {
+        Some((id, load)) => load.join().unwrap_or_else(|_| kernel_table(&id)),
+        None => match recorded.filter(|k| !k.build_id.is_empty()) {
+            Some(k) => kernel_table(&k.build_id),
+            None => (Kallsyms::load(), false),
+        },
+    })
+}
+
+/// How long a [`Resident`] symbolizer keeps the running kernel's table (modules and BPF programs come
+/// and go; reading /proc/kallsyms takes ~0.1 s).
+const KERNEL_REFRESH: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A symbolizer that stays, for a service that symbolizes a window every few seconds: its threads keep
+/// the files they read (blazesym's caches: no re-reading and re-inflating debug information every
+/// window), and the running kernel's table is read again at most every [`KERNEL_REFRESH`].
+#[derive(Default)]
+pub struct Resident {
+    pool: Pool,
+    kernel: Option<(std::time::Instant, Kallsyms)>,
+}
+
+impl Resident {
+    pub fn symbolize(&mut self, raw: RawRecording) -> Profile {
+        let cached = &mut self.kernel;
+        build(raw, &mut self.pool, &mut |recorded| match recorded.filter(|k| !k.build_id.is_empty()) {
+            Some(k) => kernel_table(&k.build_id),
+            None => {
+                if cached.as_ref().is_none_or(|(at, _)| at.elapsed() > KERNEL_REFRESH) {
+                    *cached = Some((std::time::Instant::now(), Kallsyms::load()));
+                }
+                (cached.as_ref().expect("loaded above").1.clone(), false)
+            }
+        })
+    }
+}
+
+/// Symbolizes on `pool`'s threads; `kernel` gives the kernel table for the recorded kernel, when there
+/// are kernel addresses.
+fn build(
+    raw: RawRecording,
+    pool: &mut Pool,
+    kernel: &mut dyn FnMut(Option<&whyslow_model::raw::RawKernel>) -> (Kallsyms, bool),
+) -> Profile {
     let mut notes = Vec::new();
 
     // Collect distinct addresses per module, then resolve each module in one batch.
@@ -299,13 +343,7 @@ pub fn symbolize_with(raw: RawRecording, prefetch: Prefetch) -> Profile {
     drop(reply);
     if !kernel_addrs.is_empty() {
         let recorded = raw.kernel.as_ref();
-        let table = match kernel_ahead {
-            Some((id, load)) => load.join().unwrap_or_else(|_| kernel_table(&id)),
-            None => match recorded.filter(|k| !k.build_id.is_empty()) {
-                Some(k) => kernel_table(&k.build_id),
-                None => (Kallsyms::load(), false),
-            },
-        };
+        let table = kernel(recorded);
         let mut ksyms = KernelSymbols::new(table, recorded.and_then(|k| k.reloc.clone()));
         if ksyms.is_empty() {
             notes.push("kernel symbols unavailable (/proc/kallsyms shows no addresses)".into());
@@ -341,7 +379,6 @@ pub fn symbolize_with(raw: RawRecording, prefetch: Prefetch) -> Profile {
             resolved.insert(RawFrame::User { module, offset: o }, vec![unknown(path, o)]);
         }
     }
-    drop(pool);
     drop(kept_files);
 
     let mut meta = raw.meta;
