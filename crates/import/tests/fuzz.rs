@@ -13,13 +13,13 @@
 //! Per format the test prints how many mutants decoded and why the others were refused.
 //!
 //! Seeded, so a failure repeats. WHYSLOW_FUZZ_SEED sets the seed, WHYSLOW_FUZZ_ITERS the mutants per
-//! format (the defaults keep the whole test under 10 s of CPU in a debug build), WHYSLOW_FUZZ_SECS instead runs
-//! each format for that many seconds (bench/fuzz_importers.sh: 600 s each in release mode). The input
-//! being checked is always in `$CARGO_TARGET_TMPDIR/fuzz/current-FORMAT`, so an abort or a hang (the
-//! watchdog aborts after WHYSLOW_FUZZ_HANG_SECS, default 60) leaves it behind; a panicking input is saved
-//! as `crash-FORMAT-HASH` there and the test fails at the end of its run; the slowest input is kept as
-//! `slowest-FORMAT`. WHYSLOW_FUZZ_INPUT=FILE
-//! checks one saved input (test `reproduce`); fixed ones go to `tests/corpus/regressions/`.
+//! format (the defaults keep the whole test under 10 s of CPU in a debug build), WHYSLOW_FUZZ_SECS
+//! instead runs each format for that many seconds (bench/fuzz_importers.sh: 600 s each in release mode).
+//! The input being checked is always in `$CARGO_TARGET_TMPDIR/fuzz/current-FORMAT`, so an abort or a
+//! hang (the watchdog aborts after WHYSLOW_FUZZ_HANG_SECS, default 60) leaves it behind; a panicking
+//! input is saved as `crash-FORMAT-HASH` there and the test fails at the end of its run; the slowest
+//! input is kept as `slowest-FORMAT`. WHYSLOW_FUZZ_INPUT=FILE checks one saved input (test
+//! `reproduce`); fixed ones go to `tests/corpus/regressions/`.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::{Cell, RefCell};
@@ -763,8 +763,8 @@ fn corpus(kind: Kind) -> Vec<Seed> {
             // perf.data names binaries of the machine it was recorded on: decoding without them is fine.
             Err(ImportError::PerfData(whyslow_perfdata::PerfDataError::BinariesMissing { .. })) => {}
             Err(ImportError::Recording(whyslow_model::file::FileError::Version { .. })) => panic!(
-                "corpus file {name} is a recording of an older format: record it again (tests/corpus/README.md \
-                 says how)"
+                "corpus file {name} is a recording of an older format: record it again \
+                 (tests/corpus/README.md says how)"
             ),
             Err(e) => panic!("corpus file {name} must import: {e}"),
         }
