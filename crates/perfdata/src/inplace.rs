@@ -136,10 +136,10 @@ impl Rounds {
 /// Walks the data section `data` of a little-endian file: `emit` gets each event record (its attr index,
 /// the record, its time) in time order; `done(n)` says that no record before offset `n` of `data` is
 /// needed any more. An error names what is wrong with the data.
-pub(crate) fn walk(
-    data: &[u8],
+pub(crate) fn walk<'a>(
+    data: &'a [u8],
     layout: &Layout,
-    mut emit: impl FnMut(usize, &RawEventRecord<'_>, Option<u64>),
+    mut emit: impl FnMut(usize, RawEventRecord<'a>, Option<u64>),
     mut done: impl FnMut(usize),
 ) -> Result<(), String> {
     let mut rounds = Rounds::default();
@@ -149,7 +149,7 @@ pub(crate) fn walk(
             let body = RawData::Single(&data[p.start..p.start + p.len]);
             let rec =
                 RawEventRecord::new(RecordType(p.record_type), p.misc, body, layout.parse_infos[p.attr]);
-            emit(p.attr, &rec, p.key.0);
+            emit(p.attr, rec, p.key.0);
         }
     };
     let mut pos = 0usize;

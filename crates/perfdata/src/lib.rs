@@ -4,6 +4,13 @@
 //! that the symbolizer turns into a profile. Binaries are read from this machine; a file whose build id
 //! differs from the one perf recorded is not used (its frames stay module+offset) and is named in a note.
 //! Reads the file only; a corrupt or truncated file is an error, never a panic.
+//!
+//! A regular file is mapped and its records read in place (`inplace`), without copying them; the header's
+//! build ids are handed out before the records are read ([`import_with`]), so symbols can load meanwhile.
+//! `sched:sched_switch` samples become off-CPU time (`offcpu`, ns) of the stack the thread switched out
+//! in, until it is seen again: switched in (sched_switch's `next_pid`, PERF_RECORD_SWITCH) or sampled.
+//! Branch stacks (`--call-graph lbr`) are not used: linux-perf-event-reader 0.10 skips them when it
+//! parses a sample, so such samples keep the kernel's callchain only.
 
 mod guard;
 mod inplace;
@@ -270,15 +277,9 @@ fn read<R: Read + Seek>(
         Some((m, (data, base), layout)) => {
             // Pages already read are given back (the mapping would otherwise count the whole file as
             // resident; they stay in the page cache). Mapping them ahead on the other core
-            // (MADV_POPULATE_READ) was tried: no faster, the reader keeps pace, and the core is wanted
-            // by the symbolizer's threads.
+            // (MADV_POPULATE_READ) was tried: no faster, the reader keeps pace.
             let mut pages = Pages { map: m.map, base, given_back: base };
-            let walked = inplace::walk(
-                data,
-                &layout,
-                |attr, rec, time| imp.record(attr, rec, time),
-                |upto| pages.give_back(upto),
-            );
+            let walked = pipelined(data, &layout, &mut imp, &mut pages);
             walked.map_err(|why| PerfDataError::Parse(shown.clone(), why))?;
         }
         None => loop {
@@ -294,6 +295,93 @@ fn read<R: Read + Seek>(
         },
     }
     imp.finish(&perf_file, &attrs, shown)
+}
+
+/// A record as the walking thread hands it to the converting one.
+struct Walked<'a> {
+    attr: usize,
+    record: RawEventRecord<'a>,
+    time: Option<u64>,
+    parsed: Parsed<'a>,
+}
+
+/// Records in time order, then (`done`) the offset of the data section before which none is needed any
+/// more.
+struct Batch<'a> {
+    records: Vec<Walked<'a>>,
+    done: Option<usize>,
+}
+
+type Parsed<'a> = Result<EventRecord<'a>, ()>;
+
+const BATCH: usize = 256;
+
+/// The walking thread's end of the pipe.
+struct Outbox<'a> {
+    tx: std::sync::mpsc::SyncSender<Batch<'a>>,
+    records: Vec<Walked<'a>>,
+    open: bool,
+}
+
+impl<'a> Outbox<'a> {
+    fn push(&mut self, w: Walked<'a>) {
+        self.records.push(w);
+        if self.records.len() >= BATCH {
+            self.send(None);
+        }
+    }
+
+    fn send(&mut self, done: Option<usize>) {
+        let records = std::mem::replace(&mut self.records, Vec::with_capacity(BATCH));
+        // A converter that stopped (it panicked: the import fails) wants nothing more.
+        self.open = self.open && self.tx.send(Batch { records, done }).is_ok();
+    }
+}
+
+/// Reads the records of `data` on two cores: one thread walks them (headers, the sort into time order,
+/// parsing: the first touch of every page), this one converts them (unwinding, normalizing, adding up)
+/// in the order they come. One thread does both where no second can be started.
+fn pipelined<'a>(
+    data: &'a [u8],
+    layout: &inplace::Layout,
+    imp: &mut Importer,
+    pages: &mut Pages<'_>,
+) -> Result<(), String> {
+    std::thread::scope(|scope| {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Batch<'a>>(16);
+        let walk = move || {
+            let out = RefCell::new(Outbox { tx, records: Vec::with_capacity(BATCH), open: true });
+            let result = inplace::walk(
+                data,
+                layout,
+                |attr, record, time| {
+                    let parsed = Importer::parse(&record);
+                    out.borrow_mut().push(Walked { attr, record, time, parsed });
+                },
+                |upto| out.borrow_mut().send(Some(upto)),
+            );
+            out.borrow_mut().send(None);
+            result
+        };
+        let walker = std::thread::Builder::new().name("perf.data records".into()).spawn_scoped(scope, walk);
+        let Ok(walker) = walker else {
+            return inplace::walk(
+                data,
+                layout,
+                |attr, record, time| imp.handle(attr, &record, time, Importer::parse(&record)),
+                |upto| pages.give_back(upto),
+            );
+        };
+        for Batch { records, done } in rx {
+            for Walked { attr, record, time, parsed } in records {
+                imp.handle(attr, &record, time, parsed);
+            }
+            if let Some(upto) = done {
+                pages.give_back(upto);
+            }
+        }
+        walker.join().unwrap_or_else(|_| Err("corrupt record lengths".into()))
+    })
 }
 
 /// The pages of a mapped file's data section, which starts at `base`.
@@ -425,18 +513,24 @@ impl Importer {
 
     /// One record of event `attr`, in time order.
     fn record(&mut self, attr: usize, record: &RawEventRecord<'_>, time: Option<u64>) {
+        self.handle(attr, record, time, Self::parse(record));
+    }
+
+    /// A record parsed (Err: malformed); any thread may parse while another handles.
+    fn parse<'a>(record: &RawEventRecord<'a>) -> Parsed<'a> {
+        if !guard::mmap2_build_id_fits(record) {
+            return Err(());
+        }
+        record.parse().map_err(|_| ())
+    }
+
+    /// One record of event `attr`, in time order, and what it parsed into.
+    fn handle(&mut self, attr: usize, record: &RawEventRecord<'_>, time: Option<u64>, parsed: Parsed<'_>) {
         let time = time.unwrap_or(0);
         self.end = self.end.max(time);
-        if !guard::mmap2_build_id_fits(record) {
+        let Ok(parsed) = parsed else {
             self.c.count_malformed();
             return;
-        }
-        let parsed = match record.parse() {
-            Ok(p) => p,
-            Err(_) => {
-                self.c.count_malformed();
-                return;
-            }
         };
         match parsed {
             EventRecord::Sample(s) => self.sample(attr, &s, time),
