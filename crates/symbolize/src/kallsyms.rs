@@ -33,7 +33,7 @@ impl Kallsyms {
         (!k.is_empty()).then_some(k)
     }
 
-    fn parse(text: String) -> Kallsyms {
+    pub(crate) fn parse(text: String) -> Kallsyms {
         let mut syms = Vec::with_capacity(text.len() / 40);
         let mut start = 0usize;
         for line in text.split('\n') {

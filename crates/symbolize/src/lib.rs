@@ -430,3 +430,39 @@ fn build(
     p.calls = raw.calls;
     p
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> Kallsyms {
+        Kallsyms::parse(
+            "ffff0000 T _text\nffff0000 T _stext\nffff0010 T do_sys_open\nffff0040 T _etext\n\
+             ffff9000 t mod_fn\t[some_mod]\n"
+                .into(),
+        )
+    }
+
+    #[test]
+    fn recorded_kernel_addresses_are_moved_to_the_table() {
+        // The recording's kernel lay 0x1000 higher (another boot, KASLR).
+        let reloc = ("_text".to_string(), 0xffff1000);
+        let mut k = KernelSymbols::new((table(), false), Some(reloc));
+        assert_eq!(k.lookup(0xffff1015), Some("do_sys_open"));
+        // Without a recorded position the addresses are taken as they are.
+        let mut k = KernelSymbols::new((table(), false), None);
+        assert_eq!(k.lookup(0xffff0015), Some("do_sys_open"));
+        assert_eq!(k.lookup(0xfffe0000), None);
+    }
+
+    #[test]
+    fn perf_s_copy_names_the_kernel_image_only() {
+        let mut k = KernelSymbols::new((table(), true), Some(("_text".to_string(), 0xffff0000)));
+        assert!(!k.is_empty());
+        assert_eq!(k.lookup(0xffff0015), Some("do_sys_open"));
+        // A module address is looked up in /proc/kallsyms (modules come and go): whatever it says there,
+        // perf's copy is not asked.
+        let module = k.lookup(0xffff9004).map(str::to_string);
+        assert_ne!(module.as_deref(), Some("mod_fn"));
+    }
+}
