@@ -492,7 +492,10 @@ impl Importer {
             })
             .unwrap_or_default();
         let hex = |id: &[u8]| id.iter().map(|b| format!("{b:02x}")).collect::<String>();
-        let mut files: Vec<String> = build_ids.keys().filter(|p| p.starts_with('/')).cloned().collect();
+        // Kernel modules (.ko) have build ids too; their addresses are kernel ones, named from kallsyms.
+        let module = |p: &str| [".ko", ".ko.xz", ".ko.zst", ".ko.gz"].iter().any(|s| p.ends_with(s));
+        let mut files: Vec<String> =
+            build_ids.keys().filter(|p| p.starts_with('/') && !module(p)).cloned().collect();
         files.sort();
         let kernel_build_id = build_ids.get(KERNEL_DSO).map(|id| hex(id));
         let host = LocalFiles { build_ids, missing: Default::default(), found: Default::default() };
