@@ -179,16 +179,7 @@ impl Store {
         let mut out = Vec::new();
         for &t in targets {
             let rows = st
-                .query_map(params![t, sql_time(from_ns), sql_time(until_ns)], |r| {
-                    Ok(WindowRow {
-                        id: r.get(0)?,
-                        target: r.get(1)?,
-                        pid: r.get(2)?,
-                        start_ns: r.get::<_, i64>(3)? as u64,
-                        end_ns: r.get::<_, i64>(4)? as u64,
-                        bytes: r.get::<_, i64>(5)? as u64,
-                    })
-                })
+                .query_map(params![t, sql_time(from_ns), sql_time(until_ns)], window_row)
                 .map_err(|e| self.sql(e))?;
             for r in rows {
                 out.push(r.map_err(|e| self.sql(e))?);
@@ -323,19 +314,7 @@ impl Store {
                  FROM windows w LEFT JOIN processes p ON p.pid = w.pid AND p.start_ticks = w.start_ticks
                  WHERE w.id > ?1 ORDER BY w.id LIMIT 1",
                 params![after],
-                |r| {
-                    Ok((
-                        WindowRow {
-                            id: r.get(0)?,
-                            target: r.get(1)?,
-                            pid: r.get(2)?,
-                            start_ns: r.get::<_, i64>(3)? as u64,
-                            end_ns: r.get::<_, i64>(4)? as u64,
-                            bytes: r.get::<_, i64>(5)? as u64,
-                        },
-                        r.get(6)?,
-                    ))
-                },
+                |r| Ok((window_row(r)?, r.get(6)?)),
             )
             .optional()
             .map_err(|e| self.sql(e))
@@ -363,6 +342,18 @@ impl Store {
             .map(|m| m.len())
             .sum()
     }
+}
+
+/// A window from the columns `id, target, pid, start_ns, end_ns, bytes`, in that order.
+fn window_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<WindowRow> {
+    Ok(WindowRow {
+        id: r.get(0)?,
+        target: r.get(1)?,
+        pid: r.get(2)?,
+        start_ns: r.get::<_, i64>(3)? as u64,
+        end_ns: r.get::<_, i64>(4)? as u64,
+        bytes: r.get::<_, i64>(5)? as u64,
+    })
 }
 
 /// A time as SQLite stores it (its integers are signed).
