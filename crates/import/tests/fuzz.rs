@@ -1158,6 +1158,14 @@ fn crafted_inputs_stay_bounded() {
     assert_eq!(p.stack_frames(p.samples[0].stack).len(), 8192);
     assert!(p.meta.notes.iter().any(|n| n.contains("1 stacks deeper than 8192")), "{:?}", p.meta.notes);
 
+    // A sample type's unit of 70,000 characters: a column that wide is a formatting panic.
+    let mut wide = prof.clone();
+    wide.string_table[2] = "u".repeat(70_000);
+    wide.location[0].line.truncate(1);
+    wide.sample[0].location_id.truncate(1);
+    let bytes = prost::Message::encode_to_vec(&wide);
+    assert!(matches!(check(&bytes, "wide.pb", true), Ok(Outcome::Decoded)));
+
     // perf script text of 20,000 events, one sample each: every sample has a value per event (3.2 GB).
     let text: String = (0..20_000).map(|i| format!("t 1 1.000001: ev{i}:\n\tf000 f{i} (/x)\n\n")).collect();
     let r = check(text.as_bytes(), "events.perf-script", true);

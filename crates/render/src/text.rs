@@ -24,9 +24,10 @@ impl Default for ReportOptions {
 /// Function names wider than this push the module column out rather than widening every row.
 const NAME_WIDTH: usize = 60;
 
-/// Width of a number column: the widest of its header and its values.
+/// Width of a number column: the widest of its header and its values (a header is a unit name, which an
+/// imported file can make any length: no wider than a name column).
 fn width(header: &str, values: impl Iterator<Item = i64>) -> usize {
-    values.map(|v| v.to_string().len()).max().unwrap_or(0).max(header.len())
+    values.map(|v| v.to_string().len()).max().unwrap_or(0).max(header.chars().count().min(NAME_WIDTH))
 }
 
 /// The run: command, event, duration, total value, lost samples, unwinding completeness, notes.
@@ -124,7 +125,8 @@ pub fn report(w: &mut impl Write, p: &Profile, o: &ReportOptions) -> Result<(), 
     }
     let threads = whyslow_analyze::threads(p, o.value);
     let vw = width(&st.unit, threads.iter().map(|t| t.value));
-    let namew = threads.iter().map(|t| t.name.chars().count()).max().unwrap_or(0).max(6);
+    // Like function names, a long thread name pushes the columns after it out (a width above 65535 panics).
+    let namew = threads.iter().map(|t| t.name.chars().count()).max().unwrap_or(0).clamp(6, NAME_WIDTH);
     writeln!(w, "\n{:>8} {:>8}  {:<namew$}  {:>vw$}   share", "pid", "tid", "thread", st.unit)?;
     for t in &threads {
         let share = pct(t.value, total);
