@@ -22,8 +22,8 @@ CFG=(--config profile.release.overflow-checks=true
 cd "$ROOT"
 make -s -C tests/workloads >/dev/null  # the binaries the perf.data corpus names
 # Built once: the formats then run the same binary, whatever changes in the tree meanwhile.
-BIN=$(cargo test --release --locked "${CFG[@]}" -q -p whyslow-import --test fuzz --no-run --message-format=json \
-  | python3 -c 'import json,sys
+BIN=$(cargo test --release --locked "${CFG[@]}" -q -p whyslow-import --test fuzz --no-run \
+    --message-format=json | python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)
     if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "fuzz" and m.get("executable"):

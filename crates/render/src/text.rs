@@ -47,8 +47,10 @@ pub fn header(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), Rende
         m.lost_samples
     )?;
     let u = m.unwind;
-    if u.complete + u.partial > 0 {
-        let share = pct(u.complete as i64, (u.complete + u.partial) as i64);
+    // A recording's counters are whatever its file says: their sum must not overflow.
+    let unwound = u.complete.saturating_add(u.partial);
+    if unwound > 0 {
+        let share = 100.0 * u.complete as f64 / unwound as f64;
         writeln!(w, "  user stacks: {} complete, {} partial ({share:.1}% complete)", u.complete, u.partial)?;
     }
     if let (Some(wall), Some(off)) = (p.sample_type(sample_types::WALL), p.sample_type(sample_types::OFFCPU))
