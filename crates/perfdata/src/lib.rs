@@ -14,17 +14,19 @@
 
 mod guard;
 mod inplace;
+mod sample;
 
 use linux_perf_data::linux_perf_event_reader::{
-    ContextSwitchRecord, EventRecord, HardwareEventId, PerfEventType, RawEventRecord, SampleRecord,
-    SamplingPolicy, SoftwareCounterType,
+    ContextSwitchRecord, Endianness, EventRecord, HardwareEventId, PerfEventType, RawData, RawEventRecord,
+    RecordType, SamplingPolicy, SoftwareCounterType,
 };
 use linux_perf_data::{PerfFileReader, PerfFileRecord};
+use sample::SampleFields;
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
-use whyslow_convert::records::{Record, SampleRef, Timed, UserRegs};
+use whyslow_convert::records::{Record, SampleRef, Timed};
 use whyslow_convert::{Converter, Host, ProcessInfo, Stream};
 use whyslow_model::raw::{RawKernel, RawRecording};
 use whyslow_model::{sample_types as st, Metadata, SampleType};
@@ -45,15 +47,6 @@ pub enum PerfDataError {
 const PERF_CONTEXT_MAX: u64 = -4095i64 as u64;
 const PERF_CONTEXT_KERNEL: u64 = -128i64 as u64;
 const PERF_CONTEXT_USER: u64 = -512i64 as u64;
-
-/// x86-64 perf register numbers (arch/x86/include/uapi/asm/perf_regs.h).
-const REG_AX: u64 = 0;
-const REG_DX: u64 = 3;
-const REG_SI: u64 = 4;
-const REG_DI: u64 = 5;
-const REG_BP: u64 = 6;
-const REG_SP: u64 = 7;
-const REG_IP: u64 = 8;
 
 /// The largest object file read for unwinding and symbolizing.
 const MAX_OBJECT_BYTES: u64 = 4 << 30;
@@ -312,7 +305,13 @@ struct Batch<'a> {
     done: Option<usize>,
 }
 
-type Parsed<'a> = Result<EventRecord<'a>, ()>;
+/// A record parsed: a sample's fields, another record, or a record shorter than its format says.
+enum Parsed<'a> {
+    Sample(SampleFields<'a>),
+    /// Boxed: other records are few (maps, names, forks, exits).
+    Other(Box<EventRecord<'a>>),
+    Malformed,
+}
 
 const BATCH: usize = 256;
 
@@ -522,21 +521,36 @@ impl Importer {
     /// A record parsed (Err: malformed); any thread may parse while another handles.
     fn parse<'a>(record: &RawEventRecord<'a>) -> Parsed<'a> {
         if !guard::mmap2_build_id_fits(record) {
-            return Err(());
+            return Parsed::Malformed;
         }
-        record.parse().map_err(|_| ())
+        let info = &record.parse_info;
+        if let (RecordType::SAMPLE, Endianness::LittleEndian, RawData::Single(body)) =
+            (record.record_type, info.endian, record.data)
+        {
+            if SampleFields::reads(info) {
+                return SampleFields::parse_le(body, info).map_or(Parsed::Malformed, Parsed::Sample);
+            }
+        }
+        match record.parse() {
+            Ok(EventRecord::Sample(s)) => Parsed::Sample(SampleFields::of(&s)),
+            Ok(other) => Parsed::Other(Box::new(other)),
+            Err(_) => Parsed::Malformed,
+        }
     }
 
     /// One record of event `attr`, in time order, and what it parsed into.
     fn handle(&mut self, attr: usize, record: &RawEventRecord<'_>, time: Option<u64>, parsed: Parsed<'_>) {
         let time = time.unwrap_or(0);
         self.end = self.end.max(time);
-        let Ok(parsed) = parsed else {
-            self.c.count_malformed();
-            return;
+        let parsed = match parsed {
+            Parsed::Sample(s) => return self.sample(attr, s, time),
+            Parsed::Other(other) => *other,
+            Parsed::Malformed => {
+                self.c.count_malformed();
+                return;
+            }
         };
         match parsed {
-            EventRecord::Sample(s) => self.sample(attr, &s, time),
             // The kernel's map, `[kernel.kallsyms]_text` at the address of _text (relocated kernels).
             EventRecord::Mmap(m) if m.pid == -1 => self.kernel_map(&m.path.as_slice(), m.page_offset),
             EventRecord::Mmap2(m) if m.pid == -1 => self.kernel_map(&m.path.as_slice(), m.page_offset),
@@ -567,41 +581,26 @@ impl Importer {
         }
     }
 
-    fn sample(&mut self, attr: usize, s: &SampleRecord<'_>, time: u64) {
+    fn sample(&mut self, attr: usize, s: SampleFields<'_>, time: u64) {
         let pid = |p: Option<i32>| u32::try_from(p.unwrap_or(0)).ok();
         let (Some(p), Some(t)) = (pid(s.pid), pid(s.tid)) else { return };
         let (kernel, user) = (&mut self.kernel, &mut self.user);
         kernel.clear();
         user.clear();
-        if let Some(chain) = &s.callchain {
-            let mut into_kernel = true;
-            for i in 0..chain.len() {
-                let Some(a) = chain.get(i) else { return };
-                if a >= PERF_CONTEXT_MAX {
-                    into_kernel = a == PERF_CONTEXT_KERNEL || (a != PERF_CONTEXT_USER && into_kernel);
-                    continue;
-                }
-                let frames = if into_kernel { &mut *kernel } else { &mut *user };
-                // Return addresses point after the call: step back into it (not the first frame).
-                frames.push(if frames.is_empty() { a } else { a.saturating_sub(1) });
+        let mut into_kernel = true;
+        for i in 0..s.chain.len() {
+            let Some(a) = s.chain.get(i) else { return };
+            if a >= PERF_CONTEXT_MAX {
+                into_kernel = a == PERF_CONTEXT_KERNEL || (a != PERF_CONTEXT_USER && into_kernel);
+                continue;
             }
+            let frames = if into_kernel { &mut *kernel } else { &mut *user };
+            // Return addresses point after the call: step back into it (not the first frame).
+            frames.push(if frames.is_empty() { a } else { a.saturating_sub(1) });
         }
-        let regs = s.user_regs.as_ref().and_then(|r| {
-            Some(UserRegs {
-                ax: r.get(REG_AX).unwrap_or(0),
-                dx: r.get(REG_DX).unwrap_or(0),
-                si: r.get(REG_SI).unwrap_or(0),
-                di: r.get(REG_DI).unwrap_or(0),
-                bp: r.get(REG_BP).unwrap_or(0),
-                sp: r.get(REG_SP)?,
-                ip: r.get(REG_IP)?,
-            })
-        });
-        let stack = s.user_stack.as_ref().map(|(data, _)| data.as_slice()).unwrap_or_default();
-        let used = s.user_stack.as_ref().map_or(0, |(_, dyn_size)| *dyn_size as usize).min(stack.len());
-        let raw = s.raw.as_ref().map(|r| r.as_slice()).unwrap_or_default();
+        let (raw, stack) = (&s.raw, &s.stack);
         // With registers and stack bytes the converter unwinds (dwarf); else the kernel's walk (-g).
-        let regs = if used == 0 && !user.is_empty() { None } else { regs };
+        let regs = if stack.is_empty() && !user.is_empty() { None } else { s.regs };
         self.first = self.first.min(time);
         self.last = self.last.max(time);
         let sample = SampleRef {
@@ -612,8 +611,8 @@ impl Importer {
             kernel,
             user,
             regs,
-            stack: &stack[..used],
-            raw: &raw,
+            stack,
+            raw,
         };
         self.c.handle_sample(sample, time, &self.ids);
         // sched_switch names the thread that runs next: if it is one of the file's, its block ends.
