@@ -22,7 +22,7 @@ pub fn svg(w: &mut impl Write, p: &Profile, value: usize, o: &FlameOptions) -> R
     let lines: Vec<String> = folded_lines(p, value, true)
         .into_iter()
         .filter(|&(_, n)| n > 0)
-        .map(|(s, n)| format!("{s} {n}"))
+        .map(|(s, n)| format!("{} {n}", unambiguous(s)))
         .collect();
     if lines.is_empty() {
         return Err(RenderError::Empty(st.name.clone()));
@@ -39,6 +39,19 @@ pub fn svg(w: &mut impl Write, p: &Profile, value: usize, o: &FlameOptions) -> R
     }
     inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), w)?;
     Ok(())
+}
+
+/// A stack whose last frame ends in a number (`f 123`) reads to inferno as a differential line (`stack
+/// before after`; a number above i64::MAX overflowed it): the space before that number becomes a no-break
+/// space, which looks the same.
+fn unambiguous(mut stack: String) -> String {
+    if let Some(i) = stack.rfind(' ') {
+        let tail = &stack[i + 1..];
+        if !tail.is_empty() && tail.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+            stack.replace_range(i..i + 1, "\u{a0}");
+        }
+    }
+    stack
 }
 
 #[cfg(test)]
@@ -90,6 +103,18 @@ mod tests {
         assert!(k[0] > 180 && k[2] < 100 && k[1] > 100, "kernel orange: {k:?}");
         assert!(i[2] > 150 && i[0] < 100, "inlined aqua: {i:?}");
         assert!(u[0] > 180 && u[1] < 180, "native red: {u:?}");
+    }
+
+    #[test]
+    fn a_frame_ending_in_a_number_is_no_differential_count() {
+        use whyslow_model::{FrameKind, Metadata, ProfileBuilder, SampleType, NONE};
+        let types = vec![SampleType { name: "cpu".into(), unit: "samples".into() }];
+        let mut b = ProfileBuilder::new(Metadata::default(), types);
+        let f = b.frame("f 9223372036854775808", NONE, "", FrameKind::User);
+        let (leaf, t) = (b.stack(&[f]), b.thread(1, 1, "t"));
+        b.add_sample(leaf, t, &[5]);
+        let s = String::from_utf8(render(|w| svg(w, &b.finish(), 0, &FlameOptions::default()))).unwrap();
+        assert!(s.contains("<title>f\u{a0}9223372036854775808 (5 samples, 100.00%)"), "{s}");
     }
 
     #[test]
