@@ -94,7 +94,7 @@ pub fn record(a: RecordArgs) -> Result<()> {
         kernel: !a.no_kernel,
         cpu: a.cpu || !(a.alloc || a.offcpu),
         alloc: a.alloc.then_some(AllocOptions { period: a.alloc_period }),
-        offcpu: a.offcpu.then_some(OffCpuOptions { min_block: Duration::from_micros(a.min_block_us) }),
+        offcpu: a.offcpu.then(|| OffCpuOptions::sampled_at(a.freq, Duration::from_micros(a.min_block_us))),
         ..Default::default()
     };
     if a.alloc_period == 0 {
@@ -154,10 +154,15 @@ pub fn record(a: RecordArgs) -> Result<()> {
         report.flush()?;
     }
     saved?;
+    // The first sample type's total: "1234 samples", or "0.77 s offcpu" for a time.
+    let amount = match profile.sample_types.first() {
+        Some(t) if t.unit == "nanoseconds" => format!("{:.2} s {}", profile.total(0) as f64 / 1e9, t.name),
+        Some(t) if t.unit != "samples" => format!("{} {} {}", profile.total(0), t.unit, t.name),
+        _ => format!("{} samples", profile.total(0)),
+    };
     eprintln!(
-        "whyslow: wrote {} ({} samples, {:.1}s); next: `whyslow report {0}`, `whyslow flamegraph {0}`",
+        "whyslow: wrote {} ({amount}, {:.1}s); next: `whyslow report {0}`, `whyslow flamegraph {0}`",
         a.output.display(),
-        profile.total(0),
         profile.meta.duration_ns as f64 / 1e9
     );
     Ok(())

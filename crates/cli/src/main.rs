@@ -93,7 +93,8 @@ pub struct RecordArgs {
     /// Sample on-CPU time (the default when no other source is chosen).
     #[arg(long)]
     pub cpu: bool,
-    /// Record blocked time by stack: every switch-out of a target thread, valued until it runs again.
+    /// Record blocked time by stack (eBPF at sched_switch): blocks of 1/F or longer as they are, shorter
+    /// ones sampled (kept with probability length x F, valued 1/F), so the cost stays bounded.
     #[arg(long)]
     pub offcpu: bool,
     /// With --offcpu: leave out blocks shorter than this many microseconds.

@@ -283,6 +283,11 @@ impl<H: Host> Converter<H> {
     pub fn handle(&mut self, t: Timed, ids: &HashMap<u64, usize>) {
         match t.record {
             Record::Sample(s) => self.handle_sample(s.borrowed(), t.time, ids),
+            Record::OffCpu { sample, ns } => {
+                if let Some(stream) = self.offcpu {
+                    self.sample(sample.borrowed(), stream, t.time, Some(ns))
+                }
+            }
             Record::Switch { tid, out: false } => self.switched_in(tid, t.time),
             Record::Switch { .. } | Record::Other => {}
             Record::Mmap { pid, start, len, pgoff, exec, path } => {
@@ -323,7 +328,7 @@ impl<H: Host> Converter<H> {
     /// A sample whose bytes stay the source's (handled like [`Record::Sample`] in [`Converter::handle`]).
     pub fn handle_sample(&mut self, s: SampleRef<'_>, time: u64, ids: &HashMap<u64, usize>) {
         if let Some(&stream) = ids.get(&s.id).and_then(|&k| self.streams.get(k)) {
-            self.sample(s, stream, time)
+            self.sample(s, stream, time, None)
         }
     }
 
@@ -378,7 +383,9 @@ impl<H: Host> Converter<H> {
         }
     }
 
-    fn sample(&mut self, s: SampleRef<'_>, stream: Stream, time: u64) {
+    /// `offcpu_ns`: the blocked time of an off-CPU sample whose block already ended (else it is valued
+    /// when the thread runs again).
+    fn sample(&mut self, s: SampleRef<'_>, stream: Stream, time: u64, offcpu_ns: Option<u64>) {
         self.counters.samples += 1;
         // A sample of a thread means it runs: a block whose switch-in no record showed (a perf.data file
         // of sched_switch alone holds only the switch-outs of the threads it follows) ends here.
@@ -459,7 +466,10 @@ impl<H: Host> Converter<H> {
             stack.extend(s.user.iter().skip(skip_leaf as usize).map(|&a| proc.normalize(a)));
         }
         let thread = RawThread { pid: s.pid, tid: s.tid };
-        if matches!(stream, Stream::OffCpu { .. }) {
+        if let (Stream::OffCpu { slot, .. }, Some(ns)) = (stream, offcpu_ns) {
+            values[slot] = ns.min(i64::MAX as u64) as i64;
+            self.raw.add(stack, thread, &values);
+        } else if matches!(stream, Stream::OffCpu { .. }) {
             // Valued when the thread runs again.
             self.blocked.insert(s.tid, Blocked { since: time, stack, thread });
         } else {

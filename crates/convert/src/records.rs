@@ -35,6 +35,13 @@ pub enum Record {
         tid: u32,
         out: bool,
     },
+    /// A block that ended, decided in the kernel (an eBPF off-CPU source): the thread's stacks when it
+    /// blocked (its sched state in `raw`, at the stream's `state_offset`) and the off-CPU time it stands
+    /// for (a sampling source values a short block it keeps as one period).
+    OffCpu {
+        sample: Sample,
+        ns: u64,
+    },
     /// Records the kernel dropped.
     Lost(u64),
     Other,

@@ -222,6 +222,30 @@ fn a_block_whose_switch_in_is_not_recorded_ends_at_the_threads_next_sample() {
 }
 
 #[test]
+fn blocks_decided_in_the_kernel_are_valued_as_sent_and_keep_preemption_apart() {
+    // An eBPF off-CPU source sends a block when it ended, with the time it stands for (a sampled short
+    // block is valued one period) and the thread's state in `raw`.
+    let mut c = converter();
+    let ids = ids();
+    c.handle(at(100, mmap(10, 0x40_0000, EXE)), &ids);
+    let block = |tid: u32, state: u64, ns: u64| {
+        let Record::Sample(mut s) = sample(0, 10, tid, 0x40_0010) else { unreachable!() };
+        s.raw = state.to_ne_bytes().to_vec();
+        Record::OffCpu { sample: s, ns }
+    };
+    c.handle(at(2_000, block(10, 1, 1_000_000)), &ids);
+    c.handle(at(3_000, block(10, 1, 250)), &ids);
+    c.handle(at(4_000, block(11, 0, 700)), &ids); // preempted: waiting for a CPU
+    let (raw, n) = c.finish();
+    let mut blocked: Vec<(u32, usize, i64)> =
+        raw.samples.iter().map(|((stack, t), v)| (t.tid, stack.len(), v[2])).collect();
+    blocked.sort();
+    // The preempted block's stack starts with the preempted label (one frame more).
+    assert_eq!(blocked, vec![(10, 1, 1_000_250), (11, 2, 700)]);
+    assert_eq!((n.samples, n.unwind.complete + n.unwind.partial), (3, 3));
+}
+
+#[test]
 fn lost_and_malformed_records_are_counted() {
     let mut c = converter();
     c.handle(at(1, Record::Lost(7)), &ids());

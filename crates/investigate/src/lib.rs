@@ -66,7 +66,7 @@ pub fn investigate(opts: &Options, observer: &mut impl Observer) -> Result<Profi
         frequency: opts.frequency,
         duration: opts.duration.map(|d| d.mul_f64(2.0 / 3.0)),
         cpu: true,
-        offcpu: Some(OffCpuOptions { min_block: Duration::from_micros(10) }),
+        offcpu: Some(OffCpuOptions::sampled_at(opts.frequency, Duration::from_micros(10))),
         syscalls: Some(SyscallOptions { trace: Vec::new(), stacks_period: Some(opts.stacks_period) }),
         alloc: Some(AllocOptions { period: opts.alloc_period }),
         leave_running: true,

@@ -93,8 +93,20 @@ impl CallOptions {
 /// How to record off-CPU time.
 #[derive(Debug, Clone)]
 pub struct OffCpuOptions {
-    /// Blocks shorter than this are left out (bounds the cost on switch-heavy targets).
+    /// Blocks shorter than this are left out.
     pub min_block: std::time::Duration,
+    /// Blocks shorter than this are kept with probability length / period and valued one period (an
+    /// unbiased estimate at about one record per period of blocked time per thread, however often the
+    /// target switches); longer ones are kept as they are. Zero keeps every block.
+    pub sample_period: std::time::Duration,
+}
+
+impl OffCpuOptions {
+    /// Blocked time sampled at the rate CPU time is: one period is 1 / `frequency`.
+    pub fn sampled_at(frequency: u64, min_block: std::time::Duration) -> Self {
+        let sample_period = std::time::Duration::from_nanos(1_000_000_000 / frequency.max(1));
+        OffCpuOptions { min_block, sample_period }
+    }
 }
 
 /// How to record allocations.

@@ -247,7 +247,7 @@ impl<'a> Session<'a> {
     pub fn step(&mut self, observer: &mut impl Observer) -> Option<End> {
         let poll_fd = self.src.syscalls.as_ref().and_then(|p| p.poll_fd());
         sys::poll(self.src.ev.rings(), poll_fd, 100);
-        self.src.ev.drain(&mut self.c, &mut self.buf);
+        self.src.drain(&mut self.c, &mut self.buf);
         if let Some(p) = &self.src.syscalls {
             p.drain_events().iter().for_each(|e| observer.trace(e));
         }
@@ -339,7 +339,7 @@ impl<'a> Session<'a> {
             sources.push("raw_syscalls:sys_enter");
         }
         if streams.iter().any(|s| matches!(s, Stream::OffCpu { .. })) {
-            sources.push("sched:sched_switch");
+            sources.push("sched_switch (eBPF)");
         }
         if streams.iter().any(|s| matches!(s, Stream::Call { .. } | Stream::Alloc { .. })) {
             sources.push("uprobes");
@@ -365,8 +365,13 @@ impl<'a> Session<'a> {
         }
         self.src.exits = None;
         self.src.ev.set_enabled(false);
-        self.src.ev.drain(&mut self.c, &mut self.buf);
-        self.c.finish_blocked(sys::monotonic_ns());
+        self.src.drain(&mut self.c, &mut self.buf);
+        // Threads still blocked were blocked until now.
+        let end = sys::monotonic_ns();
+        if let Some(p) = self.src.offcpu.take() {
+            self.c.handle_batch(p.in_progress(end), &std::collections::HashMap::new());
+        }
+        self.c.finish_blocked(end);
         // Losses of every source add up: the allocation sites', the syscall and the call counters'.
         let mut lost_events = 0;
         if let Some(sites) = self.src.alloc_sites.take() {

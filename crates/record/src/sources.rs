@@ -1,9 +1,9 @@
 //! The event sources of a run: perf_event rings (CPU clock, tracepoints, uprobe events) opened per task
 //! and inherited by new threads and children, and the eBPF probes (syscall counters, call counters,
-//! allocation-site counters, exit watch). Opening, falling back where the machine refuses, following
+//! allocation-site counters, off-CPU blocks, exit watch). Opening, falling back where the machine refuses, following
 //! more processes later, and closing.
 
-use crate::bpf::{CallProbe, ExitWatch, SyscallProbe};
+use crate::bpf::{CallProbe, ExitWatch, OffCpuConfig, OffCpuProbe, SyscallProbe};
 use crate::calls::{PatternSpec, Probe};
 use crate::records;
 use crate::sys::{self, Clock, EventConfig, Ring, Source};
@@ -124,8 +124,8 @@ impl Events {
         }
     }
 
-    pub(crate) fn drain<H: Host>(&mut self, c: &mut Converter<H>, buf: &mut Vec<u8>) {
-        let mut batch: Vec<Timed> = Vec::new();
+    /// Hands the records of every ring, with `batch` (records of other sources), to the converter.
+    pub(crate) fn drain<H: Host>(&mut self, c: &mut Converter<H>, buf: &mut Vec<u8>, mut batch: Vec<Timed>) {
         for ring in &mut self.rings {
             ring.drain(buf, |rec| match records::decode(rec) {
                 Some(t) => batch.push(t),
@@ -147,7 +147,7 @@ impl Events {
     pub(crate) fn clock(&self) -> Option<Clock> {
         self.cfgs.iter().find_map(|c| match c.source {
             Source::Clock(clock) => Some(clock),
-            Source::Tracepoint { .. } => None,
+            Source::Tracepoint { .. } | Source::Track => None,
         })
     }
 }
@@ -217,6 +217,7 @@ pub struct Objects {
     calls: std::mem::MaybeUninit<libbpf_rs::OpenObject>,
     alloc_obj: std::mem::MaybeUninit<libbpf_rs::OpenObject>,
     exits: std::mem::MaybeUninit<libbpf_rs::OpenObject>,
+    offcpu: std::mem::MaybeUninit<libbpf_rs::OpenObject>,
     pub(crate) alloc: Vec<(Probe, SizeArg)>,
     uprobes: Vec<sys::TraceUprobe>,
     /// What resolving the allocation functions had to say.
@@ -257,6 +258,7 @@ impl Objects {
             calls: std::mem::MaybeUninit::uninit(),
             alloc_obj: std::mem::MaybeUninit::uninit(),
             exits: std::mem::MaybeUninit::uninit(),
+            offcpu: std::mem::MaybeUninit::uninit(),
             alloc,
             uprobes,
             notes,
@@ -273,6 +275,10 @@ pub(crate) struct Sources<'obj> {
     pub(crate) alloc_sites: Option<CallProbe<'obj>>,
     /// How attached targets end (None where eBPF is unavailable: then only their exit is seen).
     pub(crate) exits: Option<ExitWatch<'obj>>,
+    /// Off-CPU blocks, sampled in the kernel.
+    pub(crate) offcpu: Option<OffCpuProbe<'obj>>,
+    /// Blocks the off-CPU source lost so far (handed to the converter as lost records).
+    offcpu_lost: u64,
     pub(crate) streams: Vec<Stream>,
     pub(crate) sample_types: Vec<SampleType>,
     /// The allocation functions probed in each process followed.
@@ -297,7 +303,6 @@ impl<'obj> Sources<'obj> {
             stack_bytes: opts.stack_bytes,
             kernel: opts.kernel,
             enable_on_exec: launched,
-            context_switch: false,
         };
         // Events that fire on every call come in bursts: a smaller stack copy each, and a larger ring.
         let event_base = EventConfig { stack_bytes: opts.stack_bytes.min(EVENT_STACK_BYTES), ..base };
@@ -329,20 +334,10 @@ impl<'obj> Sources<'obj> {
                 streams.push(Stream::Call { slot, probe: i });
             }
         }
-        if let Some(oo) = &opts.offcpu {
-            let tracefs = |e: std::io::Error| match e.raw_os_error() {
-                Some(libc::EACCES) | Some(libc::EPERM) => RecordError::Permission(e),
-                _ => RecordError::Io("tracefs (sched/sched_switch)".into(), e),
-            };
-            let id = sys::tracepoint_id("sched", "sched_switch").map_err(tracefs)?;
-            let state_offset =
-                sys::tracepoint_field_offset("sched", "sched_switch", "prev_state").map_err(tracefs)?;
-            let source = Source::Tracepoint { id, period: 1, kernel_stack: true };
-            cfgs.push(EventConfig { source, context_switch: true, ..event_base });
-            let min_block_ns = oo.min_block.as_nanos() as u64;
-            streams.push(Stream::OffCpu { slot: sample_types.len(), state_offset, min_block_ns });
+        let offcpu_slot = opts.offcpu.as_ref().map(|_| {
             sample_types.push(SampleType { name: sample_types::OFFCPU.into(), unit: "nanoseconds".into() });
-        }
+            sample_types.len() - 1
+        });
         if let Some(ao) = &opts.alloc {
             let slot = sample_types.len();
             sample_types.push(SampleType { name: sample_types::ALLOC_COUNT.into(), unit: "count".into() });
@@ -376,7 +371,33 @@ impl<'obj> Sources<'obj> {
             Some(c) => Some(CallProbe::load(&mut objects.calls, c.latency, c.follow_children, None)?),
             None => None,
         };
-        let bursty = cfgs.iter().any(|c| !matches!(c.source, Source::Clock(_)));
+        let mut offcpu = match (&opts.offcpu, offcpu_slot) {
+            (Some(oo), Some(slot)) => {
+                // Off-CPU samples come from eBPF, not from an event: the stream goes after the events'
+                // streams (no event id leads to it). Without other events, one event that samples
+                // nothing follows the processes' mappings, threads and children.
+                if cfgs.is_empty() {
+                    cfgs.push(EventConfig { source: Source::Track, ..base });
+                    streams.push(Stream::Events { slot });
+                }
+                streams.push(Stream::OffCpu { slot, state_offset: 0, min_block_ns: 0 });
+                let cfg = OffCpuConfig {
+                    min_block: oo.min_block,
+                    sample_period: oo.sample_period,
+                    stack_bytes: event_base.stack_bytes,
+                    kernel_stack: opts.kernel,
+                    ring_bytes: (opts.ring_pages * 4096 * sys::online_cpus().len()).min(32 << 20),
+                };
+                let mut p = OffCpuProbe::load(&mut objects.offcpu, &cfg)?;
+                for &pid in pids {
+                    p.track(pid, launched)?;
+                }
+                p.attach()?;
+                Some(p)
+            }
+            _ => None,
+        };
+        let bursty = cfgs.iter().any(|c| matches!(c.source, Source::Tracepoint { .. }));
         let pages = if bursty { opts.ring_pages.max(EVENT_RING_PAGES) } else { opts.ring_pages };
         let mut ev = Events {
             rings: Vec::new(),
@@ -426,10 +447,29 @@ impl<'obj> Sources<'obj> {
             calls,
             alloc_sites: alloc_sites.take(),
             exits,
+            offcpu: offcpu.take(),
+            offcpu_lost: 0,
             streams,
             sample_types,
             alloc_probes,
         })
+    }
+
+    /// Hands everything that arrived to the converter, in time order.
+    pub(crate) fn drain<H: Host>(&mut self, c: &mut Converter<H>, buf: &mut Vec<u8>) {
+        let mut batch = Vec::new();
+        if let Some(p) = &self.offcpu {
+            p.drain(&mut batch);
+            let lost = p.lost();
+            if lost > self.offcpu_lost {
+                batch.push(Timed {
+                    time: 0,
+                    record: whyslow_convert::records::Record::Lost(lost - self.offcpu_lost),
+                });
+                self.offcpu_lost = lost;
+            }
+        }
+        self.ev.drain(c, buf, batch);
     }
 
     /// Follows process `pid` from now on as well: opens the events on its threads and has the eBPF
@@ -458,6 +498,9 @@ impl<'obj> Sources<'obj> {
         }
         if let Some(w) = &self.exits {
             w.track(pid, false)?;
+        }
+        if let Some(p) = &self.offcpu {
+            p.track(pid, false)?;
         }
         Ok(())
     }

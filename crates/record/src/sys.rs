@@ -52,6 +52,9 @@ pub enum Source {
     /// A tracepoint (id from tracefs), every `period`-th hit sampled; the kernel callchain is kept only
     /// with `kernel_stack` (the syscall-entry path is the same for every hit; a switch-out is not).
     Tracepoint { id: u64, period: u64, kernel_stack: bool },
+    /// No samples: only the side-band records (mmap, comm, fork, exit) that let the converter follow a
+    /// process whose samples come from eBPF.
+    Track,
 }
 
 /// Settings for one sampling event.
@@ -63,8 +66,6 @@ pub struct EventConfig {
     pub kernel: bool,
     /// Enable when the (gated) child calls exec, instead of immediately.
     pub enable_on_exec: bool,
-    /// Also emit a record each time a traced thread is switched in or out.
-    pub context_switch: bool,
 }
 
 pub fn open_event(cfg: &EventConfig, pid: i32, cpu: i32) -> io::Result<OwnedFd> {
@@ -83,6 +84,10 @@ pub fn open_event(cfg: &EventConfig, pid: i32, cpu: i32) -> io::Result<OwnedFd> 
             attr.type_ = b::PERF_TYPE_TRACEPOINT;
             attr.config = id;
         }
+        Source::Track => {
+            attr.type_ = b::PERF_TYPE_SOFTWARE;
+            attr.config = b::PERF_COUNT_SW_DUMMY as u64;
+        }
     }
     match cfg.source {
         Source::Clock(_) => {
@@ -93,6 +98,7 @@ pub fn open_event(cfg: &EventConfig, pid: i32, cpu: i32) -> io::Result<OwnedFd> 
             attr.__bindgen_anon_1.sample_period = period.max(1);
             attr.set_exclude_callchain_kernel((!kernel_stack) as u64);
         }
+        Source::Track => attr.__bindgen_anon_1.sample_period = 1,
     }
     attr.sample_type = SAMPLE_TYPE;
     attr.sample_regs_user = REGS_USER_MASK;
@@ -111,7 +117,6 @@ pub fn open_event(cfg: &EventConfig, pid: i32, cpu: i32) -> io::Result<OwnedFd> 
     attr.set_comm(1);
     attr.set_comm_exec(1);
     attr.set_task(1);
-    attr.set_context_switch(cfg.context_switch as u64);
     attr.set_sample_id_all(1);
     attr.set_use_clockid(1);
     attr.clockid = libc::CLOCK_MONOTONIC;
@@ -287,17 +292,6 @@ pub fn tracepoint_id(group: &str, name: &str) -> io::Result<u64> {
     mount_tracefs()?;
     let text = std::fs::read_to_string(&path)?;
     text.trim().parse().map_err(|_| io::Error::new(io::ErrorKind::InvalidData, format!("bad id in {path}")))
-}
-
-/// The byte offset of `field` in the raw record of tracepoint `group/name` (from its format file).
-pub fn tracepoint_field_offset(group: &str, name: &str, field: &str) -> io::Result<usize> {
-    let path = format!("{TRACEFS}/events/{group}/{name}/format");
-    mount_tracefs()?;
-    let text = std::fs::read_to_string(&path)?;
-    let bad = || io::Error::new(io::ErrorKind::InvalidData, format!("no field {field} in {path}"));
-    let line = text.lines().find(|l| l.contains(&format!(" {field};"))).ok_or_else(bad)?;
-    let offset = line.split("offset:").nth(1).and_then(|r| r.split(';').next()).ok_or_else(bad)?;
-    offset.trim().parse().map_err(|_| bad())
 }
 
 fn mount_tracefs() -> io::Result<()> {

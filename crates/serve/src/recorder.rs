@@ -31,8 +31,6 @@ const GRACE: Duration = Duration::from_secs(120);
 const ALLOC_PERIOD: u64 = 1000;
 /// Syscall entries sampled: every Nth.
 const SYSCALL_PERIOD: u64 = 100;
-/// Blocks shorter than this are not recorded as off-CPU time (bounds the cost on busy servers).
-const MIN_BLOCK: Duration = Duration::from_micros(50);
 
 /// What one session records: its sources, frequency and window length.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -66,7 +64,8 @@ impl Key {
             target: Target::Pids(vec![first]),
             frequency: self.frequency,
             cpu: has(SourceKind::Cpu),
-            offcpu: has(SourceKind::Offcpu).then_some(OffCpuOptions { min_block: MIN_BLOCK }),
+            offcpu: has(SourceKind::Offcpu)
+                .then(|| OffCpuOptions::sampled_at(self.frequency, Duration::ZERO)),
             alloc: has(SourceKind::Alloc).then_some(AllocOptions { period: ALLOC_PERIOD }),
             syscalls: has(SourceKind::Syscalls)
                 .then(|| SyscallOptions { trace: Vec::new(), stacks_period: Some(SYSCALL_PERIOD) }),

@@ -3,10 +3,12 @@
 
 mod calls;
 mod exits;
+mod offcpu;
 mod syscalls;
 
 pub use calls::{CallCount, CallProbe};
 pub use exits::ExitWatch;
+pub use offcpu::{OffCpuConfig, OffCpuProbe};
 pub use syscalls::{syscall_numbers, SyscallProbe};
 
 use crate::RecordError;
@@ -30,6 +32,13 @@ mod calls_skel {
 #[allow(non_upper_case_globals, non_snake_case, missing_docs)]
 mod exits_skel {
     include!(concat!(env!("OUT_DIR"), "/exits.skel.rs"));
+}
+
+#[allow(clippy::all, clippy::undocumented_unsafe_blocks, dead_code, unused_imports, unused_qualifications)]
+#[allow(non_camel_case_types)]
+#[allow(non_upper_case_globals, non_snake_case, missing_docs)]
+mod offcpu_skel {
+    include!(concat!(env!("OUT_DIR"), "/offcpu.skel.rs"));
 }
 
 /// Fails early, with the fix, where eBPF cannot work: no kernel BTF.

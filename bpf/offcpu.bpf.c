@@ -1,0 +1,190 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * whyslow off-CPU: blocked time by stack, decided in the kernel. At a switch-out of a tracked thread its
+ * user registers, a copy of its user stack and its kernel stack are kept in `blocks` (one entry per
+ * thread); at its switch-in the block's length is known, and only then is it sent to user space:
+ * always when it lasted at least `sample_ns`, otherwise with probability length / sample_ns and valued
+ * sample_ns. That is an unbiased estimate of blocked time by stack at a bounded rate (about one record per
+ * sample_ns of blocked time per thread), however often the target switches; sample_ns = 0 sends every
+ * block. Blocks shorter than `min_block_ns` are left out. Nothing here may block or change the target;
+ * records the ring had no room for and blocks no entry could hold are counted, never silently dropped.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include "track.h"
+
+#define STACK_MAX 16384 /* bytes of user stack copied at most (a power of two) */
+#define PAGE 4096
+#define KSTACK_DEPTH 64
+#define PF_EXITING 0x00000004
+#define PF_KTHREAD 0x00200000
+
+/* Counters in the `drops` per-CPU array. */
+#define DROP_RING 0 /* blocks the ring buffer had no room for */
+#define DROP_MAP 1  /* switch-outs no `blocks` entry could hold */
+#define DROP_SLOTS 2
+
+/* One thread's last block; the record sent is this struct up to ustack[ustack_bytes]. */
+struct ws_block {
+	u64 since; /* switch-out time; 0 while the thread runs */
+	u64 until; /* switch-in time */
+	u64 ns;    /* off-CPU time the record stands for */
+	u32 tgid;
+	u32 tid;
+	u32 state; /* prev_state at the switch-out: 0 (TASK_RUNNING) when preempted */
+	u32 kstack_bytes;
+	u32 ustack_bytes;
+	u32 pad;
+	u64 ip;
+	u64 sp;
+	u64 bp;
+	u64 kstack[KSTACK_DEPTH];
+	/* Slack past STACK_MAX keeps the verifier's bound on each page-sized read simple. */
+	u8 ustack[STACK_MAX + 2 * PAGE];
+};
+
+/* Set before load. */
+const volatile u64 min_block_ns = 0;
+const volatile u64 sample_ns = 0;
+const volatile u32 stack_bytes = STACK_MAX; /* at most STACK_MAX */
+const volatile bool kernel_stack = true;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 16384);
+	__type(key, u32);
+	__type(value, struct ws_block);
+} blocks SEC(".maps");
+
+/* A zeroed value to create `blocks` entries from (too large for the BPF stack). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct ws_block);
+} zero SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4 << 20); /* resized by user space before load */
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, DROP_SLOTS);
+	__type(key, u32);
+	__type(value, u64);
+} drops SEC(".maps");
+
+static __always_inline void drop(u32 slot)
+{
+	u64 *n = bpf_map_lookup_elem(&drops, &slot);
+	if (n)
+		*n += 1;
+}
+
+/* Copies up to stack_bytes of user stack from sp, page by page, stopping at the first page that cannot be
+ * read (the end of the stack mapping, or a page not resident): returns the bytes copied. */
+static __always_inline u32 copy_stack(struct ws_block *b, u64 sp)
+{
+	u32 n = 0;
+	for (int i = 0; i < STACK_MAX / PAGE + 1; i++) {
+		if (n >= stack_bytes || n >= STACK_MAX)
+			break;
+		u32 len = PAGE - ((sp + n) & (PAGE - 1));
+		if (len > stack_bytes - n)
+			len = stack_bytes - n;
+		/* The masks change nothing (off < STACK_MAX, len <= PAGE) but give the verifier its bounds; the
+		 * barriers keep the compiler from dropping them as redundant. */
+		u32 off = n;
+		barrier_var(off);
+		barrier_var(len);
+		off &= STACK_MAX - 1;
+		len &= 2 * PAGE - 1;
+		if (bpf_probe_read_user(&b->ustack[off], len, (void *)(sp + n)))
+			break;
+		n += len;
+	}
+	return n;
+}
+
+static __always_inline void switched_out(void *ctx, struct task_struct *p, unsigned int state, u64 now)
+{
+	u32 tid = p->pid;
+	if (!is_tracked(p->tgid) || (p->flags & (PF_EXITING | PF_KTHREAD)))
+		return;
+	struct ws_block *b = bpf_map_lookup_elem(&blocks, &tid);
+	if (!b) {
+		u32 k = 0;
+		struct ws_block *z = bpf_map_lookup_elem(&zero, &k);
+		if (!z || bpf_map_update_elem(&blocks, &tid, z, BPF_NOEXIST)) {
+			drop(DROP_MAP);
+			return;
+		}
+		b = bpf_map_lookup_elem(&blocks, &tid);
+		if (!b)
+			return;
+	}
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(p);
+	if (!regs)
+		return;
+	b->tgid = p->tgid;
+	b->tid = tid;
+	b->state = state;
+	b->ip = regs->ip;
+	b->sp = regs->sp;
+	b->bp = regs->bp;
+	b->ustack_bytes = copy_stack(b, b->sp);
+	/* The first two frames are this program and the tracepoint's bpf_trace_run4: start at __schedule. */
+	long k = kernel_stack ? bpf_get_stack(ctx, b->kstack, sizeof(b->kstack), 2) : 0;
+	b->kstack_bytes = k > 0 ? k : 0;
+	b->since = now;
+}
+
+static __always_inline void switched_in(struct task_struct *p, u64 now)
+{
+	u32 tid = p->pid;
+	struct ws_block *b = bpf_map_lookup_elem(&blocks, &tid);
+	if (!b || !b->since)
+		return;
+	u64 ns = now - b->since;
+	b->since = 0;
+	if (ns < min_block_ns)
+		return;
+	if (ns < sample_ns) {
+		/* Kept with probability ns / sample_ns (prandom * sample_ns / 2^32 is uniform in [0, sample_ns)). */
+		if ((((u64)bpf_get_prandom_u32() * sample_ns) >> 32) >= ns)
+			return;
+		ns = sample_ns;
+	}
+	b->ns = ns;
+	b->until = now;
+	u32 n = b->ustack_bytes;
+	if (n > STACK_MAX)
+		n = STACK_MAX;
+	if (bpf_ringbuf_output(&events, b, __builtin_offsetof(struct ws_block, ustack) + n, 0))
+		drop(DROP_RING);
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
+	     unsigned int prev_state)
+{
+	u64 now = bpf_ktime_get_ns();
+	switched_out(ctx, prev, preempt ? 0 : prev_state, now);
+	switched_in(next, now);
+	return 0;
+}
+
+/* A thread that ends runs first (its block was sent at that switch-in): its entry goes. */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(on_thread_exit, struct task_struct *p)
+{
+	u32 tid = p->pid;
+	bpf_map_delete_elem(&blocks, &tid);
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";

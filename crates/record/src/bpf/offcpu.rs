@@ -1,0 +1,138 @@
+//! Off-CPU time by stack from bpf/offcpu.bpf.c: the kernel keeps each tracked thread's stacks at its
+//! switch-out and sends a block only when the thread runs again (sampled below `sample_ns`), so user space
+//! sees a bounded number of records however often the target switches. Load, track, attach, drain.
+
+use super::offcpu_skel::{OffcpuSkel, OffcpuSkelBuilder, OpenOffcpuSkel};
+use super::{check_btf, classify, quiet_libbpf, u64_at};
+use crate::RecordError;
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
+use std::cell::RefCell;
+use std::mem::MaybeUninit;
+use std::rc::Rc;
+use std::time::Duration;
+use whyslow_convert::records::{Record, Sample, Timed, UserRegs};
+
+/// Must match `struct ws_block` in bpf/offcpu.bpf.c.
+const STACK_MAX: u32 = 16384;
+const KSTACK_OFFSET: usize = 72;
+const USTACK_OFFSET: usize = KSTACK_OFFSET + 64 * 8;
+const DROP_SLOTS: u32 = 2;
+
+/// How the kernel side samples blocks.
+#[derive(Debug, Clone, Copy)]
+pub struct OffCpuConfig {
+    pub min_block: Duration,
+    /// Blocks shorter than this are sent with probability length / period, valued one period.
+    pub sample_period: Duration,
+    pub stack_bytes: u32,
+    pub kernel_stack: bool,
+    pub ring_bytes: usize,
+}
+
+/// Loaded and attached off-CPU source; detached when dropped.
+pub struct OffCpuProbe<'obj> {
+    skel: OffcpuSkel<'obj>,
+    ring: RingBuffer<'static>,
+    records: Rc<RefCell<Vec<Timed>>>,
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    b.get(at..at + 4).map_or(0, |s| u32::from_ne_bytes(s.try_into().expect("4 bytes")))
+}
+
+/// A block as the converter's record: the thread's stacks when it blocked, the time it stands for, and
+/// its state in `raw` (the stream's `state_offset` is 0). None for a short or inconsistent record.
+fn decode(b: &[u8], until: Option<u64>) -> Option<Timed> {
+    if b.len() < USTACK_OFFSET {
+        return None;
+    }
+    let since = u64_at(b, 0);
+    let (time, ns) = match until {
+        Some(end) => (end, end.saturating_sub(since)),
+        None => (u64_at(b, 8), u64_at(b, 16)),
+    };
+    let kbytes = (u32_at(b, 36) as usize).min(USTACK_OFFSET - KSTACK_OFFSET);
+    let ubytes = (u32_at(b, 40) as usize).min(b.len() - USTACK_OFFSET);
+    let kernel = (0..kbytes / 8).map(|i| u64_at(b, KSTACK_OFFSET + 8 * i)).filter(|&a| a != 0).collect();
+    let regs = UserRegs { ip: u64_at(b, 48), sp: u64_at(b, 56), bp: u64_at(b, 64), ..Default::default() };
+    let sample = Sample {
+        pid: u32_at(b, 24),
+        tid: u32_at(b, 28),
+        id: 0,
+        period: 0,
+        kernel,
+        user: Vec::new(),
+        regs: Some(regs),
+        stack: b[USTACK_OFFSET..USTACK_OFFSET + ubytes].to_vec(),
+        raw: u64::from(u32_at(b, 32)).to_ne_bytes().to_vec(),
+    };
+    Some(Timed { time, record: Record::OffCpu { sample, ns } })
+}
+
+impl<'obj> OffCpuProbe<'obj> {
+    pub fn load(obj: &'obj mut MaybeUninit<OpenObject>, cfg: &OffCpuConfig) -> Result<Self, RecordError> {
+        check_btf()?;
+        quiet_libbpf();
+        let mut open: OpenOffcpuSkel =
+            OffcpuSkelBuilder::default().open(obj).map_err(|e| classify("open", e))?;
+        if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
+            ro.min_block_ns = cfg.min_block.as_nanos() as u64;
+            ro.sample_ns = cfg.sample_period.as_nanos() as u64;
+            ro.stack_bytes = cfg.stack_bytes.min(STACK_MAX);
+            ro.kernel_stack = cfg.kernel_stack;
+        }
+        let ring_bytes = cfg.ring_bytes.next_power_of_two().max(1 << 20) as u32;
+        open.maps.events.set_max_entries(ring_bytes).map_err(|e| classify("ring buffer", e))?;
+        let skel = open.load().map_err(|e| classify("load", e))?;
+        let records = Rc::new(RefCell::new(Vec::new()));
+        let sink = records.clone();
+        let mut b = RingBufferBuilder::new();
+        b.add(&skel.maps.events, move |data: &[u8]| {
+            if let Some(t) = decode(data, None) {
+                sink.borrow_mut().push(t);
+            }
+            0
+        })
+        .map_err(|e| classify("ring buffer", e))?;
+        let ring = b.build().map_err(|e| classify("ring buffer", e))?;
+        Ok(OffCpuProbe { skel, ring, records })
+    }
+
+    /// Records the blocks of process `pid`'s threads (and of the processes it forks from now on); of a
+    /// `launched` command from its exec on.
+    pub fn track(&self, pid: u32, launched: bool) -> Result<(), RecordError> {
+        super::track(&self.skel.maps.tracked, pid, launched)
+    }
+
+    pub fn attach(&mut self) -> Result<(), RecordError> {
+        self.skel.attach().map_err(|e| classify("attach", e))
+    }
+
+    /// The blocks that ended since the last call.
+    pub fn drain(&self, into: &mut Vec<Timed>) {
+        let _ = self.ring.poll(Duration::ZERO);
+        into.append(&mut self.records.borrow_mut());
+    }
+
+    /// The threads blocked now, each valued from its switch-out until `end` (the end of a run).
+    pub fn in_progress(&self, end: u64) -> Vec<Timed> {
+        let map = &self.skel.maps.blocks;
+        map.keys()
+            .filter_map(|k| map.lookup(&k, MapFlags::ANY).ok().flatten())
+            .filter(|v| u64_at(v, 0) != 0 && u64_at(v, 0) < end)
+            .filter_map(|v| decode(&v, Some(end)))
+            .collect()
+    }
+
+    /// Blocks lost: those the ring had no room for, and switch-outs no map entry could hold.
+    pub fn lost(&self) -> u64 {
+        (0..DROP_SLOTS)
+            .filter_map(|k| {
+                self.skel.maps.drops.lookup_percpu(&k.to_ne_bytes(), MapFlags::ANY).ok().flatten()
+            })
+            .flatten()
+            .map(|v| u64_at(&v, 0))
+            .sum()
+    }
+}
