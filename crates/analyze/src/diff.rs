@@ -253,11 +253,17 @@ pub fn diff(before: Side, after: Side, shares_only: bool) -> Diff {
 }
 
 /// One profile holding the samples of all `profiles` (several runs of one command): frames, modules and
-/// threads are re-interned, values of sample types the first profile has are summed by type name.
-/// Metadata is the first profile's, with durations, lost counts and unwinding statistics summed.
+/// threads are re-interned, values are summed by sample type name (the first profile's types, then those
+/// only later ones have). Metadata is the first profile's, with durations, lost counts and unwinding
+/// statistics summed.
 pub fn merge(profiles: &[&Profile]) -> Profile {
     let Some(first) = profiles.first() else { return Profile::default() };
-    let types = first.sample_types.clone();
+    let mut types = first.sample_types.clone();
+    for t in profiles.iter().flat_map(|p| &p.sample_types) {
+        if !types.iter().any(|u| u.name == t.name) {
+            types.push(t.clone());
+        }
+    }
     let mut meta = Metadata { notes: Vec::new(), exit_code: None, ..first.meta.clone() };
     for p in &profiles[1..] {
         meta.duration_ns += p.meta.duration_ns;
@@ -287,7 +293,7 @@ pub fn merge(profiles: &[&Profile]) -> Profile {
 fn copy_samples(b: &mut ProfileBuilder, types: &[SampleType], p: &Profile, keep: impl Fn(&Thread) -> bool) {
     let value_map: Vec<Option<usize>> =
         types.iter().map(|t| p.sample_types.iter().position(|u| u.name == t.name)).collect();
-    let modules: Vec<u32> = p.modules.iter().map(|m| b.module(&m.path, &m.build_id)).collect();
+    let modules: Vec<u32> = p.modules.iter().map(|m| b.module_of(m)).collect();
     let mut frames: Vec<Option<u32>> = vec![None; p.frames.len()];
     let mut threads: Vec<Option<u32>> = vec![None; p.threads.len()];
     for s in &p.samples {

@@ -614,12 +614,16 @@ pub fn doctor(a: DoctorArgs) -> Result<()> {
             if a.stacks_period == 0 {
                 bail!("--stacks-period must be at least 1");
             }
+            if !(a.budget > 0.0 && a.budget <= 100.0) {
+                bail!("--budget is a percentage of the target's CPU time, above 0 and at most 100");
+            }
             let opts = whyslow_investigate::Options {
                 target: target(t)?,
                 duration: duration(t)?,
                 frequency: a.freq,
                 stacks_period: a.stacks_period,
                 alloc_period: a.stacks_period * 4,
+                budget: a.budget / 100.0,
                 ..Default::default()
             };
             signals::install();

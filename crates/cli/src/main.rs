@@ -285,6 +285,11 @@ pub struct DoctorArgs {
     /// Take the stack of every Nth syscall and of every Nth call of each allocation function.
     #[arg(long, default_value_t = 16, value_name = "N")]
     pub stacks_period: u64,
+    /// The most the second phase's uprobes (allocation and call counters, which cost per call) may cost,
+    /// in percent of the target's CPU time: they stop when they reach it, and their counts are rates
+    /// over the shorter window.
+    #[arg(long, default_value_t = 5.0, value_name = "PCT")]
+    pub budget: f64,
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub format: OutputFormat,
 }

@@ -61,6 +61,28 @@ fn alloc_churn() {
     check_rule("alloc-churn", "doctor_churn", "doctor_churn", &["fixed"]);
 }
 
+/// The allocation probes of doctor_churn (a single thread allocating millions of times) would cost many
+/// times its own run; phase 2 stops them once their estimated cost passes the budget (5% of the target's
+/// CPU plus a 20 ms allowance), at most one 100 ms check interval of probe time later, and says so; the
+/// allocation sites counted until then still back the finding, as rates over that window.
+#[test]
+fn probes_stop_at_the_budget() {
+    let report = doctor("doctor_churn", &[], &[]);
+    let notes: Vec<&str> = report["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
+    let note = notes.iter().find(|n| n.starts_with("probes stopped")).unwrap_or_else(|| panic!("{notes:?}"));
+    // "probes stopped after S s: H hits cost about C ms, past the budget of 5% of the target's T ms of CPU"
+    let num = |after: &str| -> f64 {
+        let rest = &note[note.find(after).unwrap() + after.len()..];
+        rest.split(|c: char| !(c.is_ascii_digit() || c == '.')).next().unwrap().parse().unwrap()
+    };
+    let (cost, cpu) = (num("cost about "), num("target's "));
+    assert!(cost > 0.05 * cpu + 20.0, "stopped only past the budget: {note}");
+    assert!(cost <= 0.05 * cpu + 20.0 + 100.0, "within one check interval of it: {note}");
+    let churn = report["findings"].as_array().unwrap().iter().find(|f| f["id"] == "alloc-churn");
+    let evidence = churn.map(|f| f["evidence"].to_string()).unwrap_or_default();
+    assert!(evidence.contains("allocations counted exactly in"), "{report:#}");
+}
+
 #[test]
 fn excess_copying() {
     check_rule("excess-copying", "doctor_concat", "doctor_concat", &["fixed"]);

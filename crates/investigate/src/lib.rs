@@ -1,10 +1,13 @@
-//! The doctor's investigation of a live target, in two phases. Phase 1 records everything at once: CPU
-//! samples, off-CPU time, exact syscall counters with sampled issuing stacks, and allocations. Phase 2
-//! counts calls exactly (uprobes) on the hottest functions phase 1 found and their callees, so call rates
-//! and caller/callee ratios are known. The result is one profile the doctor's rules read.
+//! The doctor's investigation of a live target, in two phases. Phase 1 records what costs little
+//! however busy the target is: CPU samples, off-CPU time (sampled in the kernel), exact syscall counters
+//! with sampled issuing stacks. Phase 2 puts uprobes on the allocation functions and on the hottest
+//! functions phase 1 found and their callees, so allocation sites, call rates and caller/callee ratios are
+//! known. Uprobes cost per call (a hot allocator can slow a target many times over), so phase 2 stops
+//! once their estimated cost reaches the budget (a share of the target's CPU time): its counts are then
+//! rates over a shorter window, and the report says so. The result is one profile the doctor's rules read.
 //!
-//! A launched command still running after phase 1 is counted in place; one that already ended is run a
-//! second time for phase 2. It never stops or slows the target beyond the probes themselves.
+//! A launched command still running after phase 1 is probed in place; one that already ended is run a
+//! second time for phase 2 (and ended when the budget is spent). Nothing stops the target.
 //!
 //! [`compare`] runs two commands interleaved for `whyslow compare`.
 
@@ -44,6 +47,8 @@ pub struct Options {
     pub alloc_period: u64,
     /// Phase 2 length when the whole duration is not given and the target keeps running.
     pub calls_duration: Duration,
+    /// Share of the target's CPU time phase 2's uprobes may cost (see [`RecordOptions::probe_budget`]).
+    pub budget: f64,
 }
 
 impl Default for Options {
@@ -55,6 +60,7 @@ impl Default for Options {
             stacks_period: 16,
             alloc_period: 64,
             calls_duration: Duration::from_secs(3),
+            budget: 0.05,
         }
     }
 }
@@ -68,7 +74,6 @@ pub fn investigate(opts: &Options, observer: &mut impl Observer) -> Result<Profi
         cpu: true,
         offcpu: Some(OffCpuOptions::sampled_at(opts.frequency, Duration::from_micros(10))),
         syscalls: Some(SyscallOptions { trace: Vec::new(), stacks_period: Some(opts.stacks_period) }),
-        alloc: Some(AllocOptions { period: opts.alloc_period }),
         leave_running: true,
         ..Default::default()
     };
@@ -100,9 +105,8 @@ fn second_phase(
         return Err(InvestigateError::NoSamples(how));
     }
     let mut profile = whyslow_symbolize::symbolize(raw);
-    let candidates = whyslow_analyze::doctor::call_candidates(&profile);
-    if candidates.is_empty() || whyslow_record::signals::stop_requested() {
-        profile.meta.notes.push("phase 2 (exact call counts) skipped: no hot user functions to count".into());
+    if whyslow_record::signals::stop_requested() {
+        profile.meta.notes.push("phase 2 (allocation and call counts) skipped: stopped".into());
         return Ok(profile);
     }
     let attached = !matches!(opts.target, Target::Launch(_));
@@ -114,51 +118,76 @@ fn second_phase(
         let cap = (elapsed * 2).max(Duration::from_secs(5));
         (opts.target.clone(), Some(cap), "in a second run of the command")
     };
+    let candidates = whyslow_analyze::doctor::call_candidates(&profile);
     let modules = whyslow_record::calls::target_modules(&target)?;
     let patterns: Vec<PatternSpec> = candidates
         .iter()
         .map(|n| PatternSpec { group: n.clone(), pattern: n.clone(), required: false })
         .collect();
     let res = whyslow_record::calls::resolve(&modules, &patterns, |_| Default::default())?;
-    if res.probes.is_empty() {
-        profile
-            .meta
-            .notes
-            .push("phase 2 (exact call counts) skipped: the hot functions have no symbols to probe".into());
-        return Ok(profile);
-    }
-    let phase2 = RecordOptions {
+    let mut phase2 = RecordOptions {
         target,
         duration,
         cpu: false,
-        calls: Some(CallOptions { probes: res.probes.clone(), modules, ..Default::default() }),
+        calls: (!res.probes.is_empty()).then(|| CallOptions {
+            probes: res.probes.clone(),
+            modules,
+            ..Default::default()
+        }),
+        alloc: Some(AllocOptions { period: opts.alloc_period }),
+        probe_budget: Some(opts.budget),
         ..Default::default()
     };
-    let raw2 = match whyslow_record::record(&phase2, &mut NoObserver) {
+    let mut raw2 = whyslow_record::record(&phase2, &mut NoObserver);
+    if matches!(raw2, Err(RecordError::Invalid(_))) && phase2.calls.is_some() {
+        // No allocation function to probe (a static binary with its own allocator): calls alone.
+        phase2.alloc = None;
+        raw2 = whyslow_record::record(&phase2, &mut NoObserver);
+    }
+    let raw2 = match raw2 {
         Ok(r) => r,
         // The target ended between the phases: the diagnosis goes on without call counts.
         Err(RecordError::NoSuchProcess(pid)) => {
-            profile.meta.notes.push(format!("phase 2 (exact call counts) skipped: pid {pid} ended"));
+            profile.meta.notes.push(format!("phase 2 (allocation and call counts) skipped: pid {pid} ended"));
+            return Ok(profile);
+        }
+        Err(RecordError::Invalid(why)) => {
+            profile.meta.notes.push(format!("phase 2 (allocation and call counts) skipped: {why}"));
             return Ok(profile);
         }
         Err(e) => return Err(e.into()),
     };
-    profile.meta.notes.push(format!(
-        "phase 2: {} hot functions counted exactly for {:.1} s {how}",
-        res.probes.len(),
-        raw2.meta.duration_ns as f64 / 1e9
-    ));
-    profile.meta.calls_duration_ns = raw2.meta.duration_ns.max(1);
-    profile.meta.lost_events += raw2.meta.lost_events;
-    profile.meta.killed.extend(raw2.meta.killed);
+    if res.probes.is_empty() {
+        profile.meta.notes.push("no hot user functions with symbols to count calls of".into());
+    }
+    let counted = match (res.probes.len(), phase2.alloc.is_some()) {
+        (0, _) => "the allocation functions".to_string(),
+        (n, true) => format!("the allocation functions and {n} hot functions"),
+        (n, false) => format!("{n} hot functions"),
+    };
+    let window = raw2.meta.duration_ns;
+    let mut notes = std::mem::take(&mut profile.meta.notes);
+    notes.push(format!("phase 2: {counted} counted exactly for {:.1} s {how}", window as f64 / 1e9));
+    notes.extend(raw2.meta.notes.iter().filter(|n| n.starts_with("probes stopped")).cloned());
+    let mut meta = profile.meta.clone();
+    meta.notes = notes;
+    meta.calls_duration_ns = window.max(1);
+    meta.lost_events += raw2.meta.lost_events;
+    meta.lost_samples += raw2.meta.lost_samples;
+    meta.killed.extend(raw2.meta.killed.iter().cloned());
+    // Allocation samples and sites join phase 1's samples (their rates are over phase 2's window).
+    let mut calls = raw2.calls.clone();
+    let probed = whyslow_symbolize::symbolize(raw2);
+    let mut profile = whyslow_analyze::diff::merge(&[&profile, &probed]);
+    profile.meta = meta;
     // Each pattern was a function name of the profile: name the counters the same way (a GCC clone such as
     // `parse.constprop.0` is counted for `parse`), so rules join calls and samples by name.
-    profile.calls = raw2.calls;
-    for c in &mut profile.calls {
+    for c in &mut calls {
         if c.name != c.group {
             c.aliases.push(std::mem::replace(&mut c.name, c.group.clone()));
         }
     }
+    profile.calls = calls;
     Ok(profile)
 }
 

@@ -511,6 +511,16 @@ impl ProfileBuilder {
     }
 
     /// Adds a module (deduplicated by path) and returns its index.
+    /// Interns a module of another profile, with its compile-unit producers.
+    pub fn module_of(&mut self, m: &Module) -> u32 {
+        let id = self.module(&m.path, &m.build_id);
+        let producers = &mut self.profile.modules[id as usize].producers;
+        if producers.is_empty() {
+            producers.clone_from(&m.producers);
+        }
+        id
+    }
+
     pub fn module(&mut self, path: &str, build_id: &str) -> u32 {
         if let Some(&id) = self.modules.get(path) {
             return id;

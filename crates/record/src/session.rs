@@ -147,6 +147,9 @@ pub struct Session<'a> {
     last_alive_check: Instant,
     last_snapshot: Instant,
     last_maps_check: Instant,
+    last_budget_check: Instant,
+    /// CPU time of the target processes at the start, for the probe budget.
+    cpu_at_start: u64,
 }
 
 impl<'a> Session<'a> {
@@ -186,6 +189,7 @@ impl<'a> Session<'a> {
             }
         }
         let start_unix_ns = unix_now_ns();
+        let cpu_at_start = pids.iter().map(|&p| target::cpu_time_ns(p)).sum();
         observer.started(&pids);
         let t0 = Instant::now();
         if let Some(g) = gate.as_mut() {
@@ -212,6 +216,8 @@ impl<'a> Session<'a> {
             last_alive_check: t0,
             last_snapshot: t0,
             last_maps_check: t0,
+            last_budget_check: t0,
+            cpu_at_start,
         })
     }
 
@@ -270,6 +276,12 @@ impl<'a> Session<'a> {
                 }
             }
         }
+        if let Some(share) = self.opts.probe_budget {
+            if let Some(note) = self.over_budget(share) {
+                self.notes.push(note);
+                return Some(End::Stopped);
+            }
+        }
         if signals::stop_requested()
             || self.opts.duration.is_some_and(|d| self.t0.elapsed() >= d)
             || self.opts.stop.as_ref().is_some_and(|s| s.load(std::sync::atomic::Ordering::SeqCst))
@@ -289,6 +301,30 @@ impl<'a> Session<'a> {
             }
         }
         None
+    }
+
+    /// Whether the probes' estimated cost went past `share` of the target's CPU time (checked every
+    /// 100 ms, with the note that says so).
+    fn over_budget(&mut self, share: f64) -> Option<String> {
+        if self.last_budget_check.elapsed() < Duration::from_millis(100) {
+            return None;
+        }
+        self.last_budget_check = Instant::now();
+        let latency = self.opts.calls.as_ref().is_some_and(|c| c.latency);
+        let (hits, cost) = self.src.probe_cost(&self.probes, latency);
+        let cpu: u64 = self.pids.iter().map(|&p| target::cpu_time_ns(p)).sum();
+        let cpu = cpu.saturating_sub(self.cpu_at_start);
+        let allowed = (share * cpu as f64) as u64 + crate::BUDGET_CREDIT_NS;
+        (cost > allowed).then(|| {
+            format!(
+                "probes stopped after {:.2} s: {hits} hits cost about {} ms, past the budget of {}% of the \
+                 target's {} ms of CPU; their counts cover that window",
+                self.t0.elapsed().as_secs_f64(),
+                cost / 1_000_000,
+                share * 100.0,
+                cpu / 1_000_000
+            )
+        })
     }
 
     /// Everything converted since the last cut (or the start), as one window; the state of live

@@ -455,6 +455,32 @@ impl<'obj> Sources<'obj> {
         })
     }
 
+    /// Uprobe hits so far (calls probes, whose placements are `call_probes`, and allocation probes) and
+    /// their estimated cost in ns (see [`crate::RecordOptions::probe_budget`]).
+    pub(crate) fn probe_cost(&self, call_probes: &[Probe], latency: bool) -> (u64, u64) {
+        let cost = |p: Option<&Probe>| match p.map(|p| p.site.execution) {
+            Some(whyslow_symbols::placement::Execution::Emulated) => crate::HIT_COST_EMULATED_NS,
+            _ => crate::HIT_COST_STEPPED_NS,
+        };
+        let mut hits = (0, 0);
+        let mut add = |n: u64, per: u64| {
+            hits.0 += n;
+            hits.1 += n.saturating_mul(per);
+        };
+        if let Some(cp) = &self.calls {
+            // A timed call takes the return probe's trap too.
+            let factor = if latency { 2 } else { 1 };
+            cp.counts().iter().for_each(|c| add(c.calls, factor * cost(call_probes.get(c.probe as usize))));
+        }
+        if let Some(sites) = &self.alloc_sites {
+            sites
+                .site_counts()
+                .iter()
+                .for_each(|s| add(s.calls, cost(self.alloc_probes.get(s.probe as usize))));
+        }
+        hits
+    }
+
     /// Hands everything that arrived to the converter, in time order.
     pub(crate) fn drain<H: Host>(&mut self, c: &mut Converter<H>, buf: &mut Vec<u8>) {
         let mut batch = Vec::new();

@@ -158,6 +158,17 @@ pub fn alive(pid: u32) -> bool {
     }
 }
 
+/// CPU time (user + system) process `pid` has used, in ns (0 once it is gone).
+pub fn cpu_time_ns(pid: u32) -> u64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0 };
+    // Fields after the command: state is field 3, utime 14, stime 15.
+    let fields: Vec<&str> = stat.rsplit_once(") ").map_or(Vec::new(), |(_, r)| r.split(' ').collect());
+    let ticks: u64 = fields.get(11..13).map_or(0, |f| f.iter().filter_map(|v| v.parse::<u64>().ok()).sum());
+    // SAFETY: sysconf only reads a configuration value.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    ticks * (1_000_000_000 / hz)
+}
+
 /// PIDs of processes whose comm equals `name` (compared on the kernel's 15-byte comm), except ourselves.
 pub fn pids_by_comm(name: &str) -> Vec<u32> {
     let want: String = name.chars().take(15).collect();

@@ -58,8 +58,13 @@ fn site_counts(f: &Facts) -> Vec<String> {
     let mut sites = crate::top_functions(f.p, count);
     sites.retain(|s| s.self_ > 0);
     let top: Vec<String> = sites.iter().take(3).map(|s| format!("{} ({} calls)", s.name, s.self_)).collect();
-    let rate = total as f64 / f.seconds().max(1e-9);
-    vec![format!("{total} allocations counted exactly ({rate:.0}/s); top call sites: {}", top.join(", "))]
+    // The live doctor counts them in its second phase, over that phase's window.
+    let seconds = f.call_seconds();
+    let rate = total as f64 / seconds.max(1e-9);
+    vec![format!(
+        "{total} allocations counted exactly in {seconds:.1} s ({rate:.0}/s); top call sites: {}",
+        top.join(", ")
+    )]
 }
 
 pub fn check(f: &Facts) -> Verdict {
