@@ -15,6 +15,46 @@ use std::collections::HashMap;
 /// Leaf frame of off-CPU time a thread spent runnable (preempted) rather than blocked.
 pub const PREEMPTED_FRAME: &str = "[waiting for a CPU]";
 
+/// The one frame that stands for everything a sample ran inside whyslow's own probes (a uprobe's trap and
+/// single-step, an eBPF program on a syscall): such samples measure the measurement, not the program.
+pub const PROBE_FRAME: &str = "[whyslow probe]";
+
+/// Module of [`PROBE_FRAME`].
+pub const PROBE_MODULE: &str = "[whyslow]";
+
+/// Whether a frame only runs because a probe of ours fired: the kernel's uprobe and eBPF paths, the
+/// `[uprobes]` page, or [`PROBE_FRAME`] itself.
+pub fn is_probe_frame(name: &str, module: &str) -> bool {
+    const PROBE: [&str; 15] = [
+        "uprobe_",
+        "handle_swbp",
+        "handle_singlestep",
+        "exc_int3",
+        "asm_exc_int3",
+        "exc_debug",
+        "asm_exc_debug",
+        "noist_exc_debug",
+        "bpf_prog_",
+        "__bpf_prog",
+        "bpf_trace_run",
+        "syscall_trace_enter",
+        "syscall_exit_work",
+        "perf_syscall_",
+        "trace_call_bpf",
+    ];
+    name == PROBE_FRAME
+        || module == "[uprobes]"
+        || module == PROBE_MODULE
+        || PROBE.iter().any(|p| name.starts_with(p))
+}
+
+/// Whether a user address no mapping covers is in the page where the kernel single-steps the
+/// instructions uprobes replaced (the "XOL" area, mapped as `[uprobes]` one page below the top of the
+/// 47-bit user address space and not reported to perf as a mapping).
+pub fn is_probe_address(addr: u64) -> bool {
+    (0x7fff_ffff_e000..0x7fff_ffff_f000).contains(&addr)
+}
+
 /// Names of the sample types sources write and consumers look up.
 pub mod sample_types {
     /// On-CPU samples (count) and their period in ns (or `CYCLES` where the PMU has them).

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 use std::io::Write;
-use whyslow_analyze::doctor::{Diagnosis, Finding, HotPath};
+use whyslow_analyze::doctor::{Diagnosis, Finding, HotPath, IdleThread, WallSplit};
 use whyslow_model::Profile;
 
 /// Folds `text` into lines of at most `width` characters: the first starts with `first`, the others
@@ -67,9 +67,16 @@ pub fn text(w: &mut impl Write, p: &Profile, d: &Diagnosis) -> std::io::Result<(
     for (i, f) in d.findings.iter().enumerate() {
         finding(w, i + 1, f)?;
     }
+    if let Some(split) = &d.wall {
+        wall(w, split)?;
+    }
+    if !d.idle_threads.is_empty() {
+        idle(w, &d.idle_threads)?;
+    }
     writeln!(w, "hot paths:")?;
+    let width = d.hot_paths.iter().map(|h| h.of.len()).max().unwrap_or(0);
     for h in &d.hot_paths {
-        writeln!(w, "  {:5.1}% of {:<15} {}", h.pct, h.of, path(h))?;
+        writeln!(w, "  {:5.1}% of {:<width$} {}", h.pct, h.of, path(h))?;
     }
     let calls = counted_calls(p);
     if !calls.is_empty() {
@@ -99,6 +106,41 @@ pub fn text(w: &mut impl Write, p: &Profile, d: &Diagnosis) -> std::io::Result<(
         writeln!(w, "note: {n}")?;
     }
     Ok(())
+}
+
+/// "threads' time: 49.2% running, 0.0% blocked, 50.8% waiting for a CPU (4.01 s); 12.00 s idle".
+fn wall(w: &mut impl Write, s: &WallSplit) -> std::io::Result<()> {
+    let working = s.running_ns + s.blocked_ns + s.runnable_ns;
+    let pct = |x: i64| if working > 0 { 100.0 * x as f64 / working as f64 } else { 0.0 };
+    write!(
+        w,
+        "threads' working time: {:.1}% running, {:.1}% blocked, {:.1}% waiting for a CPU (of {:.2} s)",
+        pct(s.running_ns),
+        pct(s.blocked_ns),
+        pct(s.runnable_ns),
+        working as f64 / 1e9
+    )?;
+    if s.idle_ns >= 5_000_000 {
+        write!(w, "; {:.2} s more idle (waiting for work), left out of the shares", s.idle_ns as f64 / 1e9)?;
+    }
+    if s.probe_ns >= 5_000_000 {
+        write!(w, "; {:.2} s off CPU inside whyslow's probes, left out too", s.probe_ns as f64 / 1e9)?;
+    }
+    writeln!(w, "\n")
+}
+
+/// "3 threads idle: jemalloc_bg_thd (tid 12) in pthread_cond_wait 98%, ...".
+fn idle(w: &mut impl Write, threads: &[IdleThread]) -> std::io::Result<()> {
+    let each: Vec<String> = threads
+        .iter()
+        .map(|t| {
+            let wait = if t.waits_in.is_empty() { String::new() } else { format!(" in {}", t.waits_in) };
+            format!("{} (tid {}){wait} {:.0}%", t.name, t.tid, t.idle_pct)
+        })
+        .collect();
+    let n = threads.len();
+    wrap(w, &format!("{n} thread{} idle: ", if n == 1 { "" } else { "s" }), &each.join(", "), 110)?;
+    writeln!(w)
 }
 
 /// One function counted in the doctor's second phase.
@@ -136,6 +178,8 @@ struct Json<'a> {
     calls: Vec<Counted>,
     skipped: &'a [String],
     instrumentation_pct: f64,
+    wall: Option<&'a WallSplit>,
+    idle_threads: &'a [IdleThread],
     lost_events: u64,
     killed: &'a [whyslow_model::Killed],
     notes: &'a [String],
@@ -150,6 +194,8 @@ pub fn json(w: &mut impl Write, p: &Profile, d: &Diagnosis) -> std::io::Result<(
         calls: counted_calls(p),
         skipped: &d.skipped,
         instrumentation_pct: (d.instrumentation_pct * 10.0).round() / 10.0,
+        wall: d.wall.as_ref(),
+        idle_threads: &d.idle_threads,
         lost_events: p.meta.lost_samples + p.meta.lost_events,
         killed: &p.meta.killed,
         notes: &p.meta.notes,

@@ -17,7 +17,10 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::mpsc;
 use whyslow_model::raw::{RawFrame, RawRecording};
-use whyslow_model::{basename, FrameKind, Profile, ProfileBuilder, NONE};
+use whyslow_model::{
+    basename, is_probe_address, is_probe_frame, FrameKind, Profile, ProfileBuilder, NONE, PROBE_FRAME,
+    PROBE_MODULE,
+};
 
 /// Name of the pseudo-module kernel frames belong to.
 pub const KERNEL_MODULE: &str = "[kernel.kallsyms]";
@@ -386,7 +389,9 @@ fn build(
     let mut b = ProfileBuilder::new(meta, raw.sample_types);
     let module_ids: Vec<u32> = raw.modules.iter().map(|m| b.module(&m.path, &m.build_id)).collect();
     let kernel_module = b.module(KERNEL_MODULE, "");
-    let mut frame_cache: HashMap<RawFrame, Vec<u32>> = HashMap::new();
+    // Each raw frame's function frames, and whether it is inside one of our probes.
+    let mut frame_cache: HashMap<RawFrame, (Vec<u32>, bool)> = HashMap::new();
+    let mut probe_frame = None;
     // Deterministic output order: sort the aggregated samples.
     let mut samples: Vec<_> = raw.samples.into_iter().collect();
     samples.sort_by(|a, b| (a.0 .1.pid, a.0 .1.tid, &a.0 .0).cmp(&(b.0 .1.pid, b.0 .1.tid, &b.0 .0)));
@@ -394,27 +399,34 @@ fn build(
     for ((stack, thread), values) in samples {
         root_first.clear();
         for raw_frame in stack.iter().rev() {
-            let ids = frame_cache.entry(*raw_frame).or_insert_with(|| {
-                let module = match *raw_frame {
-                    RawFrame::User { module, .. } => module_ids[module as usize],
-                    RawFrame::Kernel(_) => kernel_module,
-                    RawFrame::Unmapped(_) => NONE,
+            let (ids, probe) = frame_cache.entry(*raw_frame).or_insert_with(|| {
+                let (module, path) = match *raw_frame {
+                    RawFrame::User { module, .. } => {
+                        (module_ids[module as usize], raw.modules[module as usize].path.as_str())
+                    }
+                    RawFrame::Kernel(_) => (kernel_module, KERNEL_MODULE),
+                    RawFrame::Unmapped(a) => {
+                        let name = format!("[unknown]+{a:#x}");
+                        return (vec![b.frame(&name, NONE, "", FrameKind::Unknown)], is_probe_address(a));
+                    }
                     RawFrame::Label(i) => {
                         let l = &raw.labels[i as usize];
                         let m = b.module(&l.module, "");
-                        return vec![b.frame(&l.name, m, "", l.kind)];
+                        return (vec![b.frame(&l.name, m, "", l.kind)], is_probe_frame(&l.name, &l.module));
                     }
                 };
-                match resolved.get(raw_frame) {
-                    Some(funcs) => funcs.iter().map(|f| b.frame(&f.name, module, &f.file, f.kind)).collect(),
-                    None => {
-                        let RawFrame::Unmapped(a) = *raw_frame else {
-                            unreachable!("user and kernel resolved")
-                        };
-                        vec![b.frame(&format!("[unknown]+{a:#x}"), NONE, "", FrameKind::Unknown)]
-                    }
-                }
+                let funcs = resolved.get(raw_frame).expect("user and kernel frames resolved");
+                let probe = funcs.iter().any(|f| is_probe_frame(&f.name, path));
+                (funcs.iter().map(|f| b.frame(&f.name, module, &f.file, f.kind)).collect(), probe)
             });
+            // A sample inside our probes: everything from the outermost probe frame down is one frame.
+            if *probe {
+                root_first.push(*probe_frame.get_or_insert_with(|| {
+                    let m = b.module(PROBE_MODULE, "");
+                    b.frame(PROBE_FRAME, m, "", FrameKind::User)
+                }));
+                break;
+            }
             root_first.extend_from_slice(ids);
         }
         let leaf = b.stack(&root_first);

@@ -5,8 +5,9 @@
 //! CPU samples taken inside whyslow's own probes (a uprobe trap, an eBPF program on a syscall) are the
 //! measurement, not the program: they are left out of every CPU share and counted apart.
 
+use super::thresholds::IDLE_THREAD_PCT;
 use std::collections::HashMap;
-use whyslow_model::{sample_types, FrameKind, Profile, SyscallStat, PREEMPTED_FRAME};
+use whyslow_model::{is_probe_frame, sample_types, FrameKind, Profile, SyscallStat, PREEMPTED_FRAME};
 
 /// One function of the profile as a rule sees it.
 pub struct Func<'a> {
@@ -26,7 +27,16 @@ impl Func<'_> {
         !self.kernel
             && !self.module.starts_with('[')
             && !SYSTEM_DIRS.iter().any(|d| self.module.starts_with(d))
-            && !LIBRARY_PREFIXES.iter().any(|p| self.name.starts_with(p))
+            && !LIBRARY_PREFIXES
+                .iter()
+                .any(|p| self.name.starts_with(p) || self.qualified_name().starts_with(p))
+    }
+
+    /// The function's qualified name without the return type a demangled template instance starts with
+    /// (`void std::vector<int>::push_back(..)` is `std::vector`).
+    fn qualified_name(&self) -> &str {
+        let head = &self.name[..self.name.find(['<', '(']).unwrap_or(self.name.len())];
+        head.rsplit(' ').next().unwrap_or(head)
     }
 
     /// The name without glibc's internal prefixes (`__libc_malloc`, `__GI___fsync`, `__fdatasync`).
@@ -51,11 +61,27 @@ pub struct Match {
     pub sites: Vec<(String, i64)>,
 }
 
+/// What a thread's off-CPU time in one stack was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Wait {
+    /// Blocked on a resource: I/O, a lock, a page fault, a sleep.
+    Blocked,
+    /// Runnable but preempted: waiting for a CPU.
+    Runnable,
+    /// Waiting for work: an idle pool or runtime thread parked on a condition variable, semaphore or
+    /// futex, or an event loop waiting with nothing ready. Not slowness: left out of every wall share.
+    Idle,
+}
+
 struct View {
     /// Function ids, outermost first.
     funcs: Vec<usize>,
+    /// Index into the profile's threads.
+    thread: u32,
     cpu: i64,
     off: i64,
+    /// What the off-CPU time was (Blocked when there is none).
+    wait: Wait,
     syscalls: i64,
     instrumentation: bool,
 }
@@ -69,7 +95,7 @@ pub struct Facts<'a> {
     /// CPU value of the samples outside our probes; time in ns when the profile has `cpu-ns`.
     pub cpu_total: i64,
     instrumentation_cpu: i64,
-    /// Running + blocked time of all threads (ns), 0 without off-CPU data.
+    /// Running, blocked and runnable time of all threads (ns), idle time left out; 0 without off-CPU data.
     pub wall_total: i64,
     has_cpu: bool,
     has_offcpu: bool,
@@ -78,25 +104,101 @@ pub struct Facts<'a> {
     pub recording: String,
 }
 
-/// Kernel functions (and user pseudo-modules) that only run because a probe of ours fired.
-fn is_probe_frame(name: &str, module: &str) -> bool {
-    const PROBE: [&str; 14] = [
-        "uprobe_",
-        "handle_swbp",
-        "handle_singlestep",
-        "exc_int3",
-        "asm_exc_int3",
-        "exc_debug",
-        "asm_exc_debug",
-        "bpf_prog_",
-        "__bpf_prog",
-        "bpf_trace_run",
-        "syscall_trace_enter",
-        "syscall_exit_work",
-        "perf_syscall_",
-        "trace_call_bpf",
+/// A function a thread waits for work in: a pool's condition variable or semaphore, an event loop's
+/// poll, a listener's accept, the Go scheduler parking an idle M, a thread or process waiting for another
+/// to finish (whose time is counted where it runs). User and kernel names, so a stack whose user part
+/// could not be unwound is still known by its kernel frames.
+fn is_idle_wait(f: &Func) -> bool {
+    const USER: [&str; 20] = [
+        "epoll_wait",
+        "epoll_pwait",
+        "epoll_pwait2",
+        "poll",
+        "ppoll",
+        "select",
+        "pselect",
+        "pselect6",
+        "accept",
+        "accept4",
+        "io_uring_enter",
+        "io_uring_wait_cqe",
+        "sem_wait",
+        "sem_timedwait",
+        "sem_clockwait",
+        "sigwaitinfo",
+        "sigtimedwait",
+        "wait4",
+        "waitpid",
+        "waitid",
     ];
-    module == "[uprobes]" || PROBE.iter().any(|p| name.starts_with(p))
+    const GO: [&str; 8] = [
+        "runtime.stopm",
+        "runtime.notesleep",
+        "runtime.notetsleep",
+        "runtime.notetsleepg",
+        "runtime.sysmon",
+        "runtime.templateThread",
+        "runtime.findRunnable",
+        "runtime.findrunnable",
+    ];
+    const KERNEL: [&str; 8] = [
+        "do_epoll_wait",
+        "do_sys_poll",
+        "do_select",
+        "core_sys_select",
+        "io_cqring_wait",
+        "inet_csk_accept",
+        "do_sigtimedwait",
+        "do_wait",
+    ];
+    if f.kernel {
+        return KERNEL.contains(&f.name);
+    }
+    let plain = f.plain().trim_start_matches('_');
+    (plain.starts_with("pthread_cond_") && plain.contains("wait"))
+        || (plain.starts_with("pthread_") && plain.contains("join"))
+        || USER.contains(&plain)
+        || GO.contains(&f.name)
+        || f.name == "runtime.netpoll"
+}
+
+/// A lock wait below an idle wait makes the stack blocked: a woken waiter re-taking the condition
+/// variable's mutex, the Go scheduler spinning on its own lock.
+fn is_lock_below_wait(f: &Func) -> bool {
+    !f.kernel
+        && (f.name.contains("lll_lock_wait") || ["runtime.lock2", "runtime.lockWithRank"].contains(&f.name))
+}
+
+/// One thread's time (ns): on and off CPU, idle, and the longest idle stack's value with the function it
+/// waits in.
+#[derive(Default)]
+struct ThreadTime {
+    all: i64,
+    idle: i64,
+    longest_wait: Option<(i64, usize)>,
+}
+
+/// A thread that spent most of its time waiting for work, for the one-line summary of idle threads.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct IdleThread {
+    pub pid: u32,
+    pub tid: u32,
+    pub name: String,
+    /// The function it waits in most (the outermost idle-wait frame of its longest idle stack).
+    pub waits_in: String,
+    /// Idle share of the thread's time (on + off CPU), percent.
+    pub idle_pct: f64,
+}
+
+/// How the threads' time splits, in ns: the three states of working time, and apart from them idle time
+/// and off-CPU time inside whyslow's probes (a thread descheduled in a probe's trap).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct WallSplit {
+    pub running_ns: i64,
+    pub blocked_ns: i64,
+    pub runnable_ns: i64,
+    pub idle_ns: i64,
+    pub probe_ns: i64,
 }
 
 impl<'a> Facts<'a> {
@@ -123,26 +225,36 @@ impl<'a> Facts<'a> {
             i.and_then(|i| s.values.get(i)).copied().unwrap_or(0)
         };
         let mut views = Vec::new();
+        let func = |id: usize| Func { name: names[id], module: modules[id], kernel: kernel[id] };
         for s in &p.samples {
             let (c, o, y) = (get(s, cpu), get(s, off), get(s, sys));
             if c == 0 && o == 0 && y == 0 {
                 continue;
             }
             let frames = p.stack_frames(s.stack);
-            let instrumentation =
-                c != 0 && frames.iter().any(|&f| is_probe_frame(p.frame_name(f), p.frame_module(f)));
-            views.push(View {
-                funcs: frames.iter().map(|&f| of_frame[f as usize]).collect(),
-                cpu: c,
-                off: o,
-                syscalls: y,
-                instrumentation,
-            });
+            // On or off CPU: a thread descheduled inside a probe's trap waits for the probe too.
+            let instrumentation = (c != 0 || o != 0)
+                && frames.iter().any(|&f| is_probe_frame(p.frame_name(f), p.frame_module(f)));
+            let funcs: Vec<usize> = frames.iter().map(|&f| of_frame[f as usize]).collect();
+            let wait = if o == 0 {
+                Wait::Blocked
+            } else if funcs.last().is_some_and(|&f| names[f] == PREEMPTED_FRAME) {
+                Wait::Runnable
+            } else {
+                match funcs.iter().position(|&f| is_idle_wait(&func(f))) {
+                    Some(i) if !funcs[i..].iter().any(|&f| is_lock_below_wait(&func(f))) => Wait::Idle,
+                    _ => Wait::Blocked,
+                }
+            };
+            views.push(View { funcs, thread: s.thread, cpu: c, off: o, wait, syscalls: y, instrumentation });
         }
         let cpu_total = views.iter().filter(|v| !v.instrumentation).map(|v| v.cpu).sum();
         let instrumentation_cpu = views.iter().filter(|v| v.instrumentation).map(|v| v.cpu).sum();
         let wall_total = match (p.sample_type(sample_types::CPU_NS), off) {
-            (Some(_), Some(_)) => cpu_total + views.iter().map(|v| v.off).sum::<i64>(),
+            (Some(_), Some(_)) => {
+                let working = views.iter().filter(|v| v.wait != Wait::Idle && !v.instrumentation);
+                cpu_total + working.map(|v| v.off).sum::<i64>()
+            }
             _ => 0,
         };
         Facts {
@@ -158,6 +270,16 @@ impl<'a> Facts<'a> {
             instrumentation_cpu,
             wall_total,
             recording: "whyslow.data".into(),
+        }
+    }
+
+    /// A frame of the profile (by frame id) as a rule sees it.
+    pub fn frame_func(&self, f: u32) -> Func<'_> {
+        let p = self.p;
+        Func {
+            name: p.frame_name(f),
+            module: p.frame_module(f),
+            kernel: p.frames[f as usize].kind == FrameKind::Kernel,
         }
     }
 
@@ -236,9 +358,73 @@ impl<'a> Facts<'a> {
         self.matching(|v| if v.instrumentation { 0 } else { v.cpu }, self.cpu_total, pred)
     }
 
-    /// Blocked time under the functions `pred` matches, as a share of all threads' wall time.
+    /// Blocked time (not idle, not waiting for a CPU) under the functions `pred` matches, as a share of
+    /// the threads' working time.
     pub fn blocked(&self, pred: &dyn Fn(&Func) -> bool) -> Match {
-        self.matching(|v| v.off, self.wall_total, pred)
+        let value = |v: &View| if v.wait == Wait::Blocked && !v.instrumentation { v.off } else { 0 };
+        self.matching(value, self.wall_total, pred)
+    }
+
+    /// The threads' time by state (ns), None without CPU time in ns and off-CPU time.
+    pub fn wall_split(&self) -> Option<WallSplit> {
+        if self.wall_total == 0 {
+            return None;
+        }
+        let mut w = WallSplit { running_ns: self.cpu_total, ..Default::default() };
+        for v in &self.views {
+            match v.wait {
+                _ if v.instrumentation => w.probe_ns += v.off,
+                Wait::Blocked => w.blocked_ns += v.off,
+                Wait::Runnable => w.runnable_ns += v.off,
+                Wait::Idle => w.idle_ns += v.off,
+            }
+        }
+        Some(w)
+    }
+
+    /// Per thread (index into the profile's threads): its time and idle time.
+    fn thread_times(&self) -> HashMap<u32, ThreadTime> {
+        let mut by: HashMap<u32, ThreadTime> = HashMap::new();
+        for v in self.views.iter().filter(|v| !v.instrumentation) {
+            let t = by.entry(v.thread).or_default();
+            t.all += v.cpu + v.off;
+            if v.wait == Wait::Idle && v.off > 0 {
+                t.idle += v.off;
+                let wait = v.funcs.iter().copied().find(|&f| is_idle_wait(&self.func(f)));
+                if let Some(f) = wait.filter(|_| t.longest_wait.is_none_or(|(x, _)| v.off > x)) {
+                    t.longest_wait = Some((v.off, f));
+                }
+            }
+        }
+        by
+    }
+
+    /// Threads idle (waiting for work) for at least [`IDLE_THREAD_PCT`] of their time, most idle first,
+    /// then by tid.
+    pub fn idle_threads(&self) -> Vec<IdleThread> {
+        if self.wall_total == 0 {
+            return Vec::new();
+        }
+        let mut out: Vec<IdleThread> = self
+            .thread_times()
+            .into_iter()
+            .filter_map(|(thread, time)| {
+                let t = self.p.threads.get(thread as usize)?;
+                let idle_pct = pct(time.idle, time.all);
+                (idle_pct >= IDLE_THREAD_PCT).then(|| IdleThread {
+                    pid: t.pid,
+                    tid: t.tid,
+                    name: t.name.clone(),
+                    waits_in: time
+                        .longest_wait
+                        .map(|(_, f)| self.func(f).plain().trim_start_matches('_').to_string())
+                        .unwrap_or_default(),
+                    idle_pct,
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| b.idle_pct.total_cmp(&a.idle_pct).then(a.tid.cmp(&b.tid)).then(a.pid.cmp(&b.pid)));
+        out
     }
 
     /// Sampled stacks of the syscalls `names` (leaf: the syscall's name in module `[syscall]`) that pass through a function `pred`
@@ -265,6 +451,37 @@ impl<'a> Facts<'a> {
         let mut it = self.p.calls.iter().filter(|c| c.name == name).peekable();
         it.peek()?;
         Some(it.map(|c| c.calls).sum())
+    }
+
+    /// For the sampled stacks of value `value` (allocations: the allocator's label is the leaf): the
+    /// caller right above the leaf when it is not user code (`runtime.newobject`, `operator new`), with
+    /// the first user-code frame above it and the value through each, largest first.
+    pub fn user_callers_of_leaf_callers(&self, value: usize) -> HashMap<String, Vec<(String, i64)>> {
+        let p = self.p;
+        let func = |f: u32| self.frame_func(f);
+        let mut by: HashMap<&str, HashMap<String, i64>> = HashMap::new();
+        for s in p.samples.iter().filter(|s| s.values.get(value).is_some_and(|&v| v > 0)) {
+            let frames = p.stack_frames(s.stack);
+            let Some((&site, above)) = frames.split_last().and_then(|(_, rest)| rest.split_last()) else {
+                continue;
+            };
+            if func(site).is_user_code() {
+                continue;
+            }
+            if let Some(&caller) = above.iter().rev().find(|&&f| func(f).is_user_code()) {
+                *by.entry(p.frame_name(site))
+                    .or_default()
+                    .entry(p.frame_name(caller).to_string())
+                    .or_default() += s.values[value];
+            }
+        }
+        by.into_iter()
+            .map(|(site, callers)| {
+                let mut v: Vec<(String, i64)> = callers.into_iter().collect();
+                v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+                (site.to_string(), v)
+            })
+            .collect()
     }
 
     /// Self CPU time per module (outside our probes), largest first.
@@ -348,11 +565,20 @@ impl<'a> Facts<'a> {
     /// The heaviest call paths in user code (kernel and library frames below the last user frame cut
     /// off), on-CPU ones and, with off-CPU data, blocked ones; largest first.
     pub fn hot_paths(&self, n: usize) -> Vec<super::HotPath> {
-        let mut by: HashMap<(Vec<usize>, bool), i64> = HashMap::new();
-        for v in &self.views {
-            let (x, blocked) = match (v.instrumentation, v.cpu, v.off) {
-                (false, c, _) if c != 0 => (c, false),
-                (_, _, o) if o != 0 => (o, true),
+        let mut by: HashMap<(Vec<usize>, Option<Wait>), i64> = HashMap::new();
+        let idle: std::collections::HashSet<u32> = self
+            .thread_times()
+            .into_iter()
+            .filter(|(_, t)| pct(t.idle, t.all) >= IDLE_THREAD_PCT)
+            .map(|(t, _)| t)
+            .collect();
+        // Idle threads are summarized apart, whatever little they ran.
+        for v in self.views.iter().filter(|v| !idle.contains(&v.thread)) {
+            // Time waiting for work is not a hot path; waiting for a CPU is shown apart from blocked.
+            let (x, state) = match (v.instrumentation, v.cpu, v.off, v.wait) {
+                (true, _, _, _) => continue,
+                (false, c, _, _) if c != 0 => (c, None),
+                (false, _, o, wait) if o != 0 && wait != Wait::Idle => (o, Some(wait)),
                 _ => continue,
             };
             let end =
@@ -366,24 +592,26 @@ impl<'a> Facts<'a> {
                 .copied()
                 .filter(|&f| !self.kernel[f] || self.names[f] == PREEMPTED_FRAME)
                 .collect();
-            *by.entry((path, blocked)).or_default() += x;
+            *by.entry((path, state)).or_default() += x;
         }
         let mut v: Vec<_> = by.into_iter().collect();
-        let share = |((_, blocked), x): &((Vec<usize>, bool), i64)| {
-            pct(*x, if *blocked || self.wall_total > 0 { self.wall_total } else { self.cpu_total })
+        let share = |((_, state), x): &((Vec<usize>, Option<Wait>), i64)| {
+            pct(*x, if state.is_some() || self.wall_total > 0 { self.wall_total } else { self.cpu_total })
         };
-        v.sort_by(|a, b| share(b).total_cmp(&share(a)).then(a.0.cmp(&b.0)));
+        let key = |state: &Option<Wait>| state.map_or(0, |w| w as u8 + 1);
+        v.sort_by(|a, b| {
+            share(b).total_cmp(&share(a)).then(a.0 .0.cmp(&b.0 .0)).then(key(&a.0 .1).cmp(&key(&b.0 .1)))
+        });
         v.iter()
             .take(n)
             .map(|e| super::HotPath {
                 frames: e.0 .0.iter().map(|&f| self.names[f].to_string()).collect(),
                 pct: share(e),
-                of: if e.0 .1 {
-                    "wall (blocked)"
-                } else if self.wall_total > 0 {
-                    "wall (running)"
-                } else {
-                    "cpu"
+                of: match e.0 .1 {
+                    Some(Wait::Runnable) => "wall (waiting for a CPU)",
+                    Some(_) => "wall (blocked)",
+                    None if self.wall_total > 0 => "wall (running)",
+                    None => "cpu",
                 },
             })
             .collect()
@@ -395,6 +623,57 @@ pub fn pct(x: i64, total: i64) -> f64 {
         0.0
     } else {
         100.0 * x as f64 / total as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_profile::profile;
+    use super::{Facts, WallSplit};
+
+    /// A standard library template instantiated in the program is not user code, with or without the
+    /// return type its demangled name starts with.
+    #[test]
+    fn templates_with_a_return_type_are_library_code() {
+        let f = |name| super::Func { name, module: "/app", kernel: false }.is_user_code();
+        assert!(!f("void std::__cxx11::basic_string<char>::_M_construct<char*>(char*, char*)"));
+        assert!(!f("std::vector<int>::push_back(int const&)"));
+        assert!(f("handle_bad(std::vector<int, std::allocator<int> > const&)"));
+        assert!(f("int parse<std::string>(char const*)"));
+    }
+
+    /// Idle waits (a pool's condvar, an event loop, Go's parked Ms, a join) are apart from blocked time
+    /// and from waiting for a CPU; a woken waiter re-taking the mutex is blocked.
+    #[test]
+    fn splits_running_blocked_runnable_and_idle() {
+        let p = profile(&[
+            ("main;work", 40, 0),
+            ("main;work;k:[waiting for a CPU]", 0, 20),
+            ("main;save;lib:fdatasync;k:__x64_sys_fdatasync", 0, 15),
+            ("pool;lib:pthread_cond_wait;k:futex_wait", 0, 100),
+            ("pool;lib:pthread_cond_wait;lib:__lll_lock_wait;k:futex_wait", 0, 5),
+            ("loop;lib:epoll_wait;k:do_epoll_wait", 0, 200),
+            ("runtime.mstart;runtime.schedule;runtime.findRunnable;runtime.stopm;runtime.notesleep", 0, 300),
+            ("main;lib:__pthread_clockjoin_ex;k:futex_wait", 0, 50),
+            ("main;work;lib:malloc;[whyslow probe]", 0, 7),
+        ]);
+        let f = Facts::new(&p);
+        let split = f.wall_split().unwrap();
+        assert_eq!(
+            split,
+            WallSplit { running_ns: 40, blocked_ns: 20, runnable_ns: 20, idle_ns: 650, probe_ns: 7 }
+        );
+        assert_eq!(f.wall_total, 80);
+        let of: Vec<(&str, f64)> = f.hot_paths(10).iter().map(|h| (h.of, h.pct)).collect();
+        assert_eq!(
+            of,
+            [
+                ("wall (running)", 50.0),
+                ("wall (waiting for a CPU)", 25.0),
+                ("wall (blocked)", 18.75),
+                ("wall (blocked)", 6.25)
+            ]
+        );
     }
 }
 

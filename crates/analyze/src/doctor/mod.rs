@@ -7,7 +7,7 @@ mod facts;
 mod rules;
 pub mod thresholds;
 
-pub use facts::Facts;
+pub use facts::{Facts, IdleThread, WallSplit};
 use serde::Serialize;
 use whyslow_model::Profile;
 
@@ -58,6 +58,11 @@ pub struct Diagnosis {
     pub skipped: Vec<String>,
     /// Share of CPU samples taken inside whyslow's own probes (uprobes, eBPF), left out of every share.
     pub instrumentation_pct: f64,
+    /// The threads' time by state (with off-CPU data): running, blocked, waiting for a CPU, and idle
+    /// (waiting for work) apart; wall shares are of the first three.
+    pub wall: Option<WallSplit>,
+    /// Threads that mostly waited for work (one summary line, never findings or hot paths).
+    pub idle_threads: Vec<IdleThread>,
 }
 
 /// What a rule says about a profile.
@@ -88,6 +93,8 @@ pub fn diagnose(p: &Profile, recording: &str) -> Diagnosis {
         hot_paths: f.hot_paths(thresholds::HOT_PATHS),
         skipped,
         instrumentation_pct: f.instrumentation_pct(),
+        wall: f.wall_split(),
+        idle_threads: f.idle_threads(),
     }
 }
 

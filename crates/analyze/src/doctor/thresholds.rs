@@ -36,6 +36,9 @@ pub const LOCK_WALL_PCT: f64 = 5.0;
 pub const BLOCKING_IO_WALL_PCT: f64 = 10.0;
 pub const BLOCKING_IO_MIN_MS: f64 = 100.0;
 
+/// A thread idle (waiting for work) for at least this share of its time is summarized as idle.
+pub const IDLE_THREAD_PCT: f64 = 90.0;
+
 /// Evidence lists show this many call sites / functions.
 pub const EVIDENCE_ROWS: usize = 3;
 /// Hot paths printed after the findings.

@@ -68,7 +68,8 @@ mod tests {
             ("worker;add_sample", 50, 0),
             ("worker;lib:pthread_cond_wait;k:futex_wait", 0, 20),
         ]);
-        assert_eq!(fired(super::check, &p), Some(30.0));
+        // The condition-variable wait is idle time, out of the working time: 30 of 80.
+        assert_eq!(fired(super::check, &p), Some(37.5));
         let idle =
             profile(&[("worker;lib:pthread_cond_wait;k:futex_wait", 0, 50), ("worker;add_sample", 50, 0)]);
         assert_eq!(fired(super::check, &idle), None);

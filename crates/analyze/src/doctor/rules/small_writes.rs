@@ -1,4 +1,8 @@
-//! small-writes: many small write()/send() syscalls where a buffer would batch them into few.
+//! small-writes: many small write()/send() syscalls where a buffer would batch them into few. What the
+//! writes go to (a file, a pipe, a socket) is read from the kernel frames under them in the CPU samples,
+//! and the advice follows: a file or pipe wants a user-space buffer; a socket answering requests one
+//! reply at a time wants replies batched per event-loop turn or pipelined clients, or nothing at all when
+//! the writes are a small share.
 
 use super::{finding, list, named, Text};
 use crate::doctor::facts::{Facts, Func};
@@ -11,11 +15,20 @@ const TEXT: Text = Text {
     why: "each syscall costs a kernel entry and exit (about a microsecond) whatever its size; writing a few \
           bytes per call multiplies that cost by the number of records",
     fix: "buffer output in user space and write in large blocks (a FILE* with a big setvbuf buffer, a \
-          std::string/Vec accumulator flushed at 64 KB, writev of many records, or MSG_MORE/TCP_CORK for sockets)",
+          std::string/Vec accumulator flushed at 64 KB, or writev of many records)",
     shrinks: "the write syscalls (their count in `whyslow syscalls`)",
 };
 
+/// Socket writes answering requests one by one: a user-space buffer does not apply.
+const SOCKET_FIX: &str = "replies go out one write per request: batch the replies ready in one event-loop \
+    turn into one writev/sendmsg per client (or MSG_MORE / TCP_CORK), and let clients pipeline requests so \
+    that replies batch by themselves; when the writes are a small share of the time there is nothing to fix";
+
+const SOCKET_STREAM_FIX: &str = "gather the records of one message or one event-loop turn and send them \
+    with one writev/sendmsg (or MSG_MORE / TCP_CORK while composing), instead of one send per record";
+
 const WRITES: [&str; 6] = ["write", "pwrite64", "writev", "sendto", "sendmsg", "pwritev"];
+const READS: [&str; 6] = ["read", "readv", "recvfrom", "recvmsg", "pread64", "preadv"];
 
 fn in_write(f: &Func) -> bool {
     if f.kernel {
@@ -30,6 +43,67 @@ fn in_write(f: &Func) -> bool {
     }
 }
 
+/// What the writes go to, by the kernel functions under them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sink {
+    Socket,
+    Pipe,
+    Terminal,
+    File,
+}
+
+impl Sink {
+    const ALL: [Sink; 4] = [Sink::Socket, Sink::Pipe, Sink::Terminal, Sink::File];
+
+    fn name(self) -> &'static str {
+        match self {
+            Sink::Socket => "a socket",
+            Sink::Pipe => "a pipe",
+            Sink::Terminal => "a terminal",
+            Sink::File => "a file or device",
+        }
+    }
+
+    fn matches(self, f: &Func) -> bool {
+        f.kernel
+            && match self {
+                Sink::Socket => named(
+                    f.name,
+                    &["sock_write_iter", "sock_sendmsg", "__sys_sendto", "____sys_sendmsg", "__sock_sendmsg"],
+                    &[
+                        "tcp_sendmsg",
+                        "unix_stream_sendmsg",
+                        "unix_dgram_sendmsg",
+                        "udp_sendmsg",
+                        "inet_sendmsg",
+                    ],
+                ),
+                Sink::Pipe => named(f.name, &["pipe_write"], &[]),
+                Sink::Terminal => named(f.name, &["tty_write", "file_tty_write", "n_tty_write"], &[]),
+                Sink::File => {
+                    named(f.name, &["generic_perform_write", "write_null", "iter_file_splice_write"], &[])
+                        || f.name.ends_with("_file_write_iter")
+                }
+            }
+    }
+}
+
+/// The sink most of the sampled CPU time of the writes went to (over half of the time that shows one),
+/// and that share.
+fn sink(f: &Facts) -> Option<(Sink, f64)> {
+    let by: Vec<(Sink, i64)> = Sink::ALL
+        .iter()
+        .map(|&s| (s, f.cpu(&|x: &Func| s.matches(x) || (s == Sink::Socket && is_send(x))).value))
+        .collect();
+    let seen: i64 = by.iter().map(|x| x.1).sum();
+    let (s, v) = by.into_iter().max_by_key(|x| x.1)?;
+    (v * 2 > seen).then(|| (s, 100.0 * v as f64 / seen as f64))
+}
+
+fn is_send(f: &Func) -> bool {
+    f.kernel && named(f.name, &["__x64_sys_sendto", "__x64_sys_sendmsg"], &[])
+}
+
 pub fn check(f: &Facts) -> Verdict {
     if !f.has_syscalls() {
         return Verdict::NeedsData("syscall counters");
@@ -40,60 +114,123 @@ pub fn check(f: &Facts) -> Verdict {
     if rate < SMALL_WRITES_RATE || avg > SMALL_WRITE_BYTES {
         return Verdict::Clear;
     }
-    // Impact: CPU in the write path, or the syscalls' own time as a share of the run, the larger.
-    let mut impact = f.cpu(&in_write);
-    let threads: std::collections::HashSet<u32> = f.p.syscalls.iter().map(|s| s.tid).collect();
-    let wall_ns = f.seconds() * 1e9 * threads.len().max(1) as f64;
+    // Impact: the CPU time in the write path (what a syscall per record costs). The time inside the
+    // syscalls is evidence only: it also holds waits (a full pipe, a preemption by the woken reader).
+    let impact = f.cpu(&in_write);
+    let writers: std::collections::HashSet<u32> =
+        f.p.syscalls
+            .iter()
+            .filter(|s| WRITES.contains(&s.name.as_str()) && s.calls > 0)
+            .map(|s| s.tid)
+            .collect();
+    let wall_ns = f.seconds() * 1e9 * writers.len().max(1) as f64;
     let syscall_pct = 100.0 * w.total_ns as f64 / wall_ns;
-    let of = if syscall_pct > impact.pct {
-        impact.pct = syscall_pct;
-        "wall"
-    } else {
-        "cpu"
-    };
     if impact.pct < SMALL_WRITES_PCT {
         return Verdict::Clear;
     }
+    let threads = match writers.len() {
+        1 => "the writing thread's".to_string(),
+        n => format!("the {n} writing threads'"),
+    };
     let mut evidence = vec![
         format!("{} write-family syscalls ({rate:.0}/s), {avg:.0} bytes per call on average", w.calls),
         format!(
-            "{:.1}% of the threads' time is inside them ({:.1} us per call)",
-            syscall_pct,
+            "{:.1}% of CPU time is in the write path (kernel included); {syscall_pct:.1}% of {threads} time is \
+             inside them ({:.1} us per call)",
+            impact.pct,
             w.total_ns as f64 / w.calls.max(1) as f64 / 1e3
         ),
     ];
+    let sink = sink(f);
+    let reads = f.syscall(&READS).calls;
+    let replies = sink.is_some_and(|s| s.0 == Sink::Socket) && reads * 2 >= w.calls && reads <= w.calls * 2;
+    if let Some((s, share)) = sink {
+        let mut line = format!("they write to {} ({share:.0}% of their sampled CPU time)", s.name());
+        if replies {
+            line += &format!("; {reads} reads for {} writes: one reply per request", w.calls);
+        }
+        evidence.push(line);
+    }
     let (stacks, all) = f.syscall_stacks(&WRITES, &|x: &Func| x.is_user_code());
     if all > 0 && !stacks.entries.is_empty() {
         evidence.push(format!("issued from: {}", list(&stacks.entries, all)));
     } else if !impact.sites.is_empty() {
         evidence.push(format!("called from: {}", list(&impact.sites, f.cpu_total)));
     }
-    Verdict::Found(finding(f, &TEXT, &impact, of, Confidence::High, evidence))
+    let mut found = finding(f, &TEXT, &impact, "cpu", Confidence::High, evidence);
+    match sink {
+        Some((Sink::Socket, _)) => {
+            found.title = "many small writes to sockets".into();
+            found.fix = (if replies { SOCKET_FIX } else { SOCKET_STREAM_FIX }).into();
+        }
+        Some((Sink::Pipe, _)) => found.title = "many small writes to a pipe".into(),
+        _ => {}
+    }
+    Verdict::Found(found)
 }
 
 #[cfg(test)]
 mod tests {
     use crate::doctor::facts::test_profile::profile;
     use crate::doctor::rules::tests::fired;
+    use crate::doctor::{Facts, Verdict};
     use whyslow_model::SyscallStat;
 
-    fn with_writes(calls: u64, bytes: u64) -> whyslow_model::Profile {
-        let mut p = profile(&[("main;emit;lib:write;k:__x64_sys_write", 40, 0), ("main;work", 60, 0)]);
-        p.syscalls.push(SyscallStat {
+    fn with_writes(
+        stacks: &[(&str, i64, i64)],
+        calls: u64,
+        bytes: u64,
+        reads: u64,
+    ) -> whyslow_model::Profile {
+        let mut p = profile(stacks);
+        let stat = |name: &str, calls: u64| SyscallStat {
             tid: 1,
-            name: "write".into(),
+            name: name.into(),
             calls,
             bytes,
             total_ns: calls * 1000,
             ..Default::default()
-        });
+        };
+        p.syscalls.push(stat("write", calls));
+        if reads > 0 {
+            p.syscalls.push(stat("read", reads));
+        }
         p
     }
 
+    const FILE: [(&str, i64, i64); 2] =
+        [("main;emit;lib:write;k:__x64_sys_write;k:ext4_file_write_iter", 40, 0), ("main;work", 60, 0)];
+
     #[test]
     fn fires_on_many_small_writes_only() {
-        assert_eq!(fired(super::check, &with_writes(200_000, 200_000 * 64)), Some(40.0));
-        assert_eq!(fired(super::check, &with_writes(200_000, 200_000 * 8192)), None, "large writes");
-        assert_eq!(fired(super::check, &with_writes(5_000, 5_000 * 64)), None, "500 per second");
+        assert_eq!(fired(super::check, &with_writes(&FILE, 200_000, 200_000 * 64, 0)), Some(40.0));
+        assert_eq!(
+            fired(super::check, &with_writes(&FILE, 200_000, 200_000 * 8192, 0)),
+            None,
+            "large writes"
+        );
+        assert_eq!(fired(super::check, &with_writes(&FILE, 5_000, 5_000 * 64, 0)), None, "500 per second");
+    }
+
+    /// The impact is one of the numbers of the evidence, and socket replies get the batching advice.
+    #[test]
+    fn impact_is_in_the_evidence_and_socket_replies_get_their_advice() {
+        let stacks = [
+            ("main;reply;lib:write;k:__x64_sys_write;k:sock_write_iter;k:unix_stream_sendmsg", 12, 0),
+            ("main;handle", 88, 0),
+        ];
+        let p = with_writes(&stacks, 100_000, 100_000 * 5, 100_000);
+        let Verdict::Found(x) = super::check(&Facts::new(&p)) else { panic!("not found") };
+        assert_eq!((x.impact_pct, x.impact_of), (12.0, "cpu"));
+        assert!(x.evidence[1].contains("12.0% of CPU time"), "{:?}", x.evidence);
+        assert!(x.evidence[2].contains("a socket (100%") && x.evidence[2].contains("one reply per request"));
+        assert!(
+            x.fix.contains("writev") && x.fix.contains("pipeline") && !x.fix.contains("setvbuf"),
+            "{}",
+            x.fix
+        );
+        // The redis case: a few percent in the writes is not a finding.
+        let small = [(stacks[0].0, 3, 0), ("main;handle", 97, 0)];
+        assert_eq!(fired(super::check, &with_writes(&small, 100_000, 100_000 * 5, 100_000)), None);
     }
 }

@@ -1,0 +1,44 @@
+/* small-writes on a request/response socket: a client thread sends 8-byte requests over a Unix stream
+ * socket and a server thread answers each with a 5-byte reply (one write per reply, no pipelining), for
+ * 2 s. Usage: replies [UNITS]: the server's handle() burns UNITS units of CPU per request (default 0:
+ * the writes are most of the time; 8: they are a small share of it). */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include "../common.h"
+
+static int fds[2];
+static long units;
+static volatile int done;
+
+__attribute__((noinline)) static void handle(long n) { BURN_BODY(n); }
+
+static void *server(void *arg) {
+    (void)arg;
+    pthread_setname_np(pthread_self(), "server");
+    char req[8];
+    while (read(fds[1], req, sizeof req) == (ssize_t)sizeof req) {
+        handle(units);
+        if (write(fds[1], "+OK\r\n", 5) != 5) break;
+    }
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    units = argc > 1 ? atol(argv[1]) : 0;
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) < 0) return 1;
+    pthread_t t;
+    pthread_create(&t, NULL, server, NULL);
+    char reply[5];
+    double until = now_s() + 2.0;
+    while (now_s() < until) {
+        for (int i = 0; i < 64; i++) {
+            if (write(fds[0], "GET key\n", 8) != 8 || read(fds[0], reply, 5) != 5) return 1;
+        }
+    }
+    shutdown(fds[0], SHUT_WR);
+    pthread_join(t, NULL);
+    return 0;
+}
