@@ -407,4 +407,9 @@ fn allocation_sites_and_probe_samples() {
     let share = 100.0 * probe as f64 / all as f64;
     let doctor = doctor["instrumentation_pct"].as_f64().unwrap();
     assert!((share - doctor).abs() <= 0.1, "folded {share:.2}% vs doctor {doctor}%");
+    let report = ok(&["report", &data]);
+    let line =
+        report.lines().find(|l| l.contains("inside whyslow's own probes ([whyslow probe]")).expect(&report);
+    let said: f64 = line.trim().split('%').next().unwrap().parse().unwrap();
+    assert!((said - share).abs() <= 0.05, "report {said}% vs folded {share:.2}%");
 }

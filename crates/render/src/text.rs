@@ -73,6 +73,18 @@ pub fn header(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), Rende
             wall as f64 / 1e9
         )?;
     }
+    // Samples inside our probes end in one frame (cut there at symbolization).
+    let probe: i64 =
+        whyslow_analyze::stacks_ending_in(p, value, whyslow_model::PROBE_FRAME).iter().map(|s| s.1).sum();
+    if probe != 0 {
+        writeln!(
+            w,
+            "  {:.1}% of the {} is inside whyslow's own probes ({}: the measurement, not the program)",
+            pct(probe, p.total(value)),
+            st.name,
+            whyslow_model::PROBE_FRAME
+        )?;
+    }
     for k in &m.killed {
         writeln!(w, "  {k}")?;
     }
