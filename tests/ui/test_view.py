@@ -113,10 +113,30 @@ def main():
             page.keyboard.press("Escape")
             page.wait_for_function("window.whyslow.zoomed() === 'all'")
 
+            # Timeline: 100 ms slices over the ~3 s run. Dragging over its first half halves the samples every
+            # view shows (steady workload: +-10%), and exactly the selected slices' sum.
+            tl = page.evaluate("window.whyslow.timeline()")
+            everything = page.evaluate("window.whyslow.total")
+            assert len(tl["values"]) >= 25 and sum(tl["values"]) == everything, (tl["values"], everything)
+            selected = select_timeline(page, 0, 0.5)
+            half = page.evaluate("window.whyslow.total")
+            log(f"timeline: {len(tl['values'])} slices, {everything} samples; first half {selected} -> {half}")
+            assert abs(half / everything - 0.5) <= 0.05, (half, everything)
+            assert half == sum(tl["values"][selected[0]:selected[1]]), (half, selected)
+            assert int(page.get_attribute("#shown", "data-total")) == half
+            fs = frames(page)
+            shares = {n: 100 * widest(fs, n)["width"] / widest(fs, "main")["width"] for n in ("burn_a", "burn_b")}
+            assert abs(shares["burn_a"] - 60) <= 3 and abs(shares["burn_b"] - 30) <= 3, shares
+            page.screenshot(path=os.path.join(out, "timeline.png"), full_page=True)
+
             # Table: sorted by self (descending) burn_a, burn_b, burn_c lead; a click on Self sorts ascending.
             page.click("#tabs button[data-view=table]")
             names = page.eval_on_selector_all("#fn-table tbody tr", "rs => rs.map(r => r.dataset.name)")
             assert names[:3] == ["burn_a", "burn_b", "burn_c"], names[:5]
+            # The table is of the selected half: its self column adds up to the samples shown.
+            selfs = page.eval_on_selector_all("#fn-table tbody tr td:nth-child(2)",
+                                              "ts => ts.map(t => parseFloat(t.textContent.replace(/,/g, '')))")
+            assert sum(selfs) == half, (sum(selfs), half)
             page.click("#fn-table th[data-sort=self]")
             assert page.get_attribute("#fn-table th[data-sort=self]", "aria-sort") == "ascending"
             selfs = page.eval_on_selector_all("#fn-table tbody tr td:nth-child(2)",
@@ -138,6 +158,14 @@ def main():
             assert sw["callees"][0]["name"] == "burn_b"
             page.screenshot(path=os.path.join(out, "sandwich.png"), full_page=True)
 
+            # The second half of the timeline holds the rest of the samples.
+            page.click("#tabs button[data-view=flame]")
+            second = select_timeline(page, 0.5, 1.0)
+            rest = page.evaluate("window.whyslow.total")
+            assert second[0] == selected[1] and rest == everything - half, (second, selected, rest, everything, half)
+            page.click("#sel-clear")
+            page.wait_for_function(f"window.whyslow.total === {everything}")
+
             # Doctor view renders (cpu_split has no anti-pattern: hot paths link into the flame graph).
             page.click("#tabs button[data-view=doctor]")
             page.wait_for_selector("#doctor .fn, #doctor p", timeout=10000)
@@ -155,9 +183,24 @@ def main():
         assert target["windows"]["count"] == 1, target
     finally:
         stop(view)
+    threads_view(whyslow, bindir, out)
     diff_view(whyslow, bindir, out)
     doctor_view(whyslow, bindir, out)
     log(f"passed in {time.time() - t0:.1f} s (screenshots in {out})")
+
+
+def select_timeline(page, a, b):
+    """Drags over the timeline from fraction a to fraction b of its width; the selected slices [i, j)
+    once the tree of that range is drawn."""
+    loads = page.evaluate("window.whyslow.loads")
+    box = page.locator("#timeline").bounding_box()
+    y = box["y"] + box["height"] / 2
+    page.mouse.move(box["x"] + a * box["width"] + (1 if a == 0 else 0), y)
+    page.mouse.down()
+    page.mouse.move(box["x"] + b * box["width"] - (1 if b == 1 else 0), y, steps=8)
+    page.mouse.up()
+    page.wait_for_function(f"window.whyslow.loads > {loads}")
+    return page.evaluate("window.whyslow.timeline().sel")
 
 
 def open_page(pw, url):
@@ -168,6 +211,39 @@ def open_page(pw, url):
     page.goto(url)
     page.wait_for_function("window.whyslow && window.whyslow.ready", timeout=10000)
     return browser, page, errors
+
+
+def threads_view(whyslow, bindir, out):
+    """Four worker threads: filtering on one shows exactly its samples (a quarter, +-5 points), filtering
+    on the process shows them all."""
+    f = os.path.join(out, "threads.data")
+    subprocess.run([whyslow, "record", "-F", "999", "-o", f, "--", os.path.join(bindir, "threads"), "0.5"],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    view, url = start_view(whyslow, [f])
+    try:
+        with sync_playwright() as pw:
+            browser, page, errors = open_page(pw, url)
+            full = page.evaluate("window.whyslow.total")
+            threads = page.evaluate("window.whyslow.threads()")
+            workers = [t for t in threads if t["name"].startswith("worker-")]
+            assert len(workers) == 4, threads
+            w = workers[0]
+            loads = page.evaluate("window.whyslow.loads")
+            page.select_option("#thread", f"thread={w['tid']}")
+            page.wait_for_function(f"window.whyslow.loads > {loads}")
+            got = page.evaluate("window.whyslow.total")
+            log(f"threads: {full} samples, {w['name']} {got}")
+            assert got == w["value"] and abs(100 * got / full - 25) <= 5, (got, w, full)
+            assert {f["name"] for f in frames(page)} >= {"thread_work"}
+            page.screenshot(path=os.path.join(out, "thread_filter.png"), full_page=True)
+            loads = page.evaluate("window.whyslow.loads")
+            page.select_option("#thread", f"pid={w['pid']}")
+            page.wait_for_function(f"window.whyslow.loads > {loads}")
+            assert page.evaluate("window.whyslow.total") == sum(t["value"] for t in threads if t["pid"] == w["pid"])
+            assert not errors, errors
+            browser.close()
+    finally:
+        stop(view)
 
 
 def diff_view(whyslow, bindir, out):

@@ -278,9 +278,12 @@ pub fn merge(profiles: &[&Profile]) -> Profile {
             meta.notes.push(n.clone());
         }
     }
-    let mut b = ProfileBuilder::new(meta, types.clone());
+    // Time slices are rebased on the earliest start, so the merged timeline spans every run.
+    meta.start_unix_ns = profiles.iter().map(|p| p.meta.start_unix_ns).min().unwrap_or(0);
+    let mut b = ProfileBuilder::new(meta.clone(), types.clone());
     for p in profiles {
-        copy_samples(&mut b, &types, p, |_| true);
+        let shift = (p.meta.start_unix_ns - meta.start_unix_ns) / whyslow_model::TIME_BUCKET_NS;
+        copy_samples(&mut b, &types, p, shift.min(u64::from(u32::MAX)) as u32, |_| true);
     }
     let mut merged = b.finish();
     merged.syscalls = profiles.iter().flat_map(|p| p.syscalls.iter().cloned()).collect();
@@ -288,9 +291,15 @@ pub fn merge(profiles: &[&Profile]) -> Profile {
     merged
 }
 
-/// Adds the samples of `p` that `keep` accepts to `b` (whose sample types are `types`): frames, modules
-/// and threads re-interned, values mapped by type name.
-fn copy_samples(b: &mut ProfileBuilder, types: &[SampleType], p: &Profile, keep: impl Fn(&Thread) -> bool) {
+/// Adds the samples of `p` that `keep` accepts to `b` (whose sample types are `types`), `shift` time
+/// slices later: frames, modules and threads re-interned, values mapped by type name.
+fn copy_samples(
+    b: &mut ProfileBuilder,
+    types: &[SampleType],
+    p: &Profile,
+    shift: u32,
+    keep: impl Fn(&Thread) -> bool,
+) {
     let value_map: Vec<Option<usize>> =
         types.iter().map(|t| p.sample_types.iter().position(|u| u.name == t.name)).collect();
     let modules: Vec<u32> = p.modules.iter().map(|m| b.module_of(m)).collect();
@@ -320,7 +329,7 @@ fn copy_samples(b: &mut ProfileBuilder, types: &[SampleType], p: &Profile, keep:
         let leaf = b.stack(&stack);
         let values: Vec<i64> =
             value_map.iter().map(|i| i.and_then(|i| s.values.get(i).copied()).unwrap_or(0)).collect();
-        b.add_sample(leaf, thread, &values);
+        b.add_sample_at(leaf, thread, s.time.saturating_add(shift), &values);
     }
 }
 
@@ -338,7 +347,7 @@ pub fn split(p: &Profile, owner: impl Fn(u32) -> Option<u32>) -> std::collection
             pids.dedup();
             let meta = Metadata { target_pids: pids.clone(), ..p.meta.clone() };
             let mut b = ProfileBuilder::new(meta, p.sample_types.clone());
-            copy_samples(&mut b, &p.sample_types, p, |t| owner(t.pid) == Some(k));
+            copy_samples(&mut b, &p.sample_types, p, 0, |t| owner(t.pid) == Some(k));
             let mut part = b.finish();
             part.syscalls = p.syscalls.iter().filter(|s| pids.contains(&s.pid)).cloned().collect();
             part.calls = p.calls.iter().filter(|c| pids.contains(&c.pid)).cloned().collect();

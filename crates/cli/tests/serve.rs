@@ -349,6 +349,8 @@ fn bad_input_is_refused_with_json_errors_and_metrics_parse() {
         ("GET", "/api/v1/profile?target=1&from=now&until=now-1h", "", 400),
         ("GET", "/api/v1/profile?target=1&format=gif", "", 400),
         ("GET", "/api/v1/profile?target=1&nope=1", "", 400),
+        ("GET", "/api/v1/profile?target=1&thread=main", "", 400),
+        ("GET", "/api/v1/profile?target=1&pid=1,-2", "", 400),
         ("GET", "/api/v1/profile?target=1", "", 404),
         ("GET", "/api/v1/profile", "", 400),
         ("GET", "/api/v1/diff?target=1", "", 400),

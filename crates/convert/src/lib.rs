@@ -153,6 +153,8 @@ pub struct Converter<H: Host> {
     retain_exited: bool,
     counters: Counters,
     frames: Vec<u64>,
+    /// Event-clock time of time slice 0 of the current window (the first event's when not set).
+    origin: Option<u64>,
 }
 
 impl<H: Host> Converter<H> {
@@ -173,6 +175,7 @@ impl<H: Host> Converter<H> {
             retain_exited: false,
             counters: Counters::default(),
             frames: Vec::new(),
+            origin: None,
         }
     }
 
@@ -188,6 +191,18 @@ impl<H: Host> Converter<H> {
     pub fn retaining_exited(mut self) -> Self {
         self.retain_exited = true;
         self
+    }
+
+    /// Times samples from `time_ns` (event clock) on: the start of the run or of the next window, which
+    /// the metadata's `start_unix_ns` tells in unix time.
+    pub fn set_origin(&mut self, time_ns: u64) {
+        self.origin = Some(time_ns);
+    }
+
+    /// The time slice ([`whyslow_model::Sample::time`]) of an event at `time` (event clock).
+    fn slice(&mut self, time: u64) -> u32 {
+        let origin = *self.origin.get_or_insert(time);
+        (time.saturating_sub(origin) / whyslow_model::TIME_BUCKET_NS).min(u64::from(u32::MAX)) as u32
     }
 
     pub fn host(&self) -> &H {
@@ -353,7 +368,8 @@ impl<H: Host> Converter<H> {
             let mut values = vec![0i64; n];
             values[count] = s.calls as i64;
             values[bytes] = s.bytes.min(i64::MAX as u64) as i64;
-            self.raw.add(vec![label, caller], RawThread { pid: s.pid, tid: s.pid }, &values);
+            // Counted over the whole run and read at its end: no time of their own (slice 0).
+            self.raw.add(vec![label, caller], RawThread { pid: s.pid, tid: s.pid }, 0, &values);
         }
     }
 
@@ -370,7 +386,8 @@ impl<H: Host> Converter<H> {
             if ns >= min_block_ns {
                 let mut values = vec![0i64; self.raw.sample_types.len()];
                 values[slot] = ns as i64;
-                self.raw.add(b.stack, b.thread, &values);
+                let time = self.slice(until);
+                self.raw.add(b.stack, b.thread, time, &values);
             }
         }
     }
@@ -468,12 +485,14 @@ impl<H: Host> Converter<H> {
         let thread = RawThread { pid: s.pid, tid: s.tid };
         if let (Stream::OffCpu { slot, .. }, Some(ns)) = (stream, offcpu_ns) {
             values[slot] = ns.min(i64::MAX as u64) as i64;
-            self.raw.add(stack, thread, &values);
+            let time = self.slice(time);
+            self.raw.add(stack, thread, time, &values);
         } else if matches!(stream, Stream::OffCpu { .. }) {
             // Valued when the thread runs again.
             self.blocked.insert(s.tid, Blocked { since: time, stack, thread });
         } else {
-            self.raw.add(stack, thread, &values);
+            let time = self.slice(time);
+            self.raw.add(stack, thread, time, &values);
         }
     }
 

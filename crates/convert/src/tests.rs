@@ -71,7 +71,7 @@ fn leaves(raw: &RawRecording) -> Vec<(u32, u32, String, u64, i64)> {
     let mut v: Vec<_> = raw
         .samples
         .iter()
-        .map(|((stack, t), values)| {
+        .map(|((stack, t, _), values)| {
             let (m, off) = match stack.first() {
                 Some(RawFrame::User { module, offset }) => {
                     (raw.modules[*module as usize].path.clone(), *offset)
@@ -193,7 +193,7 @@ fn blocked_time_runs_from_switch_out_to_switch_in_or_thread_exit() {
     c.handle(at(3_000, off(12)), &ids);
     c.finish_blocked(3_250);
     let (raw, _) = c.finish();
-    let mut blocked: Vec<(u32, i64)> = raw.samples.iter().map(|((_, t), v)| (t.tid, v[2])).collect();
+    let mut blocked: Vec<(u32, i64)> = raw.samples.iter().map(|((_, t, _), v)| (t.tid, v[2])).collect();
     blocked.sort();
     assert_eq!(blocked, vec![(10, 500), (11, 700), (12, 250)]);
 }
@@ -238,7 +238,7 @@ fn blocks_decided_in_the_kernel_are_valued_as_sent_and_keep_preemption_apart() {
     c.handle(at(4_000, block(11, 0, 700)), &ids); // preempted: waiting for a CPU
     let (raw, n) = c.finish();
     let mut blocked: Vec<(u32, usize, i64)> =
-        raw.samples.iter().map(|((stack, t), v)| (t.tid, stack.len(), v[2])).collect();
+        raw.samples.iter().map(|((stack, t, _), v)| (t.tid, stack.len(), v[2])).collect();
     blocked.sort();
     // The preempted block's stack starts with the preempted label (one frame more).
     assert_eq!(blocked, vec![(10, 1, 1_000_250), (11, 2, 700)]);
@@ -299,4 +299,27 @@ fn windows_partition_the_samples() {
     let total = |r: &RawRecording| r.samples.values().map(|v| v[0]).sum::<i64>();
     assert_eq!((total(&first), total(&second)), (5, 3));
     assert_eq!(leaves(&second)[0].2, EXE, "mappings carry over into the next window");
+}
+
+#[test]
+fn samples_fall_in_time_slices_from_the_origin() {
+    let mut c = converter();
+    let ids = ids();
+    let ms = 1_000_000;
+    c.set_origin(1_000 * ms);
+    c.handle(at(1_000 * ms, mmap(10, 0x40_0000, EXE)), &ids);
+    for t in [1_000, 1_099, 1_100, 1_350, 1_399, 1_400] {
+        c.handle(at(t * ms, sample(1, 10, 10, 0x40_0010)), &ids);
+    }
+    // A window starting later: its slices count from its own origin.
+    let first = c.cut();
+    c.set_origin(2_000 * ms);
+    c.handle(at(2_250 * ms, sample(1, 10, 10, 0x40_0010)), &ids);
+    let by_slice = |r: &RawRecording| {
+        let mut v: Vec<(u32, i64)> = r.samples.iter().map(|((_, _, t), v)| (*t, v[0])).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(by_slice(&first), vec![(0, 2), (1, 1), (3, 2), (4, 1)]);
+    assert_eq!(by_slice(&c.cut()), vec![(2, 1)]);
 }

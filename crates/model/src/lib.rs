@@ -140,13 +140,20 @@ pub struct SampleType {
     pub unit: String,
 }
 
-/// Aggregated samples: one entry per (stack, thread), values parallel to [`Profile::sample_types`].
+/// Width of the time slices samples are aggregated in ([`Sample::time`]).
+pub const TIME_BUCKET_NS: u64 = 100_000_000;
+
+/// Aggregated samples: one entry per (stack, thread, time slice), values parallel to
+/// [`Profile::sample_types`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Sample {
     /// Leaf node in [`Profile::stacks`] (innermost frame), or [`NONE`] for an empty stack.
     pub stack: u32,
     /// Index into [`Profile::threads`].
     pub thread: u32,
+    /// The [`TIME_BUCKET_NS`] slice of the run the events fell in, counted from
+    /// [`Metadata::start_unix_ns`]; 0 for sources without times and for counts read at the end of a run.
+    pub time: u32,
     pub values: Vec<i64>,
 }
 
@@ -430,6 +437,34 @@ impl Profile {
         self.samples.iter().map(|s| s.values[value]).sum()
     }
 
+    /// The unix time (ns) a time slice starts at.
+    pub fn slice_start_ns(&self, time: u32) -> u64 {
+        self.meta.start_unix_ns.saturating_add(u64::from(time) * TIME_BUCKET_NS)
+    }
+
+    /// Keeps the samples whose time slice starts in [from_unix_ns, until_unix_ns).
+    pub fn retain_time(&mut self, from_unix_ns: u64, until_unix_ns: u64) {
+        let start = self.meta.start_unix_ns;
+        let slice = |t: u32| start.saturating_add(u64::from(t) * TIME_BUCKET_NS);
+        self.samples.retain(|s| (from_unix_ns..until_unix_ns).contains(&slice(s.time)));
+    }
+
+    /// Keeps the samples of the threads `keep` accepts.
+    pub fn retain_threads(&mut self, keep: impl Fn(&Thread) -> bool) {
+        let kept: Vec<bool> = self.threads.iter().map(keep).collect();
+        self.samples.retain(|s| kept[s.thread as usize]);
+    }
+
+    /// One value type summed per time slice, from slice 0 to the last one with a sample.
+    pub fn timeline(&self, value: usize) -> Vec<i64> {
+        let n = self.samples.iter().map(|s| s.time as usize + 1).max().unwrap_or(0);
+        let mut out = vec![0i64; n];
+        for s in &self.samples {
+            out[s.time as usize] += s.values[value];
+        }
+        out
+    }
+
     /// Checks the counter tables: at most [`HIST_BUCKETS`] latency buckets, and every column summed over
     /// all rows (the latency buckets all together) fits in a u64, so merging rows, the summaries and the
     /// quantiles never overflow.
@@ -522,7 +557,7 @@ pub struct ProfileBuilder {
     strings: HashMap<String, u32>,
     frames: HashMap<Frame, u32>,
     nodes: HashMap<StackNode, u32>,
-    samples: HashMap<(u32, u32), usize>,
+    samples: HashMap<(u32, u32, u32), usize>,
     modules: HashMap<String, u32>,
 }
 
@@ -615,11 +650,16 @@ impl ProfileBuilder {
         (self.profile.threads.len() - 1) as u32
     }
 
-    /// Adds values to the (stack, thread) sample, creating it when new.
+    /// Adds values to the (stack, thread) sample of time slice 0, creating it when new.
     pub fn add_sample(&mut self, stack: u32, thread: u32, values: &[i64]) {
+        self.add_sample_at(stack, thread, 0, values)
+    }
+
+    /// Adds values to the (stack, thread) sample of time slice `time`, creating it when new.
+    pub fn add_sample_at(&mut self, stack: u32, thread: u32, time: u32, values: &[i64]) {
         let n = self.profile.sample_types.len();
-        let idx = *self.samples.entry((stack, thread)).or_insert_with(|| {
-            self.profile.samples.push(Sample { stack, thread, values: vec![0; n] });
+        let idx = *self.samples.entry((stack, thread, time)).or_insert_with(|| {
+            self.profile.samples.push(Sample { stack, thread, time, values: vec![0; n] });
             self.profile.samples.len() - 1
         });
         for (acc, v) in self.profile.samples[idx].values.iter_mut().zip(values) {
@@ -681,6 +721,33 @@ mod tests {
     }
 
     #[test]
+    fn samples_are_kept_by_time_slice_and_thread() {
+        let mut b = ProfileBuilder::new(
+            Metadata { start_unix_ns: 5_000_000_000, ..Default::default() },
+            vec![SampleType { name: "cpu".into(), unit: "samples".into() }],
+        );
+        let f = b.frame("f", NONE, "", FrameKind::User);
+        let s = b.stack(&[f]);
+        let (t1, t2) = (b.thread(1, 1, "a"), b.thread(1, 2, "b"));
+        b.add_sample_at(s, t1, 0, &[1]);
+        b.add_sample_at(s, t1, 3, &[2]);
+        b.add_sample_at(s, t2, 3, &[4]);
+        b.add_sample_at(s, t1, 3, &[8]);
+        let p = b.finish();
+        assert_eq!(p.samples.len(), 3, "one entry per (stack, thread, slice)");
+        assert_eq!(p.timeline(0), vec![1, 0, 0, 14]);
+        assert_eq!(p.slice_start_ns(3), 5_300_000_000);
+        let mut q = p.clone();
+        q.retain_time(5_100_000_000, 5_300_000_001);
+        assert_eq!(q.total(0), 14);
+        q.retain_time(0, 5_300_000_000);
+        assert_eq!(q.total(0), 0, "slice 3 starts at the end of the range");
+        let mut q = p.clone();
+        q.retain_threads(|t| t.tid == 2);
+        assert_eq!(q.total(0), 4);
+    }
+
+    #[test]
     fn validate_rejects_dangling_references() {
         let mut p = sample_profile();
         p.samples[0].stack = 99;
@@ -695,9 +762,9 @@ mod tests {
         let mut raw = raw::RawRecording { sample_types: p.sample_types.clone(), ..Default::default() };
         let n = raw.sample_types.len();
         let thread = raw::RawThread { pid: 1, tid: 1 };
-        raw.add(vec![raw::RawFrame::Kernel(1)], thread.clone(), &vec![i64::MAX - 1; n]);
-        raw.add(vec![raw::RawFrame::Kernel(2)], thread.clone(), &vec![2; n]);
-        raw.add(vec![raw::RawFrame::Kernel(2)], thread, &vec![1; n]);
+        raw.add(vec![raw::RawFrame::Kernel(1)], thread.clone(), 0, &vec![i64::MAX - 1; n]);
+        raw.add(vec![raw::RawFrame::Kernel(2)], thread.clone(), 0, &vec![2; n]);
+        raw.add(vec![raw::RawFrame::Kernel(2)], thread, 0, &vec![1; n]);
         assert_eq!((raw.samples.len(), raw.overflowed, raw.totals[0]), (2, 1, i64::MAX));
         let mut p = sample_profile();
         let row = SyscallStat { calls: u64::MAX, hist: vec![0; HIST_BUCKETS], ..Default::default() };

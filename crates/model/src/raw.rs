@@ -42,7 +42,7 @@ pub struct RawThread {
     pub tid: u32,
 }
 
-/// Aggregated raw samples keyed by (stack, thread); stacks are stored leaf first, as unwound.
+/// Aggregated raw samples keyed by (stack, thread, time slice); stacks are stored leaf first, as unwound.
 #[derive(Debug, Default)]
 pub struct RawRecording {
     pub meta: Metadata,
@@ -50,7 +50,8 @@ pub struct RawRecording {
     pub modules: Vec<RawModule>,
     /// Thread names by (pid, tid).
     pub thread_names: HashMap<(u32, u32), String>,
-    pub samples: HashMap<(Vec<RawFrame>, RawThread), Vec<i64>>,
+    /// Values by (stack, thread, time slice: see [`crate::Sample::time`]).
+    pub samples: HashMap<(Vec<RawFrame>, RawThread, u32), Vec<i64>>,
     pub labels: Vec<RawLabel>,
     /// New processes seen forking, as (child, parent): who started the processes the samples are of.
     pub forks: Vec<(u32, u32)>,
@@ -92,7 +93,7 @@ impl RawRecording {
 
     /// Adds the values of one stack, unless they would take a sum of absolute values past i64 (then the
     /// sample is left out and counted in `overflowed`).
-    pub fn add(&mut self, stack_leaf_first: Vec<RawFrame>, thread: RawThread, values: &[i64]) {
+    pub fn add(&mut self, stack_leaf_first: Vec<RawFrame>, thread: RawThread, time: u32, values: &[i64]) {
         let n = self.sample_types.len();
         if self.totals.len() < n {
             self.totals.resize(n, 0);
@@ -105,7 +106,7 @@ impl RawRecording {
         for (t, v) in self.totals.iter_mut().zip(values) {
             *t += v.abs();
         }
-        let acc = self.samples.entry((stack_leaf_first, thread)).or_insert_with(|| vec![0; n]);
+        let acc = self.samples.entry((stack_leaf_first, thread, time)).or_insert_with(|| vec![0; n]);
         for (a, v) in acc.iter_mut().zip(values) {
             *a += v;
         }

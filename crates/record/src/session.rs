@@ -190,6 +190,7 @@ impl<'a> Session<'a> {
         }
         let start_unix_ns = unix_now_ns();
         let cpu_at_start = pids.iter().map(|&p| target::cpu_time_ns(p)).sum();
+        c.set_origin(sys::monotonic_ns());
         observer.started(&pids);
         let t0 = Instant::now();
         if let Some(g) = gate.as_mut() {
@@ -338,6 +339,7 @@ impl<'a> Session<'a> {
         self.lost_before = n.lost;
         self.window_t0 = Instant::now();
         self.start_unix_ns = unix_now_ns();
+        self.c.set_origin(sys::monotonic_ns());
         raw
     }
 

@@ -377,8 +377,41 @@ fn range(q: &BTreeMap<String, String>, from_key: &str, until_key: &str) -> Resul
 /// Largest sum of stored window bytes one query merges.
 const MAX_QUERY_BYTES: u64 = 512 << 20;
 
-/// Every stored window of `targets` in the range, merged into one profile.
+/// The samples of `targets` in [from, until): the stored windows overlapping it, merged, without the
+/// samples of time slices outside it.
 fn load(s: &Shared, targets: &[i64], from: u64, until: u64) -> Result<Profile, ApiError> {
+    let mut p = load_windows(s, targets, from, until)?;
+    p.retain_time(from, until);
+    Ok(p)
+}
+
+/// The threads a query names: `thread=TID[,TID]` and/or `pid=PID[,PID]` (None: any).
+struct ThreadFilter {
+    tids: Option<Vec<u32>>,
+    pids: Option<Vec<u32>>,
+}
+
+impl ThreadFilter {
+    fn of(q: &BTreeMap<String, String>) -> Result<Self, ApiError> {
+        let ids = |k: &str| -> Result<Option<Vec<u32>>, ApiError> {
+            let num =
+                |x: &str| x.trim().parse().map_err(|_| ApiError::bad(format!("{k} '{x}' is not a number")));
+            q.get(k).map(|v| v.split(',').map(num).collect()).transpose()
+        };
+        Ok(ThreadFilter { tids: ids("thread")?, pids: ids("pid")? })
+    }
+
+    /// Keeps the samples of the threads named.
+    fn apply(&self, p: &mut Profile) {
+        if self.tids.is_some() || self.pids.is_some() {
+            let has = |l: &Option<Vec<u32>>, v: u32| l.as_ref().is_none_or(|l| l.contains(&v));
+            p.retain_threads(|t| has(&self.tids, t.tid) && has(&self.pids, t.pid));
+        }
+    }
+}
+
+/// Every stored window of `targets` overlapping [from, until), merged into one profile.
+fn load_windows(s: &Shared, targets: &[i64], from: u64, until: u64) -> Result<Profile, ApiError> {
     let rows = s.store.lock().expect("store lock").windows(targets, from, until)?;
     if rows.is_empty() {
         let ids = targets.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
@@ -416,20 +449,35 @@ async fn profile(
     State(s): State<Arc<Shared>>,
     q: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> ApiResult {
-    let q = params(q, &["target", "selector", "type", "from", "until", "format"])?;
+    let q = params(q, &["target", "selector", "type", "from", "until", "thread", "pid", "format"])?;
     let targets = selected(&s, &q)?;
     let (from, until) = range(&q, "from", "until")?;
+    let only = ThreadFilter::of(&q)?;
     let format = q.get("format").map_or("json", String::as_str).to_string();
-    if !["json", "tree", "folded", "pprof", "speedscope", "svg"].contains(&format.as_str()) {
-        return Err(ApiError::bad(format!(
-            "format '{format}' is not one of json, tree, folded, pprof, speedscope, svg"
-        )));
+    const FORMATS: [&str; 7] = ["json", "tree", "timeline", "folded", "pprof", "speedscope", "svg"];
+    if !FORMATS.contains(&format.as_str()) {
+        return Err(ApiError::bad(format!("format '{format}' is not one of {}", FORMATS.join(", "))));
     }
     blocking(move || {
-        let p = load(&s, &targets, from, until)?;
+        let mut p = load(&s, &targets, from, until)?;
         let v = value(&p, &q)?;
+        let threads = (format == "timeline").then(|| thread_totals(&p, v));
+        only.apply(&mut p);
         let mut out = Vec::new();
         let ct = match format.as_str() {
+            "timeline" => {
+                let t = &p.sample_types[v];
+                let body = serde_json::json!({
+                    "sample_type": t.name,
+                    "unit": t.unit,
+                    "start_unix_ns": p.meta.start_unix_ns,
+                    "slice_ns": whyslow_model::TIME_BUCKET_NS,
+                    "values": p.timeline(v),
+                    "threads": threads,
+                });
+                serde_json::to_writer(&mut out, &body).map_err(internal)?;
+                "application/json"
+            }
             "json" => {
                 whyslow_render::json::report(&mut out, &p, v)?;
                 "application/json"
@@ -462,6 +510,23 @@ async fn profile(
     .await
 }
 
+/// The threads with samples of value `v`: `[{pid, tid, name, value}]`, largest first.
+fn thread_totals(p: &Profile, v: usize) -> Vec<serde_json::Value> {
+    let mut sums = vec![0i64; p.threads.len()];
+    for smp in &p.samples {
+        sums[smp.thread as usize] += smp.values[v];
+    }
+    let mut order: Vec<usize> = (0..sums.len()).filter(|&i| sums[i] != 0).collect();
+    order.sort_by_key(|&i| (std::cmp::Reverse(sums[i]), p.threads[i].tid));
+    order
+        .into_iter()
+        .map(|i| {
+            let t = &p.threads[i];
+            serde_json::json!({ "pid": t.pid, "tid": t.tid, "name": t.name, "value": sums[i] })
+        })
+        .collect()
+}
+
 fn join(ids: &[i64]) -> String {
     ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
 }
@@ -470,11 +535,13 @@ async fn doctor(
     State(s): State<Arc<Shared>>,
     q: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> ApiResult {
-    let q = params(q, &["target", "selector", "from", "until"])?;
+    let q = params(q, &["target", "selector", "from", "until", "thread", "pid"])?;
     let targets = selected(&s, &q)?;
     let (from, until) = range(&q, "from", "until")?;
+    let only = ThreadFilter::of(&q)?;
     blocking(move || {
-        let p = load(&s, &targets, from, until)?;
+        let mut p = load(&s, &targets, from, until)?;
+        only.apply(&mut p);
         let d = whyslow_analyze::doctor::diagnose(&p, &format!("target {}", join(&targets)));
         let mut out = Vec::new();
         whyslow_render::doctor::json(&mut out, &p, &d).map_err(internal)?;
@@ -496,6 +563,8 @@ async fn diff(
         "before_until",
         "after_from",
         "after_until",
+        "thread",
+        "pid",
         "format",
     ];
     let q = params(q, &keys)?;
@@ -514,13 +583,16 @@ async fn diff(
     }
     let before = range(&q, "before_from", "before_until")?;
     let after = range(&q, "after_from", "after_until")?;
+    let only = ThreadFilter::of(&q)?;
     let format = q.get("format").map_or("json", String::as_str).to_string();
     if !["json", "svg"].contains(&format.as_str()) {
         return Err(ApiError::bad(format!("format '{format}' is not one of json, svg")));
     }
     blocking(move || {
-        let b = load(&s, &targets, before.0, before.1)?;
-        let a = load(&s, &after_targets, after.0, after.1)?;
+        let mut b = load(&s, &targets, before.0, before.1)?;
+        let mut a = load(&s, &after_targets, after.0, after.1)?;
+        only.apply(&mut b);
+        only.apply(&mut a);
         let vb = value(&b, &q)?;
         let va = a.sample_type(&b.sample_types[vb].name).ok_or_else(|| {
             ApiError::unprocessable(format!("the after range has no '{}' samples", b.sample_types[vb].name))

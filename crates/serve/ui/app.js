@@ -8,6 +8,9 @@
   const st = {
     targets: [], target: null, type: null, unit: "", total: 0, root: null, zoom: null,
     search: "", frames: [], fns: [], sort: { key: "self", desc: true }, view: "flame", ready: false,
+    // The timeline of the whole range ({start, slice: ns, values, threads}), the selected slices [i, j)
+    // (null: all), and the range the Diff view compares the selection with.
+    timeline: null, sel: null, base: null, seq: 0, loads: 0,
   };
 
   // ---- API ------------------------------------------------------------------------------------------
@@ -42,6 +45,30 @@
     return { from: "now-" + r, until: "now" };
   }
 
+  // The range every view shows: the timeline's selection, else the whole range. Slice i covers
+  // [start + i*slice, start + (i+1)*slice); the bounds are put half a slice before the slices' starts,
+  // so rounding (unix ns do not fit a double exactly) cannot move a slice in or out.
+  function shownRange() {
+    const tl = st.timeline;
+    if (!st.sel || !tl) return rangeOf(st.target);
+    const at = (i) => ((tl.start + (i - 0.5) * tl.slice) / 1e9).toFixed(4);
+    return { from: at(st.sel[0]), until: at(st.sel[1]) };
+  }
+
+  function rangeLabel(sel) {
+    const tl = st.timeline;
+    if (!sel || !tl) return "the whole range";
+    return `${(sel[0] * tl.slice / 1e9).toFixed(1)}–${(sel[1] * tl.slice / 1e9).toFixed(1)} s`;
+  }
+
+  // The thread/process filter as query parameters ({thread: tid} or {pid: pid}, or none).
+  function filterParams() {
+    const v = $("thread").value;
+    if (!v) return {};
+    const [k, id] = v.split("=");
+    return { [k]: id };
+  }
+
   function q(params) {
     return Object.entries(params).filter(([, v]) => v !== null && v !== undefined)
       .map(([k, v]) => k + "=" + encodeURIComponent(v)).join("&");
@@ -67,15 +94,37 @@
     await loadProfile();
   }
 
+  // The target, type, range or thread filter changed: the timeline, then the selected range's tree.
   async function loadProfile() {
     const t = st.target;
     const r = rangeOf(t);
     if (!r) { status("No recorded windows of " + targetLabel(t) + " yet."); return; }
     status("");
+    try {
+      const tl = await api("/api/v1/profile?" + q({ target: t.id, type: st.type, from: r.from, until: r.until,
+        ...filterParams(), format: "timeline" }));
+      st.timeline = { start: tl.start_unix_ns, slice: tl.slice_ns, values: tl.values, threads: tl.threads };
+    } catch (e) { status(e.message); st.timeline = null; }
+    if (st.sel && st.timeline && st.sel[1] > st.timeline.values.length) st.sel = null;
+    threadOptions();
+    await loadTree();
+  }
+
+  // The tree of the range shown (the timeline's selection), and every view drawn from it.
+  async function loadTree() {
+    const t = st.target;
+    const r = shownRange();
+    drawTimeline();
+    const seq = ++st.seq; // a later selection's answer may come first: only the last one is shown
     let data;
     try {
-      data = await api("/api/v1/profile?" + q({ target: t.id, type: st.type, from: r.from, until: r.until, format: "tree" }));
-    } catch (e) { status(e.message); st.root = null; draw(); return; }
+      data = await api("/api/v1/profile?" + q({ target: t.id, type: st.type, from: r.from, until: r.until,
+        ...filterParams(), format: "tree" }));
+      if (seq !== st.seq) return;
+    } catch (e) {
+      if (seq !== st.seq) return;
+      status(e.message); st.root = null; st.total = 0; st.fns = []; shown(); draw(); renderTable(); return;
+    }
     const types = data.sample_types.map((x) => x.name);
     const sel = $("type");
     sel.innerHTML = "";
@@ -85,10 +134,102 @@
     st.root = prepare(data.tree);
     st.zoom = st.root;
     st.fns = functions(st.root);
+    status(""); shown();
     draw(); renderTable();
     if (st.view === "doctor") loadDoctor();
-    st.ready = true;
+    if (st.view === "sandwich") drawSandwich();
+    st.ready = true; st.loads++;
   }
+
+  function shown() {
+    const el = $("shown");
+    el.textContent = `${fmt(st.total)} in ${rangeLabel(st.sel)}` + ($("thread").value ? " (filtered)" : "");
+    el.dataset.total = st.total;
+    $("sel-clear").disabled = !st.sel;
+    $("sel-base").disabled = !st.sel;
+  }
+
+  // The filter's choices: every process, then every thread, with their share of the whole range.
+  function threadOptions() {
+    const sel = $("thread"), keep = sel.value;
+    const threads = (st.timeline && st.timeline.threads) || [];
+    const all = threads.reduce((a, t) => a + t.value, 0);
+    const procs = new Map();
+    for (const t of threads) {
+      const p = procs.get(t.pid) || { pid: t.pid, name: t.name, value: 0 };
+      if (t.tid === t.pid) p.name = t.name;
+      p.value += t.value; procs.set(t.pid, p);
+    }
+    sel.innerHTML = "";
+    sel.add(new Option("all threads", ""));
+    for (const p of procs.values()) sel.add(new Option(`process ${p.pid} ${p.name} (${pct(p.value, all)})`, "pid=" + p.pid));
+    for (const t of threads) sel.add(new Option(`thread ${t.tid} ${t.name} (${pct(t.value, all)})`, "thread=" + t.tid));
+    sel.value = [...sel.options].some((o) => o.value === keep) ? keep : "";
+  }
+
+  // ---- timeline: samples per second, drag to select ------------------------------------------------------
+  function drawTimeline() {
+    const c = $("timeline"), tl = st.timeline;
+    const width = c.clientWidth || 800, height = 64, dpr = window.devicePixelRatio || 1;
+    c.width = width * dpr; c.height = height * dpr;
+    const ctx = c.getContext("2d");
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.clearRect(0, 0, width, height);
+    if (!tl || !tl.values.length) return;
+    const n = tl.values.length, bw = width / n, perSec = 1e9 / tl.slice;
+    const max = tl.values.reduce((m, v) => Math.max(m, v), 1);
+    const inSel = (i) => !st.sel || (i >= st.sel[0] && i < st.sel[1]);
+    for (let i = 0; i < n; i++) {
+      const h = (height - 14) * tl.values[i] / max;
+      ctx.fillStyle = inSel(i) ? "#1565c0" : "#b0bec5";
+      ctx.fillRect(i * bw, height - h, Math.max(bw - (bw > 3 ? 1 : 0), 0.5), h);
+    }
+    if (st.sel) {
+      ctx.fillStyle = "rgba(21, 101, 192, 0.12)";
+      ctx.fillRect(st.sel[0] * bw, 0, (st.sel[1] - st.sel[0]) * bw, height);
+    }
+    ctx.fillStyle = "#111"; ctx.font = "11px system-ui, sans-serif"; ctx.textBaseline = "top";
+    ctx.fillText(`peak ${fmt(Math.round(max * perSec))} per second`, 4, 1);
+    const dur = (n * tl.slice / 1e9).toFixed(1) + " s";
+    ctx.fillText(dur, width - ctx.measureText(dur).width - 4, 1);
+  }
+
+  // The slice boundary nearest to a pointer position.
+  function boundaryAt(ev) {
+    const c = $("timeline"), r = c.getBoundingClientRect(), n = st.timeline.values.length;
+    return Math.max(0, Math.min(n, Math.round((ev.clientX - r.left) / r.width * n)));
+  }
+
+  let drag = null;
+  $("timeline").addEventListener("mousedown", (ev) => {
+    if (!st.timeline || !st.timeline.values.length) return;
+    drag = { a: boundaryAt(ev), moved: false };
+    ev.preventDefault();
+  });
+  window.addEventListener("mousemove", (ev) => {
+    if (!drag) return;
+    const b = boundaryAt(ev);
+    if (b === drag.a && !drag.moved) return;
+    drag.moved = true;
+    st.sel = [Math.min(drag.a, b), Math.max(drag.a, b)];
+    if (st.sel[0] === st.sel[1]) st.sel[1] = Math.min(st.sel[0] + 1, st.timeline.values.length);
+    if (st.sel[0] === st.sel[1]) st.sel[0]--;
+    drawTimeline();
+  });
+  window.addEventListener("mouseup", () => {
+    if (!drag) return;
+    const moved = drag.moved;
+    drag = null;
+    if (!moved) st.sel = null; // a click without a drag selects everything again
+    if (st.sel && st.sel[0] === 0 && st.sel[1] === st.timeline.values.length) st.sel = null;
+    loadTree();
+  });
+  $("sel-clear").onclick = () => { st.sel = null; loadTree(); };
+  $("sel-base").onclick = () => {
+    st.base = { target: st.target.id, range: shownRange(), label: rangeLabel(st.sel) };
+    $("diff-before").value = $("diff-after").value = st.target.id;
+    show("diff");
+  };
 
   // Parent links and depths; iterative (stacks can be thousands deep).
   function prepare(root) {
@@ -353,7 +494,7 @@
   });
   $("reset").onclick = () => zoomTo(st.root);
   $("icicle").onchange = () => draw();
-  window.addEventListener("resize", () => (st.view === "sandwich" ? drawSandwich() : draw()));
+  window.addEventListener("resize", () => { drawTimeline(); if (st.view === "sandwich") drawSandwich(); else draw(); });
   document.addEventListener("keydown", (e) => {
     const typing = ["INPUT", "SELECT", "TEXTAREA"].includes(document.activeElement.tagName);
     if (e.key === "/" && !typing) { e.preventDefault(); show("flame"); $("search").focus(); }
@@ -425,11 +566,11 @@
   // ---- doctor ---------------------------------------------------------------------------------------
   async function loadDoctor() {
     const el = $("doctor");
-    const r = st.target && rangeOf(st.target);
+    const r = st.target && shownRange();
     if (!r) return;
     el.textContent = "Diagnosing…";
     let d;
-    try { d = await api("/api/v1/doctor?" + q({ target: st.target.id, from: r.from, until: r.until })); }
+    try { d = await api("/api/v1/doctor?" + q({ target: st.target.id, from: r.from, until: r.until, ...filterParams() })); }
     catch (e) { el.textContent = e.message; return; }
     el.innerHTML = "";
     const names = st.fns.filter((f) => f.name.length >= 3).sort((a, b) => b.total - a.total);
@@ -482,10 +623,15 @@
     const b = st.targets.find((t) => String(t.id) === $("diff-before").value);
     const a = st.targets.find((t) => String(t.id) === $("diff-after").value);
     if (!b || !a) { el.textContent = "Pick two targets (or open two recordings with whyslow view)."; return; }
-    const rb = rangeOf(b), ra = rangeOf(a);
+    // Two ranges of one target: the baseline set on the timeline (before) and the range shown now (after).
+    const ranges = st.base && st.base.target === b.id && b.id === a.id && st.target.id === b.id;
+    const rb = ranges ? st.base.range : rangeOf(b), ra = ranges ? shownRange() : rangeOf(a);
     if (!rb || !ra) { el.textContent = "A target has no recorded windows."; return; }
     const params = { target: b.id, after_target: a.id, type: st.type, before_from: rb.from, before_until: rb.until,
-      after_from: ra.from, after_until: ra.until };
+      after_from: ra.from, after_until: ra.until, ...(ranges ? filterParams() : {}) };
+    $("diff-ranges").textContent = ranges
+      ? `${targetLabel(b)}: ${st.base.label} (before) vs ${rangeLabel(st.sel)} (after)`
+      : "whole ranges (set a baseline on the timeline to compare two ranges of one target)";
     el.textContent = "Comparing…";
     let d;
     try { d = await api("/api/v1/diff?" + q(params)); } catch (e) { el.textContent = e.message; return; }
@@ -556,13 +702,22 @@
   document.querySelectorAll("#tabs button").forEach((b) => { b.onclick = () => show(b.dataset.view); });
   $("target").onchange = () => {
     st.target = st.targets.find((t) => String(t.id) === $("target").value);
-    st.type = null; loadProfile();
+    st.type = null; st.sel = null; $("thread").value = ""; loadProfile();
   };
   $("type").onchange = () => { st.type = $("type").value; loadProfile(); };
-  $("range").onchange = () => loadProfile();
+  $("range").onchange = () => { st.sel = null; st.base = null; loadProfile(); };
+  $("thread").onchange = () => loadProfile();
 
   window.whyslow = {
     get ready() { return st.ready; },
+    // The value of the samples the views show (the selected range, the thread filter).
+    get total() { return st.total; },
+    // Trees loaded so far (each selection and filter change loads one).
+    get loads() { return st.loads; },
+    // The threads of the whole range, {pid, tid, name, value} each, largest first.
+    threads: () => (st.timeline ? st.timeline.threads : []),
+    // The timeline: its slices (per slice, of the whole range) and the selected ones [i, j) or null.
+    timeline: () => (st.timeline ? { values: st.timeline.values.slice(), sel: st.sel && st.sel.slice() } : null),
     // Drawn frames in canvas pixels: x, y (top of the row), width, depth (root 0), matched by the search.
     frames: () => st.frames.map((f) => ({ name: f.name, x: f.x, y: f.y, width: f.width, depth: f.depth, matched: f.matched })),
     zoomed: () => (st.zoom ? st.zoom.name : null),

@@ -301,7 +301,7 @@ fn build(
     // Collect distinct addresses per module, then resolve each module in one batch.
     let mut by_module: HashMap<u32, Vec<u64>> = HashMap::new();
     let mut kernel_addrs = Vec::new();
-    for (stack, _) in raw.samples.keys() {
+    for (stack, _, _) in raw.samples.keys() {
         for f in stack {
             match *f {
                 RawFrame::User { module, offset } => by_module.entry(module).or_default().push(offset),
@@ -394,9 +394,11 @@ fn build(
     let mut probe_frame = None;
     // Deterministic output order: sort the aggregated samples.
     let mut samples: Vec<_> = raw.samples.into_iter().collect();
-    samples.sort_by(|a, b| (a.0 .1.pid, a.0 .1.tid, &a.0 .0).cmp(&(b.0 .1.pid, b.0 .1.tid, &b.0 .0)));
+    samples.sort_by(|a, b| {
+        (a.0 .1.pid, a.0 .1.tid, &a.0 .0, a.0 .2).cmp(&(b.0 .1.pid, b.0 .1.tid, &b.0 .0, b.0 .2))
+    });
     let mut root_first = Vec::new();
-    for ((stack, thread), values) in samples {
+    for ((stack, thread, time), values) in samples {
         root_first.clear();
         for raw_frame in stack.iter().rev() {
             let (ids, probe) = frame_cache.entry(*raw_frame).or_insert_with(|| {
@@ -432,7 +434,7 @@ fn build(
         let leaf = b.stack(&root_first);
         let name = raw.thread_names.get(&(thread.pid, thread.tid)).map(String::as_str).unwrap_or("");
         let t = b.thread(thread.pid, thread.tid, name);
-        b.add_sample(leaf, t, &values);
+        b.add_sample_at(leaf, t, time, &values);
     }
     let mut p = b.finish();
     for (raw_id, built_by) in producers {
