@@ -8,6 +8,7 @@ Screenshots of each view are saved in OUT_DIR."""
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -113,15 +114,42 @@ def main():
             page.keyboard.press("Escape")
             page.wait_for_function("window.whyslow.zoomed() === 'all'")
 
+            # Keyboard: the first arrow focuses the zoomed frame; up goes to the heaviest child, right and left
+            # to siblings (by name), down to the parent; Enter zooms, Escape unzooms.
+            page.keyboard.press("ArrowUp")
+            assert page.evaluate("window.whyslow.focused()") == "all"
+            path = []
+            while len(path) < 12 and path[-1:] != ["run_round"]:
+                page.keyboard.press("ArrowUp")
+                path.append(page.evaluate("window.whyslow.focused()"))
+            assert path[-3:] == ["__libc_start_call_main", "main", "run_round"], path
+            walk = []
+            for key in ("ArrowUp", "ArrowRight", "ArrowRight", "ArrowRight", "ArrowLeft"):
+                page.keyboard.press(key)
+                walk.append(page.evaluate("window.whyslow.focused()"))
+            assert walk == ["burn_a", "burn_b", "burn_c", "burn_c", "burn_b"], walk
+            assert page.inner_text("#focus-info").startswith("burn_b: total")
+            page.keyboard.press("Enter")
+            assert page.evaluate("window.whyslow.zoomed()") == "burn_b"
+            page.keyboard.press("ArrowDown")
+            assert page.evaluate("window.whyslow.focused()") == "run_round"
+            page.screenshot(path=os.path.join(out, "keyboard.png"), full_page=True)
+            page.keyboard.press("Escape")
+            assert page.evaluate("window.whyslow.zoomed()") == "all"
+
             # Timeline: 100 ms slices over the ~3 s run. Dragging over its first half halves the samples every
-            # view shows (steady workload: +-10%), and exactly the selected slices' sum.
+            # view shows, and exactly the selected slices' sum.
             tl = page.evaluate("window.whyslow.timeline()")
             everything = page.evaluate("window.whyslow.total")
             assert len(tl["values"]) >= 25 and sum(tl["values"]) == everything, (tl["values"], everything)
             selected = select_timeline(page, 0, 0.5)
             half = page.evaluate("window.whyslow.total")
             log(f"timeline: {len(tl['values'])} slices, {everything} samples; first half {selected} -> {half}")
-            assert abs(half / everything - 0.5) <= 0.05, (half, everything)
+            # Half the width is half the slices, give or take the one the drag rounds to; the samples follow
+            # the time selected within 10% (a steady workload on a shared machine).
+            frac = (selected[1] - selected[0]) / len(tl["values"])
+            assert abs(frac - 0.5) <= 1 / len(tl["values"]) and abs(half / everything / frac - 1) <= 0.10, \
+                (half, everything, selected)
             assert half == sum(tl["values"][selected[0]:selected[1]]), (half, selected)
             assert int(page.get_attribute("#shown", "data-total")) == half
             fs = frames(page)
@@ -163,6 +191,19 @@ def main():
             second = select_timeline(page, 0.5, 1.0)
             rest = page.evaluate("window.whyslow.total")
             assert second[0] == selected[1] and rest == everything - half, (second, selected, rest, everything, half)
+            # Two ranges of one target in the Diff view: the first half as the baseline, the second half shown.
+            select_timeline(page, 0, 0.5)
+            page.click("#sel-base")
+            page.wait_for_selector("#diff-table", timeout=10000)
+            page.click("#tabs button[data-view=flame]")
+            select_timeline(page, 0.5, 1.0)
+            page.click("#tabs button[data-view=diff]")
+            page.wait_for_function("window.whyslow.diffTotals()")
+            totals = page.evaluate("window.whyslow.diffTotals()")
+            log(f"diff of two ranges: {totals}, ranges: {page.inner_text('#diff-ranges')!r}")
+            assert totals == {"before": half, "after": everything - half}, (totals, half, everything)
+            page.screenshot(path=os.path.join(out, "diff_ranges.png"), full_page=True)
+            page.click("#tabs button[data-view=flame]")
             page.click("#sel-clear")
             page.wait_for_function(f"window.whyslow.total === {everything}")
 
@@ -184,6 +225,7 @@ def main():
     finally:
         stop(view)
     threads_view(whyslow, bindir, out)
+    live_processes(whyslow, bindir, out)
     diff_view(whyslow, bindir, out)
     doctor_view(whyslow, bindir, out)
     log(f"passed in {time.time() - t0:.1f} s (screenshots in {out})")
@@ -244,6 +286,41 @@ def threads_view(whyslow, bindir, out):
             browser.close()
     finally:
         stop(view)
+
+
+def live_processes(whyslow, bindir, out):
+    """`whyslow serve` with a command-line target: a cpu_split started while the Processes view is open appears in
+    it, and leaves it when it ends, without a reload (the view polls)."""
+    data = os.path.join(out, "serve-data")
+    shutil.rmtree(data, ignore_errors=True)
+    agent = subprocess.Popen([whyslow, "serve", "--listen", "127.0.0.1:0", "--data-dir", data],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        line = agent.stderr.readline()
+        m = re.search(r"http://(\S+?)/?(\s|$)", line)
+        assert m, line
+        url = f"http://{m.group(1)}/"
+        req = urllib.request.Request(url + "api/v1/targets", method="POST", data=json.dumps(
+            {"match": {"cmdline": "cpu_split 5.0417"}, "sources": ["cpu"], "window_s": 1}).encode())
+        urllib.request.urlopen(req).read()
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM)
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            errors = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(url)
+            page.click("#tabs button[data-view=processes]")
+            page.wait_for_function("window.whyslow.polls >= 1")
+            work = subprocess.Popen([os.path.join(bindir, "cpu_split"), "5.0417"], stdout=subprocess.DEVNULL)
+            page.wait_for_selector(f"#processes li[data-pid='{work.pid}']", timeout=10000)
+            log(f"live processes: pid {work.pid} shown after {page.evaluate('window.whyslow.polls')} polls")
+            page.screenshot(path=os.path.join(out, "processes.png"), full_page=True)
+            assert work.wait() == 0
+            page.wait_for_selector(f"#processes li[data-pid='{work.pid}']", state="detached", timeout=10000)
+            assert not errors, errors
+            browser.close()
+    finally:
+        stop(agent)
 
 
 def diff_view(whyslow, bindir, out):

@@ -1,6 +1,8 @@
 //! The web UI in a real browser: tests/ui/test_view.py drives apt's Chromium through Playwright (from
-//! scripts/deps.sh's .venv-ui) against `whyslow view` of a cpu_split recording. Screenshots of each view
-//! land in the cargo target's tmp dir (ui-test/).
+//! scripts/deps.sh's .venv-ui) against `whyslow view` of cpu_split, threads, diffwork and doctor_tzlog
+//! recordings (flame graph, keyboard, timeline selection, thread filter, table, sandwich, doctor, diffs)
+//! and against `whyslow serve` (the live processes view). Screenshots of each view land in the cargo
+//! target's tmp dir (ui-test/).
 
 mod common;
 use common::{root, workload};

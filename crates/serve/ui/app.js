@@ -11,6 +11,8 @@
     // The timeline of the whole range ({start, slice: ns, values, threads}), the selected slices [i, j)
     // (null: all), and the range the Diff view compares the selection with.
     timeline: null, sel: null, base: null, seq: 0, loads: 0,
+    // The frame the keyboard moves (arrows), zooms to (Enter); null until an arrow is pressed.
+    focus: null, polls: 0,
   };
 
   // ---- API ------------------------------------------------------------------------------------------
@@ -302,12 +304,12 @@
   }
 
   function draw() {
-    st.frames = render($("flame"), st.root && st.zoom, $("icicle").checked);
-    breadcrumb(); searchInfo();
+    st.frames = render($("flame"), st.root && st.zoom, $("icicle").checked, st.focus);
+    breadcrumb(); searchInfo(); focusInfo();
   }
 
   // Draws the tree under `zoom` (its ancestors full width) on `canvas`; returns the drawn frames.
-  function render(canvas, zoom, icicle) {
+  function render(canvas, zoom, icicle, focus) {
     const width = canvas.parentElement.clientWidth || 800;
     const frames = layout(zoom, width);
     const maxDepth = frames.reduce((m, f) => Math.max(m, f.depth), 0);
@@ -328,10 +330,51 @@
         ctx.fillStyle = st.search && matches(f.node) ? "#fff" : "#111";
         ctx.fillText(fit(ctx, f.node.name, f.width - 6), f.x + 3, y + ROW / 2);
       }
+      if (f.node === focus) {
+        ctx.strokeStyle = "#000"; ctx.lineWidth = 2;
+        ctx.strokeRect(f.x + 1, y + 1, Math.max(f.width - 2.5, 1), ROW - 3);
+      }
       return { name: f.node.name, x: f.x, y, width: f.width, depth: f.depth, node: f.node,
         matched: !!(st.search && matches(f.node)) };
     });
   }
+
+  // ---- keyboard: arrows move the focus between parent, children and siblings; Enter zooms ---------------
+  function focusInfo() {
+    const el = $("focus-info"), n = st.focus;
+    el.textContent = n ? `${n.name}: total ${fmt(n.value)} (${pct(n.value, st.total)}), self ${fmt(n.self)}` : "";
+  }
+
+  // The frame an arrow key leads to from the focus (null: none drawn that way). Toward the leaves (up in a
+  // flame graph, down in an icicle) is the heaviest drawn child; siblings are the drawn ones of the parent.
+  function moveFocus(key) {
+    const f = st.focus, icicle = $("icicle").checked;
+    const drawn = new Set(st.frames.map((x) => x.node));
+    const leafward = icicle ? "ArrowDown" : "ArrowUp", rootward = icicle ? "ArrowUp" : "ArrowDown";
+    if (key === leafward) {
+      return f.children.filter((c) => drawn.has(c)).reduce((a, c) => (!a || c.value > a.value ? c : a), null);
+    }
+    if (key === rootward) return f.parent;
+    // Siblings only inside the zoomed frame (its ancestors are drawn alone, full width).
+    let inside = false;
+    for (let n = f.parent; n; n = n.parent) if (n === st.zoom) inside = true;
+    if (!inside) return null;
+    const sibs = f.parent.children.filter((c) => drawn.has(c));
+    return sibs[sibs.indexOf(f) + (key === "ArrowRight" ? 1 : -1)] || null;
+  }
+
+  function flameKey(e) {
+    if (!st.root) return false;
+    if (e.key.startsWith("Arrow")) {
+      const next = st.focus && drawnNode(st.focus) ? moveFocus(e.key) : st.zoom;
+      if (next) { st.focus = next; draw(); }
+      return true;
+    }
+    if (e.key === "Enter" && st.focus) { zoomTo(st.focus); return true; }
+    return false;
+  }
+
+  function drawnNode(n) { return st.frames.some((f) => f.node === n); }
 
   // ---- sandwich: one function's callers (above it) and callees (below it), over all its stacks ----------
   function outermost(name) {
@@ -498,6 +541,8 @@
   document.addEventListener("keydown", (e) => {
     const typing = ["INPUT", "SELECT", "TEXTAREA"].includes(document.activeElement.tagName);
     if (e.key === "/" && !typing) { e.preventDefault(); show("flame"); $("search").focus(); }
+    else if (!typing && st.view === "flame" && e.target.tagName !== "A" && e.target.tagName !== "BUTTON"
+      && flameKey(e)) e.preventDefault();
     else if (e.key === "Escape") { if (typing) document.activeElement.blur(); if (st.root) zoomTo(st.root); }
   });
 
@@ -633,8 +678,10 @@
       ? `${targetLabel(b)}: ${st.base.label} (before) vs ${rangeLabel(st.sel)} (after)`
       : "whole ranges (set a baseline on the timeline to compare two ranges of one target)";
     el.textContent = "Comparing…";
+    st.diff = null;
     let d;
     try { d = await api("/api/v1/diff?" + q(params)); } catch (e) { el.textContent = e.message; return; }
+    st.diff = d;
     el.innerHTML = "";
     const p = document.createElement("p");
     p.textContent = `before: ${d.before.total} samples, after: ${d.after.total}. Red grew, blue shrank.`;
@@ -665,11 +712,21 @@
   $("diff-run").onclick = loadDiff;
 
   // ---- processes ------------------------------------------------------------------------------------
+  // Shown live: fetched again every few seconds while the view is open.
   async function loadProcesses() {
     const el = $("processes");
-    let ps;
-    try { ps = await api("/api/v1/processes"); } catch (e) { el.textContent = e.message; return; }
+    let ps, ts;
+    try {
+      [ps, ts] = await Promise.all([api("/api/v1/processes"), api("/api/v1/targets?windows=true")]);
+    } catch (e) { el.textContent = e.message; return; }
+    st.targets = ts;
+    st.target = ts.find((t) => st.target && t.id === st.target.id) || st.target;
+    st.polls++;
     el.innerHTML = "";
+    const when = document.createElement("p");
+    when.className = "hint";
+    when.textContent = `Live: updated ${new Date().toLocaleTimeString()}, every ${PROCESS_POLL_MS / 1000} s.`;
+    el.append(when);
     const h = document.createElement("h3"); h.textContent = "Targets"; el.append(h);
     const ul = document.createElement("ul");
     for (const t of st.targets) {
@@ -683,10 +740,14 @@
     for (const p of ps) {
       const li = document.createElement("li");
       li.textContent = `${p.pid} ${p.comm} (targets ${p.targets.join(",")}, ${p.sources}, ${p.followed}): ${p.cmdline}`;
+      li.dataset.pid = p.pid;
       ul2.append(li);
     }
     el.append(ul2);
   }
+
+  const PROCESS_POLL_MS = 3000;
+  setInterval(() => { if (st.view === "processes" && !document.hidden) loadProcesses(); }, PROCESS_POLL_MS);
 
   // ---- tabs and selectors ---------------------------------------------------------------------------
   function show(view) {
@@ -714,6 +775,11 @@
     get total() { return st.total; },
     // Trees loaded so far (each selection and filter change loads one).
     get loads() { return st.loads; },
+    focused: () => (st.focus ? st.focus.name : null),
+    // The totals of the diff shown ({before, after}), null while it loads.
+    diffTotals: () => (st.diff ? { before: st.diff.before.total, after: st.diff.after.total } : null),
+    // How often the Processes view was fetched (it refreshes every few seconds while shown).
+    get polls() { return st.polls; },
     // The threads of the whole range, {pid, tid, name, value} each, largest first.
     threads: () => (st.timeline ? st.timeline.threads : []),
     // The timeline: its slices (per slice, of the whole range) and the selected ones [i, j) or null.
