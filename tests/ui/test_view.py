@@ -347,6 +347,22 @@ def diff_view(whyslow, bindir, out):
             assert float(cells[3]) == want["self_delta"], (cells, want)
             assert float(cells[4]) == want["total_delta"], (cells, want)
             assert page.eval_on_selector_all("#diff-table tbody tr", "rs => rs[0].dataset.name") == "work_b"
+            # The canvas diff flame graph (its hit-test): work_b is drawn red (its self time grew), its after -
+            # before is the total delta and its self's the self delta `whyslow diff` gives (6 decimals there).
+            page.wait_for_function("window.whyslow.diffFrames().length > 0")
+            drawn = [f for f in page.evaluate("window.whyslow.diffFrames()") if f["name"] == "work_b"]
+            assert drawn and all(f["change"] == "grew" and f["color"].startswith("hsl(0,") for f in drawn), drawn
+            delta = sum(f["after"] - f["before"] for f in drawn)
+            log(f"diff flame graph: work_b drawn {len(drawn)}x, delta {delta:.6f} ({drawn[0]['color']})")
+            self_delta = sum(f["after_self"] - f["before_self"] for f in drawn)
+            assert abs(delta - want["total_delta"]) <= 2e-6 and abs(self_delta - want["self_delta"]) <= 2e-6, \
+                (delta, self_delta, want)
+            assert all(f["change"] == "same" for f in page.evaluate("window.whyslow.diffFrames()")
+                       if f["name"] in ("main", "run_round")), "callers without self time stay neutral"
+            canvas = page.locator("#diff-flame").bounding_box()
+            widest_b = max(drawn, key=lambda f: f["width"])
+            page.mouse.move(canvas["x"] + widest_b["x"] + widest_b["width"] / 2, canvas["y"] + widest_b["y"] + 9)
+            assert page.inner_text("#tooltip").startswith("work_b"), page.inner_text("#tooltip")
             page.screenshot(path=os.path.join(out, "diff.png"), full_page=True)
             assert not errors, errors
             browser.close()

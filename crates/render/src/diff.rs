@@ -218,6 +218,78 @@ pub fn folded_pairs(before: Side, after: Side, o: &DiffFlameOptions) -> Result<V
         .collect())
 }
 
+/// The call trees of both sides merged by stack (frame names from the root), as nested JSON for a
+/// differential flame graph drawn by the web UI: `{"sample_type", "unit", "tree": {name, kind, before,
+/// after, before_self, after_self, children}}`, values in the diff's unit (seconds when both sides have a
+/// time scale, else percent of each side's total, like [`whyslow_analyze::diff::diff`]).
+pub fn tree_json(w: &mut impl Write, before: Side, after: Side) -> Result<(), RenderError> {
+    let st = sample_type(before.profile, before.value)?.name.clone();
+    sample_type(after.profile, after.value)?;
+    struct Node {
+        name: String,
+        kind: &'static str,
+        value: [f64; 2],
+        self_value: [f64; 2],
+    }
+    let mut nodes = vec![Node { name: "all".into(), kind: "root", value: [0.0; 2], self_value: [0.0; 2] }];
+    let mut children: Vec<Vec<usize>> = vec![Vec::new()];
+    let mut index: std::collections::HashMap<(usize, String), usize> = Default::default();
+    let seconds = matches!((before.scale, after.scale), (Scale::SecondsPerUnit(_), Scale::SecondsPerUnit(_)));
+    for (k, side) in [before, after].into_iter().enumerate() {
+        let tree = crate::tree::build(side.profile, side.value)?;
+        let unit = match side.scale {
+            Scale::SecondsPerUnit(s) if seconds => s,
+            _ => 100.0 / (tree[0].value.max(1) as f64),
+        };
+        // (node of this side's tree, merged node)
+        let mut todo = vec![(0usize, 0usize)];
+        while let Some((t, m)) = todo.pop() {
+            nodes[m].value[k] += tree[t].value as f64 * unit;
+            nodes[m].self_value[k] += tree[t].self_value as f64 * unit;
+            for &c in &tree[t].children {
+                let name = crate::tree::frame_label(side.profile, tree[c].frame);
+                let mc = *index.entry((m, name.clone())).or_insert_with(|| {
+                    let kind = crate::tree::kind(side.profile, tree[c].frame);
+                    nodes.push(Node { name, kind, value: [0.0; 2], self_value: [0.0; 2] });
+                    children.push(Vec::new());
+                    children[m].push(nodes.len() - 1);
+                    nodes.len() - 1
+                });
+                todo.push((c, mc));
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(96 * nodes.len());
+    write!(
+        out,
+        "{{\"sample_type\":{},\"unit\":{},\"tree\":",
+        serde_json::Value::from(st),
+        serde_json::Value::from(if seconds { "seconds" } else { "percent" })
+    )?;
+    let num = |v: f64| serde_json::Value::from((v * 1e9).round() / 1e9);
+    crate::tree::nested(
+        &mut out,
+        &children,
+        |i| nodes[i].name.clone(),
+        |out, i, name| {
+            let n = &nodes[i];
+            write!(
+                out,
+                "\"name\":{},\"kind\":\"{}\",\"before\":{},\"after\":{},\"before_self\":{},\"after_self\":{}",
+                serde_json::Value::from(name),
+                n.kind,
+                num(n.value[0]),
+                num(n.value[1]),
+                num(n.self_value[0]),
+                num(n.self_value[1])
+            )
+        },
+    )?;
+    out.extend_from_slice(b"}\n");
+    w.write_all(&out)?;
+    Ok(())
+}
+
 /// A differential flame graph: frame widths from the after profile (before with `negate`), red where
 /// time grew, blue where it shrank, the deeper the color the larger the change.
 pub fn svg(w: &mut impl Write, before: Side, after: Side, o: &DiffFlameOptions) -> Result<(), RenderError> {
@@ -287,6 +359,45 @@ pub(crate) mod tests {
 
     fn sides<'a>(p: &'a (Profile, Profile)) -> (Side<'a>, Side<'a>) {
         (Side::new(&p.0, 0), Side::new(&p.1, 0))
+    }
+
+    #[test]
+    fn diff_tree_merges_stacks_and_agrees_with_the_deltas() {
+        let p = pair();
+        let (b, a) = sides(&p);
+        let v: serde_json::Value = serde_json::from_slice(&render(|w| tree_json(w, b, a))).unwrap();
+        assert_eq!((v["unit"].as_str(), v["sample_type"].as_str()), (Some("seconds"), Some("cpu")));
+        let run = &v["tree"]["children"][0]["children"][0];
+        assert_eq!(run["name"], "run");
+        let kids: Vec<(&str, f64, f64)> = run["children"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                (c["name"].as_str().unwrap(), c["before"].as_f64().unwrap(), c["after"].as_f64().unwrap())
+            })
+            .collect();
+        // At 100 Hz: work_b 100 -> 200 samples is 1 s -> 2 s; each side's own function is there at 0 on the other.
+        assert_eq!(
+            kids,
+            vec![
+                ("clear_page", 0.2, 0.0),
+                ("memset", 0.0, 0.05),
+                ("work_a", 2.0, 2.0),
+                ("work_b", 1.0, 2.0),
+                ("work_c", 1.0, 1.0)
+            ]
+        );
+        let d = diff(b, a, false);
+        let wb = d.functions.iter().find(|f| f.name == "work_b").unwrap();
+        let node = &run["children"][3];
+        let delta = node["after"].as_f64().unwrap() - node["before"].as_f64().unwrap();
+        assert!(
+            (delta - wb.total_delta).abs() < 1e-9
+                && (node["after_self"].as_f64().unwrap() - 2.0).abs() < 1e-9
+        );
+        let (tb, ta) = (v["tree"]["before"].as_f64().unwrap(), v["tree"]["after"].as_f64().unwrap());
+        assert!((tb - 4.2).abs() < 1e-9 && (ta - 5.05).abs() < 1e-9, "{tb} {ta}");
     }
 
     #[test]

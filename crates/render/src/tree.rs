@@ -66,7 +66,7 @@ fn child(
     })
 }
 
-fn kind(p: &Profile, frame: u32) -> &'static str {
+pub(crate) fn kind(p: &Profile, frame: u32) -> &'static str {
     if frame == NONE {
         return "none";
     }
@@ -99,52 +99,65 @@ pub fn json(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), RenderE
             .collect::<Vec<_>>()),
         nodes[0].value
     )?;
-    let name = |n: &TreeNode| -> String {
-        if n.frame == NONE {
-            NO_STACK.to_string()
-        } else {
-            p.frame_name(n.frame).to_string()
-        }
+    let children: Vec<Vec<usize>> = nodes.iter().map(|n| n.children.clone()).collect();
+    let name = |i: usize| if i == 0 { "all".to_string() } else { frame_label(p, nodes[i].frame) };
+    nested(&mut out, &children, name, |out, i, label| {
+        let n = &nodes[i];
+        write!(
+            out,
+            "\"name\":{},\"kind\":{},\"value\":{},\"self\":{}",
+            serde_json::Value::from(label),
+            serde_json::Value::from(if i == 0 { "root" } else { kind(p, n.frame) }),
+            n.value,
+            n.self_value
+        )
+    })?;
+    out.extend_from_slice(b"}\n");
+    w.write_all(&out)?;
+    Ok(())
+}
+
+/// A frame's name, or [`NO_STACK`] for the node of samples without a stack.
+pub(crate) fn frame_label(p: &Profile, frame: u32) -> String {
+    if frame == NONE {
+        NO_STACK.to_string()
+    } else {
+        p.frame_name(frame).to_string()
+    }
+}
+
+/// Writes the tree rooted at node 0 as nested JSON objects: `head` writes a node's own fields (given its
+/// name), then come its `children`, sorted by name. Iterative: stacks can be thousands of frames deep.
+pub(crate) fn nested(
+    out: &mut Vec<u8>,
+    children: &[Vec<usize>],
+    name: impl Fn(usize) -> String,
+    mut head: impl FnMut(&mut Vec<u8>, usize, String) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    // Writes a node up to its children's list; its children, sorted, to write next.
+    let mut open = |out: &mut Vec<u8>, i: usize| -> std::io::Result<(Vec<usize>, usize)> {
+        out.push(b'{');
+        head(out, i, name(i))?;
+        out.extend_from_slice(b",\"children\":[");
+        let mut kids = children[i].clone();
+        kids.sort_by_cached_key(|&c| name(c));
+        Ok((kids, 0))
     };
-    let mut sorted: Vec<Vec<usize>> = nodes
-        .iter()
-        .map(|n| {
-            let mut c = n.children.clone();
-            c.sort_by_cached_key(|&i| name(&nodes[i]));
-            c
-        })
-        .collect();
-    // Iterative depth-first writing: stacks can be thousands of frames deep.
-    let mut todo: Vec<(usize, usize)> = vec![(0, 0)];
-    while let Some(&mut (node, ref mut next)) = todo.last_mut() {
-        if *next == 0 {
-            let n = &nodes[node];
-            let label = if node == 0 { "all".to_string() } else { name(n) };
-            write!(
-                out,
-                "{{\"name\":{},\"kind\":{},\"value\":{},\"self\":{},\"children\":[",
-                serde_json::Value::from(label),
-                serde_json::Value::from(if node == 0 { "root" } else { kind(p, n.frame) }),
-                n.value,
-                n.self_value
-            )?;
-        }
-        let kids = &mut sorted[node];
+    let mut todo = vec![open(out, 0)?];
+    while let Some((kids, next)) = todo.last_mut() {
         if *next < kids.len() {
             if *next > 0 {
                 out.push(b',');
             }
             let c = kids[*next];
             *next += 1;
-            todo.push((c, 0));
+            let node = open(out, c)?;
+            todo.push(node);
         } else {
-            kids.clear();
             out.extend_from_slice(b"]}");
             todo.pop();
         }
     }
-    out.extend_from_slice(b"}\n");
-    w.write_all(&out)?;
     Ok(())
 }
 

@@ -585,8 +585,8 @@ async fn diff(
     let after = range(&q, "after_from", "after_until")?;
     let only = ThreadFilter::of(&q)?;
     let format = q.get("format").map_or("json", String::as_str).to_string();
-    if !["json", "svg"].contains(&format.as_str()) {
-        return Err(ApiError::bad(format!("format '{format}' is not one of json, svg")));
+    if !["json", "tree", "svg"].contains(&format.as_str()) {
+        return Err(ApiError::bad(format!("format '{format}' is not one of json, tree, svg")));
     }
     blocking(move || {
         let mut b = load(&s, &targets, before.0, before.1)?;
@@ -604,6 +604,10 @@ async fn diff(
             let o = whyslow_render::diff::DiffFlameOptions { title, negate: false, shares_only: false };
             whyslow_render::diff::svg(&mut out, sb, sa, &o)?;
             return Ok(bytes("image/svg+xml", out));
+        }
+        if format == "tree" {
+            whyslow_render::diff::tree_json(&mut out, sb, sa)?;
+            return Ok(bytes("application/json", out));
         }
         let d = whyslow_analyze::diff::diff(sb, sa, false);
         whyslow_render::diff::json(&mut out, &d, 50)?;

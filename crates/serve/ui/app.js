@@ -290,7 +290,7 @@
     const path = [];
     for (let n = zoom; n; n = n.parent) path.unshift(n);
     for (const n of path.slice(0, -1)) out.push({ node: n, x: 0, width, depth: n.depth });
-    const scale = width / Math.max(zoom.value, 1);
+    const scale = zoom.value > 0 ? width / zoom.value : 0;
     const todo = [[zoom, 0]];
     while (todo.length) {
       const [n, x] = todo.pop();
@@ -309,7 +309,7 @@
   }
 
   // Draws the tree under `zoom` (its ancestors full width) on `canvas`; returns the drawn frames.
-  function render(canvas, zoom, icicle, focus) {
+  function render(canvas, zoom, icicle, focus, colorOf = color) {
     const width = canvas.parentElement.clientWidth || 800;
     const frames = layout(zoom, width);
     const maxDepth = frames.reduce((m, f) => Math.max(m, f.depth), 0);
@@ -324,7 +324,7 @@
     ctx.textBaseline = "middle";
     return frames.map((f) => {
       const y = icicle ? f.depth * ROW : (maxDepth - f.depth) * ROW;
-      ctx.fillStyle = color(f.node);
+      ctx.fillStyle = colorOf(f.node);
       ctx.fillRect(f.x, y, Math.max(f.width - 0.5, 0.5), ROW - 1);
       if (f.width > 30) {
         ctx.fillStyle = st.search && matches(f.node) ? "#fff" : "#111";
@@ -447,9 +447,7 @@
 
   for (const id of ["callers", "callees"]) {
     $(id).addEventListener("click", (ev) => {
-      const r = $(id).getBoundingClientRect();
-      const x = ev.clientX - r.left, y = ev.clientY - r.top;
-      const f = (st.sandwichFrames || {})[id]?.find((g) => x >= g.x && x < g.x + g.width && y >= g.y && y < g.y + ROW);
+      const f = hit($(id), (st.sandwichFrames || {})[id], ev);
       if (f) showSandwich(f.name);
     });
   }
@@ -509,24 +507,30 @@
 
   function zoomTo(n) { st.zoom = n; draw(); }
 
-  function frameAt(ev) {
-    const r = $("flame").getBoundingClientRect();
+  // The drawn frame under the pointer on `canvas`, of the frames `render` returned for it.
+  function hit(canvas, frames, ev) {
+    const r = canvas.getBoundingClientRect();
     const x = ev.clientX - r.left, y = ev.clientY - r.top;
-    return st.frames.find((f) => x >= f.x && x < f.x + f.width && y >= f.y && y < f.y + ROW);
+    return (frames || []).find((f) => x >= f.x && x < f.x + f.width && y >= f.y && y < f.y + ROW);
   }
 
-  $("flame").addEventListener("click", (ev) => { const f = frameAt(ev); if (f) zoomTo(f.node); });
-  $("flame").addEventListener("mousemove", (ev) => {
-    const f = frameAt(ev), tip = $("tooltip");
-    if (!f) { tip.hidden = true; return; }
-    const n = f.node;
+  // Shows `title` and `text` by the pointer, or hides the tooltip when there is no title.
+  function tooltip(ev, title, text) {
+    const tip = $("tooltip");
+    if (!title) { tip.hidden = true; return; }
     tip.textContent = "";
-    const b = document.createElement("b"); b.textContent = n.name; tip.append(b);
-    tip.append(document.createElement("br"),
-      `total ${fmt(n.value)} (${pct(n.value, st.total)}), self ${fmt(n.self)} (${pct(n.self, st.total)})`);
+    const b = document.createElement("b"); b.textContent = title; tip.append(b);
+    tip.append(document.createElement("br"), text);
     tip.style.left = Math.min(ev.clientX + 12, window.innerWidth - 320) + "px";
     tip.style.top = ev.clientY + 14 + "px";
     tip.hidden = false;
+  }
+
+  $("flame").addEventListener("click", (ev) => { const f = hit($("flame"), st.frames, ev); if (f) zoomTo(f.node); });
+  $("flame").addEventListener("mousemove", (ev) => {
+    const f = hit($("flame"), st.frames, ev), n = f && f.node;
+    tooltip(ev, n && n.name,
+      n && `total ${fmt(n.value)} (${pct(n.value, st.total)}), self ${fmt(n.self)} (${pct(n.self, st.total)})`);
   });
   $("flame").addEventListener("mouseleave", () => { $("tooltip").hidden = true; });
 
@@ -537,13 +541,19 @@
   });
   $("reset").onclick = () => zoomTo(st.root);
   $("icicle").onchange = () => draw();
-  window.addEventListener("resize", () => { drawTimeline(); if (st.view === "sandwich") drawSandwich(); else draw(); });
+  window.addEventListener("resize", () => {
+    drawTimeline();
+    if (st.view === "sandwich") drawSandwich(); else if (st.view === "diff") drawDiff(); else draw();
+  });
   document.addEventListener("keydown", (e) => {
     const typing = ["INPUT", "SELECT", "TEXTAREA"].includes(document.activeElement.tagName);
     if (e.key === "/" && !typing) { e.preventDefault(); show("flame"); $("search").focus(); }
     else if (!typing && st.view === "flame" && e.target.tagName !== "A" && e.target.tagName !== "BUTTON"
       && flameKey(e)) e.preventDefault();
-    else if (e.key === "Escape") { if (typing) document.activeElement.blur(); if (st.root) zoomTo(st.root); }
+    else if (e.key === "Escape") {
+      if (typing) document.activeElement.blur();
+      if (st.view === "diff" && st.diffRoot) { st.diffZoom = st.diffRoot; drawDiff(); } else if (st.root) zoomTo(st.root);
+    }
   });
 
   function heaviest(pred) {
@@ -678,14 +688,35 @@
       ? `${targetLabel(b)}: ${st.base.label} (before) vs ${rangeLabel(st.sel)} (after)`
       : "whole ranges (set a baseline on the timeline to compare two ranges of one target)";
     el.textContent = "Comparing…";
-    st.diff = null;
-    let d;
-    try { d = await api("/api/v1/diff?" + q(params)); } catch (e) { el.textContent = e.message; return; }
-    st.diff = d;
+    st.diff = null; st.diffRoot = null;
+    let d, t;
+    try {
+      [d, t] = await Promise.all([api("/api/v1/diff?" + q(params)), api("/api/v1/diff?" + q({ ...params, format: "tree" }))]);
+    } catch (e) { el.textContent = e.message; return; }
     el.innerHTML = "";
     const p = document.createElement("p");
-    p.textContent = `before: ${d.before.total} samples, after: ${d.after.total}. Red grew, blue shrank.`;
+    p.textContent = `before: ${d.before.total} samples, after: ${d.after.total}. Widths: after; red grew, blue ` +
+      `shrank (in ${t.unit}); click zooms, Esc unzooms.`;
     el.append(p);
+    const wrap = document.createElement("div");
+    wrap.className = "canvas-wrap";
+    const canvas = document.createElement("canvas");
+    canvas.id = "diff-flame";
+    wrap.append(canvas); el.append(wrap);
+    st.diffUnit = t.unit;
+    st.diffRoot = prepare(diffNodes(t.tree));
+    st.diffZoom = st.diffRoot;
+    drawDiff();
+    canvas.addEventListener("click", (ev) => { const f = hit(canvas, st.diffFrames, ev); if (f) { st.diffZoom = f.node; drawDiff(); } });
+    canvas.addEventListener("mousemove", (ev) => {
+      const f = hit(canvas, st.diffFrames, ev);
+      const n = f && f.node;
+      tooltip(ev, n && n.name, n && `total: before ${diffNum(n.before)}, after ${diffNum(n.after)} ` +
+        `(${diffNum(n.after - n.before, true)}); self: ${diffNum(n.before_self)} → ${diffNum(n.after_self)} ` +
+        `(${diffNum(n.after_self - n.before_self, true)})`);
+    });
+    canvas.addEventListener("mouseleave", () => { $("tooltip").hidden = true; });
+    st.diff = d;
     const table = document.createElement("table");
     table.id = "diff-table";
     table.innerHTML = "<thead><tr><th>Function</th><th class=num>Self before</th><th class=num>Self after</th>" +
@@ -704,10 +735,44 @@
     }
     table.append(body);
     el.append(table);
-    const obj = document.createElement("object");
-    obj.type = "image/svg+xml";
-    obj.data = "/api/v1/diff?" + q({ ...params, format: "svg" });
-    if (!sessionStorage.getItem("whyslow-token")) el.append(obj);
+  }
+
+  // The merged tree drawn with widths from the after side. Colors tell the change of a frame's own (self)
+  // time, like inferno's: callers whose callees changed stay neutral; the largest change is the deepest.
+  function diffNodes(root) {
+    let max = 0;
+    const todo = [root];
+    while (todo.length) {
+      const n = todo.pop();
+      n.value = n.after; n.self = n.after_self;
+      max = Math.max(max, Math.abs(n.after_self - n.before_self));
+      todo.push(...n.children);
+    }
+    st.diffMax = max;
+    return root;
+  }
+
+  function diffChange(n) {
+    const d = n.after_self - n.before_self;
+    return Math.abs(d) <= 1e-9 ? "same" : d > 0 ? "grew" : "shrank";
+  }
+
+  function diffColor(n) {
+    const c = diffChange(n);
+    if (n.kind === "root") return "#b0bec5";
+    if (c === "same") return "hsl(0, 0%, 88%)";
+    const r = Math.min(1, Math.abs(n.after_self - n.before_self) / (st.diffMax || 1));
+    return `hsl(${c === "grew" ? 0 : 215}, 85%, ${Math.round(90 - 38 * r)}%)`;
+  }
+
+  function diffNum(v, signed) {
+    const s = st.diffUnit === "seconds" ? v.toFixed(3) + " s" : v.toFixed(2) + "%";
+    return signed && v > 0 ? "+" + s : s;
+  }
+
+  function drawDiff() {
+    const c = $("diff-flame");
+    if (c && st.diffRoot) st.diffFrames = render(c, st.diffZoom, false, null, diffColor);
   }
   $("diff-run").onclick = loadDiff;
 
@@ -778,6 +843,11 @@
     focused: () => (st.focus ? st.focus.name : null),
     // The totals of the diff shown ({before, after}), null while it loads.
     diffTotals: () => (st.diff ? { before: st.diff.before.total, after: st.diff.after.total } : null),
+    // The diff flame graph's drawn frames: like frames(), with total and self before and after (the diff's
+    // unit), the change of self (grew, shrank, same) and the fill color.
+    diffFrames: () => (st.diff ? (st.diffFrames || []).map((f) => ({ name: f.name, x: f.x, y: f.y, width: f.width,
+      depth: f.depth, before: f.node.before, after: f.node.after, before_self: f.node.before_self,
+      after_self: f.node.after_self, change: diffChange(f.node), color: diffColor(f.node) })) : []),
     // How often the Processes view was fetched (it refreshes every few seconds while shown).
     get polls() { return st.polls; },
     // The threads of the whole range, {pid, tid, name, value} each, largest first.
