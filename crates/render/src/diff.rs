@@ -247,7 +247,7 @@ pub fn tree_json(w: &mut impl Write, before: Side, after: Side) -> Result<(), Re
             nodes[m].value[k] += tree[t].value as f64 * unit;
             nodes[m].self_value[k] += tree[t].self_value as f64 * unit;
             for &c in &tree[t].children {
-                let name = crate::tree::frame_label(side.profile, tree[c].frame);
+                let name = crate::tree::frame_label(side.profile, tree[c].frame).to_string();
                 let mc = *index.entry((m, name.clone())).or_insert_with(|| {
                     let kind = crate::tree::kind(side.profile, tree[c].frame);
                     nodes.push(Node { name, kind, value: [0.0; 2], self_value: [0.0; 2] });
@@ -269,14 +269,13 @@ pub fn tree_json(w: &mut impl Write, before: Side, after: Side) -> Result<(), Re
     let num = |v: f64| serde_json::Value::from((v * 1e9).round() / 1e9);
     crate::tree::nested(
         &mut out,
-        &children,
-        |i| nodes[i].name.clone(),
-        |out, i, name| {
+        children,
+        |i| nodes[i].name.as_str(),
+        |out, i| {
             let n = &nodes[i];
             write!(
                 out,
-                "\"name\":{},\"kind\":\"{}\",\"before\":{},\"after\":{},\"before_self\":{},\"after_self\":{}",
-                serde_json::Value::from(name),
+                ",\"kind\":\"{}\",\"before\":{},\"after\":{},\"before_self\":{},\"after_self\":{}",
                 n.kind,
                 num(n.value[0]),
                 num(n.value[1]),

@@ -1,5 +1,6 @@
-//! The call tree as nested JSON (`{name, kind, value, self, children}`), what the web UI draws its flame
-//! graph from. Children are merged by function (frame) and sorted by name, like a flame graph's.
+//! The call tree as compact JSON (a table of frame names and the nodes in preorder as flat numbers), what
+//! the web UI draws its flame graph from, and the nested JSON writer of the diff tree. Children are merged
+//! by function (frame) and sorted by name, like a flame graph's.
 
 use crate::{sample_type, RenderError, NO_STACK};
 use std::collections::HashMap;
@@ -78,18 +79,33 @@ pub(crate) fn kind(p: &Profile, frame: u32) -> &'static str {
     }
 }
 
-/// Writes `{"sample_type", "unit", "sample_types": [{name, unit}], "total", "tree": {name, kind, value, self, children: [...]}}`;
+/// Writes `{"sample_type", "unit", "sample_types": [{name, unit}], "total", "names", "kinds", "nodes"}`:
+/// `names[i]` and `kinds[i]` are a frame's name and kind (`root`, `user`, `inlined`, `kernel`,
+/// `unknown`, `none`), `nodes` the call tree in preorder as four numbers per node: name index, value,
+/// self, number of children (children sorted by name). The root is `all`. A flat array of numbers keeps
+/// a tree of hundreds of thousands of nodes a few MB that a browser parses fast.
 /// [`RenderError::Empty`] when no sample has a positive value.
 pub fn json(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), RenderError> {
     let st = sample_type(p, value)?;
-    let nodes = build(p, value)?;
+    let mut nodes = build(p, value)?;
     if nodes[0].value == 0 {
         return Err(RenderError::Empty(st.name.clone()));
     }
-    let mut out = Vec::with_capacity(64 * nodes.len());
+    // Names by (name, kind): frames of one function in several modules share an entry.
+    let mut names: Vec<(&str, &str)> = vec![("all", "root")];
+    let mut index: HashMap<(&str, &str), usize> = HashMap::new();
+    let mut name_of = vec![0usize; nodes.len()];
+    for (i, n) in nodes.iter().enumerate().skip(1) {
+        let key = (frame_label(p, n.frame), kind(p, n.frame));
+        name_of[i] = *index.entry(key).or_insert_with(|| {
+            names.push(key);
+            names.len() - 1
+        });
+    }
+    let mut out = Vec::with_capacity(24 * nodes.len());
     write!(
         out,
-        "{{\"sample_type\":{},\"unit\":{},\"sample_types\":{},\"total\":{},\"tree\":",
+        "{{\"sample_type\":{},\"unit\":{},\"sample_types\":{},\"total\":{},\"names\":{},\"kinds\":{},\"nodes\":[",
         serde_json::Value::from(st.name.as_str()),
         serde_json::Value::from(st.unit.as_str()),
         serde_json::json!(p
@@ -97,50 +113,50 @@ pub fn json(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), RenderE
             .iter()
             .map(|t| serde_json::json!({"name": t.name, "unit": t.unit}))
             .collect::<Vec<_>>()),
-        nodes[0].value
+        nodes[0].value,
+        serde_json::json!(names.iter().map(|n| n.0).collect::<Vec<_>>()),
+        serde_json::json!(names.iter().map(|n| n.1).collect::<Vec<_>>()),
     )?;
-    let children: Vec<Vec<usize>> = nodes.iter().map(|n| n.children.clone()).collect();
-    let name = |i: usize| if i == 0 { "all".to_string() } else { frame_label(p, nodes[i].frame) };
-    nested(&mut out, &children, name, |out, i, label| {
+    let mut todo = vec![0usize];
+    while let Some(i) = todo.pop() {
+        let mut kids = std::mem::take(&mut nodes[i].children);
+        kids.sort_by_key(|&c| names[name_of[c]].0);
         let n = &nodes[i];
-        write!(
-            out,
-            "\"name\":{},\"kind\":{},\"value\":{},\"self\":{}",
-            serde_json::Value::from(label),
-            serde_json::Value::from(if i == 0 { "root" } else { kind(p, n.frame) }),
-            n.value,
-            n.self_value
-        )
-    })?;
-    out.extend_from_slice(b"}\n");
+        let sep = if i == 0 { "" } else { "," };
+        write!(out, "{sep}{},{},{},{}", name_of[i], n.value, n.self_value, kids.len())?;
+        todo.extend(kids.iter().rev());
+    }
+    out.extend_from_slice(b"]}\n");
     w.write_all(&out)?;
     Ok(())
 }
 
 /// A frame's name, or [`NO_STACK`] for the node of samples without a stack.
-pub(crate) fn frame_label(p: &Profile, frame: u32) -> String {
+pub(crate) fn frame_label(p: &Profile, frame: u32) -> &str {
     if frame == NONE {
-        NO_STACK.to_string()
+        NO_STACK
     } else {
-        p.frame_name(frame).to_string()
+        p.frame_name(frame)
     }
 }
 
-/// Writes the tree rooted at node 0 as nested JSON objects: `head` writes a node's own fields (given its
-/// name), then come its `children`, sorted by name. Iterative: stacks can be thousands of frames deep.
-pub(crate) fn nested(
+/// Writes the tree rooted at node 0 as nested JSON objects: `{"name": name(i)`, what `head` writes of the
+/// node's other fields (each after a comma), then its `children`, sorted by name. Iterative: stacks can
+/// be thousands of frames deep.
+pub(crate) fn nested<'a>(
     out: &mut Vec<u8>,
-    children: &[Vec<usize>],
-    name: impl Fn(usize) -> String,
-    mut head: impl FnMut(&mut Vec<u8>, usize, String) -> std::io::Result<()>,
+    mut children: Vec<Vec<usize>>,
+    name: impl Fn(usize) -> &'a str,
+    mut head: impl FnMut(&mut Vec<u8>, usize) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
     // Writes a node up to its children's list; its children, sorted, to write next.
     let mut open = |out: &mut Vec<u8>, i: usize| -> std::io::Result<(Vec<usize>, usize)> {
-        out.push(b'{');
-        head(out, i, name(i))?;
+        out.extend_from_slice(b"{\"name\":");
+        serde_json::to_writer(&mut *out, name(i))?;
+        head(out, i)?;
         out.extend_from_slice(b",\"children\":[");
-        let mut kids = children[i].clone();
-        kids.sort_by_cached_key(|&c| name(c));
+        let mut kids = std::mem::take(&mut children[i]);
+        kids.sort_by_key(|&c| name(c));
         Ok((kids, 0))
     };
     let mut todo = vec![open(out, 0)?];
@@ -173,22 +189,28 @@ mod tests {
         assert_eq!(v["total"], 100);
         assert_eq!(v["sample_type"], "cpu");
         assert_eq!(v["sample_types"][1]["name"], "cpu-ns");
-        let root = &v["tree"];
-        assert_eq!((root["name"].as_str(), root["value"].as_i64()), (Some("all"), Some(100)));
-        let main = &root["children"][0];
-        assert_eq!(
-            (main["name"].as_str(), main["value"].as_i64(), main["self"].as_i64()),
-            (Some("main"), Some(100), Some(0))
-        );
-        let run = &main["children"][0];
-        let kids: Vec<(&str, i64, i64)> = run["children"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| (c["name"].as_str().unwrap(), c["value"].as_i64().unwrap(), c["self"].as_i64().unwrap()))
-            .collect();
+        // Rebuilt from the flat preorder: (name, kind, value, self, children).
+        let names: Vec<&str> = v["names"].as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect();
+        let kinds: Vec<&str> = v["kinds"].as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect();
+        let flat: Vec<i64> = v["nodes"].as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).collect();
+        #[derive(Debug)]
+        struct N<'a>(&'a str, &'a str, i64, i64, Vec<N<'a>>);
+        fn read<'a>(flat: &mut &[i64], names: &[&'a str], kinds: &[&'a str]) -> N<'a> {
+            let (name, value, self_, kids) = (flat[0] as usize, flat[1], flat[2], flat[3]);
+            *flat = &flat[4..];
+            let children = (0..kids).map(|_| read(flat, names, kinds)).collect();
+            N(names[name], kinds[name], value, self_, children)
+        }
+        let mut rest = &flat[..];
+        let root = read(&mut rest, &names, &kinds);
+        assert!(rest.is_empty());
+        assert_eq!((root.0, root.1, root.2), ("all", "root", 100));
+        let main = &root.4[0];
+        assert_eq!((main.0, main.2, main.3), ("main", 100, 0));
+        let run = &main.4[0];
+        let kids: Vec<(&str, i64, i64)> = run.4.iter().map(|c| (c.0, c.2, c.3)).collect();
         assert_eq!(kids, vec![("burn_a", 60, 40), ("burn_b", 30, 30), ("burn_c", 10, 0)]);
-        assert_eq!(run["children"][0]["children"][0]["kind"], "inlined");
-        assert_eq!(run["children"][2]["children"][0]["kind"], "kernel");
+        assert_eq!(run.4[0].4[0].1, "inlined");
+        assert_eq!(run.4[2].4[0].1, "kernel");
     }
 }

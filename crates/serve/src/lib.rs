@@ -143,6 +143,9 @@ fn merged(s: &Shared, ids: &[i64]) -> Result<whyslow_model::Profile, store::Stor
     for &id in ids {
         profiles.extend(s.store.lock().expect("store lock").profile(id)?);
     }
+    if profiles.len() == 1 {
+        return Ok(profiles.pop().expect("one profile"));
+    }
     let refs: Vec<&whyslow_model::Profile> = profiles.iter().collect();
     let mut p = whyslow_analyze::diff::merge(&refs);
     if let (Some(start), Some(end)) = (

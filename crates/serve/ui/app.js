@@ -96,20 +96,18 @@
     await loadProfile();
   }
 
-  // The target, type, range or thread filter changed: the timeline, then the selected range's tree.
+  // The target, type, range or thread filter changed: the timeline, and the selected range's tree beside
+  // it (a selection is kept only across a thread filter change, which leaves the slices where they are).
   async function loadProfile() {
     const t = st.target;
     const r = rangeOf(t);
     if (!r) { status("No recorded windows of " + targetLabel(t) + " yet."); return; }
     status("");
-    try {
-      const tl = await api("/api/v1/profile?" + q({ target: t.id, type: st.type, from: r.from, until: r.until,
-        ...filterParams(), format: "timeline" }));
+    const timeline = api("/api/v1/profile?" + q({ target: t.id, type: st.type, from: r.from, until: r.until,
+      ...filterParams(), format: "timeline" })).then((tl) => {
       st.timeline = { start: tl.start_unix_ns, slice: tl.slice_ns, values: tl.values, threads: tl.threads };
-    } catch (e) { status(e.message); st.timeline = null; }
-    if (st.sel && st.timeline && st.sel[1] > st.timeline.values.length) st.sel = null;
-    threadOptions();
-    await loadTree();
+    }, (e) => { status(e.message); st.timeline = null; }).then(() => { threadOptions(); drawTimeline(); });
+    await Promise.all([timeline, loadTree()]);
   }
 
   // The tree of the range shown (the timeline's selection), and every view drawn from it.
@@ -133,9 +131,8 @@
     for (const n of types) sel.add(new Option(n, n));
     sel.value = data.sample_type;
     st.type = data.sample_type; st.unit = data.unit; st.total = data.total;
-    st.root = prepare(data.tree);
+    [st.root, st.fns] = decodeTree(data);
     st.zoom = st.root;
-    st.fns = functions(st.root);
     status(""); shown();
     draw(); renderTable();
     if (st.view === "doctor") loadDoctor();
@@ -244,28 +241,36 @@
     return root;
   }
 
-  // Self and total per function; a recursive function's total counts each stack once.
-  function functions(root) {
-    const m = new Map();
-    const onPath = new Map();
-    const todo = [[root, 0]];
-    while (todo.length) {
-      const top = todo[todo.length - 1];
-      const [n, i] = top;
-      if (i === 0 && n !== root) {
-        let f = m.get(n.name);
-        if (!f) { f = { name: n.name, self: 0, total: 0 }; m.set(n.name, f); }
-        f.self += n.self;
-        if (!onPath.get(n.name)) f.total += n.value;
-        onPath.set(n.name, (onPath.get(n.name) || 0) + 1);
-      }
-      if (i < n.children.length) { top[1]++; todo.push([n.children[i], 0]); }
-      else {
-        todo.pop();
-        if (n !== root) onPath.set(n.name, onPath.get(n.name) - 1);
-      }
+  // The compact tree of /api/v1/profile?format=tree (names, kinds, and per node in preorder: name index,
+  // value, self, number of children) as linked nodes {name, kind, value, self, children, parent, depth},
+  // and the functions' self and total, taken in the same pass (a recursive function's total counts each
+  // stack once: only its outermost frames add).
+  function decodeTree(d) {
+    const { names, kinds, nodes } = d;
+    const byName = new Map(), fns = [];
+    const fnOf = names.map((name, i) => {
+      if (i === 0) return -1;
+      if (!byName.has(name)) { byName.set(name, fns.length); fns.push({ name, self: 0, total: 0 }); }
+      return byName.get(name);
+    });
+    const onPath = new Int32Array(fns.length);
+    const node = (k, parent) => ({ name: names[nodes[k]], kind: kinds[nodes[k]], value: nodes[k + 1],
+      self: nodes[k + 2], children: [], parent, depth: parent ? parent.depth + 1 : 0 });
+    const root = node(0, null);
+    // Open nodes: [node, its function, children still to read].
+    const open = [[root, -1, nodes[3]]];
+    for (let k = 4; k < nodes.length; k += 4) {
+      while (open[open.length - 1][2] === 0) { const [, f] = open.pop(); if (f >= 0) onPath[f]--; }
+      const top = open[open.length - 1];
+      top[2]--;
+      const n = node(k, top[0]), f = fnOf[nodes[k]];
+      top[0].children.push(n);
+      fns[f].self += n.self;
+      if (!onPath[f]) fns[f].total += n.value;
+      onPath[f]++;
+      open.push([n, f, nodes[k + 3]]);
     }
-    return [...m.values()];
+    return [root, fns.filter((f) => f.total > 0)];
   }
 
   // ---- flame graph ----------------------------------------------------------------------------------
@@ -463,10 +468,11 @@
     return lo > 0 ? text.slice(0, lo) + "…" : "";
   }
 
+  const NUMBER = new Intl.NumberFormat(); // one formatter: toLocaleString builds one per call
   function fmt(v) {
     if (st.unit === "nanoseconds") return (v / 1e9).toFixed(3) + " s";
     if (st.unit === "bytes") return (v / 1048576).toFixed(2) + " MiB";
-    return v.toLocaleString() + " " + st.unit;
+    return NUMBER.format(v) + " " + st.unit;
   }
   function pct(v, of) { return of ? (100 * v / of).toFixed(1) + "%" : "0%"; }
 
