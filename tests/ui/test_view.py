@@ -57,7 +57,7 @@ def main():
     os.makedirs(out, exist_ok=True)
     t0 = time.time()
     data = os.path.join(out, "cpu_split.data")
-    subprocess.run([whyslow, "record", "-F", "2999", "-o", data, "--", os.path.join(bindir, "cpu_split"), "3"],
+    subprocess.run([whyslow, "record", "-F", "999", "-o", data, "--", os.path.join(bindir, "cpu_split"), "6"],
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     log(f"recorded in {time.time() - t0:.1f} s")
     view, url = start_view(whyslow, [data])
@@ -137,11 +137,11 @@ def main():
             page.keyboard.press("Escape")
             assert page.evaluate("window.whyslow.zoomed()") == "all"
 
-            # Timeline: 100 ms slices over the ~3 s run. Dragging over its first half halves the samples every
+            # Timeline: 100 ms slices over the ~6 s run. Dragging over its first half halves the samples every
             # view shows, and exactly the selected slices' sum.
             tl = page.evaluate("window.whyslow.timeline()")
             everything = page.evaluate("window.whyslow.total")
-            assert len(tl["values"]) >= 25 and sum(tl["values"]) == everything, (tl["values"], everything)
+            assert len(tl["values"]) >= 55 and sum(tl["values"]) == everything, (tl["values"], everything)
             selected = select_timeline(page, 0, 0.5)
             half = page.evaluate("window.whyslow.total")
             log(f"timeline: {len(tl['values'])} slices, {everything} samples; first half {selected} -> {half}")
