@@ -886,7 +886,7 @@ fn push_options(a: &crate::PushArgs) -> Result<Vec<whyslow_serve::PushOptions>> 
 pub fn push(a: crate::PushFileArgs) -> Result<()> {
     let targets = push_options(&a.push)?;
     if targets.is_empty() {
-        bail!("push needs a backend: --push pyroscope=URL, pyroscope-ingest=URL or otlp=URL");
+        bail!("push needs a backend: --push pyroscope=URL, pyroscope-ingest=URL, otlp=URL or otlp-grpc=URL");
     }
     let p = load(&a.file, None)?;
     let program = p.meta.command.first().map(|c| whyslow_model::basename(c).to_string()).unwrap_or_default();
@@ -904,8 +904,17 @@ pub fn push(a: crate::PushFileArgs) -> Result<()> {
         extra: labels(&a.push.labels)?,
     };
     for t in &targets {
-        let bytes = whyslow_push::send(&t.backend, &t.auth, &labels, &p).map_err(|e| anyhow!("{e}"))?;
-        eprintln!("whyslow: pushed {} ({bytes} bytes) to {}", a.file.display(), t.backend.name());
+        let sent =
+            whyslow_push::Sender::new(&t.backend, &t.auth).send(&labels, &p).map_err(|e| anyhow!("{e}"))?;
+        eprintln!("whyslow: pushed {} ({} bytes) to {}", a.file.display(), sent.bytes, t.backend.name());
+        if sent.rejected_profiles > 0 || !sent.message.is_empty() {
+            eprintln!(
+                "whyslow: {} rejected {} profiles: {}",
+                t.backend.name(),
+                sent.rejected_profiles,
+                sent.message
+            );
+        }
     }
     Ok(())
 }

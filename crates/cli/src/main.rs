@@ -400,7 +400,8 @@ pub struct ServeArgs {
 #[derive(Args)]
 pub struct PushArgs {
     /// Backend: pyroscope=URL (Push API), pyroscope-ingest=URL (legacy /ingest), otlp=URL (OTLP
-    /// profiles over HTTP). Repeatable.
+    /// profiles over HTTP/protobuf, a collector's :4318), otlp-grpc=URL (OTLP over gRPC, :4317).
+    /// Repeatable.
     #[arg(long = "push", value_name = "KIND=URL")]
     pub to: Vec<String>,
     /// Label added to every pushed series (repeatable).

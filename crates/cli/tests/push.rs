@@ -1,6 +1,6 @@
-//! Contract tests of pushing to Pyroscope (Push API and legacy ingest) and OTLP, against a test server of
-//! ours that records every request and answers as told. (A real Pyroscope or collector is not
-//! installable here; their wire formats are checked by decoding what was sent.)
+//! Contract tests of pushing to Pyroscope (Push API and legacy ingest) and OTLP (HTTP and gRPC), against
+//! test servers of ours that record every request and answer as told. (A real Pyroscope or collector is
+//! not installable here; their wire formats are checked by decoding what was sent.)
 
 mod common;
 use common::*;
@@ -10,6 +10,7 @@ use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use whyslow_model::pprof;
+use whyslow_push::{ExportProfilesServiceRequest, ExportProfilesServiceResponse};
 
 #[derive(Debug, Clone)]
 struct Request {
@@ -74,6 +75,114 @@ impl Server {
     fn requests(&self) -> Vec<(Request, u16)> {
         self.seen.lock().unwrap().clone()
     }
+}
+
+/// An OTLP gRPC collector of ours: tonic's server with opentelemetry-proto's generated ProfilesService,
+/// decoding every Export call as a collector does, keeping it with its metadata, and answering call N with
+/// `answer(N)`: Ok(rejected profiles) or a status code.
+struct GrpcServer {
+    url: String,
+    seen: Arc<Mutex<Vec<(GrpcCall, Result<i64, tonic::Code>)>>>,
+    _rt: tokio::runtime::Runtime,
+}
+
+#[derive(Clone)]
+struct GrpcCall {
+    metadata: tonic::metadata::MetadataMap,
+    request: ExportProfilesServiceRequest,
+}
+
+type Answer = Box<dyn Fn(usize) -> Result<i64, tonic::Code> + Send + Sync>;
+
+struct Collector {
+    seen: Arc<Mutex<Vec<(GrpcCall, Result<i64, tonic::Code>)>>>,
+    answer: Answer,
+}
+
+#[tonic::async_trait]
+impl opentelemetry_proto::tonic::collector::profiles::v1development::profiles_service_server::ProfilesService
+    for Collector
+{
+    async fn export(
+        &self,
+        r: tonic::Request<ExportProfilesServiceRequest>,
+    ) -> Result<tonic::Response<ExportProfilesServiceResponse>, tonic::Status> {
+        let call = GrpcCall { metadata: r.metadata().clone(), request: r.into_inner() };
+        let mut seen = self.seen.lock().unwrap();
+        let answer = (self.answer)(seen.len());
+        seen.push((call, answer));
+        match answer {
+            Ok(rejected) => Ok(tonic::Response::new(ExportProfilesServiceResponse {
+                partial_success: (rejected > 0).then(|| {
+                    opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesPartialSuccess {
+                        rejected_profiles: rejected,
+                        error_message: "unknown sample type".into(),
+                    }
+                }),
+            })),
+            Err(code) => Err(tonic::Status::new(code, "told to fail")),
+        }
+    }
+}
+
+impl GrpcServer {
+    fn start(answer: impl Fn(usize) -> Result<i64, tonic::Code> + Send + Sync + 'static) -> GrpcServer {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let l = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+        let url = format!("http://{}", l.local_addr().unwrap());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let svc = opentelemetry_proto::tonic::collector::profiles::v1development::profiles_service_server::ProfilesServiceServer::new(
+            Collector { seen: seen.clone(), answer: Box::new(answer) },
+        );
+        rt.spawn(
+            tonic::transport::Server::builder()
+                .serve_with_incoming(svc, tonic::transport::server::TcpIncoming::from(l)),
+        );
+        GrpcServer { url, seen, _rt: rt }
+    }
+
+    fn calls(&self) -> Vec<(GrpcCall, Result<i64, tonic::Code>)> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+/// The samples of an OTLP request's profile of sample type `name`: (function names leaf first, value).
+fn otlp_samples(e: &ExportProfilesServiceRequest, name: &str) -> Vec<(Vec<String>, i64)> {
+    let d = e.dictionary.as_ref().unwrap();
+    let s = |i: i32| d.string_table[i as usize].clone();
+    let profiles = &e.resource_profiles[0].scope_profiles[0].profiles;
+    let p = profiles.iter().find(|p| s(p.sample_type.unwrap().type_strindex) == name).expect(name);
+    p.samples
+        .iter()
+        .map(|smp| {
+            let names = d.stack_table[smp.stack_index as usize]
+                .location_indices
+                .iter()
+                .map(|&l| {
+                    s(d.function_table[d.location_table[l as usize].lines[0].function_index as usize]
+                        .name_strindex)
+                })
+                .collect();
+            (names, smp.values[0])
+        })
+        .collect()
+}
+
+/// An OTLP request's resource attributes as text.
+fn resource(e: &ExportProfilesServiceRequest) -> Vec<(String, String)> {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value;
+    let r = e.resource_profiles[0].resource.as_ref().unwrap();
+    r.attributes
+        .iter()
+        .map(|a| {
+            let v = match a.value.as_ref().and_then(|v| v.value.clone()) {
+                Some(Value::StringValue(s)) => s,
+                Some(Value::IntValue(i)) => i.to_string(),
+                other => format!("{other:?}"),
+            };
+            (a.key.clone(), v)
+        })
+        .collect()
 }
 
 fn gunzip(b: &[u8]) -> Vec<u8> {
@@ -185,8 +294,8 @@ fn legacy_ingest_names_the_kind_and_otlp_carries_a_dictionary() {
     let reqs = srv.requests();
     assert_eq!(reqs[0].0.path, "/v1development/profiles");
     assert_eq!(reqs[0].0.header("content-type"), Some("application/x-protobuf"));
-    let e = whyslow_push::ExportProfilesServiceRequest::decode(reqs[0].0.body.as_slice()).unwrap();
-    let d = e.dictionary.unwrap();
+    let e = ExportProfilesServiceRequest::decode(reqs[0].0.body.as_slice()).unwrap();
+    let d = e.dictionary.as_ref().unwrap();
     assert_eq!(d.string_table[0], "");
     assert_eq!((d.stack_table[0].location_indices.len(), d.function_table[0].name_strindex), (0, 0));
     let rp = &e.resource_profiles[0];
@@ -194,22 +303,165 @@ fn legacy_ingest_names_the_kind_and_otlp_carries_a_dictionary() {
     assert!(attrs.contains(&"service.name") && attrs.contains(&"host.name"), "{attrs:?}");
     let profiles = &rp.scope_profiles[0].profiles;
     assert_eq!(profiles.len(), 2, "one profile per sample type (samples, cpu ns)");
-    let counts = profiles
-        .iter()
-        .find(|p| d.string_table[p.sample_type.unwrap().type_strindex as usize] == "samples")
-        .expect("the sample counts");
-    assert_eq!(counts.samples.iter().map(|s| s.values[0]).sum::<i64>(), total);
+    let counts = otlp_samples(&e, "samples");
+    assert_eq!(counts.iter().map(|(_, v)| v).sum::<i64>(), total);
     // Stacks lead to real function names.
-    let names: Vec<&str> = counts
-        .samples
+    let names: Vec<&str> = counts.iter().flat_map(|(f, _)| f).map(String::as_str).collect();
+    assert!(names.contains(&"burn_a") && names.contains(&"main"), "{:?}", &names[..names.len().min(20)]);
+}
+
+/// `--push otlp-grpc=`: ProfilesService/Export carries the very request the HTTP path posts (one
+/// builder), whose CPU profile decodes to the workload's 60/30/10 shares, with the resource's attributes
+/// and the auth and tenant as metadata; a status that will not change is one clear line and a failure.
+#[test]
+fn otlp_grpc_exports_the_http_request_with_shares_resource_and_metadata() {
+    let dir = tmp();
+    // 3 s alone on the cores: enough rounds for the workload's split to show within 3 points.
+    let data = {
+        let _x = exclusive();
+        record(dir.path(), "split", &[], &[workload("cpu_split").to_str().unwrap(), "3"])
+    };
+    let total = report_json(&data, &[])["total_samples"].as_i64().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "s3cret\n").unwrap();
+    let grpc = GrpcServer::start(|_| Ok(0));
+    let http = Server::start(|_| 200);
+    let common = ["--service-name", "checkout", "--push-label", "env=test", "--push-tenant", "t1"];
+    let bearer = ["--push-bearer-file", token.to_str().unwrap()];
+    let to_grpc = format!("otlp-grpc={}", grpc.url);
+    let out = run(&[&["push", &data, "--push", &to_grpc][..], &common, &bearer].concat());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && err.contains(&format!("to otlp-grpc={}", grpc.url)), "{err}");
+    ok(&[&["push", &data, "--push", &format!("otlp={}", http.url)][..], &common, &bearer].concat());
+    let calls = grpc.calls();
+    assert_eq!(calls.len(), 1);
+    let (GrpcCall { metadata, request: e }, _) = &calls[0];
+    let md = |k: &str| metadata.get(k).and_then(|v| v.to_str().ok());
+    assert_eq!((md("authorization"), md("x-scope-orgid")), (Some("Bearer s3cret"), Some("t1")));
+    assert!(md("grpc-timeout").is_some(), "the server is told the deadline: {metadata:?}");
+    let posted = ExportProfilesServiceRequest::decode(http.requests()[0].0.body.as_slice()).unwrap();
+    assert_eq!(e, &posted, "gRPC and HTTP carry the same request");
+
+    let attrs = resource(e);
+    let hostname = report_json(&data, &[])["meta"]["hostname"].as_str().map(str::to_string);
+    for want in [("service.name", "checkout"), ("process.executable.name", "cpu_split"), ("env", "test")] {
+        assert!(attrs.iter().any(|(k, v)| (k.as_str(), v.as_str()) == want), "{want:?} in {attrs:?}");
+    }
+    let host = attrs.iter().find(|(k, _)| k == "host.name").map(|(_, v)| v.clone());
+    assert!(host.is_some() && (hostname.is_none() || host == hostname), "{attrs:?} vs {hostname:?}");
+    assert!(!attrs.iter().any(|(k, _)| k == "process.pid"), "no pid unless asked: {attrs:?}");
+    // One profile per sample type.
+    let d = e.dictionary.as_ref().unwrap();
+    let types: Vec<(&str, &str)> = e.resource_profiles[0].scope_profiles[0]
+        .profiles
         .iter()
-        .flat_map(|s| &d.stack_table[s.stack_index as usize].location_indices)
-        .map(|&l| &d.location_table[l as usize].lines[0])
-        .map(|line| {
-            d.string_table[d.function_table[line.function_index as usize].name_strindex as usize].as_str()
+        .map(|p| p.sample_type.unwrap())
+        .map(|t| {
+            (
+                d.string_table[t.type_strindex as usize].as_str(),
+                d.string_table[t.unit_strindex as usize].as_str(),
+            )
         })
         .collect();
-    assert!(names.contains(&"burn_a") && names.contains(&"main"), "{:?}", &names[..names.len().min(20)]);
+    assert_eq!(types, [("samples", "count"), ("cpu", "nanoseconds")]);
+    // The shares: leaf self time as report computes it, and the workload's 60/30/10 within 3 points.
+    let counts = otlp_samples(e, "samples");
+    assert_eq!(counts.iter().map(|(_, v)| v).sum::<i64>(), total, "every sample exported");
+    let report = report_json(&data, &[]);
+    let leaf = |name: &str| -> f64 {
+        let n: i64 = counts.iter().filter(|(f, _)| f[0] == name).map(|(_, v)| v).sum();
+        100.0 * n as f64 / total as f64
+    };
+    let pushed = ["burn_a", "burn_b", "burn_c"].map(leaf);
+    for (name, share) in ["burn_a", "burn_b", "burn_c"].iter().zip(pushed) {
+        assert!((share - self_pct(&report, name)).abs() < 0.01, "{name}: exported {share:.2}% vs reported");
+    }
+    let sum: f64 = pushed.iter().sum();
+    for (got, want) in pushed.map(|x| 100.0 * x / sum).iter().zip([60.0, 30.0, 10.0]) {
+        assert!((got - want).abs() <= 3.0, "exported shares {pushed:.1?} vs 60/30/10 (+-3 points)");
+    }
+
+    // A status that will not change fails the one-shot push with one line.
+    let refusing = GrpcServer::start(|_| Err(tonic::Code::PermissionDenied));
+    let err = fails(&["push", &data, "--push", &format!("otlp-grpc={}", refusing.url)]);
+    assert!(err.contains("PermissionDenied") && err.trim().lines().count() == 1, "{err}");
+}
+
+/// `whyslow serve` pushing to `to`, with one target (`split`, 1 s windows) following cpu_split.
+struct Agent {
+    child: std::process::Child,
+    addr: String,
+}
+
+impl Agent {
+    fn start(dir: &std::path::Path, to: &str) -> Agent {
+        let mut child = whyslow()
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir)
+            .args(["--push", to, "--push-label", "env=ci"])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let first = lines.next().unwrap().unwrap();
+        let addr = first.split("http://").nth(1).unwrap().split(' ').next().unwrap().to_string();
+        std::thread::spawn(move || lines.for_each(|l| eprintln!("serve: {}", l.unwrap_or_default())));
+        let agent = Agent { child, addr };
+        let created = agent
+            .get("/api/v1/targets", Some(r#"{"name":"split","match":{"comm":"^cpu_split$"},"window_s":1}"#));
+        assert!(created.starts_with("HTTP/1.1 201"), "{created}");
+        agent
+    }
+
+    fn get(&self, path: &str, body: Option<&str>) -> String {
+        let mut s = std::net::TcpStream::connect(&self.addr).unwrap();
+        let (method, b) = body.map_or(("GET", ""), |b| ("POST", b));
+        write!(
+            s,
+            "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{b}",
+            b.len()
+        )
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    }
+
+    /// Runs cpu_split for 3 s, then waits until at least 3 windows are stored, `answered()` requests
+    /// (not counting those the backend was told to fail for a while) cover them and the queue is empty;
+    /// returns /metrics then.
+    fn drain(&self, up: impl Fn() -> bool, answered: impl Fn() -> usize) -> String {
+        let mut w = std::process::Command::new(workload("cpu_split"))
+            .arg("3")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        w.wait().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let text = self.get("/metrics", None);
+            let queued = metric(&text, "whyslow_push_queue_windows{");
+            let stored = metric(&text, "whyslow_windows_stored_total");
+            if queued == 0.0 && stored >= 3.0 && up() && answered() as f64 >= stored {
+                return text;
+            }
+            assert!(Instant::now() < deadline, "push queue did not drain: {text}");
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    fn stop(mut self) {
+        // SAFETY: kill takes no pointers.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        assert!(self.child.wait().unwrap().success());
+    }
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(-1.0)
 }
 
 /// serve --push: a backend down for its first requests gets every window late, in order; a refused
@@ -232,58 +484,10 @@ fn serve_pushes_every_window_in_order_through_an_outage() {
             Some(_) => 200,
         }
     });
-    let mut agent = whyslow()
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(dir.path())
-        .args(["--push", &format!("pyroscope={}", srv.url), "--push-label", "env=ci"])
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(agent.stderr.take().unwrap()).lines();
-    let first = lines.next().unwrap().unwrap();
-    let addr = first.split("http://").nth(1).unwrap().split(' ').next().unwrap().to_string();
-    std::thread::spawn(move || lines.for_each(|l| eprintln!("serve: {}", l.unwrap_or_default())));
-    let get = |path: &str, body: Option<&str>| -> String {
-        let mut s = std::net::TcpStream::connect(&addr).unwrap();
-        let (method, b) = body.map_or(("GET", ""), |b| ("POST", b));
-        write!(
-            s,
-            "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{b}",
-            b.len()
-        )
-        .unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        out
-    };
-    let created =
-        get("/api/v1/targets", Some(r#"{"name":"split","match":{"comm":"^cpu_split$"},"window_s":1}"#));
-    assert!(created.starts_with("HTTP/1.1 201"), "{created}");
-    let mut w = std::process::Command::new(workload("cpu_split"))
-        .arg("3")
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    w.wait().unwrap();
-    let metric = |text: &str, name: &str| -> f64 {
-        text.lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-            .unwrap_or(-1.0)
-    };
+    let agent = Agent::start(dir.path(), &format!("pyroscope={}", srv.url));
     // Retries back off 1, 2, 4, 8, 16 s (+-50%) through the outage: wait for the queue to drain.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let text = loop {
-        let text = get("/metrics", None);
-        let queued = metric(&text, "whyslow_push_queue_windows{");
-        let stored = metric(&text, "whyslow_windows_stored_total");
-        let answered = srv.requests().iter().filter(|(_, c)| *c != 503).count() as f64;
-        if queued == 0.0 && stored >= 3.0 && Instant::now() > up_at && answered >= stored {
-            break text;
-        }
-        assert!(Instant::now() < deadline, "push queue did not drain: {text}");
-        std::thread::sleep(Duration::from_millis(500));
-    };
+    let text =
+        agent.drain(|| Instant::now() > up_at, || srv.requests().iter().filter(|(_, c)| *c != 503).count());
     let stored = metric(&text, "whyslow_windows_stored_total");
     let reqs = srv.requests();
     let ok: Vec<&Request> = reqs.iter().filter(|(_, c)| *c == 200).map(|(r, _)| r).collect();
@@ -314,19 +518,62 @@ fn serve_pushes_every_window_in_order_through_an_outage() {
         })
         .collect();
     assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
-    // SAFETY: kill takes no pointers.
-    unsafe { libc::kill(agent.id() as i32, libc::SIGTERM) };
-    assert!(agent.wait().unwrap().success());
+    agent.stop();
 }
 
-/// Against a real Pyroscope (PYROSCOPE_URL) and a real OpenTelemetry Collector (OTLP_URL), when set: the
-/// pushed workload comes back from Pyroscope's query API with its shares; the collector accepts the
-/// export. Skipped with a message otherwise.
+/// serve --push otlp-grpc=: UNAVAILABLE is retried with backoff and every window then arrives exactly
+/// once, in order; INVALID_ARGUMENT drops that window (counted); a partial success is counted.
+#[test]
+fn serve_exports_every_window_over_grpc_through_unavailable() {
+    let _x = exclusive();
+    let dir = tmp();
+    const DOWN: usize = 3;
+    let grpc = GrpcServer::start(|n| match n {
+        n if n < DOWN => Err(tonic::Code::Unavailable),
+        n if n == DOWN => Err(tonic::Code::InvalidArgument),
+        n if n == DOWN + 1 => Ok(1),
+        _ => Ok(0),
+    });
+    let agent = Agent::start(dir.path(), &format!("otlp-grpc={}", grpc.url));
+    let answered = || grpc.calls().iter().filter(|(_, a)| *a != Err(tonic::Code::Unavailable)).count();
+    let text = agent.drain(|| true, answered);
+    let stored = metric(&text, "whyslow_windows_stored_total");
+    let calls = grpc.calls();
+    let unavailable = calls.iter().filter(|(_, a)| *a == Err(tonic::Code::Unavailable)).count();
+    assert_eq!(unavailable, DOWN);
+    let ok: Vec<&ExportProfilesServiceRequest> =
+        calls.iter().filter(|(_, a)| a.is_ok()).map(|(c, _)| &c.request).collect();
+    assert_eq!(ok.len() as f64, stored - 1.0, "every window but the refused one arrived: {text}");
+    assert_eq!(metric(&text, "whyslow_push_windows_total{backend=\"otlp-grpc"), stored - 1.0, "{text}");
+    assert!(text.contains("result=\"refused\"} 1"), "{text}");
+    assert_eq!(metric(&text, "whyslow_push_failures_total{"), DOWN as f64, "{text}");
+    assert_eq!(metric(&text, "whyslow_push_rejected_profiles_total{"), 1.0, "{text}");
+    // Once each and in order: a window is known by its start, which only grows.
+    let starts: Vec<u64> = ok
+        .iter()
+        .map(|e| {
+            assert!(resource(e).contains(&("service.name".into(), "split".into())), "{:?}", resource(e));
+            assert!(resource(e).contains(&("env".into(), "ci".into())), "{:?}", resource(e));
+            let profiles = &e.resource_profiles[0].scope_profiles[0].profiles;
+            assert!(profiles.iter().all(|p| p.time_unix_nano == profiles[0].time_unix_nano));
+            profiles[0].time_unix_nano
+        })
+        .collect();
+    assert!(starts.windows(2).all(|w| w[0] < w[1]), "{starts:?}");
+    // The window retried through the outage is the first one, sent again unchanged.
+    assert_eq!(calls[0].0.request, calls[DOWN - 1].0.request);
+    agent.stop();
+}
+
+/// Against a real Pyroscope (PYROSCOPE_URL) and a real OpenTelemetry Collector (OTLP_URL for HTTP,
+/// OTLP_GRPC_URL for gRPC), when set: the pushed workload comes back from Pyroscope's query API with its
+/// shares; the collector accepts the export. Skipped with a message otherwise.
 #[test]
 fn real_backends_when_configured() {
-    let (pyro, otlp) = (std::env::var("PYROSCOPE_URL").ok(), std::env::var("OTLP_URL").ok());
-    if pyro.is_none() && otlp.is_none() {
-        eprintln!("skipped: set PYROSCOPE_URL and/or OTLP_URL to test against real backends");
+    let var = |k: &str| std::env::var(k).ok();
+    let (pyro, otlp, otlp_grpc) = (var("PYROSCOPE_URL"), var("OTLP_URL"), var("OTLP_GRPC_URL"));
+    if pyro.is_none() && otlp.is_none() && otlp_grpc.is_none() {
+        eprintln!("skipped: set PYROSCOPE_URL, OTLP_URL and/or OTLP_GRPC_URL to test against real backends");
         return;
     }
     let dir = tmp();
@@ -343,5 +590,10 @@ fn real_backends_when_configured() {
     }
     if let Some(url) = otlp {
         ok(&["push", &data, "--service-name", &service, "--push", &format!("otlp={url}")]);
+    }
+    if let Some(url) = otlp_grpc {
+        let out = run(&["push", &data, "--service-name", &service, "--push", &format!("otlp-grpc={url}")]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && !err.contains("rejected"), "the collector kept every profile: {err}");
     }
 }

@@ -1,16 +1,20 @@
 //! Profiles to the backends teams already run: Grafana Pyroscope (its Push API over Connect, or the
-//! legacy `/ingest` for older servers) and OpenTelemetry (OTLP profiles over HTTP/protobuf).
+//! legacy `/ingest` for older servers) and OpenTelemetry (OTLP profiles over HTTP/protobuf or gRPC).
 //!
 //! A profile becomes one series per kind of data (CPU, memory, off-CPU, wall, syscalls), each with the
-//! sample and period types its backend reads units from. Sending is blocking (ureq) and classifies every
-//! failure as worth retrying (network, 5xx, 408, 429) or not (other 4xx: the request itself is wrong).
+//! sample and period types its backend reads units from. Sending is blocking (ureq; gRPC on a private
+//! runtime) and classifies every failure as worth retrying (network, 5xx, 408, 429; gRPC UNAVAILABLE and
+//! the like) or not (other 4xx, gRPC INVALID_ARGUMENT and the like: the request itself is wrong).
 
+mod grpc;
 mod otlp;
 mod pyroscope;
 
 use whyslow_model::{sample_types, Profile};
 
-pub use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest;
+pub use opentelemetry_proto::tonic::collector::profiles::v1development::{
+    ExportProfilesServiceRequest, ExportProfilesServiceResponse,
+};
 pub use otlp::export_request;
 pub use pyroscope::{ingest_url, push_request, PushRequest};
 
@@ -23,14 +27,16 @@ pub enum Backend {
     PyroscopeIngest(String),
     /// OTLP profiles over HTTP/protobuf: `POST {url}/v1development/profiles`.
     Otlp(String),
+    /// OTLP profiles over gRPC: `ProfilesService/Export` at `{url}` (a collector's port 4317).
+    OtlpGrpc(String),
 }
 
 impl Backend {
-    /// `pyroscope=URL`, `pyroscope-ingest=URL` or `otlp=URL`.
+    /// `pyroscope=URL`, `pyroscope-ingest=URL`, `otlp=URL` or `otlp-grpc=URL`.
     pub fn parse(s: &str) -> Result<Backend, String> {
-        let (kind, url) = s
-            .split_once('=')
-            .ok_or_else(|| format!("'{s}' is not KIND=URL (pyroscope=, pyroscope-ingest=, otlp=)"))?;
+        let (kind, url) = s.split_once('=').ok_or_else(|| {
+            format!("'{s}' is not KIND=URL (pyroscope=, pyroscope-ingest=, otlp=, otlp-grpc=)")
+        })?;
         if !(url.starts_with("http://") || url.starts_with("https://")) {
             return Err(format!("'{url}' is not an http(s):// URL"));
         }
@@ -39,7 +45,8 @@ impl Backend {
             "pyroscope" => Ok(Backend::Pyroscope(url)),
             "pyroscope-ingest" => Ok(Backend::PyroscopeIngest(url)),
             "otlp" => Ok(Backend::Otlp(url)),
-            other => Err(format!("unknown backend '{other}' (pyroscope, pyroscope-ingest, otlp)")),
+            "otlp-grpc" => Ok(Backend::OtlpGrpc(url)),
+            other => Err(format!("unknown backend '{other}' (pyroscope, pyroscope-ingest, otlp, otlp-grpc)")),
         }
     }
 
@@ -49,6 +56,7 @@ impl Backend {
             Backend::Pyroscope(u) => format!("pyroscope={u}"),
             Backend::PyroscopeIngest(u) => format!("pyroscope-ingest={u}"),
             Backend::Otlp(u) => format!("otlp={u}"),
+            Backend::OtlpGrpc(u) => format!("otlp-grpc={u}"),
         }
     }
 }
@@ -61,6 +69,22 @@ pub struct Auth {
     /// `user:password` for HTTP basic authentication.
     pub basic: Option<String>,
     pub bearer: Option<String>,
+}
+
+impl Auth {
+    /// The headers (gRPC: metadata) every request carries, names in lowercase.
+    fn headers(&self) -> Vec<(&'static str, String)> {
+        let mut h = Vec::new();
+        if let Some(t) = &self.tenant {
+            h.push(("x-scope-orgid", t.clone()));
+        }
+        if let Some(b) = &self.basic {
+            h.push(("authorization", format!("Basic {}", base64(b.as_bytes()))));
+        } else if let Some(t) = &self.bearer {
+            h.push(("authorization", format!("Bearer {t}")));
+        }
+        h
+    }
 }
 
 /// What the series are labeled with.
@@ -173,62 +197,112 @@ pub enum PushError {
     Refused(String),
 }
 
-/// Sends one profile (every kind it has) to a backend. Returns the bytes sent.
-pub fn send(backend: &Backend, auth: &Auth, labels: &Labels, p: &Profile) -> Result<u64, PushError> {
-    let agent = ureq::AgentBuilder::new().timeout(std::time::Duration::from_secs(30)).build();
-    let mut sent = 0;
-    match backend {
-        Backend::Pyroscope(url) => {
-            let body = prost::Message::encode_to_vec(&push_request(p, labels));
-            if body.len() <= 2 {
-                return Ok(0);
-            }
-            let req = agent
-                .post(&format!("{url}/push.v1.PusherService/Push"))
-                .set("Content-Type", "application/proto")
-                .set("Connect-Protocol-Version", "1");
-            sent += body.len() as u64;
-            call(with_auth(req, auth), &body)?;
-        }
-        Backend::PyroscopeIngest(url) => {
-            for kind in KINDS {
-                let Some(part) = select(p, kind) else { continue };
-                let body = pprof(&part, kind);
-                let req = agent
-                    .post(&ingest_url(url, &part, kind, labels))
-                    .set("Content-Type", "application/octet-stream");
-                sent += body.len() as u64;
-                call(with_auth(req, auth), &body)?;
-            }
-        }
-        Backend::Otlp(url) => {
-            let body = prost::Message::encode_to_vec(&export_request(p, labels));
-            let req = agent
-                .post(&format!("{url}/v1development/profiles"))
-                .set("Content-Type", "application/x-protobuf");
-            sent += body.len() as u64;
-            call(with_auth(req, auth), &body)?;
-        }
-    }
-    Ok(sent)
+/// What one send delivered.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Sent {
+    /// Request bytes (bodies; gRPC: the encoded messages).
+    pub bytes: u64,
+    /// OTLP partial success: profiles the backend accepted the request without keeping.
+    pub rejected_profiles: u64,
+    /// OTLP partial success: the backend's reason or warning (empty: none).
+    pub message: String,
 }
 
-fn with_auth(mut req: ureq::Request, auth: &Auth) -> ureq::Request {
-    if let Some(t) = &auth.tenant {
-        req = req.set("X-Scope-OrgID", t);
-    }
-    if let Some(b) = &auth.basic {
-        req = req.set("Authorization", &format!("Basic {}", base64(b.as_bytes())));
-    } else if let Some(t) = &auth.bearer {
-        req = req.set("Authorization", &format!("Bearer {t}"));
-    }
-    req
+/// The time one request may take, connecting included.
+const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Sends profiles to one backend, keeping its connections between sends.
+pub struct Sender {
+    backend: Backend,
+    headers: Vec<(&'static str, String)>,
+    agent: ureq::Agent,
+    /// Made at the first gRPC send.
+    grpc: Option<grpc::Client>,
 }
 
-fn call(req: ureq::Request, body: &[u8]) -> Result<(), PushError> {
+impl Sender {
+    pub fn new(backend: &Backend, auth: &Auth) -> Sender {
+        Sender {
+            backend: backend.clone(),
+            headers: auth.headers(),
+            agent: ureq::AgentBuilder::new().timeout(TIMEOUT).build(),
+            grpc: None,
+        }
+    }
+
+    /// Sends one profile (every kind it has).
+    pub fn send(&mut self, labels: &Labels, p: &Profile) -> Result<Sent, PushError> {
+        let mut sent = Sent::default();
+        match &self.backend {
+            Backend::Pyroscope(url) => {
+                let body = prost::Message::encode_to_vec(&push_request(p, labels));
+                if body.len() <= 2 {
+                    return Ok(sent);
+                }
+                let req = self
+                    .agent
+                    .post(&format!("{url}/push.v1.PusherService/Push"))
+                    .set("Content-Type", "application/proto")
+                    .set("Connect-Protocol-Version", "1");
+                sent.bytes += body.len() as u64;
+                call(self.with_auth(req), &body)?;
+            }
+            Backend::PyroscopeIngest(url) => {
+                for kind in KINDS {
+                    let Some(part) = select(p, kind) else { continue };
+                    let body = pprof(&part, kind);
+                    let req = self
+                        .agent
+                        .post(&ingest_url(url, &part, kind, labels))
+                        .set("Content-Type", "application/octet-stream");
+                    sent.bytes += body.len() as u64;
+                    call(self.with_auth(req), &body)?;
+                }
+            }
+            Backend::Otlp(url) => {
+                let body = prost::Message::encode_to_vec(&export_request(p, labels));
+                let req = self
+                    .agent
+                    .post(&format!("{url}/v1development/profiles"))
+                    .set("Content-Type", "application/x-protobuf");
+                sent.bytes += body.len() as u64;
+                let resp = call(self.with_auth(req), &body)?;
+                // A partial success comes back as an ExportProfilesServiceResponse (an empty body: none).
+                if resp.content_type() == "application/x-protobuf" {
+                    let mut b = Vec::new();
+                    if std::io::Read::read_to_end(&mut resp.into_reader(), &mut b).is_ok() {
+                        if let Ok(r) = <ExportProfilesServiceResponse as prost::Message>::decode(b.as_slice())
+                        {
+                            otlp::partial_success(&r, &mut sent);
+                        }
+                    }
+                }
+            }
+            Backend::OtlpGrpc(url) => {
+                if self.grpc.is_none() {
+                    self.grpc = Some(grpc::Client::new(url, &self.headers, TIMEOUT)?);
+                }
+                let client = self.grpc.as_mut().expect("made above");
+                let req = export_request(p, labels);
+                sent.bytes += prost::Message::encoded_len(&req) as u64;
+                otlp::partial_success(&client.export(req)?, &mut sent);
+            }
+        }
+        Ok(sent)
+    }
+
+    fn with_auth(&self, mut req: ureq::Request) -> ureq::Request {
+        for (k, v) in &self.headers {
+            req = req.set(k, v);
+        }
+        req
+    }
+}
+
+fn call(req: ureq::Request, body: &[u8]) -> Result<ureq::Response, PushError> {
     let url = req.url().to_string();
     match req.send_bytes(body) {
-        Ok(_) => Ok(()),
+        Ok(resp) => Ok(resp),
         Err(ureq::Error::Status(code, resp)) => {
             let text: String = resp.into_string().unwrap_or_default().chars().take(300).collect();
             let m = format!("{url}: HTTP {code}: {}", text.trim());
@@ -290,6 +364,10 @@ mod tests {
         );
         assert!(Backend::parse("pyroscope=h:4040").unwrap_err().contains("http"));
         assert!(Backend::parse("jaeger=http://h").unwrap_err().contains("unknown backend"));
+        assert_eq!(
+            Backend::parse("otlp-grpc=https://c:4317").unwrap(),
+            Backend::OtlpGrpc("https://c:4317".into())
+        );
         assert_eq!(base64(b"user:pass"), "dXNlcjpwYXNz");
         assert_eq!(base64(b"ab"), "YWI=");
         let u = uuid();

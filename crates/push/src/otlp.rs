@@ -2,8 +2,10 @@
 //! speaks it): one request with a shared dictionary, the resource's attributes, and one profile per
 //! sample type.
 
-use crate::{select, Labels, KINDS};
-use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest;
+use crate::{select, Labels, Sent, KINDS};
+use opentelemetry_proto::tonic::collector::profiles::v1development::{
+    ExportProfilesServiceRequest, ExportProfilesServiceResponse,
+};
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::profiles::v1development as otlp;
 use opentelemetry_proto::tonic::resource::v1::Resource;
@@ -12,6 +14,14 @@ use whyslow_model::{Profile, NONE};
 
 fn attr(key: &str, v: any_value::Value) -> KeyValue {
     KeyValue { key: key.to_string(), value: Some(AnyValue { value: Some(v) }), ..Default::default() }
+}
+
+/// What a response's partial success says: profiles rejected, and the backend's reason or warning.
+pub(crate) fn partial_success(r: &ExportProfilesServiceResponse, sent: &mut Sent) {
+    if let Some(p) = &r.partial_success {
+        sent.rejected_profiles += u64::try_from(p.rejected_profiles).unwrap_or(0);
+        sent.message = p.error_message.trim().to_string();
+    }
 }
 
 /// The export request of one profile.

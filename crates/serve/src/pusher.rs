@@ -2,13 +2,14 @@
 //! last window it got), so an outage loses nothing (windows are sent late, in order, with their own
 //! timestamps), memory stays bounded whatever the outage (one window at a time is read), and what
 //! retention removes before a backend got it is counted as dropped. Failures worth retrying back off
-//! exponentially with jitter (1 s to 5 min); a refusal (a 4xx other than 408/429) drops that window with
-//! the reason logged and counted, instead of retrying it forever.
+//! exponentially with jitter (1 s to 5 min); a refusal (a 4xx other than 408/429, a gRPC status such as
+//! INVALID_ARGUMENT) drops that window with the reason logged and counted, instead of retrying it forever.
+//! Profiles an OTLP backend accepted without keeping (a partial success) are logged and counted too.
 
 use crate::{now_ns, Shared};
 use std::sync::Arc;
 use std::time::Duration;
-use whyslow_push::{Auth, Backend, PushError};
+use whyslow_push::{Auth, Backend, PushError, Sender};
 
 /// A backend and how to reach it.
 #[derive(Debug, Clone)]
@@ -24,6 +25,8 @@ pub struct PushStats {
     pub refused: u64,
     pub failures: u64,
     pub bytes: u64,
+    /// Profiles of delivered windows the backend rejected (OTLP partial success).
+    pub rejected_profiles: u64,
     pub last_success_ns: u64,
 }
 
@@ -38,6 +41,7 @@ pub fn run(s: Arc<Shared>, o: PushOptions) {
             return;
         }
     };
+    let mut sender = Sender::new(&o.backend, &o.auth);
     let mut backoff = Duration::from_secs(1);
     while !s.stopping() {
         let next = s.store.lock().expect("store lock").next_window(cursor);
@@ -62,13 +66,20 @@ pub fn run(s: Arc<Shared>, o: PushOptions) {
             }
         };
         let labels = labels(&s, row.target, row.pid, &comm);
-        let result = whyslow_push::send(&o.backend, &o.auth, &labels, &profile);
+        let result = sender.send(&labels, &profile);
         let mut stats = s.push_stats.lock().expect("stats lock");
         let st = stats.entry(name.clone()).or_default();
         match result {
-            Ok(bytes) => {
+            Ok(sent) => {
                 st.pushed += 1;
-                st.bytes += bytes;
+                st.bytes += sent.bytes;
+                st.rejected_profiles += sent.rejected_profiles;
+                if sent.rejected_profiles > 0 || !sent.message.is_empty() {
+                    eprintln!(
+                        "whyslow serve: {name} kept window {} partly ({} profiles rejected): {}",
+                        row.id, sent.rejected_profiles, sent.message
+                    );
+                }
                 st.last_success_ns = now_ns();
                 backoff = Duration::from_secs(1);
             }
@@ -159,6 +170,13 @@ pub fn metrics(s: &Shared, o: &mut crate::metrics::Out) {
             st.failures.to_string(),
         );
         o.sample("whyslow_push_bytes_total", "counter", "Bytes pushed.", &b, st.bytes.to_string());
+        o.sample(
+            "whyslow_push_rejected_profiles_total",
+            "counter",
+            "Profiles of delivered windows the backend rejected (OTLP partial success).",
+            &b,
+            st.rejected_profiles.to_string(),
+        );
         o.sample(
             "whyslow_push_queue_windows",
             "gauge",
