@@ -2,7 +2,9 @@
 //! test servers of ours that record every request and answer as told. (A real Pyroscope or collector is
 //! not installable here; their wire formats are checked by decoding what was sent.)
 
+mod collector;
 mod common;
+use collector::{GrpcCall, GrpcServer};
 use common::*;
 use prost::Message;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -10,7 +12,7 @@ use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use whyslow_model::pprof;
-use whyslow_push::{ExportProfilesServiceRequest, ExportProfilesServiceResponse};
+use whyslow_push::ExportProfilesServiceRequest;
 
 #[derive(Debug, Clone)]
 struct Request {
@@ -73,75 +75,6 @@ impl Server {
     }
 
     fn requests(&self) -> Vec<(Request, u16)> {
-        self.seen.lock().unwrap().clone()
-    }
-}
-
-/// An OTLP gRPC collector of ours: tonic's server with opentelemetry-proto's generated ProfilesService,
-/// decoding every Export call as a collector does, keeping it with its metadata, and answering call N with
-/// `answer(N)`: Ok(rejected profiles) or a status code.
-struct GrpcServer {
-    url: String,
-    seen: Arc<Mutex<Vec<(GrpcCall, Result<i64, tonic::Code>)>>>,
-    _rt: tokio::runtime::Runtime,
-}
-
-#[derive(Clone)]
-struct GrpcCall {
-    metadata: tonic::metadata::MetadataMap,
-    request: ExportProfilesServiceRequest,
-}
-
-type Answer = Box<dyn Fn(usize) -> Result<i64, tonic::Code> + Send + Sync>;
-
-struct Collector {
-    seen: Arc<Mutex<Vec<(GrpcCall, Result<i64, tonic::Code>)>>>,
-    answer: Answer,
-}
-
-#[tonic::async_trait]
-impl opentelemetry_proto::tonic::collector::profiles::v1development::profiles_service_server::ProfilesService
-    for Collector
-{
-    async fn export(
-        &self,
-        r: tonic::Request<ExportProfilesServiceRequest>,
-    ) -> Result<tonic::Response<ExportProfilesServiceResponse>, tonic::Status> {
-        let call = GrpcCall { metadata: r.metadata().clone(), request: r.into_inner() };
-        let mut seen = self.seen.lock().unwrap();
-        let answer = (self.answer)(seen.len());
-        seen.push((call, answer));
-        match answer {
-            Ok(rejected) => Ok(tonic::Response::new(ExportProfilesServiceResponse {
-                partial_success: (rejected > 0).then(|| {
-                    opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesPartialSuccess {
-                        rejected_profiles: rejected,
-                        error_message: "unknown sample type".into(),
-                    }
-                }),
-            })),
-            Err(code) => Err(tonic::Status::new(code, "told to fail")),
-        }
-    }
-}
-
-impl GrpcServer {
-    fn start(answer: impl Fn(usize) -> Result<i64, tonic::Code> + Send + Sync + 'static) -> GrpcServer {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-        let l = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
-        let url = format!("http://{}", l.local_addr().unwrap());
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let svc = opentelemetry_proto::tonic::collector::profiles::v1development::profiles_service_server::ProfilesServiceServer::new(
-            Collector { seen: seen.clone(), answer: Box::new(answer) },
-        );
-        rt.spawn(
-            tonic::transport::Server::builder()
-                .serve_with_incoming(svc, tonic::transport::server::TcpIncoming::from(l)),
-        );
-        GrpcServer { url, seen, _rt: rt }
-    }
-
-    fn calls(&self) -> Vec<(GrpcCall, Result<i64, tonic::Code>)> {
         self.seen.lock().unwrap().clone()
     }
 }
