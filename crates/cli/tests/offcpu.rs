@@ -90,3 +90,23 @@ fn short_blocks_are_sampled_in_the_kernel_without_bias() {
     let records = r["unwind"]["complete"].as_i64().unwrap() + r["unwind"]["partial"].as_i64().unwrap();
     assert!(records > 100 && records < 1500, "{records} records for 4000 blocks");
 }
+
+/// Go's runtime threads block on g0 stacks whose unwinding ends at runtime.clone or runtime.mcall; what
+/// lies past them is data, not return addresses. And threads blocked until their process is torn down
+/// send their block after the process's exit record. No blocked stack may hold a frame that is not a
+/// code address of a mapped module (`[unknown]+0x...`); the Go workload's blocked time is all named.
+#[test]
+fn go_blocked_stacks_hold_only_code_addresses() {
+    let dir = tmp();
+    let bin = workload("gowork");
+    for round in 0..3 {
+        let data =
+            record(dir.path(), &format!("go{round}"), &["--cpu", "--offcpu"], &[bin.to_str().unwrap()]);
+        let folded = dir.path().join(format!("go{round}.folded"));
+        ok(&["export", &data, "--format", "folded", "--type", "offcpu", "-o", folded.to_str().unwrap()]);
+        let text = std::fs::read_to_string(&folded).unwrap();
+        assert!(text.lines().count() > 3, "blocked stacks of the runtime's threads: {text}");
+        let bad: Vec<&str> = text.lines().filter(|l| l.contains("[unknown]")).collect();
+        assert!(bad.is_empty(), "round {round}: frames that are no code address: {bad:#?}");
+    }
+}

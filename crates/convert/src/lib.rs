@@ -94,6 +94,9 @@ pub struct SiteCount {
 /// since the tracepoint exists).
 const SYS_ENTER_ID_OFFSET: usize = 8;
 
+/// How long the state of an exited process is kept for records that follow its exit.
+const EXITED_GRACE_NS: u64 = 1_000_000_000;
+
 /// Counters of what the converter saw and could not use.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counters {
@@ -151,6 +154,9 @@ pub struct Converter<H: Host> {
     blocked: HashMap<u32, Blocked>,
     /// Keep the state of exited processes (their mappings are needed after the run).
     retain_exited: bool,
+    /// Processes that exited, with when: forgotten [`EXITED_GRACE_NS`] later, since records of their
+    /// threads can follow the exit (an off-CPU block that ended when the process was torn down).
+    exited: Vec<(u32, u64)>,
     counters: Counters,
     frames: Vec<u64>,
     /// Event-clock time of time slice 0 of the current window (the first event's when not set).
@@ -173,6 +179,7 @@ impl<H: Host> Converter<H> {
             offcpu,
             blocked: HashMap::new(),
             retain_exited: false,
+            exited: Vec::new(),
             counters: Counters::default(),
             frames: Vec::new(),
             origin: None,
@@ -225,6 +232,18 @@ impl<H: Host> Converter<H> {
     /// The processes it keeps state of: added, or seen forking from one that was.
     pub fn process_ids(&self) -> impl Iterator<Item = u32> + '_ {
         self.procs.keys().copied()
+    }
+
+    /// Drops the state of processes that exited more than [`EXITED_GRACE_NS`] before `now`.
+    fn forget_exited(&mut self, now: u64) {
+        let procs = &mut self.procs;
+        self.exited.retain(|&(pid, at)| {
+            let keep = now < at.saturating_add(EXITED_GRACE_NS);
+            if !keep {
+                procs.remove(&pid);
+            }
+            keep
+        });
     }
 
     /// A record the source could not decode.
@@ -296,6 +315,9 @@ impl<H: Host> Converter<H> {
     }
 
     pub fn handle(&mut self, t: Timed, ids: &HashMap<u64, usize>) {
+        if !self.exited.is_empty() {
+            self.forget_exited(t.time);
+        }
         match t.record {
             Record::Sample(s) => self.handle_sample(s.borrowed(), t.time, ids),
             Record::OffCpu { sample, ns } => {
@@ -318,6 +340,12 @@ impl<H: Host> Converter<H> {
                 self.raw.thread_names.insert((pid, tid), name);
             }
             Record::Fork { pid, ppid, tid, ptid } => {
+                let reused = self.exited.iter().position(|&(p, _)| p == pid);
+                if let Some(i) = reused {
+                    // A new process under the pid of one that exited moments ago.
+                    self.exited.swap_remove(i);
+                    self.procs.remove(&pid);
+                }
                 if pid != ppid && !self.procs.contains_key(&pid) {
                     let child = self.procs.get(&ppid).map(Proc::fork).unwrap_or_default();
                     self.procs.insert(pid, child);
@@ -333,7 +361,7 @@ impl<H: Host> Converter<H> {
                     self.add_blocked(b, t.time);
                 }
                 if pid == tid && !self.retain_exited {
-                    self.procs.remove(&pid);
+                    self.exited.push((pid, t.time));
                 }
             }
             Record::Lost(n) => self.counters.lost += n,
@@ -477,7 +505,17 @@ impl<H: Host> Converter<H> {
             if self.frames.is_empty() {
                 self.frames.push(ip);
             }
-            stack.extend(self.frames.iter().skip(skip_leaf as usize).map(|&a| proc.normalize(a)));
+            // Past the leaf, an address in no executable mapping is not a return address but data the
+            // unwinder read beyond the stack's real end (Go's runtime.clone and mcall roots): the stack
+            // ends there.
+            let known = !proc.maps.is_empty();
+            let frames =
+                self.frames.iter().enumerate().skip(skip_leaf as usize).map(|(i, &a)| (i, proc.normalize(a)));
+            stack.extend(
+                frames
+                    .take_while(|(i, f)| *i == 0 || !known || !matches!(f, RawFrame::Unmapped(_)))
+                    .map(|(_, f)| f),
+            );
         } else if !s.user.is_empty() {
             let proc = self.procs.get(&s.pid).expect("inserted above");
             stack.extend(s.user.iter().skip(skip_leaf as usize).map(|&a| proc.normalize(a)));

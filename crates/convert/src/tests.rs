@@ -259,20 +259,21 @@ fn lost_and_malformed_records_are_counted() {
 fn exited_processes_are_forgotten_so_memory_stays_bounded_over_churn() {
     let mut c = converter();
     let ids = ids();
+    // One process every 10 ms: each is forgotten a second (EXITED_GRACE_NS) after it exits.
     for i in 0..10_000u32 {
         let pid = 100 + i;
-        let t = u64::from(i) * 10;
+        let t = u64::from(i) * 10_000_000;
         c.handle(at(t, Record::Fork { pid, ppid: 1, tid: pid, ptid: 1 }), &ids);
         c.handle(at(t + 1, mmap(pid, 0x40_0000, EXE)), &ids);
         c.handle(at(t + 2, sample(1, pid, pid, 0x40_0010)), &ids);
         c.handle(at(t + 3, Record::Exit { pid, tid: pid }), &ids);
-        assert!(c.live_processes() <= 1, "process state of exited processes is dropped");
+        assert!(c.live_processes() <= 101, "process state of exited processes is dropped");
         if i % 1000 == 999 {
             let w = c.cut();
             assert_eq!(w.samples.len(), 1000, "a window holds its own samples");
             assert_eq!(w.forks.len(), 1000, "and the processes that started in it");
             assert_eq!(w.forks[0], (pid - 999, 1));
-            assert!(c.raw.thread_names.len() <= 1, "names of exited threads are not carried on");
+            assert!(c.raw.thread_names.len() <= 101, "names of exited threads are not carried on");
         }
     }
     assert_eq!(c.raw.modules.len(), 1, "one module for the one file");
@@ -281,6 +282,21 @@ fn exited_processes_are_forgotten_so_memory_stays_bounded_over_churn() {
     c.handle(at(1, mmap(5, 0x40_0000, EXE)), &ids);
     c.handle(at(2, Record::Exit { pid: 5, tid: 5 }), &ids);
     assert_eq!(c.live_processes(), 1);
+}
+
+#[test]
+fn a_block_that_ends_as_its_process_exits_resolves_through_its_mappings() {
+    // A thread blocked until its process is torn down: the kernel sends its block at the switch-in that
+    // leads to its exit, after the leader's exit record.
+    let mut c = converter();
+    let ids = ids();
+    c.handle(at(100, mmap(10, 0x40_0000, EXE)), &ids);
+    c.handle(at(1_000, Record::Exit { pid: 10, tid: 10 }), &ids);
+    let Record::Sample(mut s) = sample(0, 10, 11, 0x40_0010) else { unreachable!() };
+    s.raw = 1u64.to_ne_bytes().to_vec();
+    c.handle(at(1_500, Record::OffCpu { sample: s, ns: 900 }), &ids);
+    let (raw, _) = c.finish();
+    assert_eq!(leaves(&raw), vec![(10, 11, EXE.to_string(), 0x2010, 0)]);
 }
 
 #[test]
