@@ -1,7 +1,7 @@
 //! The event sources of a run: perf_event rings (CPU clock, tracepoints, uprobe events) opened per task
 //! and inherited by new threads and children, and the eBPF probes (syscall counters, call counters,
-//! allocation-site counters, off-CPU blocks, exit watch). Opening, falling back where the machine refuses, following
-//! more processes later, and closing.
+//! allocation-site counters, off-CPU blocks, exit watch). Opening, falling back where the machine
+//! refuses, following more processes later, and closing.
 
 use crate::bpf::{CallProbe, ExitWatch, OffCpuConfig, OffCpuProbe, SyscallProbe};
 use crate::calls::{PatternSpec, Probe};
@@ -371,7 +371,7 @@ impl<'obj> Sources<'obj> {
             Some(c) => Some(CallProbe::load(&mut objects.calls, c.latency, c.follow_children, None)?),
             None => None,
         };
-        let mut offcpu = match (&opts.offcpu, offcpu_slot) {
+        let offcpu = match (&opts.offcpu, offcpu_slot) {
             (Some(oo), Some(slot)) => {
                 // Off-CPU samples come from eBPF, not from an event: the stream goes after the events'
                 // streams (no event id leads to it). Without other events, one event that samples
@@ -447,7 +447,7 @@ impl<'obj> Sources<'obj> {
             calls,
             alloc_sites: alloc_sites.take(),
             exits,
-            offcpu: offcpu.take(),
+            offcpu,
             offcpu_lost: 0,
             streams,
             sample_types,
