@@ -151,10 +151,7 @@ impl<'obj> CallProbe<'obj> {
 
     /// Calls a full map could not count.
     pub fn lost(&self) -> u64 {
-        let k = 0u32.to_ne_bytes();
-        let per_cpu =
-            self.skel.maps.drops.lookup_percpu(&k, MapFlags::ANY).ok().flatten().unwrap_or_default();
-        per_cpu.iter().map(|v| u64_at(v, 0)).sum()
+        super::per_cpu_total(&self.skel.maps.drops, 1)
     }
 
     pub fn site_counts(&self) -> Vec<SiteCount> {

@@ -70,6 +70,21 @@ fn track(tracked: &impl libbpf_rs::MapCore, pid: u32, launched: bool) -> Result<
     tracked.update(&pid.to_ne_bytes(), &[state], libbpf_rs::MapFlags::ANY).map_err(|e| classify("track", e))
 }
 
+/// The sum over every CPU and every slot below `slots` of a per-CPU array of u64 counters (the programs'
+/// `drops`).
+fn per_cpu_total(map: &impl libbpf_rs::MapCore, slots: u32) -> u64 {
+    (0..slots)
+        .filter_map(|k| map.lookup_percpu(&k.to_ne_bytes(), libbpf_rs::MapFlags::ANY).ok().flatten())
+        .flatten()
+        .map(|v| u64_at(&v, 0))
+        .sum()
+}
+
+/// A native-endian u32 at `at` in a map value or record (0 when it is short).
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    b.get(at..at + 4).map_or(0, |s| u32::from_ne_bytes(s.try_into().expect("4 bytes")))
+}
+
 /// A native-endian u64 at `at` in a map value (0 when the value is short).
 fn u64_at(b: &[u8], at: usize) -> u64 {
     b.get(at..at + 8).map_or(0, |s| u64::from_ne_bytes(s.try_into().expect("8 bytes")))

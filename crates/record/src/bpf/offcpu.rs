@@ -3,7 +3,7 @@
 //! sees a bounded number of records however often the target switches. Load, track, attach, drain.
 
 use super::offcpu_skel::{OffcpuSkel, OffcpuSkelBuilder, OpenOffcpuSkel};
-use super::{check_btf, classify, quiet_libbpf, u64_at};
+use super::{check_btf, classify, quiet_libbpf, u32_at, u64_at};
 use crate::RecordError;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
@@ -35,10 +35,6 @@ pub struct OffCpuProbe<'obj> {
     skel: OffcpuSkel<'obj>,
     ring: RingBuffer<'static>,
     records: Rc<RefCell<Vec<Timed>>>,
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    b.get(at..at + 4).map_or(0, |s| u32::from_ne_bytes(s.try_into().expect("4 bytes")))
 }
 
 /// A block as the converter's record: the thread's stacks when it blocked, the time it stands for, and
@@ -127,12 +123,6 @@ impl<'obj> OffCpuProbe<'obj> {
 
     /// Blocks lost: those the ring had no room for, and switch-outs no map entry could hold.
     pub fn lost(&self) -> u64 {
-        (0..DROP_SLOTS)
-            .filter_map(|k| {
-                self.skel.maps.drops.lookup_percpu(&k.to_ne_bytes(), MapFlags::ANY).ok().flatten()
-            })
-            .flatten()
-            .map(|v| u64_at(&v, 0))
-            .sum()
+        super::per_cpu_total(&self.skel.maps.drops, DROP_SLOTS)
     }
 }

@@ -2,7 +2,7 @@
 //! drain the trace ring buffer, and read the kernel's counters.
 
 use super::skel::{OpenSyscallsSkel, SyscallsSkel, SyscallsSkelBuilder};
-use super::{check_btf, classify, quiet_libbpf, u64_at};
+use super::{check_btf, classify, quiet_libbpf, u32_at, u64_at};
 use crate::RecordError;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
@@ -38,10 +38,6 @@ pub fn syscall_numbers(names: &[String]) -> Result<Vec<u32>, RecordError> {
             })
         })
         .collect()
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    b.get(at..at + 4).map_or(0, |s| u32::from_ne_bytes(s.try_into().expect("4 bytes")))
 }
 
 fn cstr(b: &[u8]) -> String {
@@ -137,13 +133,7 @@ impl<'obj> SyscallProbe<'obj> {
 
     /// Events lost: trace events the ring had no room for, and calls a full map could not count.
     pub fn lost(&self) -> u64 {
-        (0..DROP_SLOTS)
-            .filter_map(|k| {
-                self.skel.maps.drops.lookup_percpu(&k.to_ne_bytes(), MapFlags::ANY).ok().flatten()
-            })
-            .flatten()
-            .map(|v| u64_at(&v, 0))
-            .sum()
+        super::per_cpu_total(&self.skel.maps.drops, DROP_SLOTS)
     }
 
     /// The counters so far, one entry per (process, thread, syscall).
