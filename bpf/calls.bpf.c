@@ -9,6 +9,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include "track.h"
+#include "drops.h"
 
 #define DEPTH 32
 
@@ -82,13 +83,6 @@ struct {
 	__type(value, struct ws_entries);
 } entries SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, u32);
-	__type(value, u64);
-} drops SEC(".maps");
-
 static __always_inline struct ws_call_val *slot(u32 tgid, u32 probe)
 {
 	struct ws_call_key k = { .tgid = tgid, .probe = probe };
@@ -98,12 +92,8 @@ static __always_inline struct ws_call_val *slot(u32 tgid, u32 probe)
 	struct ws_call_val zero = {};
 	bpf_map_update_elem(&counts, &k, &zero, BPF_NOEXIST);
 	v = bpf_map_lookup_elem(&counts, &k);
-	if (!v) {
-		u32 z = 0;
-		u64 *n = bpf_map_lookup_elem(&drops, &z);
-		if (n)
-			*n += 1;
-	}
+	if (!v)
+		drop(0);
 	return v;
 }
 
@@ -129,10 +119,7 @@ static __always_inline void count_site(struct pt_regs *ctx, u32 tgid, u32 probe)
 		bpf_map_update_elem(&site_counts, &k, &zero, BPF_NOEXIST);
 		v = bpf_map_lookup_elem(&site_counts, &k);
 		if (!v) {
-			u32 z = 0;
-			u64 *n = bpf_map_lookup_elem(&drops, &z);
-			if (n)
-				*n += 1;
+			drop(0);
 			return;
 		}
 	}

@@ -24,6 +24,7 @@
 #define DROP_RING 0 /* blocks the ring buffer had no room for */
 #define DROP_MAP 1  /* switch-outs no `blocks` entry could hold */
 #define DROP_SLOTS 2
+#include "drops.h"
 
 /* One thread's last block; the record sent is this struct up to ustack[ustack_bytes]. */
 struct ws_block {
@@ -70,20 +71,6 @@ struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 4 << 20); /* resized by user space before load */
 } events SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, DROP_SLOTS);
-	__type(key, u32);
-	__type(value, u64);
-} drops SEC(".maps");
-
-static __always_inline void drop(u32 slot)
-{
-	u64 *n = bpf_map_lookup_elem(&drops, &slot);
-	if (n)
-		*n += 1;
-}
 
 /* Copies up to stack_bytes of user stack from sp, page by page, stopping at the first page that cannot be
  * read (the end of the stack mapping, or a page not resident): returns the bytes copied. */

@@ -27,6 +27,7 @@ static __always_inline void execve_entered(struct task_struct *task);
 #define DROP_TRACE 0 /* trace events lost because the ring buffer was full */
 #define DROP_STATS 1 /* calls not counted because a map was full */
 #define DROP_SLOTS 2
+#include "drops.h"
 
 struct ws_key {
 	u32 tgid;
@@ -106,20 +107,6 @@ struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 4 << 20);
 } events SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, DROP_SLOTS);
-	__type(key, u32);
-	__type(value, u64);
-} drops SEC(".maps");
-
-static __always_inline void drop(u32 slot)
-{
-	u64 *n = bpf_map_lookup_elem(&drops, &slot);
-	if (n)
-		*n += 1;
-}
 
 static __always_inline u32 log2_bucket(u64 v)
 {

@@ -315,7 +315,8 @@ impl<H: Host> Converter<H> {
     }
 
     pub fn handle(&mut self, t: Timed, ids: &HashMap<u64, usize>) {
-        if !self.exited.is_empty() {
+        // Exits arrive in time order: only when the oldest is due is there anything to forget.
+        if self.exited.first().is_some_and(|&(_, at)| t.time >= at.saturating_add(EXITED_GRACE_NS)) {
             self.forget_exited(t.time);
         }
         match t.record {

@@ -144,7 +144,7 @@ fn second_phase(
         phase2.alloc = None;
         raw2 = whyslow_record::record(&phase2, &mut NoObserver);
     }
-    let raw2 = match raw2 {
+    let mut raw2 = match raw2 {
         Ok(r) => r,
         // The target ended between the phases: the diagnosis goes on without call counts.
         Err(RecordError::NoSuchProcess(pid)) => {
@@ -176,7 +176,7 @@ fn second_phase(
     meta.lost_samples += raw2.meta.lost_samples;
     meta.killed.extend(raw2.meta.killed.iter().cloned());
     // Allocation samples and sites join phase 1's samples (their rates are over phase 2's window).
-    let mut calls = raw2.calls.clone();
+    let mut calls = std::mem::take(&mut raw2.calls);
     let probed = whyslow_symbolize::symbolize(raw2);
     let mut profile = whyslow_analyze::diff::merge(&[&profile, &probed]);
     profile.meta = meta;
