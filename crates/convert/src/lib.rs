@@ -12,7 +12,7 @@ pub mod records;
 use records::{Record, SampleRef, Timed, UserRegs};
 use std::collections::HashMap;
 use std::sync::Arc;
-use whyslow_model::raw::{RawFrame, RawModule, RawRecording, RawThread};
+use whyslow_model::raw::{FastMap, RawFrame, RawModule, RawRecording, RawThread};
 use whyslow_model::syscalls::syscall_name;
 use whyslow_model::{sample_types as st, FrameKind, SampleType, UnwindStats};
 use whyslow_unwind::{ObjectImage, Outcome, ProcessUnwinder, Regs};
@@ -141,7 +141,7 @@ struct Blocked {
 /// The converter. See the module documentation.
 pub struct Converter<H: Host> {
     host: H,
-    procs: HashMap<u32, Proc>,
+    procs: FastMap<u32, Proc>,
     images: HashMap<String, Option<Arc<ObjectImage>>>,
     module_ids: HashMap<String, u32>,
     raw: RawRecording,
@@ -151,7 +151,7 @@ pub struct Converter<H: Host> {
     probe_names: Vec<(String, String)>,
     alloc_names: Vec<(String, String)>,
     offcpu: Option<Stream>,
-    blocked: HashMap<u32, Blocked>,
+    blocked: FastMap<u32, Blocked>,
     /// Keep the state of exited processes (their mappings are needed after the run).
     retain_exited: bool,
     /// Processes that exited, with when: forgotten [`EXITED_GRACE_NS`] later, since records of their
@@ -169,7 +169,7 @@ impl<H: Host> Converter<H> {
         let offcpu = streams.iter().copied().find(|s| matches!(s, Stream::OffCpu { .. }));
         Converter {
             host,
-            procs: HashMap::new(),
+            procs: FastMap::default(),
             images: HashMap::new(),
             module_ids: HashMap::new(),
             raw: RawRecording { sample_types, ..Default::default() },
@@ -177,7 +177,7 @@ impl<H: Host> Converter<H> {
             probe_names: Vec::new(),
             alloc_names: Vec::new(),
             offcpu,
-            blocked: HashMap::new(),
+            blocked: FastMap::default(),
             retain_exited: false,
             exited: Vec::new(),
             counters: Counters::default(),
