@@ -15,12 +15,13 @@ use std::sync::Arc;
 use whyslow_model::raw::{FastMap, RawFrame, RawModule, RawRecording, RawThread};
 use whyslow_model::syscalls::syscall_name;
 use whyslow_model::{sample_types as st, FrameKind, SampleType, UnwindStats};
+pub use whyslow_unwind::FileBytes;
 use whyslow_unwind::{ObjectImage, Outcome, ProcessUnwinder, Regs};
 
 /// What the converter cannot know from records alone.
 pub trait Host {
     /// The bytes of the file at `path` as process `pid` sees it (`[vdso]`: the vDSO image), or None.
-    fn file(&self, pid: u32, path: &str) -> Option<Vec<u8>>;
+    fn file(&self, pid: u32, path: &str) -> Option<FileBytes>;
     /// A process the records have not described (it existed before they began): its executable file
     /// mappings and thread names. None where nothing is known (an imported file's host).
     fn process(&self, pid: u32) -> Option<ProcessInfo>;
@@ -271,7 +272,7 @@ impl<H: Host> Converter<H> {
         }
         let id = self.raw.modules.len() as u32;
         // The vDSO has no file to read when symbolizing: keep its bytes.
-        let image = if path == "[vdso]" { self.host.file(pid, path) } else { None };
+        let image = if path == "[vdso]" { self.host.file(pid, path).map(|b| b.to_vec()) } else { None };
         self.raw.modules.push(RawModule { path: path.to_string(), build_id: build_id.to_string(), image });
         self.module_ids.insert(path.to_string(), id);
         id

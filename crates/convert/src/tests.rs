@@ -13,9 +13,9 @@ struct FakeHost {
 }
 
 impl Host for FakeHost {
-    fn file(&self, _pid: u32, path: &str) -> Option<Vec<u8>> {
+    fn file(&self, _pid: u32, path: &str) -> Option<FileBytes> {
         self.asked.borrow_mut().push(path.to_string());
-        self.files.get(path).cloned()
+        self.files.get(path).cloned().map(FileBytes::owned)
     }
     fn process(&self, _pid: u32) -> Option<ProcessInfo> {
         None

@@ -27,7 +27,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 use whyslow_convert::records::{Record, SampleRef, Timed};
-use whyslow_convert::{Converter, Host, ProcessInfo, Stream};
+use whyslow_convert::{Converter, FileBytes, Host, ProcessInfo, Stream};
 use whyslow_model::raw::{RawKernel, RawRecording};
 use whyslow_model::{sample_types as st, Metadata, SampleType};
 
@@ -59,12 +59,14 @@ struct LocalFiles {
 }
 
 impl Host for LocalFiles {
-    fn file(&self, _pid: u32, path: &str) -> Option<Vec<u8>> {
+    fn file(&self, _pid: u32, path: &str) -> Option<FileBytes> {
         // The path comes from the file: read only regular files of a plausible size that are ELF objects
         // (a corrupt record could name /dev/zero or /proc/kcore).
         let plausible = std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() <= MAX_OBJECT_BYTES);
-        let bytes =
-            plausible.then(|| std::fs::read(path).ok()).flatten().filter(|b| b.starts_with(b"\x7fELF"));
+        let bytes = plausible
+            .then(|| FileBytes::map(&std::fs::File::open(path).ok()?).ok())
+            .flatten()
+            .filter(|b| b.starts_with(b"\x7fELF"));
         let usable = bytes.filter(|b| match self.build_ids.get(path) {
             Some(want) => build_id(b).is_none_or(|have| &have == want),
             None => true,

@@ -11,7 +11,7 @@ use crate::target::{self, exit_code_of, stop_launched, try_wait, Gated};
 use crate::{signals, RecordError, RecordOptions};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use whyslow_convert::{Converter, Host, ProcessInfo, Stream};
+use whyslow_convert::{Converter, FileBytes, Host, ProcessInfo, Stream};
 use whyslow_model::raw::RawRecording;
 use whyslow_model::syscalls::TraceEvent;
 use whyslow_model::{sample_types, CallStat, Killed, Metadata, SampleType, SyscallStat};
@@ -34,11 +34,13 @@ fn label_of(p: &Probe) -> (String, String) {
 struct LiveHost;
 
 impl Host for LiveHost {
-    fn file(&self, pid: u32, path: &str) -> Option<Vec<u8>> {
+    fn file(&self, pid: u32, path: &str) -> Option<FileBytes> {
         if path == "[vdso]" {
-            return vdso_bytes();
+            return vdso_bytes().map(FileBytes::owned);
         }
-        std::fs::read(format!("/proc/{pid}/root{path}")).or_else(|_| std::fs::read(path)).ok()
+        let file =
+            std::fs::File::open(format!("/proc/{pid}/root{path}")).or_else(|_| std::fs::File::open(path));
+        FileBytes::map(&file.ok()?).ok()
     }
 
     fn process(&self, pid: u32) -> Option<ProcessInfo> {

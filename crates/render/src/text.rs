@@ -46,6 +46,13 @@ pub fn header(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), Rende
         st.name,
         m.lost_samples
     )?;
+    if m.lost_samples > 0 {
+        writeln!(
+            w,
+            "  (lost: the kernel's buffers filled faster than they were read: record at a lower rate (-F), \
+             copy less stack (--stack-size), or follow fewer processes)"
+        )?;
+    }
     let u = m.unwind;
     // A recording's counters are whatever its file says: their sum must not overflow.
     let unwound = u.complete.saturating_add(u.partial);

@@ -24,11 +24,11 @@ pub enum SymbolError {
 pub fn producers(path: &Path) -> Result<Vec<String>, SymbolError> {
     use object::ObjectSection;
     let shown = path.display().to_string();
-    let data = std::fs::read(path).map_err(|e| SymbolError::Read(shown.clone(), e))?;
+    let data = map_file(path)?;
     let file = object::File::parse(&*data).map_err(|e| SymbolError::Parse(shown, e))?;
-    let sections: Vec<(String, Vec<u8>)> = file
+    let sections: Vec<(String, std::borrow::Cow<[u8]>)> = file
         .sections()
-        .filter_map(|s| Some((s.name().ok()?.to_string(), s.uncompressed_data().ok()?.into_owned())))
+        .filter_map(|s| Some((s.name().ok()?.to_string(), s.uncompressed_data().ok()?)))
         .filter(|(n, _)| n.starts_with(".debug_"))
         .collect();
     let section = |id: gimli::SectionId| {
@@ -54,6 +54,16 @@ pub fn producers(path: &Path) -> Result<Vec<String>, SymbolError> {
 }
 
 /// The separate debug file of a build id (`/usr/lib/debug/.build-id/xx/yyyy.debug`).
+/// Maps a file read-only: only the pages looked at are read (a 300 MB browser's symbol and debug pages,
+/// not all of it into memory).
+pub(crate) fn map_file(path: &Path) -> Result<memmap2::Mmap, SymbolError> {
+    let read_error = |e| SymbolError::Read(path.display().to_string(), e);
+    let file = std::fs::File::open(path).map_err(read_error)?;
+    // SAFETY: read-only and private. A file truncated in place while mapped raises SIGBUS on the lost
+    // pages (as in the processes running it); executables cannot be opened for writing while they run.
+    unsafe { memmap2::Mmap::map(&file) }.map_err(read_error)
+}
+
 fn debug_file(id: &[u8]) -> Option<String> {
     if id.len() < 2 {
         return None;
@@ -94,10 +104,10 @@ pub struct Function {
 /// file (`/usr/lib/debug/.build-id/xx/yyyy.debug`, e.g. from libc6-dbg) when there is one.
 pub fn functions(path: &Path) -> Result<Vec<Function>, SymbolError> {
     let shown = path.display().to_string();
-    let data = std::fs::read(path).map_err(|e| SymbolError::Read(shown.clone(), e))?;
+    let data = map_file(path)?;
     let file = object::File::parse(&*data).map_err(|e| SymbolError::Parse(shown, e))?;
     let debug_data = match (file.symbol_table(), file.build_id()) {
-        (None, Ok(Some(id))) => debug_file(id).and_then(|p| std::fs::read(p).ok()),
+        (None, Ok(Some(id))) => debug_file(id).and_then(|p| map_file(Path::new(&p)).ok()),
         _ => None,
     };
     let debug = debug_data.as_deref().and_then(|d| object::File::parse(d).ok());

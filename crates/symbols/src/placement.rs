@@ -139,7 +139,7 @@ impl Code {
     pub fn read(path: &std::path::Path, symbols: &[u64]) -> Result<Code, crate::SymbolError> {
         use object::{Object, ObjectSection, SectionKind};
         let shown = path.display().to_string();
-        let data = std::fs::read(path).map_err(|e| crate::SymbolError::Read(shown.clone(), e))?;
+        let data = crate::map_file(path)?;
         let file = object::File::parse(&*data).map_err(|e| crate::SymbolError::Parse(shown, e))?;
         let sections = file
             .sections()

@@ -13,7 +13,55 @@ use std::sync::Arc;
 /// Deepest stack we follow; deeper ones are reported as partial.
 pub const MAX_FRAMES: usize = 1024;
 
-type Bytes = Arc<[u8]>;
+/// An object file's bytes: mapped from disk, so only the pages unwinding touches are read (a 200 MB
+/// browser binary costs what its unwind tables and the few code pages looked at cost, and nothing is
+/// copied), or held in memory (the vDSO, files in tests).
+#[derive(Clone)]
+pub struct FileBytes(Arc<Backing>);
+
+enum Backing {
+    Mapped(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl FileBytes {
+    /// Maps `file` (read-only, private).
+    pub fn map(file: &std::fs::File) -> std::io::Result<FileBytes> {
+        // SAFETY: the mapping is read-only and private. Should the file be truncated in place while it is
+        // mapped, reading the lost pages raises SIGBUS; the processes that map the same file for running
+        // it fault the same way, and executables cannot be opened for writing while they run (ETXTBSY).
+        let map = unsafe { memmap2::Mmap::map(file)? };
+        Ok(FileBytes(Arc::new(Backing::Mapped(map))))
+    }
+
+    pub fn owned(bytes: Vec<u8>) -> FileBytes {
+        FileBytes(Arc::new(Backing::Owned(bytes)))
+    }
+}
+
+impl std::ops::Deref for FileBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match &*self.0 {
+            Backing::Mapped(m) => m,
+            Backing::Owned(v) => v,
+        }
+    }
+}
+
+/// A section of an object file as framehop reads it: a range of the file's bytes, not a copy.
+#[derive(Clone)]
+struct Bytes {
+    file: FileBytes,
+    range: Range<usize>,
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.file[self.range.clone()]
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ImageError {
@@ -33,8 +81,9 @@ pub struct ObjectImage {
 
 impl ObjectImage {
     /// Parses an ELF image from its bytes.
-    pub fn parse(path: &str, data: &[u8]) -> Result<Self, ImageError> {
-        let obj = object::File::parse(data)
+    pub fn parse(path: &str, file: &FileBytes) -> Result<Self, ImageError> {
+        let whole: &[u8] = file;
+        let obj = object::File::parse(whole)
             .map_err(|e| ImageError::Parse { path: path.to_string(), reason: e.to_string() })?;
         let segments = obj
             .segments()
@@ -45,9 +94,15 @@ impl ObjectImage {
             })
             .collect();
         let range = |n: &str| obj.section_by_name(n).map(|s| s.address()..s.address() + s.size());
+        // A section's bytes where they lie in the file; a compressed section's inflated into memory.
         let data = |n: &str| -> Option<Bytes> {
-            let s = obj.section_by_name(n)?;
-            s.uncompressed_data().ok().map(|c| Arc::from(&*c))
+            match obj.section_by_name(n)?.uncompressed_data().ok()? {
+                std::borrow::Cow::Borrowed(b) => {
+                    let start = b.as_ptr() as usize - whole.as_ptr() as usize;
+                    Some(Bytes { file: file.clone(), range: start..start + b.len() })
+                }
+                std::borrow::Cow::Owned(v) => Some(Bytes { range: 0..v.len(), file: FileBytes::owned(v) }),
+            }
         };
         let sections = ExplicitModuleSectionInfo {
             base_svma: 0,
@@ -59,7 +114,11 @@ impl ObjectImage {
             eh_frame_hdr_svma: range(".eh_frame_hdr"),
             eh_frame_hdr: data(".eh_frame_hdr"),
             debug_frame: data(".debug_frame"),
-            ..Default::default()
+            stubs_svma: None,
+            stub_helper_svma: None,
+            unwind_info: None,
+            text_segment_svma: None,
+            text_segment: None,
         };
         let build_id = obj
             .build_id()
@@ -184,7 +243,7 @@ mod tests {
     /// function's address in the file's symbol table.
     #[test]
     fn bias_maps_live_addresses_to_file_addresses() {
-        let exe = std::fs::read("/proc/self/exe").unwrap();
+        let exe = FileBytes::map(&std::fs::File::open("/proc/self/exe").unwrap()).unwrap();
         let image = ObjectImage::parse("self", &exe).unwrap();
         let me = std::fs::read_link("/proc/self/exe").unwrap();
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
