@@ -23,6 +23,11 @@ pub fn run(s: std::sync::Arc<Shared>) {
         if now >= next_retention {
             next_retention = now + retention_every(s.opts.retention).as_nanos() as u64;
             retain(&s, now);
+            // Every window allocates in a burst (decoding, symbolizing, compressing) on other threads; the
+            // freed chunks stay scattered through glibc's heaps, which grew the agent's resident memory
+            // with process churn (58 -> 75 MB over 10 minutes). Give the free pages back.
+            // SAFETY: malloc_trim takes no pointers and is thread-safe.
+            unsafe { libc::malloc_trim(0) };
         }
         let targets: Vec<(i64, TargetSpec)> =
             s.targets.read().expect("targets lock").iter().map(|(&id, t)| (id, t.clone())).collect();
