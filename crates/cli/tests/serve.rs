@@ -240,6 +240,56 @@ fn running_children_of_a_followed_parent_are_sampled_too() {
     assert_split(&r);
 }
 
+/// A child forked from a followed parent inherits the parent's events; when another target also matches
+/// the child (so it is recorded under another key, by its own session), its samples are stored once: at
+/// 999 Hz a single-threaded process has at most ~999 samples per second of its life, not twice that.
+#[test]
+fn a_child_matched_under_another_key_is_recorded_once() {
+    let _x = exclusive();
+    let dir = tmp();
+    let a = Agent::start(dir.path(), &[]);
+    let (code, parent) = a.post(
+        "/api/v1/targets",
+        r#"{"match":{"cmdline":"wsdouble"},"sources":["cpu"],"frequency":999,"window_s":1}"#,
+    );
+    assert_eq!(code, 201, "{parent}");
+    let (code, child) = a.post(
+        "/api/v1/targets",
+        r#"{"match":{"comm":"^cpu_split$"},"sources":["cpu","offcpu"],"frequency":999,"window_s":1}"#,
+    );
+    assert_eq!(code, 201, "{child}");
+    // The shell is followed before it starts the child (its cmdline has the marker; so has the child's).
+    let script = format!("sleep 1.5; {} 2 wsdouble", workload("cpu_split").display());
+    let t0 = Instant::now();
+    let mut family = std::process::Command::new("sh")
+        .args(["-c", &script, "wsdouble"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(family.wait().unwrap().success());
+    // The child lived at most this long (the family's life less the shell's sleep).
+    let child_life = t0.elapsed().as_secs_f64() - 1.5;
+    let mut last = (0, Instant::now());
+    let r = wait_for(15, "the child's samples", || {
+        let (code, r) = a.get(&format!("/api/v1/profile?target={}&from=now-5m&type=cpu", child["id"]));
+        let total = if code == 200 { r["total_samples"].as_i64()? } else { 0 };
+        if total != last.0 {
+            last = (total, Instant::now());
+        }
+        (total > 300 && last.1.elapsed() > Duration::from_millis(2500)).then_some(r)
+    });
+    let total = r["total_samples"].as_f64().unwrap();
+    // Tolerance: 10% over the clock's rate (timer slack); recorded twice it would be ~2x.
+    let most = 999.0 * child_life * 1.1;
+    assert!(total <= most, "{total} samples in {child_life:.2} s of the child's life: counted twice?");
+    assert_split(&r);
+    // The parent's target holds the same child samples (one recording stored for both targets).
+    let (code, p) = a.get(&format!("/api/v1/profile?target={}&from=now-5m&type=cpu", parent["id"]));
+    assert_eq!(code, 200, "{p}");
+    assert!(p["total_samples"].as_f64().unwrap() <= most + 100.0, "{}", p["total_samples"]);
+    assert!(a.stop().success());
+}
+
 /// stackprobe's form starts the same recording and writes periodic SVG and folded files.
 #[test]
 fn the_stackprobe_form_writes_periodic_files() {

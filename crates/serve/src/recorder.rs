@@ -113,9 +113,10 @@ struct SessionHandle {
     pids: BTreeSet<u32>,
 }
 
-/// A window as a session cut it.
+/// A window as a session cut it, with the session's key.
 pub struct Window {
     pub raw: RawRecording,
+    pub key: Key,
 }
 
 /// Runs the manager until `shared.stopping`; then stops every session (each flushes its window) and
@@ -405,11 +406,11 @@ fn session_thread(
         }
         if Instant::now() >= cut_at {
             cut_at += window;
-            let _ = windows.send(Window { raw: s.cut() });
+            let _ = windows.send(Window { raw: s.cut(), key: key.clone() });
         }
     }
     let raw = s.finish(&mut Quiet);
-    let _ = windows.send(Window { raw });
+    let _ = windows.send(Window { raw, key: key.clone() });
     Ok(())
 }
 
@@ -430,11 +431,14 @@ fn window_worker(shared: Arc<Shared>, rx: Receiver<Window>) {
         }
         let profile = symbolizer.symbolize(w.raw);
         let tracked = shared.tracked.lock().expect("tracked lock").clone();
+        // A process is this session's only if it is followed under the session's key: a child forked
+        // from a followed parent inherits the parent's events, and when other targets match the child
+        // too (another key), its own session records it: what it inherited here would count it twice.
         let owner = |pid: u32| {
             let mut p = pid;
             for _ in 0..64 {
                 if let Some(t) = tracked.get(&p) {
-                    return Some(t.root);
+                    return (t.key == w.key).then_some(t.root);
                 }
                 p = parents.get(&p)?.0;
             }
