@@ -296,18 +296,31 @@ pub fn report(a: ReportArgs) -> Result<()> {
         (None, OutputFormat::Json) => render::json::report(&mut out, &p, value)?,
     }
     out.flush()?;
+    if let Some(svg) = &a.flamegraph {
+        write_flamegraph(&p, value, svg, None, false)?;
+    }
     Ok(())
 }
 
 pub fn flamegraph(a: FlamegraphArgs) -> Result<()> {
     let p = load(&a.file, a.value_type.as_deref())?;
     let value = value_index(&p, a.value_type.as_deref())?;
-    let title = a
-        .title
+    write_flamegraph(&p, value, &a.output, a.title, a.reverse)
+}
+
+/// The SVG flame graph of sample type `value` (titled by the type and command unless `title` is given).
+fn write_flamegraph(
+    p: &Profile,
+    value: usize,
+    path: &Path,
+    title: Option<String>,
+    reverse: bool,
+) -> Result<()> {
+    let title = title
         .unwrap_or_else(|| format!("whyslow {}: {}", p.sample_types[value].name, p.meta.command.join(" ")));
-    let opts = render::flamegraph::FlameOptions { title, subtitle: None, reverse: a.reverse };
-    write_output(&a.output, |w| Ok(render::flamegraph::svg(w, &p, value, &opts)?))?;
-    eprintln!("whyslow: wrote {}", a.output.display());
+    let opts = render::flamegraph::FlameOptions { title, subtitle: None, reverse };
+    write_output(path, |w| Ok(render::flamegraph::svg(w, p, value, &opts)?))?;
+    eprintln!("whyslow: wrote {}", path.display());
     Ok(())
 }
 

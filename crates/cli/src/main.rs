@@ -178,6 +178,9 @@ pub struct ReportArgs {
     pub limit: usize,
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub format: OutputFormat,
+    /// Also write the flame graph (SVG) of the same sample type here: one read of a large file for both.
+    #[arg(long, value_name = "SVG")]
+    pub flamegraph: Option<PathBuf>,
 }
 
 #[derive(Args)]

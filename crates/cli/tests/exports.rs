@@ -25,6 +25,12 @@ fn exports_of_a_real_recording_agree_with_the_report() {
         .sum();
     assert_eq!(leaf_a, burn_a);
 
+    // The report and its flame graph from one read: the same SVG as `flamegraph` writes, the same report.
+    let both = ok(&["report", &data, "--flamegraph", &path("both.svg")]);
+    ok(&["flamegraph", &data, "-o", &path("alone.svg")]);
+    assert_eq!(both, ok(&["report", &data]));
+    assert!(std::fs::read(path("both.svg")).unwrap() == std::fs::read(path("alone.svg")).unwrap());
+
     ok(&["export", &data, "--format", "speedscope", "-o", &path("x.speedscope.json")]);
     let ss: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(path("x.speedscope.json")).unwrap()).unwrap();
