@@ -76,6 +76,12 @@ fn alloc_probes(t: &Target, notes: &mut Vec<String>) -> Result<Vec<(Probe, SizeA
     Ok(probes)
 }
 
+/// The process a `/proc/PID/root/...` path reaches its file through, when that process has exited.
+fn exited_owner(path: &str) -> Option<u32> {
+    let pid = path.strip_prefix("/proc/")?.split('/').next()?.parse().ok()?;
+    (!target::alive(pid)).then_some(pid)
+}
+
 /// User stack bytes copied per event of streams that fire on every call (syscalls, calls, allocations).
 const EVENT_STACK_BYTES: u32 = 16 * 1024;
 /// Ring data pages per CPU for such streams (16 MB with 4 KB pages).
@@ -228,6 +234,9 @@ impl Objects {
     /// Resolves the allocation functions (with --alloc) and creates the tracefs uprobes: the calls'
     /// probes (with --callers), then the allocation probes, in that order.
     pub fn new(opts: &RecordOptions) -> Result<Self, RecordError> {
+        // Probes of whyslow runs killed with SIGKILL (which removes nothing) go at every start, uprobes
+        // or not: they keep the probed files' filesystems busy.
+        sys::TraceUprobe::remove_stale("whyslow_", target::alive);
         let mut notes = Vec::new();
         let alloc = match &opts.alloc {
             Some(_) => alloc_probes(&opts.target, &mut notes)?,
@@ -238,15 +247,16 @@ impl Objects {
         let mut uprobes = Vec::new();
         if !probes.is_empty() {
             static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-            sys::TraceUprobe::remove_stale("whyslow_", target::alive);
             let run = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let group = format!("whyslow_{}_{run}", std::process::id());
             for (i, p) in probes.iter().enumerate() {
                 let path = p.module.to_string_lossy();
                 let u =
                     sys::TraceUprobe::create(&group, &format!("p{i}"), &path, p.offset).map_err(
-                        |e| match e.raw_os_error() {
-                            Some(libc::EACCES) | Some(libc::EPERM) => RecordError::Permission(e),
+                        |e| match (e.raw_os_error(), exited_owner(&path)) {
+                            (Some(libc::EACCES) | Some(libc::EPERM), _) => RecordError::Permission(e),
+                            // The file was reached through a target process that is gone.
+                            (Some(libc::ENOENT), Some(pid)) => RecordError::NoSuchProcess(pid),
                             _ => RecordError::Io(format!("tracefs uprobe on {}+{:#x}", path, p.offset), e),
                         },
                     )?;
