@@ -19,12 +19,31 @@ const volatile bool latency = false;
 const volatile bool sites = false;
 
 /* For `sites`, per probe: where the size argument is (0 rdi, 1 rsi, 2 rdx, 3 rdi * rsi, 4 rax for Go),
- * and the bytes pushed between the function's entry and the probe's site (a probe moved past a push
- * finds the return address that far up the stack). */
+ * the bytes pushed between the function's entry and the probe's site (a probe moved past a push finds
+ * the return address that far up the stack), and its role in nested allocations: glibc's aligned
+ * allocators end in a tail jump to malloc for small alignments, so malloc runs with their caller's
+ * return address in the same stack slot. That malloc is the wrapper's allocation, counted once. */
+#define ROLE_WRAPPER 1 /* may tail-jump to malloc */
+#define ROLE_MALLOC 2
 struct ws_size_arg {
 	u32 how;
 	u32 stack_delta;
+	u32 role;
+	u32 pad;
 };
+
+/* Per thread: the return-address slot and value of the last wrapper entered. */
+struct ws_wrapped {
+	u64 slot;
+	u64 ret;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct ws_wrapped);
+} wrapped SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -97,14 +116,27 @@ static __always_inline struct ws_call_val *slot(u32 tgid, u32 probe)
 	return v;
 }
 
-static __always_inline void count_site(struct pt_regs *ctx, u32 tgid, u32 probe)
+/* Counts the call at its call site; false for a malloc that a wrapper tail-jumped to (not counted). */
+static __always_inline bool count_site(struct pt_regs *ctx, u32 tgid, u32 probe)
 {
 	struct ws_site_key k = { .tgid = tgid, .probe = probe };
 	struct ws_size_arg *arg = bpf_map_lookup_elem(&size_arg, &probe);
 	u64 delta = arg ? arg->stack_delta : 0;
+	u64 slot = PT_REGS_SP(ctx) + delta;
 	/* At a function's first instruction the return address is on top of the stack. */
-	if (bpf_probe_read_user(&k.ret, sizeof(k.ret), (void *)(PT_REGS_SP(ctx) + delta)))
-		return;
+	if (bpf_probe_read_user(&k.ret, sizeof(k.ret), (void *)slot))
+		return true;
+	if (arg && arg->role) {
+		struct ws_wrapped *w = bpf_task_storage_get(&wrapped, bpf_get_current_task_btf(), 0,
+							    BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (w) {
+			bool tail = arg->role == ROLE_MALLOC && w->slot == slot && w->ret == k.ret;
+			w->slot = arg->role == ROLE_WRAPPER ? slot : 0;
+			w->ret = k.ret;
+			if (tail)
+				return false;
+		}
+	}
 	u64 size = 0;
 	switch (arg ? arg->how : 0) {
 	case 0: size = PT_REGS_PARM1(ctx); break;
@@ -120,11 +152,12 @@ static __always_inline void count_site(struct pt_regs *ctx, u32 tgid, u32 probe)
 		v = bpf_map_lookup_elem(&site_counts, &k);
 		if (!v) {
 			drop(0);
-			return;
+			return true;
 		}
 	}
 	__sync_fetch_and_add(&v->calls, 1);
 	__sync_fetch_and_add(&v->bytes, size);
+	return true;
 }
 
 SEC("uprobe.multi")
@@ -145,10 +178,10 @@ int on_entry(struct pt_regs *ctx)
 			__sync_fetch_and_add(&v->calls, -1);
 		return 0;
 	}
+	if (sites && !count_site(ctx, tgid, probe))
+		return 0;
 	if (v)
 		__sync_fetch_and_add(&v->calls, 1);
-	if (sites)
-		count_site(ctx, tgid, probe);
 	if (latency) {
 		struct ws_entries *e = bpf_task_storage_get(&entries, bpf_get_current_task_btf(), 0,
 							    BPF_LOCAL_STORAGE_GET_F_CREATE);

@@ -29,6 +29,28 @@ pub trait Host {
     fn thread_name(&self, pid: u32, tid: u32) -> Option<String>;
 }
 
+/// How allocation functions nest, so each allocation is counted once, at the outermost allocator the
+/// program called: glibc's aligned allocators call malloc (for small alignments as a tail jump, so the
+/// malloc has the program's return address), realloc of a null pointer too.
+#[derive(Debug, Clone, Default)]
+pub struct Nesting {
+    /// Code of allocation functions that call another probed allocator: (module path, file offsets). A
+    /// probed allocation called from there is not counted again.
+    pub within: Vec<(String, std::ops::Range<u64>)>,
+    /// Per allocation probe (as `Stream::Alloc::probe`): its role in tail jumps, and the bytes between the
+    /// stack pointer at its site and the return address.
+    pub tails: Vec<(AllocRole, u32)>,
+}
+
+/// An allocation function's part in tail jumps (see [`Nesting`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AllocRole {
+    Other = 0,
+    /// May end in a tail jump to malloc.
+    Wrapper = 1,
+    Malloc = 2,
+}
+
 /// A process as a host sees it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProcessInfo {
@@ -152,6 +174,9 @@ pub struct Converter<H: Host> {
     probe_names: Vec<(String, String)>,
     alloc_names: Vec<(String, String)>,
     offcpu: Option<Stream>,
+    nesting: Nesting,
+    /// Per thread: the return-address slot and value of the last [`AllocRole::Wrapper`] sampled.
+    wrapped: FastMap<u32, (u64, u64)>,
     blocked: FastMap<u32, Blocked>,
     /// Keep the state of exited processes (their mappings are needed after the run).
     retain_exited: bool,
@@ -178,6 +203,8 @@ impl<H: Host> Converter<H> {
             probe_names: Vec::new(),
             alloc_names: Vec::new(),
             offcpu,
+            nesting: Nesting::default(),
+            wrapped: FastMap::default(),
             blocked: FastMap::default(),
             retain_exited: false,
             exited: Vec::new(),
@@ -193,6 +220,45 @@ impl<H: Host> Converter<H> {
         self.probe_names = probes;
         self.alloc_names = allocs;
         self
+    }
+
+    /// How the allocation functions nest: their calls of each other are counted once.
+    pub fn with_nesting(mut self, nesting: Nesting) -> Self {
+        self.nesting = nesting;
+        self
+    }
+
+    /// Whether `caller` (the frame that called a probed allocator) lies in an allocation function that
+    /// allocates through it.
+    fn nested(&self, caller: Option<&RawFrame>) -> bool {
+        let Some(&RawFrame::User { module, offset }) = caller else { return false };
+        let Some(m) = self.raw.modules.get(module as usize) else { return false };
+        self.nesting.within.iter().any(|(path, r)| *path == m.path && r.contains(&offset))
+    }
+
+    /// Whether an allocation sample of `probe` is malloc tail-jumped to from the wrapper sampled just
+    /// before on the same thread (same return-address slot, same return address).
+    fn tail_called(&mut self, probe: usize, s: &SampleRef<'_>) -> bool {
+        let (Some(&(role, delta)), Some(regs)) = (self.nesting.tails.get(probe), s.regs.as_ref()) else {
+            return false;
+        };
+        let at = delta as usize;
+        let Some(ret) = s.stack.get(at..at + 8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+        else {
+            return false;
+        };
+        let here = (regs.sp.wrapping_add(u64::from(delta)), ret);
+        match role {
+            AllocRole::Wrapper => {
+                self.wrapped.insert(s.tid, here);
+                false
+            }
+            AllocRole::Malloc => self.wrapped.remove(&s.tid) == Some(here),
+            AllocRole::Other => {
+                self.wrapped.remove(&s.tid);
+                false
+            }
+        }
     }
 
     /// Keep the mappings of processes that exit, for [`Converter::add_alloc_sites`] after the run.
@@ -395,6 +461,9 @@ impl<H: Host> Converter<H> {
                 Some(p) => p.normalize(s.ret.saturating_sub(1)),
                 None => RawFrame::Unmapped(s.ret),
             };
+            if self.nested(Some(&caller)) {
+                continue;
+            }
             let mut values = vec![0i64; n];
             values[count] = s.calls as i64;
             values[bytes] = s.bytes.min(i64::MAX as u64) as i64;
@@ -521,6 +590,11 @@ impl<H: Host> Converter<H> {
         } else if !s.user.is_empty() {
             let proc = self.procs.get(&s.pid).expect("inserted above");
             stack.extend(s.user.iter().skip(skip_leaf as usize).map(|&a| proc.normalize(a)));
+        }
+        if let Stream::Alloc { probe, .. } = stream {
+            if self.tail_called(probe, &s) || self.nested(stack.get(1)) {
+                return;
+            }
         }
         let thread = RawThread { pid: s.pid, tid: s.tid };
         if let (Stream::OffCpu { slot, .. }, Some(ns)) = (stream, offcpu_ns) {

@@ -169,12 +169,14 @@ impl<'a> Session<'a> {
         raise_fd_limit();
         let mut notes = std::mem::take(&mut objects.notes);
         let alloc_names: Vec<(String, String)> = objects.alloc.iter().map(|(p, _)| label_of(p)).collect();
+        let nesting = objects.nesting.clone();
         let (pids, command, mut gate) = target::resolve(&opts.target)?;
         // A gate dropped on an error here lets its child exit without running the command.
         let src = Sources::start(opts, &trace, &pids, gate.is_some(), objects, &mut notes)?;
         let probe_names = opts.calls.iter().flat_map(|c| &c.probes).map(label_of).collect();
         let mut c = Converter::new(LiveHost, src.sample_types.clone(), src.streams.clone())
-            .with_labels(probe_names, alloc_names);
+            .with_labels(probe_names, alloc_names)
+            .with_nesting(nesting);
         if src.alloc_sites.is_some() {
             // Call sites are read from the kernel after the run, also of processes that exited by then.
             c = c.retaining_exited();

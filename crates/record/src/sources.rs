@@ -12,7 +12,7 @@ use crate::{RecordError, RecordOptions};
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use whyslow_convert::records::Timed;
-use whyslow_convert::{Converter, Host, SizeArg, Stream};
+use whyslow_convert::{AllocRole, Converter, Host, Nesting, SizeArg, Stream};
 use whyslow_model::{sample_types, SampleType};
 use whyslow_symbols::placement::{Args, Needs, StackNeed};
 
@@ -37,8 +37,31 @@ fn size_needs(size: SizeArg) -> Needs {
     Needs { stack: StackNeed::Known, args, ..Needs::default() }
 }
 
+/// Functions that allocate through malloc (glibc's aligned allocators for small alignments, realloc of a
+/// null pointer): the malloc they call is their own allocation, counted once, at their entry.
+const ALLOCATING_THROUGH_MALLOC: [&str; 14] = [
+    "posix_memalign",
+    "__posix_memalign",
+    "memalign",
+    "__libc_memalign",
+    "aligned_alloc",
+    "_mid_memalign",
+    "valloc",
+    "__libc_valloc",
+    "pvalloc",
+    "__libc_pvalloc",
+    "realloc",
+    "__libc_realloc",
+    "reallocarray",
+    "__libc_reallocarray",
+];
+
+/// The allocation functions of the target, each with where its size argument is, and the code ranges
+/// ((module as the target sees it, file offsets)) of those that allocate through another one.
+type AllocProbes = (Vec<(Probe, SizeArg)>, Vec<(String, std::ops::Range<u64>)>);
+
 /// The allocation functions of the target, each with where its size argument is.
-fn alloc_probes(t: &Target, notes: &mut Vec<String>) -> Result<Vec<(Probe, SizeArg)>, RecordError> {
+fn alloc_probes(t: &Target, notes: &mut Vec<String>) -> Result<AllocProbes, RecordError> {
     // C++ operator new (every variant) allocates through malloc, so its allocations are counted once, at
     // malloc, with operator new as the caller in the stack.
     let table: [(&str, SizeArg); 7] = [
@@ -73,7 +96,44 @@ fn alloc_probes(t: &Target, notes: &mut Vec<String>) -> Result<Vec<(Probe, SizeA
     if probes.is_empty() {
         return Err(RecordError::Invalid("--alloc: the target has no allocation function to probe".into()));
     }
-    Ok(probes)
+    // Aliases (glibc's memalign and aligned_alloc are one function) are named as the program calls them.
+    let imported: std::collections::HashSet<String> =
+        modules.iter().flat_map(|m| whyslow_symbols::imports(m).unwrap_or_default()).collect();
+    let mut probes = probes;
+    for (p, _) in &mut probes {
+        if !imported.contains(&p.name) {
+            if let Some(a) = p.aliases.iter_mut().find(|a| imported.contains(a.as_str())) {
+                std::mem::swap(&mut p.name, a);
+            }
+        }
+    }
+    let mut nested = Vec::new();
+    let mut seen: Vec<&std::path::Path> = Vec::new();
+    for (p, _) in &probes {
+        if seen.contains(&p.module.as_path()) {
+            continue;
+        }
+        seen.push(&p.module);
+        let shown = as_the_target_sees_it(&p.module);
+        for f in whyslow_symbols::functions(&p.module).unwrap_or_default() {
+            if ALLOCATING_THROUGH_MALLOC.contains(&f.name.as_str()) {
+                nested.push((shown.clone(), f.offset..f.offset + f.size));
+            }
+        }
+    }
+    Ok((probes, nested))
+}
+
+/// A module's path without the `/proc/PID/root` it was reached through: the path the target maps it as.
+/// Symbolic links resolved (as /proc/PID/maps names files), within the process's root directory.
+fn as_the_target_sees_it(module: &std::path::Path) -> String {
+    let real = std::fs::canonicalize(module).unwrap_or_else(|_| module.to_path_buf());
+    let pid = module.to_str().and_then(|p| p.strip_prefix("/proc/")).and_then(|r| r.split_once("/root/"));
+    let root = pid.and_then(|(pid, _)| std::fs::canonicalize(format!("/proc/{pid}/root")).ok());
+    match root.as_deref().and_then(|r| real.strip_prefix(r).ok()) {
+        Some(inside) => format!("/{}", inside.display()),
+        None => real.display().to_string(),
+    }
 }
 
 /// The process a `/proc/PID/root/...` path reaches its file through, when that process has exited.
@@ -225,6 +285,8 @@ pub struct Objects {
     exits: std::mem::MaybeUninit<libbpf_rs::OpenObject>,
     offcpu: std::mem::MaybeUninit<libbpf_rs::OpenObject>,
     pub(crate) alloc: Vec<(Probe, SizeArg)>,
+    /// How the allocation functions nest (see [`ALLOCATING_THROUGH_MALLOC`]).
+    pub(crate) nesting: Nesting,
     uprobes: Vec<sys::TraceUprobe>,
     /// What resolving the allocation functions had to say.
     pub(crate) notes: Vec<String>,
@@ -238,10 +300,17 @@ impl Objects {
         // or not: they keep the probed files' filesystems busy.
         sys::TraceUprobe::remove_stale("whyslow_", target::alive);
         let mut notes = Vec::new();
-        let alloc = match &opts.alloc {
+        let (alloc, within) = match &opts.alloc {
             Some(_) => alloc_probes(&opts.target, &mut notes)?,
-            None => Vec::new(),
+            None => Default::default(),
         };
+        let role = |p: &Probe| match p.group.as_str() {
+            "malloc" => AllocRole::Malloc,
+            g if ALLOCATING_THROUGH_MALLOC.contains(&g) => AllocRole::Wrapper,
+            _ => AllocRole::Other,
+        };
+        let tails = alloc.iter().map(|(p, _)| (role(p), p.site.stack_delta)).collect();
+        let nesting = Nesting { within, tails };
         let callers = opts.calls.iter().filter(|c| c.callers_period.is_some()).flat_map(|c| &c.probes);
         let probes: Vec<&Probe> = callers.chain(alloc.iter().map(|a| &a.0)).collect();
         let mut uprobes = Vec::new();
@@ -270,6 +339,7 @@ impl Objects {
             exits: std::mem::MaybeUninit::uninit(),
             offcpu: std::mem::MaybeUninit::uninit(),
             alloc,
+            nesting,
             uprobes,
             notes,
         })
@@ -366,8 +436,11 @@ impl<'obj> Sources<'obj> {
         };
         let mut alloc_sites = match &opts.alloc {
             Some(_) => {
-                let codes: Vec<(u32, u32)> =
-                    alloc.iter().map(|(p, s)| (bpf_size_code(*s), p.site.stack_delta)).collect();
+                let codes: Vec<(u32, u32, u32)> = alloc
+                    .iter()
+                    .zip(&objects.nesting.tails)
+                    .map(|((p, s), (role, _))| (bpf_size_code(*s), p.site.stack_delta, *role as u32))
+                    .collect();
                 let mut p = CallProbe::load(&mut objects.alloc_obj, false, false, Some(&codes))?;
                 for &pid in pids {
                     p.track(pid, launched)?;

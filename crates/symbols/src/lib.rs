@@ -54,6 +54,19 @@ pub fn producers(path: &Path) -> Result<Vec<String>, SymbolError> {
 }
 
 /// The separate debug file of a build id (`/usr/lib/debug/.build-id/xx/yyyy.debug`).
+/// The functions a file takes from other objects: the names of its undefined dynamic symbols (what its
+/// code calls through the PLT), without version suffixes.
+pub fn imports(path: &Path) -> Result<Vec<String>, SymbolError> {
+    use object::{Object, ObjectSymbol};
+    let data = map_file(path)?;
+    let file = object::File::parse(&*data).map_err(|e| SymbolError::Parse(path.display().to_string(), e))?;
+    Ok(file
+        .dynamic_symbols()
+        .filter(|s| s.is_undefined())
+        .filter_map(|s| Some(s.name().ok()?.split('@').next()?.to_string()))
+        .collect())
+}
+
 /// Maps a file read-only: only the pages looked at are read (a 300 MB browser's symbol and debug pages,
 /// not all of it into memory).
 pub(crate) fn map_file(path: &Path) -> Result<memmap2::Mmap, SymbolError> {

@@ -40,14 +40,15 @@ impl<'obj> CallProbe<'obj> {
     /// Loads the programs. Only tracked processes count (see [`CallProbe::track`]). With `everywhere`,
     /// probes go into every process mapping the files (children are followed); otherwise each target
     /// process gets its own links.
-    /// With `size_args` (one per probe: where the size is, 0 rdi, 1 rsi, 2 rdx, 3 rdi * rsi, 4 rax; and
-    /// the bytes pushed between the function's entry and the probe's site), calls and requested bytes are
-    /// also counted per call site.
+    /// With `size_args` (one per probe: where the size is, 0 rdi, 1 rsi, 2 rdx, 3 rdi * rsi, 4 rax; the
+    /// bytes pushed between the function's entry and the probe's site; its role in nested allocations,
+    /// 1 an allocator that may tail-jump to malloc, 2 malloc, else 0), calls and requested bytes are also
+    /// counted per call site.
     pub fn load(
         obj: &'obj mut MaybeUninit<OpenObject>,
         latency: bool,
         everywhere: bool,
-        size_args: Option<&[(u32, u32)]>,
+        size_args: Option<&[(u32, u32, u32)]>,
     ) -> Result<Self, RecordError> {
         check_btf()?;
         quiet_libbpf();
@@ -64,9 +65,9 @@ impl<'obj> CallProbe<'obj> {
             links.push(skel.progs.on_fork.attach().map_err(|e| classify("attach fork hook", e))?);
         }
         links.push(skel.progs.on_exec.attach().map_err(|e| classify("attach exec hook", e))?);
-        for (i, (how, stack_delta)) in size_args.unwrap_or_default().iter().enumerate() {
+        for (i, (how, stack_delta, role)) in size_args.unwrap_or_default().iter().enumerate() {
             let key = (i as u32).to_ne_bytes();
-            let value = [how.to_ne_bytes(), stack_delta.to_ne_bytes()].concat();
+            let value = [how.to_ne_bytes(), stack_delta.to_ne_bytes(), role.to_ne_bytes(), [0; 4]].concat();
             skel.maps.size_arg.update(&key, &value, MapFlags::ANY).map_err(|e| classify("size args", e))?;
         }
         Ok(CallProbe { skel, links, latency })
