@@ -413,3 +413,35 @@ fn allocation_sites_and_probe_samples() {
     let said: f64 = line.trim().split('%').next().unwrap().parse().unwrap();
     assert!((said - share).abs() <= 0.05, "report {said}% vs folded {share:.2}%");
 }
+
+/// `doctor -p` on a target that ends during phase 1 (after 2 s of a 6 s run) or during phase 2 (after 5 s):
+/// it diagnoses and saves what it recorded, like `record`, and says what it skipped.
+#[test]
+fn a_target_that_ends_is_diagnosed_from_what_was_recorded() {
+    for (life, skipped) in [("2", true), ("5", false)] {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("d.data");
+        let mut target = std::process::Command::new(workload("cpu_split"))
+            .arg(life)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let pid = target.id().to_string();
+        let out = whyslow()
+            .args(["doctor", "--format", "json", "-d", "6", "-p", &pid, "-o"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        target.wait().unwrap();
+        assert!(out.status.success(), "life {life}: {}", String::from_utf8_lossy(&out.stderr));
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let hot = report["hot_paths"][0]["frames"].as_array().unwrap();
+        assert!(hot.iter().any(|f| f == "burn_a"), "life {life}: {report}");
+        let notes = report["notes"].to_string();
+        assert_eq!(notes.contains("phase 2 (allocation and call counts) skipped"), skipped, "{notes}");
+        // The recording is saved and loads.
+        let r: Value =
+            serde_json::from_str(&ok(&["report", data.to_str().unwrap(), "--format", "json"])).unwrap();
+        assert!(r["total_samples"].as_i64().unwrap() > 500, "life {life}: {}", r["total_samples"]);
+    }
+}

@@ -119,7 +119,14 @@ fn second_phase(
         (opts.target.clone(), Some(cap), "in a second run of the command")
     };
     let candidates = whyslow_analyze::doctor::call_candidates(&profile);
-    let modules = whyslow_record::calls::target_modules(&target)?;
+    let modules = match whyslow_record::calls::target_modules(&target) {
+        // The target ended with phase 1: what it recorded is diagnosed without call counts.
+        Err(RecordError::NoSuchProcess(pid)) => {
+            profile.meta.notes.push(format!("phase 2 (allocation and call counts) skipped: pid {pid} ended"));
+            return Ok(profile);
+        }
+        modules => modules?,
+    };
     let patterns: Vec<PatternSpec> = candidates
         .iter()
         .map(|n| PatternSpec { group: n.clone(), pattern: n.clone(), required: false })
