@@ -632,8 +632,32 @@ pub fn syscall_names() -> impl Iterator<Item = &'static str> {
 
 /// The errno's symbolic name (`ENOENT`), or `E<number>` when unknown.
 pub fn errno_name(errno: u32) -> String {
+    // The kernel's own codes (include/linux/errno.h): a syscall interrupted by a signal returns them on
+    // its way to being restarted or failing with EINTR; user space never sees them, a tracer does.
+    let kernel = match errno {
+        512 => "ERESTARTSYS",
+        513 => "ERESTARTNOINTR",
+        514 => "ERESTARTNOHAND",
+        515 => "ENOIOCTLCMD",
+        516 => "ERESTART_RESTARTBLOCK",
+        517 => "EPROBE_DEFER",
+        518 => "EOPENSTALE",
+        519 => "ENOPARAM",
+        521 => "EBADHANDLE",
+        522 => "ENOTSYNC",
+        523 => "EBADCOOKIE",
+        524 => "ENOTSUPP",
+        525 => "ETOOSMALL",
+        526 => "ESERVERFAULT",
+        527 => "EBADTYPE",
+        528 => "EJUKEBOX",
+        529 => "EIOCBQUEUED",
+        530 => "ERECALLCONFLICT",
+        _ => "",
+    };
     match ERRNOS.get(errno as usize).copied().filter(|s| !s.is_empty()) {
         Some(s) => s.to_string(),
+        None if !kernel.is_empty() => kernel.to_string(),
         None => format!("E{errno}"),
     }
 }
@@ -641,6 +665,14 @@ pub fn errno_name(errno: u32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kernel_internal_errnos_are_named() {
+        assert_eq!(errno_name(512), "ERESTARTSYS");
+        assert_eq!(errno_name(516), "ERESTART_RESTARTBLOCK");
+        assert_eq!(errno_name(2), "ENOENT");
+        assert_eq!(errno_name(600), "E600");
+    }
 
     #[test]
     fn names_and_numbers_round_trip() {
