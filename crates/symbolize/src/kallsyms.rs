@@ -8,11 +8,14 @@ use std::path::PathBuf;
 #[derive(Clone)]
 pub struct Kallsyms {
     text: String,
-    /// (address, start of the name in `text`, its length), sorted by address, then name.
+    /// (address, start of the name in `text`, its length | [`LOADED`]), sorted by address, then name.
     syms: Vec<(u64, u32, u32)>,
     /// The kernel image's own text: `_stext`..`_etext`.
     core: Option<(u64, u64)>,
 }
+
+/// Set in a symbol's length: it belongs to a module or BPF program (`[name]` after it), not the image.
+const LOADED: u32 = 1 << 31;
 
 impl Kallsyms {
     pub fn load() -> Kallsyms {
@@ -50,9 +53,14 @@ impl Kallsyms {
             let (Ok(from), Ok(len)) = (u32::try_from(at + offset), u32::try_from(name.len())) else {
                 continue;
             };
-            syms.push((addr, from, len));
+            if len >= LOADED {
+                continue;
+            }
+            let loaded = if it.next().is_some() { LOADED } else { 0 };
+            syms.push((addr, from, len | loaded));
         }
-        let name = |&(_, from, len): &(u64, u32, u32)| &text[from as usize..(from + len) as usize];
+        let name =
+            |&(_, from, len): &(u64, u32, u32)| &text[from as usize..(from + (len & !LOADED)) as usize];
         // The table is mostly sorted already; equal addresses sort by name (the last one names them).
         syms.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| name(a).cmp(name(b))));
         let mut k = Kallsyms { text, syms, core: None };
@@ -62,16 +70,23 @@ impl Kallsyms {
 
     fn name(&self, i: usize) -> &str {
         let (_, from, len) = self.syms[i];
-        &self.text[from as usize..(from + len) as usize]
+        &self.text[from as usize..(from + (len & !LOADED)) as usize]
     }
 
     pub fn is_empty(&self) -> bool {
         self.syms.is_empty()
     }
 
+    /// The symbol `addr` lies in. An address outside the image's text whose nearest symbol below is one
+    /// of the image's (a section end such as `_einittext`) lies in code this table does not name: a BPF
+    /// program or module loaded after it was read, or since unloaded.
     pub fn lookup(&self, addr: u64) -> Option<&str> {
-        let i = self.syms.partition_point(|(a, ..)| *a <= addr);
-        (i > 0).then(|| self.name(i - 1))
+        let i = self.syms.partition_point(|(a, ..)| *a <= addr).checked_sub(1)?;
+        let of_image = self.syms[i].2 & LOADED == 0;
+        if of_image && self.core.is_some() && !self.in_core_text(addr) && self.syms[i].0 != addr {
+            return None;
+        }
+        Some(self.name(i))
     }
 
     /// The address of a symbol (the first of that name).
@@ -103,5 +118,7 @@ mod tests {
         assert_eq!(k.lookup(0xffff9004), Some("mod_fn"));
         assert_eq!(k.address_of("do_sys_open"), Some(0xffff0010));
         assert!(k.in_core_text(0xffff0015) && !k.in_core_text(0xffff9004));
+        // Past the image's text, below every module: code the table does not name (a BPF program).
+        assert_eq!(k.lookup(0xffff0050), None);
     }
 }
