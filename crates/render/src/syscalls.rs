@@ -145,6 +145,8 @@ enum Arg {
     DirFd,
     Path,
     OpenFlags,
+    /// `AT_*` flags of the *at() calls (`unlinkat`'s 0x200 is AT_REMOVEDIR).
+    AtFlags,
     Mode,
     AccessMode,
     Dec,
@@ -163,13 +165,13 @@ fn signature(name: &str) -> Option<&'static [Arg]> {
         "close" | "fsync" | "fdatasync" | "dup" | "syncfs" => &[Fd],
         "fstat" => &[Fd, Hex],
         "stat" | "lstat" | "statfs" => &[Path, Hex],
-        "newfstatat" => &[DirFd, Path, Hex, Hex],
-        "statx" => &[DirFd, Path, Hex, Hex, Hex],
+        "newfstatat" => &[DirFd, Path, Hex, AtFlags],
+        "statx" => &[DirFd, Path, AtFlags, Hex, Hex],
         "access" => &[Path, AccessMode],
         "faccessat" => &[DirFd, Path, AccessMode],
         "faccessat2" => &[DirFd, Path, AccessMode, Hex],
         "unlink" | "rmdir" | "chdir" | "chroot" => &[Path],
-        "unlinkat" => &[DirFd, Path, Hex],
+        "unlinkat" => &[DirFd, Path, AtFlags],
         "rename" | "link" | "symlink" => &[Path, Path],
         "renameat" | "linkat" => &[DirFd, Path, DirFd, Path],
         "renameat2" => &[DirFd, Path, DirFd, Path, Hex],
@@ -197,6 +199,31 @@ fn signature(name: &str) -> Option<&'static [Arg]> {
         "getpid" | "gettid" | "getuid" | "getppid" | "sched_yield" => &[],
         _ => return None,
     })
+}
+
+fn at_flags(v: u64) -> String {
+    let bits = [
+        (libc::AT_SYMLINK_NOFOLLOW, "AT_SYMLINK_NOFOLLOW"),
+        (libc::AT_REMOVEDIR, "AT_REMOVEDIR"),
+        (libc::AT_SYMLINK_FOLLOW, "AT_SYMLINK_FOLLOW"),
+        (libc::AT_NO_AUTOMOUNT, "AT_NO_AUTOMOUNT"),
+        (libc::AT_EMPTY_PATH, "AT_EMPTY_PATH"),
+        (libc::AT_STATX_FORCE_SYNC, "AT_STATX_FORCE_SYNC"),
+        (libc::AT_STATX_DONT_SYNC, "AT_STATX_DONT_SYNC"),
+    ];
+    let mut parts: Vec<String> = Vec::new();
+    let mut rest = v;
+    for (bit, name) in bits {
+        let bit = bit as u64;
+        if rest & bit != 0 {
+            parts.push(name.into());
+            rest &= !bit;
+        }
+    }
+    if rest != 0 || parts.is_empty() {
+        parts.push(if rest == 0 { "0".into() } else { format!("{rest:#x}") });
+    }
+    parts.join("|")
 }
 
 fn open_flags(v: u64) -> String {
@@ -280,6 +307,7 @@ pub fn trace_line(e: &TraceEvent, t0_ns: u64) -> String {
                 Arg::DirFd => fd(v),
                 Arg::Path => strings.next().map_or_else(|| format!("{v:#x}"), |s| quote(s)),
                 Arg::OpenFlags => open_flags(v),
+                Arg::AtFlags => at_flags(v),
                 Arg::Mode => format!("0{v:o}"),
                 Arg::AccessMode => access_mode(v),
                 Arg::Dec => (v as i64).to_string(),
@@ -329,7 +357,13 @@ mod tests {
         let e = event(262, 0, [at, 0x1000, 0x7ffc, 0, 0, 0], &["/etc/localtime"]);
         assert_eq!(
             trace_line(&e, 2_000_000_000),
-            "  0.000000 [8] newfstatat(AT_FDCWD, \"/etc/localtime\", 0x7ffc, 0x0) = 0 <0.000005>"
+            "  0.000000 [8] newfstatat(AT_FDCWD, \"/etc/localtime\", 0x7ffc, 0) = 0 <0.000005>"
+        );
+        let e = event(262, 0, [3, 0x1000, 0x7ffc, 0x1100, 0, 0], &[""]);
+        assert!(
+            trace_line(&e, 0).contains(", 0x7ffc, AT_SYMLINK_NOFOLLOW|AT_EMPTY_PATH) = 0"),
+            "{}",
+            trace_line(&e, 0)
         );
         let e = event(1, 12, [3, 0x5000, 12, 0, 0, 0], &[]);
         assert!(trace_line(&e, 0).ends_with("[8] write(3, 0x5000, 12) = 12 <0.000005>"));
