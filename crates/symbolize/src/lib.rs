@@ -329,13 +329,15 @@ fn build(
         });
         let file = kept.as_ref().map(|f| f.path().to_string_lossy().into_owned());
         kept_files.extend(kept);
-        let Some(file) = file.or(path.starts_with('/').then(|| path.to_string())) else {
+        // perf names anonymous executable memory (JIT code) `//anon`: no file to read, nothing to note.
+        let on_disk = path.starts_with('/') && !path.starts_with("//");
+        let Some(file) = file.or(on_disk.then(|| path.to_string())) else {
             for &o in &offsets {
                 resolved.insert(RawFrame::User { module, offset: o }, vec![unknown(path, o)]);
             }
             continue;
         };
-        let producers = path.starts_with('/').then(|| path.to_string());
+        let producers = on_disk.then(|| path.to_string());
         let (job_file, job_offsets, reply) = (file.clone(), offsets.clone(), reply.clone());
         let job = Job::Symbolize { module, file: job_file, offsets: job_offsets, producers, reply };
         if let Err(job) = pool.send(&file, job) {
