@@ -77,6 +77,16 @@ pub(crate) fn map_file(path: &Path) -> Result<memmap2::Mmap, SymbolError> {
     unsafe { memmap2::Mmap::map(&file) }.map_err(read_error)
 }
 
+/// Where a `.gnu_debuglink` name is looked for: beside the file, in `.debug/` beside it, and under
+/// `/usr/lib/debug` at the file's directory.
+fn debuglink_paths(path: &Path, name: &[u8]) -> Vec<String> {
+    let name = String::from_utf8_lossy(name);
+    let dir = std::fs::canonicalize(path).ok().and_then(|p| p.parent().map(Path::to_path_buf));
+    let Some(dir) = dir else { return Vec::new() };
+    let d = dir.display();
+    vec![format!("{d}/{name}"), format!("{d}/.debug/{name}"), format!("/usr/lib/debug{d}/{name}")]
+}
+
 fn debug_file(id: &[u8]) -> Option<String> {
     if id.len() < 2 {
         return None;
@@ -114,14 +124,19 @@ pub struct Function {
 
 /// Every defined function symbol of `.symtab` and `.dynsym` (static functions included), one entry per
 /// (name, offset), sorted by offset then name. A stripped file's `.symtab` is read from its separate debug
-/// file (`/usr/lib/debug/.build-id/xx/yyyy.debug`, e.g. from libc6-dbg) when there is one.
+/// file when there is one: by build id (`/usr/lib/debug/.build-id/xx/yyyy.debug`, e.g. from libc6-dbg), or
+/// by its `.gnu_debuglink` name next to it, in `.debug/` beside it or under `/usr/lib/debug` (as gdb looks).
 pub fn functions(path: &Path) -> Result<Vec<Function>, SymbolError> {
     let shown = path.display().to_string();
     let data = map_file(path)?;
     let file = object::File::parse(&*data).map_err(|e| SymbolError::Parse(shown, e))?;
-    let debug_data = match (file.symbol_table(), file.build_id()) {
-        (None, Ok(Some(id))) => debug_file(id).and_then(|p| map_file(Path::new(&p)).ok()),
-        _ => None,
+    let debug_data = match file.symbol_table() {
+        Some(_) => None,
+        None => {
+            let by_id = file.build_id().ok().flatten().and_then(debug_file);
+            let linked = file.gnu_debuglink().ok().flatten().map(|(name, _)| debuglink_paths(path, name));
+            by_id.into_iter().chain(linked.into_iter().flatten()).find_map(|p| map_file(Path::new(&p)).ok())
+        }
     };
     let debug = debug_data.as_deref().and_then(|d| object::File::parse(d).ok());
     // Symbol addresses are virtual; uprobes want file offsets: map through the loadable segments.
