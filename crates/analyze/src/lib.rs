@@ -370,6 +370,19 @@ pub fn call_summary(p: &Profile) -> Vec<CallRow> {
 
 /// The stacks (root first, function names) whose leaf frame is named `leaf`, with their summed value,
 /// largest first. Used to show which code issues a syscall.
+/// The value of samples taken inside whyslow's own probes ([`whyslow_model::PROBE_FRAME`]): the
+/// measurement, not the program. Shares of the program's functions are of the total without it.
+pub fn probe_total(p: &Profile, value: usize) -> i64 {
+    stacks_ending_in(p, value, whyslow_model::PROBE_FRAME).iter().map(|s| s.1).sum()
+}
+
+/// [`top_functions`] without the probes' own frame.
+pub fn program_functions(p: &Profile, value: usize) -> Vec<FunctionStat> {
+    let mut f = top_functions(p, value);
+    f.retain(|f| f.name != whyslow_model::PROBE_FRAME);
+    f
+}
+
 pub fn stacks_ending_in(p: &Profile, value: usize, leaf: &str) -> Vec<(Vec<String>, i64)> {
     let mut sums: HashMap<Vec<String>, i64> = HashMap::new();
     for s in p.samples.iter().filter(|s| value_of(s, value) != 0) {

@@ -412,6 +412,16 @@ fn allocation_sites_and_probe_samples() {
         report.lines().find(|l| l.contains("inside whyslow's own probes ([whyslow probe]")).expect(&report);
     let said: f64 = line.trim().split('%').next().unwrap().parse().unwrap();
     assert!((said - share).abs() <= 0.05, "report {said}% vs folded {share:.2}%");
+    // The report's shares are of the program's own samples: the probes' are counted apart.
+    let r: Value = serde_json::from_str(&ok(&[
+        "report", &data, "--type", "cpu", "--format", "json", "--limit", "100000",
+    ]))
+    .unwrap();
+    assert_eq!(r["probe_samples"].as_u64(), Some(probe));
+    let functions = r["functions"].as_array().unwrap();
+    assert!(functions.iter().all(|f| f["name"] != "[whyslow probe]"), "{r}");
+    let self_sum: f64 = functions.iter().map(|f| f["self_pct"].as_f64().unwrap()).sum();
+    assert!((self_sum - 100.0).abs() < 1.0, "self shares of the program add up to {self_sum}");
 }
 
 /// `doctor -p` on a target that ends during phase 1 (after 2 s of a 6 s run) or during phase 2 (after 5 s):

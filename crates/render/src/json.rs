@@ -12,12 +12,15 @@ fn round2(x: f64) -> f64 {
 /// The report as one pretty-printed JSON object; `total_samples` is the total of the chosen value.
 pub fn report(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), RenderError> {
     let st = sample_type(p, value)?;
+    // Shares are of the program's own samples: those inside whyslow's probes are `probe_samples`.
+    let probe = whyslow_analyze::probe_total(p, value);
     let total = p.total(value);
-    let functions: Vec<_> = whyslow_analyze::top_functions(p, value)
+    let own = total - probe;
+    let functions: Vec<_> = whyslow_analyze::program_functions(p, value)
         .into_iter()
         .map(|f| {
             json!({"name": f.name, "module": f.module, "self": f.self_, "total": f.total,
-                   "self_pct": round2(pct(f.self_, total)), "total_pct": round2(pct(f.total, total))})
+                   "self_pct": round2(pct(f.self_, own)), "total_pct": round2(pct(f.total, own))})
         })
         .collect();
     let threads: Vec<_> = whyslow_analyze::threads(p, value)
@@ -29,6 +32,7 @@ pub fn report(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), Rende
         "sample_type": st.name,
         "unit": st.unit,
         "total_samples": total,
+        "probe_samples": probe,
         "lost_samples": m.lost_samples,
         "unwind": {"complete": m.unwind.complete, "partial": m.unwind.partial},
         "command": m.command,

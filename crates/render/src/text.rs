@@ -81,12 +81,12 @@ pub fn header(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), Rende
         )?;
     }
     // Samples inside our probes end in one frame (cut there at symbolization).
-    let probe: i64 =
-        whyslow_analyze::stacks_ending_in(p, value, whyslow_model::PROBE_FRAME).iter().map(|s| s.1).sum();
+    let probe = whyslow_analyze::probe_total(p, value);
     if probe != 0 {
         writeln!(
             w,
-            "  {:.1}% of the {} is inside whyslow's own probes ({}: the measurement, not the program)",
+            "  {:.1}% of the {} is inside whyslow's own probes ({}: the measurement, not the program); \
+             the shares below leave it out",
             pct(probe, p.total(value)),
             st.name,
             whyslow_model::PROBE_FRAME
@@ -140,7 +140,8 @@ pub fn report(w: &mut impl Write, p: &Profile, o: &ReportOptions) -> Result<(), 
         return Ok(());
     }
     writeln!(w)?;
-    functions_table(w, &whyslow_analyze::top_functions(p, o.value), total, o.limit)?;
+    let own = total - whyslow_analyze::probe_total(p, o.value);
+    functions_table(w, &whyslow_analyze::program_functions(p, o.value), own, o.limit)?;
     if !o.threads {
         return Ok(());
     }
