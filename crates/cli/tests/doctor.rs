@@ -76,7 +76,8 @@ fn probes_stop_at_the_budget() {
         rest.split(|c: char| !(c.is_ascii_digit() || c == '.')).next().unwrap().parse().unwrap()
     };
     let (cost, cpu) = (num("cost about "), num("target's "));
-    assert!(cost > 0.05 * cpu + 20.0, "stopped only past the budget: {note}");
+    // The note rounds the cost to 0.1 ms and truncates the CPU time to whole ms.
+    assert!(cost + 0.05 >= 0.05 * cpu + 20.0, "stopped only past the budget: {note}");
     assert!(cost <= 0.05 * cpu + 20.0 + 100.0, "within one check interval of it: {note}");
     let churn = report["findings"].as_array().unwrap().iter().find(|f| f["id"] == "alloc-churn");
     let evidence = churn.map(|f| f["evidence"].to_string()).unwrap_or_default();

@@ -322,10 +322,10 @@ impl<'a> Session<'a> {
         let allowed = (share * cpu as f64) as u64 + crate::BUDGET_CREDIT_NS;
         (cost > allowed).then(|| {
             format!(
-                "probes stopped after {:.2} s: {hits} hits cost about {} ms, past the budget of {}% of the \
+                "probes stopped after {:.2} s: {hits} hits cost about {:.1} ms, past the budget of {}% of the \
                  target's {} ms of CPU; their counts cover that window",
                 self.t0.elapsed().as_secs_f64(),
-                cost / 1_000_000,
+                cost as f64 / 1e6,
                 share * 100.0,
                 cpu / 1_000_000
             )
