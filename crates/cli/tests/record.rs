@@ -350,3 +350,23 @@ fn chromium_is_recorded_without_loss() {
         r["threads"].as_array().unwrap().iter().map(|t| t["pid"].as_i64().unwrap()).collect();
     assert!(pids.len() >= 3, "chromium's browser, renderer and helper processes: saw {pids:?}");
 }
+
+/// A stack deeper than the bytes copied (2000 frames of ~100 bytes against 32 KB) is cut: kept with the
+/// frames found, under one `[stack cut here]` root, and counted as partial: the two agree exactly.
+#[test]
+fn cut_stacks_are_marked_and_counted_as_partial() {
+    let dir = tmp();
+    let bin = workload("deep");
+    let data = record(dir.path(), "deep", &[], &[bin.to_str().unwrap(), "2000", "1"]);
+    let r = report_json(&data, &[]);
+    let partial = r["unwind"]["partial"].as_i64().unwrap();
+    let total = r["total_samples"].as_i64().unwrap();
+    assert!(partial * 100 >= total * 95, "{partial} of {total} samples cut");
+    let cut = function(&r, |n| n == "[stack cut here]").map(|f| f["total"].as_i64().unwrap());
+    assert_eq!(cut, Some(partial), "every cut stack is marked, and only those");
+    // A shallow stack is whole: no mark.
+    let data = record(dir.path(), "shallow", &[], &[bin.to_str().unwrap(), "10", "0.5"]);
+    let r = report_json(&data, &[]);
+    assert!(function(&r, |n| n == "[stack cut here]").is_none());
+    assert_eq!(r["unwind"]["partial"].as_i64(), Some(0));
+}

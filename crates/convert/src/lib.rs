@@ -569,6 +569,7 @@ impl<H: Host> Converter<H> {
         if let Some(UserRegs { bp, sp, ip, .. }) = s.regs {
             let proc = self.procs.get_mut(&s.pid).expect("inserted above");
             let outcome = proc.unwinder.unwind(Regs { ip, sp, bp }, s.stack, &mut self.frames);
+            let cut = outcome == Outcome::Partial;
             match outcome {
                 Outcome::Complete => self.counters.unwind.complete += 1,
                 Outcome::Partial => self.counters.unwind.partial += 1,
@@ -587,6 +588,10 @@ impl<H: Host> Converter<H> {
                     .take_while(|(i, f)| *i == 0 || !known || !matches!(f, RawFrame::Unmapped(_)))
                     .map(|(_, f)| f),
             );
+            if cut {
+                let label = self.raw.label(whyslow_model::CUT_FRAME, "[unwind]", FrameKind::Unknown);
+                stack.push(RawFrame::Label(label));
+            }
         } else if !s.user.is_empty() {
             let proc = self.procs.get(&s.pid).expect("inserted above");
             stack.extend(s.user.iter().skip(skip_leaf as usize).map(|&a| proc.normalize(a)));

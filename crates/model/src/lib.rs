@@ -15,6 +15,11 @@ use std::collections::HashMap;
 /// Leaf frame of off-CPU time a thread spent runnable (preempted) rather than blocked.
 pub const PREEMPTED_FRAME: &str = "[waiting for a CPU]";
 
+/// Root frame of a user stack the unwinder could not follow to its end (deeper than the stack bytes
+/// copied, or than the frame cap, or through code without unwind information): the frames under it are
+/// real, the callers above them are missing. Such stacks are also counted as partial.
+pub const CUT_FRAME: &str = "[stack cut here]";
+
 /// The one frame that stands for everything a sample ran inside whyslow's own probes (a uprobe's trap and
 /// single-step, an eBPF program on a syscall): such samples measure the measurement, not the program.
 pub const PROBE_FRAME: &str = "[whyslow probe]";
