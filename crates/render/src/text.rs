@@ -192,7 +192,8 @@ pub fn neighbors(w: &mut impl Write, n: &Neighbors, callers: bool, limit: usize)
 }
 
 /// For each leaf name, the stacks that end in it (sample type `value`), most first, up to `per` each, as
-/// `outer > ... > inner` chains of at most 8 callers.
+/// `outer > ... > inner` chains of 8 callers, or as many more as tell a row apart from the others shown
+/// (two stacks that differ only further out would otherwise print the same).
 pub fn stacks_ending_in(
     w: &mut impl Write,
     p: &Profile,
@@ -207,9 +208,14 @@ pub fn stacks_ending_in(
             continue;
         }
         writeln!(w, "\n{name}: {total} calls with stacks")?;
-        for (frames, n) in stacks.iter().take(per) {
-            let chain = &frames[..frames.len() - 1];
-            let shown = if chain.len() > 8 { &chain[chain.len() - 8..] } else { chain };
+        let chains: Vec<&[String]> = stacks.iter().take(per).map(|(f, _)| &f[..f.len() - 1]).collect();
+        let common = |a: &[String], b: &[String]| {
+            a.iter().rev().zip(b.iter().rev()).take_while(|(x, y)| x == y).count()
+        };
+        for (i, (chain, (_, n))) in chains.iter().zip(&stacks).enumerate() {
+            let alike = chains.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, c)| common(chain, c) + 1);
+            let keep = alike.max().unwrap_or(0).max(8).min(chain.len());
+            let shown = &chain[chain.len() - keep..];
             let more = if shown.len() < chain.len() { "... > " } else { "" };
             writeln!(w, "  {n:9} {:5.1}%  {more}{}", 100.0 * *n as f64 / total as f64, shown.join(" > "))?;
         }
@@ -222,6 +228,29 @@ mod tests {
     use super::*;
     use crate::fixture::{self, check_golden, render};
     use whyslow_analyze::{callees, callers};
+
+    #[test]
+    fn stacks_that_differ_further_out_print_apart() {
+        use whyslow_model::{FrameKind, Metadata, ProfileBuilder, SampleType};
+        let types = vec![SampleType { name: "syscalls".into(), unit: "count".into() }];
+        let mut b = ProfileBuilder::new(Metadata::default(), types);
+        let m = b.module("/bin/app", "");
+        let thread = b.thread(1, 1, "app");
+        let inner: Vec<String> = (0..9).map(|i| format!("f{i}")).collect();
+        for (outer, n) in [("a", 3), ("b", 2)] {
+            let names =
+                std::iter::once(outer.to_string()).chain(inner.iter().cloned()).chain(["write".into()]);
+            let frames: Vec<u32> = names.map(|f| b.frame(&f, m, "", FrameKind::User)).collect();
+            let stack = b.stack(&frames);
+            b.add_sample(stack, thread, &[n]);
+        }
+        let p = b.finish();
+        let out = String::from_utf8(render(|w| Ok(stacks_ending_in(w, &p, 0, &["write"], 5)?))).unwrap();
+        let rows: Vec<&str> = out.lines().filter(|l| l.contains('%')).collect();
+        assert_eq!(rows.len(), 2, "{out}");
+        assert!(rows[0].ends_with("%  a > f0 > f1 > f2 > f3 > f4 > f5 > f6 > f7 > f8"), "{out}");
+        assert!(rows[1].ends_with("%  b > f0 > f1 > f2 > f3 > f4 > f5 > f6 > f7 > f8"), "{out}");
+    }
 
     #[test]
     fn report_golden() {
