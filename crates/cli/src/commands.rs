@@ -133,7 +133,19 @@ pub fn record(a: RecordArgs) -> Result<()> {
             Some(code) => {
                 bail!("no samples: the target exited after {ms:.0} ms (exit code {code}) before any sample")
             }
-            None => bail!("no samples in {ms:.0} ms: the target did not run on a CPU"),
+            None => {
+                // Say what each source recorded would have shown (a busy target that never allocates
+                // is not one that "did not run").
+                let unseen: Vec<&str> = [
+                    (opts.cpu, "did not run on a CPU"),
+                    (opts.offcpu.is_some(), "did not block"),
+                    (opts.alloc.is_some(), "called no allocation function"),
+                ]
+                .into_iter()
+                .filter_map(|(on, what)| on.then_some(what))
+                .collect();
+                bail!("no samples in {ms:.0} ms: the target {}", unseen.join(" and "))
+            }
         }
     }
     let stopped = std::time::Instant::now();

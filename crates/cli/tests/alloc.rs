@@ -112,3 +112,23 @@ fn aligned_allocations_are_counted_once_by_the_name_called() {
         }
     }
 }
+
+/// A busy target that never allocates is not one that "did not run on a CPU": the error says what the
+/// recorded source would have shown.
+#[test]
+fn no_allocation_is_told_apart_from_not_running() {
+    let mut spin = std::process::Command::new(workload("spin"))
+        .arg("4")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let dir = tmp();
+    let out = dir.path().join("none.data");
+    let err =
+        fails(&["record", "--alloc", "-d", "1", "-p", &spin.id().to_string(), "-o", out.to_str().unwrap()]);
+    let _ = spin.kill();
+    let _ = spin.wait();
+    assert!(err.contains("the target called no allocation function"), "{err}");
+    assert!(!out.exists(), "no half-written file");
+}
