@@ -175,7 +175,7 @@ fn second_phase(
     let window = raw2.meta.duration_ns;
     let mut notes = std::mem::take(&mut profile.meta.notes);
     notes.push(format!("phase 2: {counted} counted exactly for {:.1} s {how}", window as f64 / 1e9));
-    notes.extend(raw2.meta.notes.iter().filter(|n| n.starts_with("probes stopped")).cloned());
+    notes.extend(raw2.meta.notes.iter().filter(|n| n.starts_with(whyslow_record::BUDGET_NOTE)).cloned());
     let mut meta = profile.meta.clone();
     meta.notes = notes;
     meta.calls_duration_ns = window.max(1);

@@ -121,6 +121,9 @@ pub struct AllocOptions {
     pub period: u64,
 }
 
+/// How the note that the probe budget ended a run begins (see [`RecordOptions::probe_budget`]).
+pub const BUDGET_NOTE: &str = "probes stopped after";
+
 /// Cost of one uprobe hit whose instruction the kernel emulates (push, jmp, call), in ns; measured about
 /// 1 µs on the 2-core test VM, with the eBPF counter and the stack copy of a sampled hit on top.
 pub const HIT_COST_EMULATED_NS: u64 = 1_500;

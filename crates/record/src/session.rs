@@ -322,8 +322,9 @@ impl<'a> Session<'a> {
         let allowed = (share * cpu as f64) as u64 + crate::BUDGET_CREDIT_NS;
         (cost > allowed).then(|| {
             format!(
-                "probes stopped after {:.2} s: {hits} hits cost about {:.1} ms, past the budget of {}% of the \
-                 target's {} ms of CPU; their counts cover that window",
+                "{} {:.2} s: {hits} hits cost about {:.1} ms, past the budget of {}% of the target's {} ms \
+                 of CPU; their counts cover that window",
+                crate::BUDGET_NOTE,
                 self.t0.elapsed().as_secs_f64(),
                 cost as f64 / 1e6,
                 share * 100.0,
