@@ -201,6 +201,20 @@ fn signature(name: &str) -> Option<&'static [Arg]> {
     })
 }
 
+/// The names of the flags set in `v` (each bit of a name set in full), and what is left unnamed.
+fn named_bits(v: u64, bits: &[(i32, &str)]) -> (Vec<String>, u64) {
+    let mut rest = v;
+    let mut parts = Vec::new();
+    for &(bit, name) in bits {
+        let bit = bit as u64;
+        if bit != 0 && rest & bit == bit {
+            parts.push(name.to_string());
+            rest &= !bit;
+        }
+    }
+    (parts, rest)
+}
+
 fn at_flags(v: u64) -> String {
     let bits = [
         (libc::AT_SYMLINK_NOFOLLOW, "AT_SYMLINK_NOFOLLOW"),
@@ -211,15 +225,7 @@ fn at_flags(v: u64) -> String {
         (libc::AT_STATX_FORCE_SYNC, "AT_STATX_FORCE_SYNC"),
         (libc::AT_STATX_DONT_SYNC, "AT_STATX_DONT_SYNC"),
     ];
-    let mut parts: Vec<String> = Vec::new();
-    let mut rest = v;
-    for (bit, name) in bits {
-        let bit = bit as u64;
-        if rest & bit != 0 {
-            parts.push(name.into());
-            rest &= !bit;
-        }
-    }
+    let (mut parts, rest) = named_bits(v, &bits);
     if rest != 0 || parts.is_empty() {
         parts.push(if rest == 0 { "0".into() } else { format!("{rest:#x}") });
     }
@@ -233,7 +239,6 @@ fn open_flags(v: u64) -> String {
         2 => "O_RDWR",
         _ => "O_ACCMODE",
     };
-    let mut parts = vec![acc.to_string()];
     let bits = [
         (libc::O_CREAT, "O_CREAT"),
         (libc::O_EXCL, "O_EXCL"),
@@ -251,14 +256,9 @@ fn open_flags(v: u64) -> String {
         (libc::O_TMPFILE & !libc::O_DIRECTORY, "O_TMPFILE"),
         (libc::O_SYNC & !libc::O_DSYNC, "O_SYNC"),
     ];
-    let mut rest = v & !3;
-    for (bit, name) in bits {
-        let bit = bit as u64;
-        if rest & bit == bit && bit != 0 {
-            parts.push(name.into());
-            rest &= !bit;
-        }
-    }
+    let (named, mut rest) = named_bits(v & !3, &bits);
+    let mut parts = vec![acc.to_string()];
+    parts.extend(named);
     rest &= !(libc::O_LARGEFILE as u64);
     if rest != 0 {
         parts.push(format!("{rest:#x}"));
