@@ -56,12 +56,11 @@ const ALLOCATING_THROUGH_MALLOC: [&str; 14] = [
     "__libc_reallocarray",
 ];
 
-/// The allocation functions of the target, each with where its size argument is, and the code ranges
-/// ((module as the target sees it, file offsets)) of those that allocate through another one.
-type AllocProbes = (Vec<(Probe, SizeArg)>, Vec<(String, std::ops::Range<u64>)>);
-
-/// The allocation functions of the target, each with where its size argument is.
-fn alloc_probes(t: &Target, notes: &mut Vec<String>) -> Result<AllocProbes, RecordError> {
+/// The allocation functions of the target, each with where its size argument is, and how they nest.
+fn alloc_probes(
+    t: &Target,
+    notes: &mut Vec<String>,
+) -> Result<(Vec<(Probe, SizeArg)>, Nesting), RecordError> {
     // C++ operator new (every variant) allocates through malloc, so its allocations are counted once, at
     // malloc, with operator new as the caller in the stack.
     let table: [(&str, SizeArg); 7] = [
@@ -84,7 +83,7 @@ fn alloc_probes(t: &Target, notes: &mut Vec<String>) -> Result<AllocProbes, Reco
     })?;
     notes.extend(res.notes);
     // The loader's own minimal malloc is not the program's allocator.
-    let probes: Vec<(Probe, SizeArg)> = res
+    let mut probes: Vec<(Probe, SizeArg)> = res
         .probes
         .into_iter()
         .filter(|p| !p.module.to_string_lossy().contains("/ld-linux"))
@@ -99,7 +98,6 @@ fn alloc_probes(t: &Target, notes: &mut Vec<String>) -> Result<AllocProbes, Reco
     // Aliases (glibc's memalign and aligned_alloc are one function) are named as the program calls them.
     let imported: std::collections::HashSet<String> =
         modules.iter().flat_map(|m| whyslow_symbols::imports(m).unwrap_or_default()).collect();
-    let mut probes = probes;
     for (p, _) in &mut probes {
         if !imported.contains(&p.name) {
             if let Some(a) = p.aliases.iter_mut().find(|a| imported.contains(a.as_str())) {
@@ -107,7 +105,7 @@ fn alloc_probes(t: &Target, notes: &mut Vec<String>) -> Result<AllocProbes, Reco
             }
         }
     }
-    let mut nested = Vec::new();
+    let mut within = Vec::new();
     let mut seen: Vec<&std::path::Path> = Vec::new();
     for (p, _) in &probes {
         if seen.contains(&p.module.as_path()) {
@@ -117,11 +115,17 @@ fn alloc_probes(t: &Target, notes: &mut Vec<String>) -> Result<AllocProbes, Reco
         let shown = as_the_target_sees_it(&p.module);
         for f in whyslow_symbols::functions(&p.module).unwrap_or_default() {
             if ALLOCATING_THROUGH_MALLOC.contains(&f.name.as_str()) {
-                nested.push((shown.clone(), f.offset..f.offset + f.size));
+                within.push((shown.clone(), f.offset..f.offset + f.size));
             }
         }
     }
-    Ok((probes, nested))
+    let role = |p: &Probe| match p.group.as_str() {
+        "malloc" => AllocRole::Malloc,
+        g if ALLOCATING_THROUGH_MALLOC.contains(&g) => AllocRole::Wrapper,
+        _ => AllocRole::Other,
+    };
+    let tails = probes.iter().map(|(p, _)| (role(p), p.site.stack_delta)).collect();
+    Ok((probes, Nesting { within, tails }))
 }
 
 /// A module's path without the `/proc/PID/root` it was reached through: the path the target maps it as.
@@ -300,17 +304,10 @@ impl Objects {
         // or not: they keep the probed files' filesystems busy.
         sys::TraceUprobe::remove_stale("whyslow_", target::alive);
         let mut notes = Vec::new();
-        let (alloc, within) = match &opts.alloc {
+        let (alloc, nesting) = match &opts.alloc {
             Some(_) => alloc_probes(&opts.target, &mut notes)?,
             None => Default::default(),
         };
-        let role = |p: &Probe| match p.group.as_str() {
-            "malloc" => AllocRole::Malloc,
-            g if ALLOCATING_THROUGH_MALLOC.contains(&g) => AllocRole::Wrapper,
-            _ => AllocRole::Other,
-        };
-        let tails = alloc.iter().map(|(p, _)| (role(p), p.site.stack_delta)).collect();
-        let nesting = Nesting { within, tails };
         let callers = opts.calls.iter().filter(|c| c.callers_period.is_some()).flat_map(|c| &c.probes);
         let probes: Vec<&Probe> = callers.chain(alloc.iter().map(|a| &a.0)).collect();
         let mut uprobes = Vec::new();
