@@ -459,3 +459,41 @@ fn a_target_that_ends_is_diagnosed_from_what_was_recorded() {
         assert!(r["total_samples"].as_i64().unwrap() > 500, "life {life}: {}", r["total_samples"]);
     }
 }
+
+/// A Go net/http server under wrk whose handler dispatches each request's calls through
+/// reflect.Value.Call (seed 004): `doctor -p` ranks reflection-dispatch first; with the typed function
+/// table (`fixed`) it does not raise it.
+#[test]
+fn reflection_dispatch_on_a_loaded_go_server() {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    assert!(
+        Command::new("wrk").arg("--version").output().is_ok(),
+        "this test needs wrk: run scripts/deps.sh (make test does)"
+    );
+    for (args, bad) in [(&[][..], true), (&["fixed"][..], false)] {
+        let mut server =
+            Command::new(workload("doctor_gohttp")).args(args).stdout(Stdio::piped()).spawn().unwrap();
+        let mut port = String::new();
+        std::io::BufReader::new(server.stdout.take().unwrap()).read_line(&mut port).unwrap();
+        let url = format!("http://127.0.0.1:{}/rpc", port.trim());
+        let mut load =
+            Command::new("wrk").args(["-t1", "-c8", "-d8s", &url]).stdout(Stdio::null()).spawn().unwrap();
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        let out = whyslow()
+            .args(["doctor", "--format", "json", "-d", "5", "-p", &server.id().to_string()])
+            .output()
+            .unwrap();
+        load.wait().unwrap();
+        server.kill().unwrap();
+        server.wait().unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let found = ids(&report);
+        if bad {
+            assert_eq!(found.first().map(String::as_str), Some("reflection-dispatch"), "{found:?}");
+        } else {
+            assert!(!found.iter().any(|f| f == "reflection-dispatch"), "{found:?}");
+        }
+    }
+}
