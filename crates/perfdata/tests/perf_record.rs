@@ -41,6 +41,8 @@ fn shares(data: &Path) -> ([f64; 3], f64) {
     ([100.0 * a / sum, 100.0 * b / sum, 100.0 * c / sum], 100.0 * main / p.total(cpu) as f64)
 }
 
+/// The 60/30/10 split within 3 points: 4 s at 999 Hz give ~4000 samples, where one standard deviation of
+/// the 60% share is 0.8 points (2 s gave 1.1, and a CI run under load missed by 3.1).
 fn assert_split(s: [f64; 3]) {
     for (got, want) in s.iter().zip([60.0, 30.0, 10.0]) {
         assert!((got - want).abs() <= 3.0, "shares {s:?} vs 60/30/10 (+-3 points)");
@@ -52,7 +54,7 @@ fn frame_pointer_callchains_give_the_split() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("fp.data");
     let bin = workload("cpu_split_fp");
-    if perf_record(&data, &["-g", "-F", "999"], &[bin.to_str().unwrap(), "2"]).is_none() {
+    if perf_record(&data, &["-g", "-F", "999"], &[bin.to_str().unwrap(), "4"]).is_none() {
         return;
     }
     let (s, main) = shares(&data);
@@ -66,7 +68,7 @@ fn dwarf_stack_copies_are_unwound_to_main() {
     let data = dir.path().join("dwarf.data");
     let bin = workload("cpu_split");
     let args = ["--call-graph", "dwarf,32768", "-F", "999"];
-    if perf_record(&data, &args, &[bin.to_str().unwrap(), "2"]).is_none() {
+    if perf_record(&data, &args, &[bin.to_str().unwrap(), "4"]).is_none() {
         return;
     }
     let (s, main) = shares(&data);
