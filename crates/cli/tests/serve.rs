@@ -125,6 +125,21 @@ fn pids(a: &Agent) -> Vec<u64> {
     v.as_array().unwrap().iter().map(|p| p["pid"].as_u64().unwrap()).collect()
 }
 
+/// The cpu profile of `target` over the last 5 minutes once it holds more than `at_least` samples and
+/// its total has not changed for longer than a window (the last windows are stored after the processes end).
+fn settled_cpu_profile(a: &Agent, target: &str, at_least: i64, what: &str) -> Value {
+    let mut last = (0, Instant::now());
+    wait_for(15, what, || {
+        let (code, r) = a.get(&format!("/api/v1/profile?target={target}&from=now-5m&type=cpu"));
+        let total = if code == 200 { r["total_samples"].as_i64()? } else { 0 };
+        if total != last.0 {
+            eprintln!("profile total: {total} samples");
+            last = (total, Instant::now());
+        }
+        (total > at_least && last.1.elapsed() > Duration::from_millis(2500)).then_some(r)
+    })
+}
+
 fn spawn_split(secs: &str) -> Child {
     std::process::Command::new(workload("cpu_split")).arg(secs).stdout(Stdio::null()).spawn().unwrap()
 }
@@ -159,17 +174,8 @@ fn a_comm_target_follows_processes_that_start_later() {
     wait_for(3, "exited processes to leave /processes", || pids(&a).is_empty().then_some(()));
     // Their last windows are stored once the sessions cut them: wait until the total holds still for
     // longer than a window.
-    let mut last = (0, Instant::now());
-    let report = wait_for(15, "the profile to hold both runs", || {
-        let (code, r) = a.get(&format!("/api/v1/profile?target={id}&from=now-5m&type=cpu"));
-        let total = if code == 200 { r["total_samples"].as_i64()? } else { 0 };
-        if total != last.0 {
-            eprintln!("profile total: {total} samples");
-            last = (total, Instant::now());
-        }
-        // ~7000 samples with the CPU to themselves; fewer when other tests share the two cores.
-        (total > 1000 && last.1.elapsed() > Duration::from_millis(2500)).then_some(r)
-    });
+    // ~7000 samples with the CPU to themselves; fewer when other tests share the two cores.
+    let report = settled_cpu_profile(&a, &id.to_string(), 1000, "the profile to hold both runs");
     assert_split(&report);
     // The other target's windows hold the same samples (one recording, stored for both).
     let (code, other) = a.get(&format!("/api/v1/profile?target={}&from=now-5m&type=cpu", t2["id"]));
@@ -218,15 +224,7 @@ fn running_children_of_a_followed_parent_are_sampled_too() {
         assert_eq!(p["followed"], "directly", "existing processes inherit nothing: {procs}");
     }
     assert!(family.wait().unwrap().success());
-    let mut last = (0, Instant::now());
-    let r = wait_for(15, "both children's samples", || {
-        let (code, r) = a.get("/api/v1/profile?target=1&from=now-5m&type=cpu");
-        let total = if code == 200 { r["total_samples"].as_i64()? } else { 0 };
-        if total != last.0 {
-            last = (total, Instant::now());
-        }
-        (total > 1000 && last.1.elapsed() > Duration::from_millis(2500)).then_some(r)
-    });
+    let r = settled_cpu_profile(&a, "1", 1000, "both children's samples");
     let mut pids: Vec<u64> = r["threads"]
         .as_array()
         .unwrap()
@@ -269,15 +267,7 @@ fn a_child_matched_under_another_key_is_recorded_once() {
     assert!(family.wait().unwrap().success());
     // The child lived at most this long (the family's life less the shell's sleep).
     let child_life = t0.elapsed().as_secs_f64() - 1.5;
-    let mut last = (0, Instant::now());
-    let r = wait_for(15, "the child's samples", || {
-        let (code, r) = a.get(&format!("/api/v1/profile?target={}&from=now-5m&type=cpu", child["id"]));
-        let total = if code == 200 { r["total_samples"].as_i64()? } else { 0 };
-        if total != last.0 {
-            last = (total, Instant::now());
-        }
-        (total > 300 && last.1.elapsed() > Duration::from_millis(2500)).then_some(r)
-    });
+    let r = settled_cpu_profile(&a, &child["id"].to_string(), 300, "the child's samples");
     let total = r["total_samples"].as_f64().unwrap();
     // Tolerance: 10% over the clock's rate (timer slack); recorded twice it would be ~2x.
     let most = 999.0 * child_life * 1.1;

@@ -515,6 +515,13 @@ impl<H: Host> Converter<H> {
             let name = self.host.thread_name(s.pid, s.tid).unwrap_or_default();
             self.raw.thread_names.insert((s.pid, s.tid), name);
         }
+        // A malloc tail-jumped to from the wrapper sampled before it is the wrapper's allocation: neither
+        // unwound nor counted.
+        if let Stream::Alloc { probe, .. } = stream {
+            if self.tail_called(probe, &s) {
+                return;
+            }
+        }
         let mut values = vec![0i64; self.raw.sample_types.len()];
         // A probe in a function: its first frame is the function itself, replaced by the label.
         let mut skip_leaf = false;
@@ -596,10 +603,8 @@ impl<H: Host> Converter<H> {
             let proc = self.procs.get(&s.pid).expect("inserted above");
             stack.extend(s.user.iter().skip(skip_leaf as usize).map(|&a| proc.normalize(a)));
         }
-        if let Stream::Alloc { probe, .. } = stream {
-            if self.tail_called(probe, &s) || self.nested(stack.get(1)) {
-                return;
-            }
+        if matches!(stream, Stream::Alloc { .. }) && self.nested(stack.get(1)) {
+            return;
         }
         let thread = RawThread { pid: s.pid, tid: s.tid };
         if let (Stream::OffCpu { slot, .. }, Some(ns)) = (stream, offcpu_ns) {

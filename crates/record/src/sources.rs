@@ -132,18 +132,22 @@ fn alloc_probes(
 /// Symbolic links resolved (as /proc/PID/maps names files), within the process's root directory.
 fn as_the_target_sees_it(module: &std::path::Path) -> String {
     let real = std::fs::canonicalize(module).unwrap_or_else(|_| module.to_path_buf());
-    let pid = module.to_str().and_then(|p| p.strip_prefix("/proc/")).and_then(|r| r.split_once("/root/"));
-    let root = pid.and_then(|(pid, _)| std::fs::canonicalize(format!("/proc/{pid}/root")).ok());
+    let pid = module.to_str().and_then(through_root_of);
+    let root = pid.and_then(|pid| std::fs::canonicalize(format!("/proc/{pid}/root")).ok());
     match root.as_deref().and_then(|r| real.strip_prefix(r).ok()) {
         Some(inside) => format!("/{}", inside.display()),
         None => real.display().to_string(),
     }
 }
 
-/// The process a `/proc/PID/root/...` path reaches its file through, when that process has exited.
+/// The process whose root directory a `/proc/PID/root/...` path (how target modules are named) goes through.
+fn through_root_of(path: &str) -> Option<u32> {
+    path.strip_prefix("/proc/")?.split_once("/root/")?.0.parse().ok()
+}
+
+/// The process a module path reaches its file through, when that process has exited.
 fn exited_owner(path: &str) -> Option<u32> {
-    let pid = path.strip_prefix("/proc/")?.split('/').next()?.parse().ok()?;
-    (!target::alive(pid)).then_some(pid)
+    through_root_of(path).filter(|&pid| !target::alive(pid))
 }
 
 /// User stack bytes copied per event of streams that fire on every call (syscalls, calls, allocations).

@@ -53,7 +53,6 @@ pub fn producers(path: &Path) -> Result<Vec<String>, SymbolError> {
     Ok(out)
 }
 
-/// The separate debug file of a build id (`/usr/lib/debug/.build-id/xx/yyyy.debug`).
 /// The functions a file takes from other objects: the names of its undefined dynamic symbols (what its
 /// code calls through the PLT), without version suffixes.
 pub fn imports(path: &Path) -> Result<Vec<String>, SymbolError> {
@@ -87,6 +86,7 @@ fn debuglink_paths(path: &Path, name: &[u8]) -> Vec<String> {
     vec![format!("{d}/{name}"), format!("{d}/.debug/{name}"), format!("/usr/lib/debug{d}/{name}")]
 }
 
+/// The separate debug file of a build id (`/usr/lib/debug/.build-id/xx/yyyy.debug`).
 fn debug_file(id: &[u8]) -> Option<String> {
     if id.len() < 2 {
         return None;
