@@ -449,7 +449,7 @@ pub fn syscalls(a: SyscallsArgs) -> Result<()> {
             render::syscalls::table(&mut out, &profile, &rows)?;
             if let Some(value) = profile.sample_type(sample_types::SYSCALLS) {
                 let merged = whyslow_analyze::syscall_summary(&profile, false);
-                render::syscalls::issuing_stacks(&mut out, &profile, value, &merged, 5, 3)?;
+                render::syscalls::issuing_stacks(&mut out, &profile, value, &merged, 5, 3, a.stacks_period)?;
                 if profile.meta.lost_samples > 0 {
                     writeln!(
                         out,

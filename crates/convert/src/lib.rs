@@ -65,16 +65,18 @@ pub struct ProcessInfo {
 pub enum Stream {
     /// On-CPU: a sample count at `slot` and the period (ns or cycles) at `slot + 1`.
     Cpu { slot: usize },
-    /// A syscall entry: one call at `slot`; the stack ends in the syscall (from the tracepoint's `id`).
+    /// A syscall entry: its calls (the sample's period) at `slot`; the stack ends in the syscall (from
+    /// the tracepoint's `id`).
     Syscalls { slot: usize },
-    /// Entry of a probed function: one call at `slot`; the stack ends in the function's label.
+    /// Entry of a probed function: its calls (the sample's period) at `slot`; the stack ends in the
+    /// function's label.
     Call { slot: usize, probe: usize },
     /// A switch-out of a target thread: its blocked time (until it is switched in again, at least
     /// `min_block_ns`) goes to `slot`; `state_offset` is where sched_switch's prev_state is.
     OffCpu { slot: usize, state_offset: usize, min_block_ns: u64 },
-    /// Entry of an allocation function (every `period`-th call): count at `slot`, bytes at `slot + 1`
-    /// read from the size argument; the stack ends in the allocator's label.
-    Alloc { slot: usize, probe: usize, size: SizeArg, period: u64 },
+    /// Entry of an allocation function (every Nth call, N the sample's period): count at `slot`, bytes
+    /// at `slot + 1` read from the size argument; the stack ends in the allocator's label.
+    Alloc { slot: usize, probe: usize, size: SizeArg },
     /// Any other event (an imported tracepoint or probe): one event at `slot`.
     Events { slot: usize },
 }
@@ -531,15 +533,16 @@ impl<H: Host> Converter<H> {
                 values[slot + 1] = s.period as i64;
                 s.kernel.iter().map(|&a| RawFrame::Kernel(a)).collect()
             }
+            // An event sampled every Nth hit stands for N hits.
             Stream::Syscalls { slot } => {
-                values[slot] = 1;
+                values[slot] = s.period as i64;
                 let nr = s.raw.get(SYS_ENTER_ID_OFFSET..SYS_ENTER_ID_OFFSET + 8);
                 let nr = nr.map_or(u64::MAX, |b| u64::from_ne_bytes(b.try_into().expect("8 bytes"))) as u32;
                 let name = syscall_name(nr).map_or_else(|| format!("syscall_{nr}"), str::to_string);
                 vec![RawFrame::Label(self.raw.label(&name, "[syscall]", FrameKind::Kernel))]
             }
             Stream::Call { slot, probe } => {
-                values[slot] = 1;
+                values[slot] = s.period as i64;
                 skip_leaf = true;
                 let (name, module) = self.probe_names.get(probe).cloned().unwrap_or_default();
                 vec![RawFrame::Label(self.raw.label(&name, &module, FrameKind::User))]
@@ -564,10 +567,10 @@ impl<H: Host> Converter<H> {
                 values[slot] = 1;
                 s.kernel.iter().map(|&a| RawFrame::Kernel(a)).collect()
             }
-            Stream::Alloc { slot, probe, size, period } => {
+            Stream::Alloc { slot, probe, size } => {
                 let bytes = s.regs.as_ref().map_or(0, |r| size.bytes(r));
-                values[slot] = period as i64;
-                values[slot + 1] = bytes.saturating_mul(period).min(i64::MAX as u64) as i64;
+                values[slot] = s.period as i64;
+                values[slot + 1] = bytes.saturating_mul(s.period).min(i64::MAX as u64) as i64;
                 skip_leaf = true;
                 let (name, module) = self.alloc_names.get(probe).cloned().unwrap_or_default();
                 vec![RawFrame::Label(self.raw.label(&name, &module, FrameKind::User))]

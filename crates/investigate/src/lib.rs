@@ -74,6 +74,8 @@ pub fn investigate(opts: &Options, observer: &mut impl Observer) -> Result<Profi
         cpu: true,
         offcpu: Some(OffCpuOptions::sampled_at(opts.frequency, Duration::from_micros(10))),
         syscalls: Some(SyscallOptions { trace: Vec::new(), stacks_period: Some(opts.stacks_period) }),
+        // The syscall counters cost per call too: they stop at the budget, sampling goes on.
+        probe_budget: Some(opts.budget),
         leave_running: true,
         ..Default::default()
     };

@@ -196,6 +196,9 @@ pub struct Metadata {
     pub kernel_release: String,
     /// Things the user should know about the run (fallbacks, partial coverage).
     pub notes: Vec<String>,
+    /// How long the exact syscall counters ran when that was not the whole run (the doctor's probe budget
+    /// stopped them); 0: for `duration_ns`.
+    pub syscalls_duration_ns: u64,
     /// How long the exact call counters ran when that was not the whole run (the doctor counts calls in
     /// a second phase); 0: for `duration_ns`.
     pub calls_duration_ns: u64,

@@ -38,12 +38,13 @@ impl<'a> Reader<'a> {
 /// Size of the sample_id trailer of non-sample records: pid, tid, time, id (TID | TIME | ID).
 const SAMPLE_ID_LEN: usize = 24;
 
-pub fn decode(rec: &[u8]) -> Option<Timed> {
+/// `fixed_period`: the period of the event with this id when its samples do not carry one.
+pub fn decode(rec: &[u8], fixed_period: impl Fn(u64) -> Option<u64>) -> Option<Timed> {
     let kind = u32::from_ne_bytes(rec.get(0..4)?.try_into().ok()?);
     let misc = u16::from_ne_bytes(rec.get(4..6)?.try_into().ok()?) as u32;
     let mut r = Reader { b: rec, at: 8 };
     if kind == b::PERF_RECORD_SAMPLE {
-        return decode_sample(&mut r);
+        return decode_sample(&mut r, fixed_period);
     }
     let end = rec.len().checked_sub(SAMPLE_ID_LEN)?;
     let time = u64::from_ne_bytes(rec.get(end + 8..end + 16)?.try_into().ok()?);
@@ -92,12 +93,15 @@ pub fn decode(rec: &[u8]) -> Option<Timed> {
     Some(Timed { time, record })
 }
 
-fn decode_sample(r: &mut Reader) -> Option<Timed> {
+fn decode_sample(r: &mut Reader, fixed_period: impl Fn(u64) -> Option<u64>) -> Option<Timed> {
     let _ip = r.u64()?;
     let (pid, tid) = (r.u32()?, r.u32()?);
     let time = r.u64()?;
     let id = r.u64()?;
-    let period = r.u64()?;
+    let period = match fixed_period(id) {
+        Some(p) => p,
+        None => r.u64()?,
+    };
     let nr = r.u64()? as usize;
     let mut kernel = Vec::new();
     for _ in 0..nr.min(4096) {

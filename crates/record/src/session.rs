@@ -150,6 +150,8 @@ pub struct Session<'a> {
     last_snapshot: Instant,
     last_maps_check: Instant,
     last_budget_check: Instant,
+    /// When the probe budget stopped the per-call probes (since `t0`).
+    per_call_stopped: Option<Duration>,
     /// CPU time of the target processes at the start, for the probe budget.
     cpu_at_start: u64,
 }
@@ -222,6 +224,7 @@ impl<'a> Session<'a> {
             last_snapshot: t0,
             last_maps_check: t0,
             last_budget_check: t0,
+            per_call_stopped: None,
             cpu_at_start,
         })
     }
@@ -254,10 +257,12 @@ impl<'a> Session<'a> {
         self.pids.retain(|&p| p != pid);
     }
 
-    /// Waits up to 100 ms for data and takes it in. Returns why the run should end, if it should.
+    /// Waits up to 100 ms (20 ms under a probe budget) for data and takes it in. Returns why the run should end, if it should.
     pub fn step(&mut self, observer: &mut impl Observer) -> Option<End> {
         let poll_fd = self.src.syscalls.as_ref().and_then(|p| p.poll_fd());
-        sys::poll(self.src.ev.rings(), poll_fd, 100);
+        // A budget is checked more often than data may arrive.
+        let budgeted = self.opts.probe_budget.is_some() && self.per_call_stopped.is_none();
+        sys::poll(self.src.ev.rings(), poll_fd, if budgeted { 20 } else { 100 });
         self.src.drain(&mut self.c, &mut self.buf);
         if let Some(p) = &self.src.syscalls {
             p.drain_events().iter().for_each(|e| observer.trace(e));
@@ -273,7 +278,8 @@ impl<'a> Session<'a> {
                 self.last_snapshot = Instant::now();
             }
         }
-        if let (Some(co), Some(cp)) = (&self.opts.calls, self.src.calls.as_mut()) {
+        if let (Some(co), Some(cp), None) = (&self.opts.calls, self.src.calls.as_mut(), self.per_call_stopped)
+        {
             if self.last_maps_check.elapsed() >= Duration::from_millis(100) {
                 self.last_maps_check = Instant::now();
                 for (pid, path) in late_modules(&self.pids, co, &mut self.late_seen) {
@@ -281,10 +287,14 @@ impl<'a> Session<'a> {
                 }
             }
         }
-        if let Some(share) = self.opts.probe_budget {
+        if let Some(share) = self.opts.probe_budget.filter(|_| self.per_call_stopped.is_none()) {
             if let Some(note) = self.over_budget(share) {
                 self.notes.push(note);
-                return Some(End::Stopped);
+                if !self.opts.cpu && self.opts.offcpu.is_none() {
+                    return Some(End::Stopped);
+                }
+                self.src.stop_per_call();
+                self.per_call_stopped = Some(self.t0.elapsed());
             }
         }
         if signals::stop_requested()
@@ -309,14 +319,15 @@ impl<'a> Session<'a> {
     }
 
     /// Whether the probes' estimated cost went past `share` of the target's CPU time (checked every
-    /// 100 ms, with the note that says so).
+    /// 20 ms: a hot allocator spends a 20 ms credit in a few ms), with the note that says so.
     fn over_budget(&mut self, share: f64) -> Option<String> {
-        if self.last_budget_check.elapsed() < Duration::from_millis(100) {
+        if self.last_budget_check.elapsed() < Duration::from_millis(20) {
             return None;
         }
         self.last_budget_check = Instant::now();
         let latency = self.opts.calls.as_ref().is_some_and(|c| c.latency);
-        let (hits, cost) = self.src.probe_cost(&self.probes, latency);
+        let stacks_period = self.opts.syscalls.as_ref().and_then(|s| s.stacks_period);
+        let (hits, cost) = self.src.probe_cost(&self.probes, latency, stacks_period);
         let cpu: u64 = self.pids.iter().map(|&p| target::cpu_time_ns(p)).sum();
         let cpu = cpu.saturating_sub(self.cpu_at_start);
         let allowed = (share * cpu as f64) as u64 + crate::BUDGET_CREDIT_NS;
@@ -370,8 +381,14 @@ impl<'a> Session<'a> {
             hostname: read_trim("/proc/sys/kernel/hostname"),
             kernel_release: read_trim("/proc/sys/kernel/osrelease"),
             notes: self.notes.clone(),
-            calls_duration_ns: 0,
+            syscalls_duration_ns: self.per_call_window(self.opts.syscalls.is_some()),
+            calls_duration_ns: self.per_call_window(self.opts.calls.is_some() || self.opts.alloc.is_some()),
         }
+    }
+
+    /// How long the per-call probes ran, when the budget stopped them and `probed`; else 0 (the whole run).
+    fn per_call_window(&self, probed: bool) -> u64 {
+        self.per_call_stopped.filter(|_| probed).map_or(0, |d| d.as_nanos().max(1) as u64)
     }
 
     /// What produced the samples and counters, e.g. "cpu-clock + uprobes".

@@ -155,11 +155,12 @@ const EVENT_STACK_BYTES: u32 = 16 * 1024;
 /// Ring data pages per CPU for such streams (16 MB with 4 KB pages).
 const EVENT_RING_PAGES: usize = 4096;
 
-/// The open events: one ring per CPU, plus the extra fds redirected into it (with the process each was
-/// opened for, so a process that ended can be let go).
+/// The open events: one ring per CPU (owned by the first event on that CPU), plus the extra fds redirected
+/// into it (with the process each was opened for, so a process that ended can be let go, and its index
+/// into `cfgs`).
 pub(crate) struct Events {
     rings: Vec<Ring>,
-    extra: Vec<(u32, OwnedFd)>,
+    extra: Vec<(u32, usize, OwnedFd)>,
     cfgs: Vec<EventConfig>,
     cpus: Vec<i32>,
     /// Event id (as samples carry it) -> index into `cfgs`.
@@ -179,7 +180,7 @@ impl Events {
                 self.ids.insert(sys::event_id(&fd)?, k);
                 if let Some(ring) = self.rings.get(i) {
                     sys::redirect_output(&fd, ring.fd())?;
-                    self.extra.push((pid, fd));
+                    self.extra.push((pid, k, fd));
                 } else {
                     self.rings.push(Ring::map(fd, pages)?);
                 }
@@ -189,7 +190,7 @@ impl Events {
     }
 
     pub(crate) fn set_enabled(&self, on: bool) {
-        for fd in self.rings.iter().map(Ring::fd).chain(self.extra.iter().map(|(_, fd)| fd)) {
+        for fd in self.rings.iter().map(Ring::fd).chain(self.extra.iter().map(|(_, _, fd)| fd)) {
             if on {
                 let _ = sys::enable(fd);
             } else {
@@ -198,10 +199,21 @@ impl Events {
         }
     }
 
+    /// Stops the events sampled at a fixed period (syscall, call and allocation stacks), leaving the
+    /// clocks. Inherited copies in the target's threads and children stop with them.
+    pub(crate) fn disable_fixed_period(&self) {
+        let fixed = |k: usize| self.cfgs[k].fixed_period().is_some();
+        let owners = self.rings.iter().map(Ring::fd).filter(|_| fixed(0));
+        let extra = self.extra.iter().filter(|(_, k, _)| fixed(*k)).map(|(_, _, fd)| fd);
+        owners.chain(extra).for_each(sys::disable);
+    }
+
     /// Hands the records of every ring, with `batch` (records of other sources), to the converter.
     pub(crate) fn drain<H: Host>(&mut self, c: &mut Converter<H>, buf: &mut Vec<u8>, mut batch: Vec<Timed>) {
+        let (ids, cfgs) = (&self.ids, &self.cfgs);
+        let fixed_period = |id| ids.get(&id).and_then(|&i| cfgs[i].fixed_period());
         for ring in &mut self.rings {
-            ring.drain(buf, |rec| match records::decode(rec) {
+            ring.drain(buf, |rec| match records::decode(rec, fixed_period) {
                 Some(t) => batch.push(t),
                 None => c.count_malformed(),
             });
@@ -215,7 +227,7 @@ impl Events {
 
     /// Closes the events opened for process `pid` (not the rings, which other processes share).
     pub(crate) fn forget(&mut self, pid: u32) {
-        self.extra.retain(|(p, _)| *p != pid);
+        self.extra.retain(|(p, _, _)| *p != pid);
     }
 
     pub(crate) fn clock(&self) -> Option<Clock> {
@@ -428,7 +440,7 @@ impl<'obj> Sources<'obj> {
                 let id = objects.uprobes[first + i].id;
                 let source = Source::Tracepoint { id, period: ao.period, kernel_stack: false };
                 cfgs.push(EventConfig { source, ..event_base });
-                streams.push(Stream::Alloc { slot, probe: i, size: *size, period: ao.period });
+                streams.push(Stream::Alloc { slot, probe: i, size: *size });
             }
         }
         let mut probe = match &opts.syscalls {
@@ -539,9 +551,15 @@ impl<'obj> Sources<'obj> {
         })
     }
 
-    /// Uprobe hits so far (calls probes, whose placements are `call_probes`, and allocation probes) and
-    /// their estimated cost in ns (see [`crate::RecordOptions::probe_budget`]).
-    pub(crate) fn probe_cost(&self, call_probes: &[Probe], latency: bool) -> (u64, u64) {
+    /// Probe hits so far (counted syscalls, with every `stacks_period`th stack sampled; calls probes,
+    /// whose placements are `call_probes`; allocation probes) and their estimated cost in ns (see
+    /// [`crate::RecordOptions::probe_budget`]).
+    pub(crate) fn probe_cost(
+        &self,
+        call_probes: &[Probe],
+        latency: bool,
+        stacks_period: Option<u64>,
+    ) -> (u64, u64) {
         let cost = |p: Option<&Probe>| match p.map(|p| p.site.execution) {
             Some(whyslow_symbols::placement::Execution::Emulated) => crate::HIT_COST_EMULATED_NS,
             _ => crate::HIT_COST_STEPPED_NS,
@@ -551,6 +569,10 @@ impl<'obj> Sources<'obj> {
             hits.0 += n;
             hits.1 += n.saturating_mul(per);
         };
+        if let Some(p) = &self.syscalls {
+            let stack = stacks_period.map_or(0, |n| crate::STACK_SAMPLE_COST_NS / n.max(1));
+            add(p.counted(), crate::SYSCALL_COST_NS + stack);
+        }
         if let Some(cp) = &self.calls {
             // A timed call takes the return probe's trap too.
             let factor = if latency { 2 } else { 1 };
@@ -563,6 +585,16 @@ impl<'obj> Sources<'obj> {
                 .for_each(|s| add(s.calls, cost(self.alloc_probes.get(s.probe as usize))));
         }
         hits
+    }
+
+    /// Stops the probes that cost per call (syscall and call counters, allocation probes and the stacks
+    /// they sample); their counts so far stay readable. Sampling by clock and off-CPU goes on.
+    pub(crate) fn stop_per_call(&mut self) {
+        if let Some(p) = self.syscalls.as_mut() {
+            p.detach();
+        }
+        self.calls.iter_mut().chain(self.alloc_sites.as_mut()).for_each(CallProbe::detach);
+        self.ev.disable_fixed_period();
     }
 
     /// Hands everything that arrived to the converter, in time order.

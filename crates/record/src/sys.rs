@@ -8,8 +8,9 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{fence, Ordering};
 
 /// Sample layout we ask for; the parser in `records` depends on exactly these bits.
-/// Every event of a run uses the same layout, so one ring per CPU can carry them all (ID tells them apart;
-/// RAW is empty except on tracepoints).
+/// Every event of a run uses this layout, so one ring per CPU can carry them all (ID tells them apart;
+/// RAW is empty except on tracepoints), except that events sampled at a fixed period leave PERIOD out
+/// (see [`EventConfig::fixed_period`]); ID comes before PERIOD, so the parser knows which layout it reads.
 pub const SAMPLE_TYPE: u64 = (b::PERF_SAMPLE_IP
     | b::PERF_SAMPLE_TID
     | b::PERF_SAMPLE_TIME
@@ -68,6 +69,19 @@ pub struct EventConfig {
     pub enable_on_exec: bool,
 }
 
+impl EventConfig {
+    /// The period of an event whose samples do not carry one: a tracepoint, sampled every Nth hit. The
+    /// kernel samples every hit of a software or tracepoint event whose layout has PERF_SAMPLE_PERIOD
+    /// and no frequency (it reports the hit count as the period instead), whatever its sample_period: a
+    /// 16 KB stack copy per syscall or allocation instead of one per N.
+    pub fn fixed_period(&self) -> Option<u64> {
+        match self.source {
+            Source::Tracepoint { period, .. } => Some(period.max(1)),
+            Source::Clock(_) | Source::Track => None,
+        }
+    }
+}
+
 pub fn open_event(cfg: &EventConfig, pid: i32, cpu: i32) -> io::Result<OwnedFd> {
     let mut attr =
         b::perf_event_attr { size: std::mem::size_of::<b::perf_event_attr>() as u32, ..Default::default() };
@@ -100,7 +114,10 @@ pub fn open_event(cfg: &EventConfig, pid: i32, cpu: i32) -> io::Result<OwnedFd> 
         }
         Source::Track => attr.__bindgen_anon_1.sample_period = 1,
     }
-    attr.sample_type = SAMPLE_TYPE;
+    attr.sample_type = match cfg.fixed_period() {
+        Some(_) => SAMPLE_TYPE & !(b::PERF_SAMPLE_PERIOD as u64),
+        None => SAMPLE_TYPE,
+    };
     attr.sample_regs_user = REGS_USER_MASK;
     attr.sample_stack_user = cfg.stack_bytes;
     attr.set_disabled(cfg.enable_on_exec as u64);

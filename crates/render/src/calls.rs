@@ -72,7 +72,7 @@ pub fn text(w: &mut impl Write, p: &Profile, rows: &[CallRow], how: &TextOptions
             n => format!("every {n}th call"),
         };
         writeln!(w, "\ncallers (user stacks of {every}, aggregated in whyslow):")?;
-        crate::text::stacks_ending_in(w, p, value, &called[..called.len().min(10)], 5)?;
+        crate::text::stacks_ending_in(w, p, value, &called[..called.len().min(10)], 5, how.callers_period)?;
         if p.meta.lost_samples > 0 {
             writeln!(
                 w,

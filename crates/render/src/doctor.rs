@@ -88,6 +88,11 @@ pub fn text(w: &mut impl Write, p: &Profile, d: &Diagnosis) -> std::io::Result<(
     if !d.skipped.is_empty() {
         writeln!(w, "\nnot checked: {}", d.skipped.join("; "))?;
     }
+    let how = measured(p);
+    if !how.is_empty() {
+        writeln!(w)?;
+        wrap(w, "measured: ", &how.join("; "), 110)?;
+    }
     if d.instrumentation_pct >= 1.0 {
         writeln!(
             w,
@@ -143,6 +148,35 @@ fn idle(w: &mut impl Write, threads: &[IdleThread]) -> std::io::Result<()> {
     writeln!(w)
 }
 
+/// Which numbers are sampled (with their uncertainty) and which are exact counts over which window.
+fn measured(p: &Profile) -> Vec<String> {
+    let secs = |ns: u64| ns as f64 / 1e9;
+    let mut out = Vec::new();
+    if let Some(n) = p.sample_type(whyslow_model::sample_types::CPU).map(|v| p.total(v)).filter(|&n| n > 0) {
+        // A share from n samples is off by at most 1.96 * sqrt(0.25 / n) (95%), the worst case at 50%.
+        let err = 100.0 * 1.96 * (0.25 / n as f64).sqrt();
+        out.push(format!("CPU shares sampled ({n} samples: within ±{err:.1} points, 95%)"));
+    }
+    if !p.syscalls.is_empty() {
+        out.push(match p.meta.syscalls_duration_ns {
+            0 => "syscall counts exact over the whole run".to_string(),
+            ns => format!(
+                "syscall counts exact over the first {:.2} s of {:.2} s (the budget stopped the counters; rates \
+                 are per second of that window)",
+                secs(ns),
+                secs(p.meta.duration_ns)
+            ),
+        });
+    }
+    if !p.calls.is_empty() || p.sample_type(whyslow_model::sample_types::ALLOC_COUNT).is_some() {
+        out.push(format!(
+            "call and allocation counts exact over {:.2} s (rates per second of that window), their stacks sampled",
+            calls_seconds(p)
+        ));
+    }
+    out
+}
+
 /// One function counted in the doctor's second phase.
 #[derive(Serialize)]
 struct Counted {
@@ -180,6 +214,8 @@ struct Json<'a> {
     instrumentation_pct: f64,
     wall: Option<&'a WallSplit>,
     idle_threads: &'a [IdleThread],
+    /// Which numbers are sampled and which are exact, over which window.
+    measured: Vec<String>,
     lost_events: u64,
     killed: &'a [whyslow_model::Killed],
     notes: &'a [String],
@@ -196,6 +232,7 @@ pub fn json(w: &mut impl Write, p: &Profile, d: &Diagnosis) -> std::io::Result<(
         instrumentation_pct: (d.instrumentation_pct * 10.0).round() / 10.0,
         wall: d.wall.as_ref(),
         idle_threads: &d.idle_threads,
+        measured: measured(p),
         lost_events: p.meta.lost_samples + p.meta.lost_events,
         killed: &p.meta.killed,
         notes: &p.meta.notes,

@@ -89,6 +89,7 @@ pub(crate) mod fixture {
             hostname: "host".into(),
             kernel_release: "6.1".into(),
             notes: vec!["example note".into()],
+            syscalls_duration_ns: 0,
             calls_duration_ns: 0,
             killed: Vec::new(),
         };

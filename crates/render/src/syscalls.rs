@@ -84,8 +84,8 @@ fn block(w: &mut impl Write, rows: &[SyscallRow]) -> std::io::Result<()> {
     Ok(())
 }
 
-/// For the `top` syscalls of the summary (by time), the stacks that issued them (sample type `value`),
-/// most calls first, up to `per` each.
+/// For the `top` syscalls of the summary (by time), the stacks that issued them (sample type `value`, the
+/// stack of every `period`th call), most calls first, up to `per` each.
 pub fn issuing_stacks(
     w: &mut impl Write,
     p: &Profile,
@@ -93,6 +93,7 @@ pub fn issuing_stacks(
     rows: &[SyscallRow],
     top: usize,
     per: usize,
+    period: u64,
 ) -> std::io::Result<()> {
     let mut names: Vec<&str> = Vec::new();
     for r in rows {
@@ -101,7 +102,7 @@ pub fn issuing_stacks(
         }
     }
     names.truncate(top);
-    crate::text::stacks_ending_in(w, p, value, &names, per)
+    crate::text::stacks_ending_in(w, p, value, &names, per, period)
 }
 
 /// `{"duration_s", "syscalls": [{"name", "calls", "errors", "total_ns", "max_ns", "p99_ns", "errnos"}],

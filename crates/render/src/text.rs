@@ -191,15 +191,17 @@ pub fn neighbors(w: &mut impl Write, n: &Neighbors, callers: bool, limit: usize)
     Ok(())
 }
 
-/// For each leaf name, the stacks that end in it (sample type `value`), most first, up to `per` each, as
-/// `outer > ... > inner` chains of 8 callers, or as many more as tell a row apart from the others shown
-/// (two stacks that differ only further out would otherwise print the same).
+/// For each leaf name, the stacks that end in it (sample type `value`, the stack of every `period`th
+/// call, each standing for `period` calls), most first, up to `per` each, as `outer > ... > inner` chains
+/// of 8 callers, or as many more as tell a row apart from the others shown (two stacks that differ only
+/// further out would otherwise print the same).
 pub fn stacks_ending_in(
     w: &mut impl Write,
     p: &Profile,
     value: usize,
     leaves: &[&str],
     per: usize,
+    period: u64,
 ) -> std::io::Result<()> {
     for &name in leaves {
         let stacks = whyslow_analyze::stacks_ending_in(p, value, name);
@@ -207,7 +209,10 @@ pub fn stacks_ending_in(
         if total == 0 {
             continue;
         }
-        writeln!(w, "\n{name}: {total} calls with stacks")?;
+        match period {
+            1 => writeln!(w, "\n{name}: {total} calls with stacks")?,
+            n => writeln!(w, "\n{name}: about {total} calls (the stack of every {n}th, counted {n} times)")?,
+        }
         let chains: Vec<&[String]> = stacks.iter().take(per).map(|(f, _)| &f[..f.len() - 1]).collect();
         let common = |a: &[String], b: &[String]| {
             a.iter().rev().zip(b.iter().rev()).take_while(|(x, y)| x == y).count()
@@ -245,7 +250,7 @@ mod tests {
             b.add_sample(stack, thread, &[n]);
         }
         let p = b.finish();
-        let out = String::from_utf8(render(|w| Ok(stacks_ending_in(w, &p, 0, &["write"], 5)?))).unwrap();
+        let out = String::from_utf8(render(|w| Ok(stacks_ending_in(w, &p, 0, &["write"], 5, 1)?))).unwrap();
         let rows: Vec<&str> = out.lines().filter(|l| l.contains('%')).collect();
         assert_eq!(rows.len(), 2, "{out}");
         assert!(rows[0].ends_with("%  a > f0 > f1 > f2 > f3 > f4 > f5 > f6 > f7 > f8"), "{out}");

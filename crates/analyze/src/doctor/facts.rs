@@ -317,6 +317,22 @@ impl<'a> Facts<'a> {
         self.p.meta.duration_ns as f64 / 1e9
     }
 
+    /// Seconds the syscall counters ran.
+    pub fn syscall_seconds(&self) -> f64 {
+        match self.p.meta.syscalls_duration_ns {
+            0 => self.seconds(),
+            ns => ns as f64 / 1e9,
+        }
+    }
+
+    /// How a syscall rate's window reads after the rate: "" when the counters ran the whole profile.
+    pub fn syscall_window(&self) -> String {
+        match self.p.meta.syscalls_duration_ns {
+            0 => String::new(),
+            _ => format!(" in the first {:.2} s, while the syscall counters ran", self.syscall_seconds()),
+        }
+    }
+
     /// Seconds the call counters ran.
     pub fn call_seconds(&self) -> f64 {
         match self.p.meta.calls_duration_ns {

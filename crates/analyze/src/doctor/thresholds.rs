@@ -11,6 +11,9 @@ pub const SMALL_WRITES_RATE: f64 = 1000.0;
 pub const SMALL_WRITE_BYTES: f64 = 512.0;
 /// small-writes: share of CPU in those syscalls (or of wall blocked in them) worth acting on.
 pub const SMALL_WRITES_PCT: f64 = 5.0;
+/// small-writes on a socket answering one request per write: the share of CPU in the per-call part of
+/// the path (what only pipelining clients or a batching protocol would save) worth that change.
+pub const SMALL_REPLIES_PCT: f64 = 10.0;
 /// alloc-churn: CPU share in the allocator.
 pub const ALLOC_CPU_PCT: f64 = 10.0;
 /// excess-copying: CPU share in memcpy/memmove and string copy/append.

@@ -151,6 +151,11 @@ impl<'obj> CallProbe<'obj> {
     }
 
     /// Calls a full map could not count.
+    /// Stops counting; the counts so far stay readable.
+    pub fn detach(&mut self) {
+        self.links.clear();
+    }
+
     pub fn lost(&self) -> u64 {
         super::per_cpu_total(&self.skel.maps.drops, 1)
     }

@@ -115,6 +115,16 @@ impl<'obj> SyscallProbe<'obj> {
         self.skel.attach().map_err(|e| classify("attach", e))
     }
 
+    /// Stops counting; the counts so far stay readable.
+    pub fn detach(&mut self) {
+        self.skel.links = Default::default();
+    }
+
+    /// Syscalls counted so far (cheap to read: one slot per CPU).
+    pub fn counted(&self) -> u64 {
+        super::per_cpu_total(&self.skel.maps.counted, 1)
+    }
+
     /// The fd to poll for trace events, when tracing.
     pub fn poll_fd(&self) -> Option<i32> {
         self.ring.as_ref().map(|(r, _)| r.epoll_fd())

@@ -55,8 +55,9 @@ fn syncs(f: &Facts) -> Vec<String> {
     if s.calls == 0 {
         return Vec::new();
     }
-    let (rate, ms) = (s.calls as f64 / f.seconds().max(1e-9), s.total_ns as f64 / s.calls as f64 / 1e6);
-    vec![format!("{} sync syscalls ({rate:.0}/s), {ms:.2} ms each on average", s.calls)]
+    let (rate, ms) =
+        (s.calls as f64 / f.syscall_seconds().max(1e-9), s.total_ns as f64 / s.calls as f64 / 1e6);
+    vec![format!("{} sync syscalls ({rate:.0}/s{}), {ms:.2} ms each on average", s.calls, f.syscall_window())]
 }
 
 pub fn check(f: &Facts) -> Verdict {

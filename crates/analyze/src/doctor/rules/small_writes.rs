@@ -6,7 +6,7 @@
 
 use super::{finding, list, named, Text};
 use crate::doctor::facts::{Facts, Func};
-use crate::doctor::thresholds::{SMALL_WRITES_PCT, SMALL_WRITES_RATE, SMALL_WRITE_BYTES};
+use crate::doctor::thresholds::{SMALL_REPLIES_PCT, SMALL_WRITES_PCT, SMALL_WRITES_RATE, SMALL_WRITE_BYTES};
 use crate::doctor::{Confidence, Verdict};
 
 const TEXT: Text = Text {
@@ -23,6 +23,9 @@ const TEXT: Text = Text {
 const SOCKET_FIX: &str = "replies go out one write per request: batch the replies ready in one event-loop \
     turn into one writev/sendmsg per client (or MSG_MORE / TCP_CORK), and let clients pipeline requests so \
     that replies batch by themselves; when the writes are a small share of the time there is nothing to fix";
+
+const REPLIES_WHY: &str = "each reply costs a kernel entry and exit and a pass through the socket layer \
+    (about a microsecond) whatever its size; the protocol's work of sending it is paid per reply in any case";
 
 const SOCKET_STREAM_FIX: &str = "gather the records of one message or one event-loop turn and send them \
     with one writev/sendmsg (or MSG_MORE / TCP_CORK while composing), instead of one send per record";
@@ -100,6 +103,17 @@ fn sink(f: &Facts) -> Option<(Sink, f64)> {
     (v * 2 > seen).then(|| (s, 100.0 * v as f64 / seen as f64))
 }
 
+/// The protocol's own sending (under the socket layer): the work of moving the bytes, which fewer
+/// syscalls would not remove when each carries one reply.
+fn in_protocol(f: &Func) -> bool {
+    f.kernel
+        && named(
+            f.name,
+            &[],
+            &["tcp_sendmsg", "unix_stream_sendmsg", "unix_dgram_sendmsg", "udp_sendmsg", "udpv6_sendmsg"],
+        )
+}
+
 fn is_send(f: &Func) -> bool {
     f.kernel && named(f.name, &["__x64_sys_sendto", "__x64_sys_sendmsg"], &[])
 }
@@ -109,23 +123,32 @@ pub fn check(f: &Facts) -> Verdict {
         return Verdict::NeedsData("syscall counters");
     }
     let w = f.syscall(&WRITES);
-    let rate = w.calls as f64 / f.seconds().max(1e-9);
+    let rate = w.calls as f64 / f.syscall_seconds().max(1e-9);
     let avg = w.bytes as f64 / w.calls.max(1) as f64;
     if rate < SMALL_WRITES_RATE || avg > SMALL_WRITE_BYTES {
         return Verdict::Clear;
     }
     // Impact: the CPU time in the write path (what a syscall per record costs). The time inside the
     // syscalls is evidence only: it also holds waits (a full pipe, a preemption by the woken reader).
-    let impact = f.cpu(&in_write);
+    let path = f.cpu(&in_write);
     let writers: std::collections::HashSet<u32> =
         f.p.syscalls
             .iter()
             .filter(|s| WRITES.contains(&s.name.as_str()) && s.calls > 0)
             .map(|s| s.tid)
             .collect();
-    let wall_ns = f.seconds() * 1e9 * writers.len().max(1) as f64;
+    let wall_ns = f.syscall_seconds() * 1e9 * writers.len().max(1) as f64;
     let syscall_pct = 100.0 * w.total_ns as f64 / wall_ns;
-    if impact.pct < SMALL_WRITES_PCT {
+    let sink = sink(f);
+    let reads = f.syscall(&READS).calls;
+    let replies = sink.is_some_and(|s| s.0 == Sink::Socket) && reads * 2 >= w.calls && reads <= w.calls * 2;
+    // One reply per request: the protocol's sending is the replies' own work; what fewer writes could
+    // save is the rest of the path (entry, exit, socket layer).
+    let protocol = if replies { f.cpu(&in_protocol) } else { Default::default() };
+    let mut impact = path.clone();
+    impact.value -= protocol.value;
+    impact.pct = crate::doctor::facts::pct(impact.value, f.cpu_total);
+    if impact.pct < if replies { SMALL_REPLIES_PCT } else { SMALL_WRITES_PCT } {
         return Verdict::Clear;
     }
     let threads = match writers.len() {
@@ -133,23 +156,31 @@ pub fn check(f: &Facts) -> Verdict {
         n => format!("the {n} writing threads'"),
     };
     let mut evidence = vec![
-        format!("{} write-family syscalls ({rate:.0}/s), {avg:.0} bytes per call on average", w.calls),
+        format!(
+            "{} write-family syscalls ({rate:.0}/s{}), {avg:.0} bytes per call on average",
+            w.calls,
+            f.syscall_window()
+        ),
         format!(
             "{:.1}% of CPU time is in the write path (kernel included); {syscall_pct:.1}% of {threads} time is \
              inside them ({:.1} us per call)",
-            impact.pct,
+            path.pct,
             w.total_ns as f64 / w.calls.max(1) as f64 / 1e3
         ),
     ];
-    let sink = sink(f);
-    let reads = f.syscall(&READS).calls;
-    let replies = sink.is_some_and(|s| s.0 == Sink::Socket) && reads * 2 >= w.calls && reads <= w.calls * 2;
     if let Some((s, share)) = sink {
         let mut line = format!("they write to {} ({share:.0}% of their sampled CPU time)", s.name());
         if replies {
             line += &format!("; {reads} reads for {} writes: one reply per request", w.calls);
         }
         evidence.push(line);
+    }
+    if replies {
+        evidence.push(format!(
+            "{:.1}% of CPU time is the protocol sending the replies and {:.1}% of CPU time the per-call rest \
+             of the path (entry, exit, socket layer): fewer writes can save only the latter",
+            protocol.pct, impact.pct
+        ));
     }
     let (stacks, all) = f.syscall_stacks(&WRITES, &|x: &Func| x.is_user_code());
     if all > 0 && !stacks.entries.is_empty() {
@@ -159,9 +190,14 @@ pub fn check(f: &Facts) -> Verdict {
     }
     let mut found = finding(f, &TEXT, &impact, "cpu", Confidence::High, evidence);
     match sink {
+        Some((Sink::Socket, _)) if replies => {
+            found.title = "one small write per reply".into();
+            found.why = REPLIES_WHY.into();
+            found.fix = SOCKET_FIX.into();
+        }
         Some((Sink::Socket, _)) => {
             found.title = "many small writes to sockets".into();
-            found.fix = (if replies { SOCKET_FIX } else { SOCKET_STREAM_FIX }).into();
+            found.fix = SOCKET_STREAM_FIX.into();
         }
         Some((Sink::Pipe, _)) => found.title = "many small writes to a pipe".into(),
         _ => {}
@@ -212,25 +248,36 @@ mod tests {
         assert_eq!(fired(super::check, &with_writes(&FILE, 5_000, 5_000 * 64, 0)), None, "500 per second");
     }
 
-    /// The impact is one of the numbers of the evidence, and socket replies get the batching advice.
+    /// The impact is one of the numbers of the evidence, and socket replies get the batching advice: the
+    /// protocol's sending is not counted in it (one reply per request pays it in any case).
     #[test]
     fn impact_is_in_the_evidence_and_socket_replies_get_their_advice() {
         let stacks = [
+            ("main;reply;lib:write;k:__x64_sys_write;k:sock_write_iter", 14, 0),
             ("main;reply;lib:write;k:__x64_sys_write;k:sock_write_iter;k:unix_stream_sendmsg", 12, 0),
-            ("main;handle", 88, 0),
+            ("main;handle", 74, 0),
         ];
         let p = with_writes(&stacks, 100_000, 100_000 * 5, 100_000);
         let Verdict::Found(x) = super::check(&Facts::new(&p)) else { panic!("not found") };
-        assert_eq!((x.impact_pct, x.impact_of), (12.0, "cpu"));
-        assert!(x.evidence[1].contains("12.0% of CPU time"), "{:?}", x.evidence);
+        assert_eq!((x.impact_pct, x.impact_of), (14.0, "cpu"));
+        assert!(x.evidence[1].contains("26.0% of CPU time"), "{:?}", x.evidence);
         assert!(x.evidence[2].contains("a socket (100%") && x.evidence[2].contains("one reply per request"));
+        assert!(
+            x.evidence[3].starts_with("12.0% of CPU time is the protocol") && x.evidence[3].contains("14.0%")
+        );
         assert!(
             x.fix.contains("writev") && x.fix.contains("pipeline") && !x.fix.contains("setvbuf"),
             "{}",
             x.fix
         );
-        // The redis case: a few percent in the writes is not a finding.
-        let small = [(stacks[0].0, 3, 0), ("main;handle", 97, 0)];
+        // A stream of records to one socket (no reads): the whole path counts.
+        let Verdict::Found(x) = super::check(&Facts::new(&with_writes(&stacks, 100_000, 100_000 * 5, 0)))
+        else {
+            panic!("not found")
+        };
+        assert_eq!(x.impact_pct, 26.0);
+        // The redis case: most of the path is the protocol; the few percent left are not a finding.
+        let small = [(stacks[0].0, 5, 0), (stacks[1].0, 46, 0), ("main;handle", 49, 0)];
         assert_eq!(fired(super::check, &with_writes(&small, 100_000, 100_000 * 5, 100_000)), None);
     }
 }

@@ -53,13 +53,14 @@ pub fn check(f: &Facts) -> Verdict {
     let mut confidence = Confidence::Medium;
     if f.has_syscalls() {
         let stat = f.syscall(&STAT);
-        let rate = stat.calls as f64 / f.seconds().max(1e-9);
+        let rate = stat.calls as f64 / f.syscall_seconds().max(1e-9);
         if rate < TZ_STAT_RATE {
             return Verdict::Clear;
         }
         evidence.push(format!(
-            "{} stat-family syscalls ({rate:.0}/s), {:.1} us each",
+            "{} stat-family syscalls ({rate:.0}/s{}), {:.1} us each",
             stat.calls,
+            f.syscall_window(),
             stat.total_ns as f64 / stat.calls.max(1) as f64 / 1e3
         ));
         if f.has_syscall_stacks() {
