@@ -244,6 +244,34 @@ impl KernelSymbols {
     }
 }
 
+/// The file holding an object's bytes that has no file of its own (the vDSO): one in-memory file per
+/// distinct image, open while this process runs, named by its /proc/self/fd path. The symbolizers cache
+/// what they read by path, so a service that wrote a new file per window grew by a cached vDSO every
+/// window.
+fn image_file(bytes: &[u8]) -> Option<String> {
+    use std::io::Write;
+    use std::os::fd::{AsRawFd, FromRawFd};
+    static FILES: std::sync::Mutex<Vec<(Vec<u8>, std::fs::File)>> = std::sync::Mutex::new(Vec::new());
+    let mut files = FILES.lock().unwrap_or_else(|e| e.into_inner());
+    let found = files.iter().find(|(b, _)| b == bytes).map(|(_, f)| f.as_raw_fd());
+    let fd = match found {
+        Some(fd) => fd,
+        None => {
+            // SAFETY: the name is a NUL-terminated literal; memfd_create returns a new fd or -1.
+            let fd = unsafe { libc::memfd_create(c"whyslow-image".as_ptr(), libc::MFD_CLOEXEC) };
+            if fd < 0 {
+                return None;
+            }
+            // SAFETY: fd was just created and nothing else owns it.
+            let mut f = unsafe { std::fs::File::from_raw_fd(fd) };
+            f.write_all(bytes).ok()?;
+            files.push((bytes.to_vec(), f));
+            fd
+        }
+    };
+    Some(format!("/proc/self/fd/{fd}"))
+}
+
 /// Symbolizes every frame of a raw recording and builds the profile.
 pub fn symbolize(raw: RawRecording) -> Profile {
     symbolize_with(raw, Prefetch::default())
@@ -314,7 +342,6 @@ fn build(
     // Each module on a pool thread (in parallel, and on the thread that may have read it ahead).
     let (reply, replies) = mpsc::channel();
     let mut asked: HashMap<u32, Vec<u64>> = HashMap::new();
-    let mut kept_files = Vec::new();
     let mut local: Option<Symbolizer> = None;
     for (module, mut offsets) in by_module {
         offsets.sort_unstable();
@@ -322,13 +349,7 @@ fn build(
         let m = &raw.modules[module as usize];
         let path = m.path.as_str();
         // An object with no file of its own (the vDSO) is symbolized from the bytes the recorder kept.
-        let kept = m.image.as_deref().and_then(|bytes| {
-            let f = tempfile::NamedTempFile::new().ok()?;
-            std::fs::write(f.path(), bytes).ok()?;
-            Some(f)
-        });
-        let file = kept.as_ref().map(|f| f.path().to_string_lossy().into_owned());
-        kept_files.extend(kept);
+        let file = m.image.as_deref().and_then(image_file);
         // perf names anonymous executable memory (JIT code) `//anon`: no file to read, nothing to note.
         let on_disk = path.starts_with('/') && !path.starts_with("//");
         let Some(file) = file.or(on_disk.then(|| path.to_string())) else {
@@ -384,7 +405,6 @@ fn build(
             resolved.insert(RawFrame::User { module, offset: o }, vec![unknown(path, o)]);
         }
     }
-    drop(kept_files);
 
     let mut meta = raw.meta;
     meta.notes.extend(notes);
