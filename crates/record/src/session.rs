@@ -257,7 +257,8 @@ impl<'a> Session<'a> {
         self.pids.retain(|&p| p != pid);
     }
 
-    /// Waits up to 100 ms (20 ms under a probe budget) for data and takes it in. Returns why the run should end, if it should.
+    /// Waits up to 100 ms (20 ms under a probe budget) for data and takes it in. Returns why the run should
+    /// end, if it should.
     pub fn step(&mut self, observer: &mut impl Observer) -> Option<End> {
         let poll_fd = self.src.syscalls.as_ref().and_then(|p| p.poll_fd());
         // A budget is checked more often than data may arrive.
