@@ -224,6 +224,13 @@ pub fn stacks_ending_in(
             let more = if shown.len() < chain.len() { "... > " } else { "" };
             writeln!(w, "  {n:9} {:5.1}%  {more}{}", 100.0 * *n as f64 / total as f64, shown.join(" > "))?;
         }
+        // The rows left out, so that the rows add up to the total.
+        if stacks.len() > per {
+            let rest: i64 = stacks[per..].iter().map(|s| s.1).sum();
+            let k = stacks.len() - per;
+            let pct = 100.0 * rest as f64 / total as f64;
+            writeln!(w, "  {rest:9} {pct:5.1}%  ({k} more stack{})", if k == 1 { "" } else { "s" })?;
+        }
     }
     Ok(())
 }
@@ -255,6 +262,12 @@ mod tests {
         assert_eq!(rows.len(), 2, "{out}");
         assert!(rows[0].ends_with("%  a > f0 > f1 > f2 > f3 > f4 > f5 > f6 > f7 > f8"), "{out}");
         assert!(rows[1].ends_with("%  b > f0 > f1 > f2 > f3 > f4 > f5 > f6 > f7 > f8"), "{out}");
+        // One row shown: the other stack's calls are one more row, and the rows add up to the total.
+        let out = String::from_utf8(render(|w| Ok(stacks_ending_in(w, &p, 0, &["write"], 1, 1)?))).unwrap();
+        let rows: Vec<&str> = out.lines().filter(|l| l.contains('%')).collect();
+        assert_eq!(rows.len(), 2, "{out}");
+        assert_eq!(rows[1].trim(), "2  40.0%  (1 more stack)", "{out}");
+        assert!(out.starts_with("\nwrite: 5 calls with stacks\n"), "{out}");
     }
 
     #[test]
