@@ -206,6 +206,23 @@ pub struct Metadata {
     pub killed: Vec<Killed>,
 }
 
+impl Metadata {
+    /// Seconds the exact syscall counters ran (the whole run unless a budget stopped them).
+    pub fn syscalls_seconds(&self) -> f64 {
+        window_seconds(self.syscalls_duration_ns, self.duration_ns)
+    }
+
+    /// Seconds the exact call counters ran (the whole run unless they ran in a window of their own).
+    pub fn calls_seconds(&self) -> f64 {
+        window_seconds(self.calls_duration_ns, self.duration_ns)
+    }
+}
+
+/// A counter window of `ns` (0: the whole run of `whole_ns`), in seconds.
+fn window_seconds(ns: u64, whole_ns: u64) -> f64 {
+    (if ns == 0 { whole_ns } else { ns }) as f64 / 1e9
+}
+
 /// A target process that a signal ended during a run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Killed {

@@ -262,8 +262,8 @@ impl<'a> Session<'a> {
     pub fn step(&mut self, observer: &mut impl Observer) -> Option<End> {
         let poll_fd = self.src.syscalls.as_ref().and_then(|p| p.poll_fd());
         // A budget is checked more often than data may arrive.
-        let budgeted = self.opts.probe_budget.is_some() && self.per_call_stopped.is_none();
-        sys::poll(self.src.ev.rings(), poll_fd, if budgeted { 20 } else { 100 });
+        let budget = self.pending_budget();
+        sys::poll(self.src.ev.rings(), poll_fd, if budget.is_some() { 20 } else { 100 });
         self.src.drain(&mut self.c, &mut self.buf);
         if let Some(p) = &self.src.syscalls {
             p.drain_events().iter().for_each(|e| observer.trace(e));
@@ -288,7 +288,7 @@ impl<'a> Session<'a> {
                 }
             }
         }
-        if let Some(share) = self.opts.probe_budget.filter(|_| self.per_call_stopped.is_none()) {
+        if let Some(share) = budget {
             if let Some(note) = self.over_budget(share) {
                 self.notes.push(note);
                 if !self.opts.cpu && self.opts.offcpu.is_none() {
@@ -317,6 +317,11 @@ impl<'a> Session<'a> {
             }
         }
         None
+    }
+
+    /// The probe budget, while the per-call probes it limits still run.
+    fn pending_budget(&self) -> Option<f64> {
+        self.opts.probe_budget.filter(|_| self.per_call_stopped.is_none())
     }
 
     /// Whether the probes' estimated cost went past `share` of the target's CPU time (checked every

@@ -80,7 +80,7 @@ pub fn text(w: &mut impl Write, p: &Profile, d: &Diagnosis) -> std::io::Result<(
     }
     let calls = counted_calls(p);
     if !calls.is_empty() {
-        writeln!(w, "\nexact call counts of the hot functions ({:.1} s):", calls_seconds(p))?;
+        writeln!(w, "\nexact call counts of the hot functions ({:.1} s):", p.meta.calls_seconds())?;
         for c in &calls {
             writeln!(w, "  {:>12} calls {:>12.0}/s  {}", c.calls, c.per_s, c.name)?;
         }
@@ -150,7 +150,6 @@ fn idle(w: &mut impl Write, threads: &[IdleThread]) -> std::io::Result<()> {
 
 /// Which numbers are sampled (with their uncertainty) and which are exact counts over which window.
 fn measured(p: &Profile) -> Vec<String> {
-    let secs = |ns: u64| ns as f64 / 1e9;
     let mut out = Vec::new();
     if let Some(n) = p.sample_type(whyslow_model::sample_types::CPU).map(|v| p.total(v)).filter(|&n| n > 0) {
         // A share from n samples is off by at most 1.96 * sqrt(0.25 / n) (95%), the worst case at 50%.
@@ -160,18 +159,18 @@ fn measured(p: &Profile) -> Vec<String> {
     if !p.syscalls.is_empty() {
         out.push(match p.meta.syscalls_duration_ns {
             0 => "syscall counts exact over the whole run".to_string(),
-            ns => format!(
+            _ => format!(
                 "syscall counts exact over the first {:.2} s of {:.2} s (the budget stopped the counters; rates \
                  are per second of that window)",
-                secs(ns),
-                secs(p.meta.duration_ns)
+                p.meta.syscalls_seconds(),
+                p.meta.duration_ns as f64 / 1e9
             ),
         });
     }
     if !p.calls.is_empty() || p.sample_type(whyslow_model::sample_types::ALLOC_COUNT).is_some() {
         out.push(format!(
             "call and allocation counts exact over {:.2} s (rates per second of that window), their stacks sampled",
-            calls_seconds(p)
+            p.meta.calls_seconds()
         ));
     }
     out
@@ -185,16 +184,9 @@ struct Counted {
     per_s: f64,
 }
 
-fn calls_seconds(p: &Profile) -> f64 {
-    match p.meta.calls_duration_ns {
-        0 => p.meta.duration_ns as f64 / 1e9,
-        ns => ns as f64 / 1e9,
-    }
-}
-
 /// The counted functions, most calls first.
 fn counted_calls(p: &Profile) -> Vec<Counted> {
-    let secs = calls_seconds(p).max(1e-9);
+    let secs = p.meta.calls_seconds().max(1e-9);
     let mut v: Vec<Counted> = whyslow_analyze::call_summary(p)
         .into_iter()
         .map(|r| Counted { per_s: r.stat.calls as f64 / secs, name: r.stat.name, calls: r.stat.calls })

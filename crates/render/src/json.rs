@@ -47,9 +47,8 @@ pub fn report(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), Rende
     });
     if !p.syscalls.is_empty() {
         doc["syscalls"] = crate::syscalls::rows_json(&whyslow_analyze::syscall_summary(p, false)).into();
-        // The counters' window, when a probe budget stopped them before the end.
-        let window = if m.syscalls_duration_ns > 0 { m.syscalls_duration_ns } else { m.duration_ns };
-        doc["syscalls_duration_s"] = (window as f64 / 1e9).into();
+        // The counters' window: shorter than the run when a probe budget stopped them.
+        doc["syscalls_duration_s"] = m.syscalls_seconds().into();
     }
     serde_json::to_writer_pretty(&mut *w, &doc).map_err(std::io::Error::from)?;
     writeln!(w)?;

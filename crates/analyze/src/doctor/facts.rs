@@ -317,17 +317,9 @@ impl<'a> Facts<'a> {
         self.p.meta.duration_ns as f64 / 1e9
     }
 
-    /// Seconds a counter window of `ns` lasted (0: the whole profile).
-    fn window_seconds(&self, ns: u64) -> f64 {
-        match ns {
-            0 => self.seconds(),
-            ns => ns as f64 / 1e9,
-        }
-    }
-
     /// Seconds the syscall counters ran.
     pub fn syscall_seconds(&self) -> f64 {
-        self.window_seconds(self.p.meta.syscalls_duration_ns)
+        self.p.meta.syscalls_seconds()
     }
 
     /// How a syscall rate's window reads after the rate: "" when the counters ran the whole profile.
@@ -340,7 +332,7 @@ impl<'a> Facts<'a> {
 
     /// Seconds the call counters ran.
     pub fn call_seconds(&self) -> f64 {
-        self.window_seconds(self.p.meta.calls_duration_ns)
+        self.p.meta.calls_seconds()
     }
 
     fn matching(&self, value: impl Fn(&View) -> i64, total: i64, pred: &dyn Fn(&Func) -> bool) -> Match {
