@@ -3,7 +3,7 @@
 use libbpf_cargo::SkeletonBuilder;
 use std::path::PathBuf;
 
-const PROGRAMS: &[&str] = &["syscalls", "calls", "exits", "offcpu"];
+const PROGRAMS: &[&str] = &["syscalls", "calls", "exits", "offcpu", "clock"];
 
 fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bpf");

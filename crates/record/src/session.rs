@@ -253,7 +253,7 @@ impl<'a> Session<'a> {
 
     /// Lets process `pid` go: closes its events (the converter dropped its state when it exited).
     pub fn forget(&mut self, pid: u32) {
-        self.src.ev.forget(pid);
+        self.src.forget(pid);
         self.pids.retain(|&p| p != pid);
     }
 

@@ -3,10 +3,10 @@
 //! allocation-site counters, off-CPU blocks, exit watch). Opening, falling back where the machine
 //! refuses, following more processes later, and closing.
 
-use crate::bpf::{CallProbe, ExitWatch, OffCpuConfig, OffCpuProbe, SyscallProbe};
+use crate::bpf::{CallProbe, ClockFilter, ExitWatch, OffCpuConfig, OffCpuProbe, SyscallProbe};
 use crate::calls::{PatternSpec, Probe};
 use crate::records;
-use crate::sys::{self, Clock, EventConfig, Ring, Source};
+use crate::sys::{self, Clock, EventConfig, Ring, Scope, Source};
 use crate::target::{self, Target};
 use crate::{RecordError, RecordOptions};
 use std::collections::HashMap;
@@ -155,9 +155,9 @@ const EVENT_STACK_BYTES: u32 = 16 * 1024;
 /// Ring data pages per CPU for such streams (16 MB with 4 KB pages).
 const EVENT_RING_PAGES: usize = 4096;
 
-/// The open events: one ring per CPU (owned by the first event on that CPU), plus the extra fds redirected
-/// into it (with the process each was opened for, so a process that ended can be let go, and its index
-/// into `cfgs`).
+/// The open events: one ring per CPU (owned by the first event on that CPU: the clock when it is counted
+/// per CPU), plus the extra fds redirected into it (with the process each was opened for, so a process
+/// that ended can be let go, and its index into `cfgs`).
 pub(crate) struct Events {
     rings: Vec<Ring>,
     extra: Vec<(u32, usize, OwnedFd)>,
@@ -167,16 +167,45 @@ pub(crate) struct Events {
     ids: HashMap<u64, usize>,
     /// Data pages of each ring.
     pages: usize,
+    /// The eBPF program (see [`ClockFilter`]) that keeps the followed processes' samples of a clock
+    /// counted per CPU; without one, the clock is counted per thread like the other events.
+    filter: Option<i32>,
 }
 
 impl Events {
-    /// Opens every event on every CPU for task `tid` of process `pid` (inherited by its future threads
-    /// and children).
+    /// Whether event `k` is counted per CPU, for every process, and filtered.
+    fn per_cpu(&self, k: usize) -> bool {
+        self.filter.is_some() && matches!(self.cfgs[k].source, Source::Clock(_))
+    }
+
+    /// Opens the per-CPU events (the clock, the first of `cfgs`), each owning its CPU's ring: mapped, then
+    /// filtered, then enabled, so that no sample of another process is ever taken.
+    fn open_cpus(&mut self) -> Result<(), std::io::Error> {
+        let Some(prog) = self.filter.filter(|_| self.per_cpu(0)) else { return Ok(()) };
+        for &cpu in &self.cpus {
+            let fd = sys::open_event(&self.cfgs[0], Scope::Cpu, cpu)?;
+            self.ids.insert(sys::event_id(&fd)?, 0);
+            let ring = Ring::map(fd, self.pages)?;
+            sys::set_filter(ring.fd(), prog)?;
+            sys::enable(ring.fd())?;
+            self.rings.push(ring);
+        }
+        Ok(())
+    }
+
+    /// Opens every per-thread event on every CPU for task `tid` of process `pid` (inherited by its future
+    /// threads and children); the first of them follows its mappings, names, forks and exits. The first
+    /// task opened opens the per-CPU events too.
     fn open_task(&mut self, pid: u32, tid: u32) -> Result<(), std::io::Error> {
+        if self.rings.is_empty() {
+            self.open_cpus()?;
+        }
         let pages = self.pages;
-        for (k, cfg) in self.cfgs.iter().enumerate() {
+        let per_task: Vec<usize> = (0..self.cfgs.len()).filter(|&k| !self.per_cpu(k)).collect();
+        for &k in &per_task {
+            let scope = Scope::Task { tid: tid as i32, side_band: k == per_task[0] };
             for (i, &cpu) in self.cpus.iter().enumerate() {
-                let fd = sys::open_event(cfg, tid as i32, cpu)?;
+                let fd = sys::open_event(&self.cfgs[k], scope, cpu)?;
                 self.ids.insert(sys::event_id(&fd)?, k);
                 if let Some(ring) = self.rings.get(i) {
                     sys::redirect_output(&fd, ring.fd())?;
@@ -304,6 +333,7 @@ pub struct Objects {
     alloc_obj: std::mem::MaybeUninit<libbpf_rs::OpenObject>,
     exits: std::mem::MaybeUninit<libbpf_rs::OpenObject>,
     offcpu: std::mem::MaybeUninit<libbpf_rs::OpenObject>,
+    clock: std::mem::MaybeUninit<libbpf_rs::OpenObject>,
     pub(crate) alloc: Vec<(Probe, SizeArg)>,
     /// How the allocation functions nest (see [`ALLOCATING_THROUGH_MALLOC`]).
     pub(crate) nesting: Nesting,
@@ -351,6 +381,7 @@ impl Objects {
             alloc_obj: std::mem::MaybeUninit::uninit(),
             exits: std::mem::MaybeUninit::uninit(),
             offcpu: std::mem::MaybeUninit::uninit(),
+            clock: std::mem::MaybeUninit::uninit(),
             alloc,
             nesting,
             uprobes,
@@ -370,6 +401,8 @@ pub(crate) struct Sources<'obj> {
     pub(crate) exits: Option<ExitWatch<'obj>>,
     /// Off-CPU blocks, sampled in the kernel.
     pub(crate) offcpu: Option<OffCpuProbe<'obj>>,
+    /// Keeps the followed processes' samples of the per-CPU clock (None: the clock is per thread).
+    clock_filter: Option<ClockFilter<'obj>>,
     /// Blocks the off-CPU source lost so far (handed to the converter as lost records).
     offcpu_lost: u64,
     pub(crate) streams: Vec<Stream>,
@@ -402,11 +435,22 @@ impl<'obj> Sources<'obj> {
         let mut cfgs = Vec::new();
         let mut streams = Vec::new();
         let mut sample_types = Vec::new();
+        // The clock is counted per CPU and filtered in the kernel where eBPF allows (bpf/clock.bpf.c): a
+        // per-thread clock costs the target at each of its context switches. One event per thread that
+        // samples nothing then follows the processes' mappings, threads and children.
+        let clock_filter = match opts.cpu {
+            true => ClockFilter::load(&mut objects.clock).ok(),
+            false => None,
+        };
         if opts.cpu {
             cfgs.push(base);
             streams.push(Stream::Cpu { slot: 0 });
             sample_types.push(SampleType { name: sample_types::CPU.into(), unit: "samples".into() });
             sample_types.push(SampleType { name: sample_types::CPU_NS.into(), unit: "nanoseconds".into() });
+            if clock_filter.is_some() {
+                cfgs.push(EventConfig { source: Source::Track, ..base });
+                streams.push(Stream::Events { slot: 0 });
+            }
         }
         if let Some(period) = opts.syscalls.as_ref().and_then(|s| s.stacks_period) {
             let id = sys::tracepoint_id("raw_syscalls", "sys_enter").map_err(|e| match e.raw_os_error() {
@@ -502,7 +546,13 @@ impl<'obj> Sources<'obj> {
             cpus: sys::online_cpus(),
             ids: HashMap::new(),
             pages,
+            filter: clock_filter.as_ref().map(ClockFilter::program_fd),
         };
+        if let Some(f) = &clock_filter {
+            for &pid in pids {
+                f.track(pid, launched)?;
+            }
+        }
         if !ev.cfgs.is_empty() {
             open_all(&mut ev, pids, launched, notes)?;
         }
@@ -544,6 +594,7 @@ impl<'obj> Sources<'obj> {
             alloc_sites: alloc_sites.take(),
             exits,
             offcpu,
+            clock_filter,
             offcpu_lost: 0,
             streams,
             sample_types,
@@ -644,7 +695,18 @@ impl<'obj> Sources<'obj> {
         if let Some(p) = &self.offcpu {
             p.track(pid, false)?;
         }
+        if let Some(f) = &self.clock_filter {
+            f.track(pid, false)?;
+        }
         Ok(())
+    }
+
+    /// Lets process `pid` go: closes its events and drops its clock samples.
+    pub(crate) fn forget(&mut self, pid: u32) {
+        self.ev.forget(pid);
+        if let Some(f) = &self.clock_filter {
+            f.untrack(pid);
+        }
     }
 }
 

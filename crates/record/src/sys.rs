@@ -82,7 +82,18 @@ impl EventConfig {
     }
 }
 
-pub fn open_event(cfg: &EventConfig, pid: i32, cpu: i32) -> io::Result<OwnedFd> {
+/// Where an event counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// One thread (and the threads and children it starts later) on one CPU; `side_band` asks for the
+    /// records that follow its mappings, names, forks and exits.
+    Task { tid: i32, side_band: bool },
+    /// Every process on one CPU, opened disabled: the caller attaches a filter, then enables it.
+    Cpu,
+}
+
+/// Opens `cfg` on `cpu` for `scope`.
+pub fn open_event(cfg: &EventConfig, scope: Scope, cpu: i32) -> io::Result<OwnedFd> {
     let mut attr =
         b::perf_event_attr { size: std::mem::size_of::<b::perf_event_attr>() as u32, ..Default::default() };
     match cfg.source {
@@ -120,20 +131,29 @@ pub fn open_event(cfg: &EventConfig, pid: i32, cpu: i32) -> io::Result<OwnedFd> 
     };
     attr.sample_regs_user = REGS_USER_MASK;
     attr.sample_stack_user = cfg.stack_bytes;
-    attr.set_disabled(cfg.enable_on_exec as u64);
-    attr.set_enable_on_exec(cfg.enable_on_exec as u64);
-    attr.set_inherit(1);
+    let (pid, side_band) = match scope {
+        Scope::Task { tid, side_band } => {
+            attr.set_disabled(cfg.enable_on_exec as u64);
+            attr.set_enable_on_exec(cfg.enable_on_exec as u64);
+            attr.set_inherit(1);
+            (tid, side_band)
+        }
+        Scope::Cpu => {
+            attr.set_disabled(1);
+            (-1, false)
+        }
+    };
     // A tracepoint fires in the kernel; excluding the kernel would silence it.
     let kernel = cfg.kernel || matches!(cfg.source, Source::Tracepoint { .. });
     attr.set_exclude_kernel((!kernel) as u64);
     attr.set_exclude_hv(1);
     // User frames come from our own DWARF unwinding of the stack copy; the kernel's FP walk is useless there.
     attr.set_exclude_callchain_user(1);
-    attr.set_mmap(1);
-    attr.set_mmap2(1);
-    attr.set_comm(1);
-    attr.set_comm_exec(1);
-    attr.set_task(1);
+    attr.set_mmap(side_band as u64);
+    attr.set_mmap2(side_band as u64);
+    attr.set_comm(side_band as u64);
+    attr.set_comm_exec(side_band as u64);
+    attr.set_task(side_band as u64);
     attr.set_sample_id_all(1);
     attr.set_use_clockid(1);
     attr.clockid = libc::CLOCK_MONOTONIC;
@@ -162,6 +182,16 @@ pub fn event_id(fd: &OwnedFd) -> io::Result<u64> {
 pub fn redirect_output(fd: &OwnedFd, target: &OwnedFd) -> io::Result<()> {
     // SAFETY: both fds are open perf events owned by the caller.
     if unsafe { pe::ioctls::SET_OUTPUT(fd.as_raw_fd(), target.as_raw_fd()) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Has the kernel run eBPF program `prog` at each sample of `fd`, keeping the sample only when it
+/// returns non-zero.
+pub fn set_filter(fd: &OwnedFd, prog: i32) -> io::Result<()> {
+    // SAFETY: fd is an open perf event; SET_BPF takes the program's fd as its argument, no pointer.
+    if unsafe { pe::ioctls::SET_BPF(fd.as_raw_fd(), prog as u32) } < 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())

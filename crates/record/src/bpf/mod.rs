@@ -2,11 +2,13 @@
 //! libbpf. Programs detach when the wrapper is dropped, on every exit path.
 
 mod calls;
+mod clock;
 mod exits;
 mod offcpu;
 mod syscalls;
 
 pub use calls::{CallCount, CallProbe};
+pub use clock::ClockFilter;
 pub use exits::ExitWatch;
 pub use offcpu::{OffCpuConfig, OffCpuProbe};
 pub use syscalls::{syscall_numbers, SyscallProbe};
@@ -32,6 +34,13 @@ mod calls_skel {
 #[allow(non_upper_case_globals, non_snake_case, missing_docs)]
 mod exits_skel {
     include!(concat!(env!("OUT_DIR"), "/exits.skel.rs"));
+}
+
+#[allow(clippy::all, clippy::undocumented_unsafe_blocks, dead_code, unused_imports, unused_qualifications)]
+#[allow(non_camel_case_types)]
+#[allow(non_upper_case_globals, non_snake_case, missing_docs)]
+mod clock_skel {
+    include!(concat!(env!("OUT_DIR"), "/clock.skel.rs"));
 }
 
 #[allow(clippy::all, clippy::undocumented_unsafe_blocks, dead_code, unused_imports, unused_qualifications)]
