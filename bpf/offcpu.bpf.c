@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * whyslow off-CPU: blocked time by stack, decided in the kernel. At a switch-out of a tracked thread its
- * user registers, a copy of its user stack and its kernel stack are kept in `blocks` (one entry per
- * thread); at its switch-in the block's length is known, and only then is it sent to user space:
- * always when it lasted at least `sample_ns`, otherwise with probability length / sample_ns and valued
- * sample_ns. That is an unbiased estimate of blocked time by stack at a bounded rate (about one record per
+ * user registers and a copy of its user stack are kept in `blocks` (one entry per thread); at its
+ * switch-in the block's length is known, and only then is it sent to user space: always when it lasted
+ * at least `sample_ns`, otherwise with probability length / sample_ns and valued sample_ns. Its kernel
+ * stack, unchanged while it is blocked, is taken only for a block that is sent (walking it at every
+ * switch-out cost more than the rest of this program), and for the blocks still in progress at the end
+ * of a run by the `blocked_stacks` iterator. That is an unbiased estimate of blocked time by stack at a bounded rate (about one record per
  * sample_ns of blocked time per thread), however often the target switches; sample_ns = 0 sends every
  * block. Blocks shorter than `min_block_ns` are left out. Nothing here may block or change the target;
  * records the ring had no room for and blocks no entry could hold are counted, never silently dropped.
@@ -97,7 +99,7 @@ static __always_inline u32 copy_stack(struct ws_block *b, u64 sp)
 	return n;
 }
 
-static __always_inline void switched_out(void *ctx, struct task_struct *p, unsigned int state, u64 now)
+static __always_inline void switched_out(struct task_struct *p, unsigned int state, u64 now)
 {
 	u32 tid = p->pid;
 	if (!is_tracked(p->tgid) || (p->flags & (PF_EXITING | PF_KTHREAD)))
@@ -124,10 +126,15 @@ static __always_inline void switched_out(void *ctx, struct task_struct *p, unsig
 	b->sp = regs->sp;
 	b->bp = regs->bp;
 	b->ustack_bytes = copy_stack(b, b->sp);
-	/* The first two frames are this program and the tracepoint's bpf_trace_run4: start at __schedule. */
-	long k = kernel_stack ? bpf_get_stack(ctx, b->kstack, sizeof(b->kstack), 2) : 0;
-	b->kstack_bytes = k > 0 ? k : 0;
+	b->kstack_bytes = 0;
 	b->since = now;
+}
+
+/* The kernel stack of thread `p`, blocked in __schedule: where it blocked. */
+static __always_inline void blocked_at(struct task_struct *p, struct ws_block *b)
+{
+	long k = kernel_stack ? bpf_get_task_stack(p, b->kstack, sizeof(b->kstack), 0) : 0;
+	b->kstack_bytes = k > 0 ? k : 0;
 }
 
 static __always_inline void switched_in(struct task_struct *p, u64 now)
@@ -148,6 +155,7 @@ static __always_inline void switched_in(struct task_struct *p, u64 now)
 	}
 	b->ns = ns;
 	b->until = now;
+	blocked_at(p, b);
 	u32 n = b->ustack_bytes;
 	if (n > STACK_MAX)
 		n = STACK_MAX;
@@ -160,8 +168,22 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	     unsigned int prev_state)
 {
 	u64 now = bpf_ktime_get_ns();
-	switched_out(ctx, prev, preempt ? 0 : prev_state, now);
+	switched_out(prev, preempt ? 0 : prev_state, now);
 	switched_in(next, now);
+	return 0;
+}
+
+/* Run by user space at the end of a run: the kernel stacks of the tracked threads still blocked. */
+SEC("iter/task")
+int blocked_stacks(struct bpf_iter__task *ctx)
+{
+	struct task_struct *p = ctx->task;
+	if (!p)
+		return 0;
+	u32 tid = p->pid;
+	struct ws_block *b = bpf_map_lookup_elem(&blocks, &tid);
+	if (b && b->since)
+		blocked_at(p, b);
 	return 0;
 }
 

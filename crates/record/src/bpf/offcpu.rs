@@ -111,8 +111,14 @@ impl<'obj> OffCpuProbe<'obj> {
         into.append(&mut self.records.borrow_mut());
     }
 
-    /// The threads blocked now, each valued from its switch-out until `end` (the end of a run).
+    /// The threads blocked now, each valued from its switch-out until `end` (the end of a run), with the
+    /// kernel stack the `blocked_stacks` iterator takes of each first.
     pub fn in_progress(&self, end: u64) -> Vec<Timed> {
+        if let Some(mut it) =
+            self.skel.links.blocked_stacks.as_ref().and_then(|l| libbpf_rs::Iter::new(l).ok())
+        {
+            let _ = std::io::copy(&mut it, &mut std::io::sink());
+        }
         let map = &self.skel.maps.blocks;
         map.keys()
             .filter_map(|k| map.lookup(&k, MapFlags::ANY).ok().flatten())
