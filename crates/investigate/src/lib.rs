@@ -65,8 +65,17 @@ impl Default for Options {
     }
 }
 
+/// whyslow's nice value while it watches a live process (`doctor -p`, `--comm`).
+pub const YIELD_NICE: i32 = 10;
+
 /// Runs both phases and returns the joined profile; what was done is in `meta.notes`.
 pub fn investigate(opts: &Options, observer: &mut impl Observer) -> Result<Profile, InvestigateError> {
+    if !matches!(opts.target, Target::Launch(_)) {
+        // A live service comes first: reading the rings, symbolizing and the analysis between and after
+        // the phases run at a lower priority (the probes' cost, in the service's own threads, is bounded
+        // by the budget).
+        whyslow_record::yield_cpu(YIELD_NICE);
+    }
     let phase1 = RecordOptions {
         target: opts.target.clone(),
         frequency: opts.frequency,

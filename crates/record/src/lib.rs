@@ -20,8 +20,8 @@ pub use bpf::syscall_numbers;
 pub use session::{record, End, Observer, Progress, Session};
 pub use sources::Objects;
 pub use sys::{monotonic_ns, Clock};
-pub use target::stop_launched;
 pub use target::Target;
+pub use target::{stop_launched, yield_cpu};
 
 /// How to record.
 #[derive(Debug, Clone)]

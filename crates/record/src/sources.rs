@@ -229,12 +229,16 @@ impl Events {
     }
 
     /// Stops the events sampled at a fixed period (syscall, call and allocation stacks), leaving the
-    /// clocks. Inherited copies in the target's threads and children stop with them.
-    pub(crate) fn disable_fixed_period(&self) {
-        let fixed = |k: usize| self.cfgs[k].fixed_period().is_some();
-        let owners = self.rings.iter().map(Ring::fd).filter(|_| fixed(0));
-        let extra = self.extra.iter().filter(|(_, k, _)| fixed(*k)).map(|(_, _, fd)| fd);
-        owners.chain(extra).for_each(sys::disable);
+    /// clocks: closes them (an open tracepoint event, even disabled, keeps every syscall of the machine on
+    /// the traced path), or disables them where they own a ring. Inherited copies in the target's threads
+    /// and children go with them.
+    pub(crate) fn stop_fixed_period(&mut self) {
+        let cfgs = &self.cfgs;
+        let fixed = |k: usize| cfgs[k].fixed_period().is_some();
+        if fixed(0) {
+            self.rings.iter().map(Ring::fd).for_each(sys::disable);
+        }
+        self.extra.retain(|(_, k, _)| !fixed(*k));
     }
 
     /// Hands the records of every ring, with `batch` (records of other sources), to the converter.
@@ -645,7 +649,7 @@ impl<'obj> Sources<'obj> {
             p.detach();
         }
         self.calls.iter_mut().chain(self.alloc_sites.as_mut()).for_each(CallProbe::detach);
-        self.ev.disable_fixed_period();
+        self.ev.stop_fixed_period();
     }
 
     /// Hands everything that arrived to the converter, in time order.

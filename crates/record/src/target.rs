@@ -299,6 +299,17 @@ pub fn stop_launched(pid: u32) -> i32 {
     exit_code_of(st)
 }
 
+/// Lowers the calling thread's CPU priority (and that of the threads it starts later) to nice `nice`,
+/// unless it is lower already: watching a live service, whyslow's own work yields the CPU to it.
+pub fn yield_cpu(nice: i32) {
+    // SAFETY: getpriority and setpriority take no pointers; `who` 0 is the calling thread.
+    unsafe {
+        if libc::getpriority(libc::PRIO_PROCESS, 0) < nice {
+            libc::setpriority(libc::PRIO_PROCESS, 0, nice);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -312,6 +323,21 @@ mod tests {
         );
         assert!(parse_maps_line("7f00-7f80 rw-p 00000000 00:00 0 [heap]").is_none());
         assert_eq!(parse_maps_line("7f00-7f80 r-xp 00000000 00:00 0  [vdso]").unwrap().path, "[vdso]");
+    }
+
+    #[test]
+    fn yielding_lowers_the_priority_only() {
+        // A thread of its own: the test harness's other threads keep their priority.
+        std::thread::spawn(|| {
+            yield_cpu(5);
+            // SAFETY: getpriority takes no pointers.
+            assert_eq!(unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) }, 5);
+            yield_cpu(3);
+            // SAFETY: as above.
+            assert_eq!(unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) }, 5);
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]
