@@ -77,6 +77,8 @@ pub struct ObjectImage {
     /// Executable loadable segments: (file offset range, virtual address).
     segments: Vec<(Range<u64>, u64)>,
     sections: ExplicitModuleSectionInfo<Bytes>,
+    /// The ELF entry point (virtual address; 0 when none).
+    entry: u64,
 }
 
 impl ObjectImage {
@@ -126,7 +128,7 @@ impl ObjectImage {
             .flatten()
             .map(|b| b.iter().map(|x| format!("{x:02x}")).collect())
             .unwrap_or_default();
-        Ok(ObjectImage { path: path.to_string(), build_id, segments, sections })
+        Ok(ObjectImage { path: path.to_string(), build_id, segments, sections, entry: obj.entry() })
     }
 
     /// Load bias for an executable mapping of this file at `start` with file offset `pgoff`
@@ -141,6 +143,21 @@ impl ObjectImage {
             .or_else(|| self.segments.iter().find(|(r, _)| r.contains(&pgoff)))
             .map(|(r, vaddr)| start.wrapping_add(r.start).wrapping_sub(pgoff).wrapping_sub(*vaddr))
     }
+}
+
+/// Bytes from an image's entry point within which a frame is the process's first: `_start` and the
+/// return address of its first call.
+const ENTRY_CODE: u64 = 64;
+
+/// Whether live address `addr` is in the entry code of the image mapped there.
+fn at_entry(mapped: &[(Range<u64>, Arc<ObjectImage>, u64)], addr: u64) -> bool {
+    mapped.iter().any(|(r, image, pgoff)| {
+        r.contains(&addr)
+            && image.entry != 0
+            && image
+                .bias(r.start, *pgoff)
+                .is_some_and(|b| addr.wrapping_sub(b.wrapping_add(image.entry)) < ENTRY_CODE)
+    })
 }
 
 /// Registers needed to start unwinding (x86-64).
@@ -220,6 +237,8 @@ impl ProcessUnwinder {
                 Ok(Some(FrameAddress::InstructionPointer(a))) => out.push(a),
                 Ok(Some(FrameAddress::ReturnAddress(a))) => out.push(u64::from(a) - 1),
                 Ok(None) => return Outcome::Complete,
+                // The entry code (the loader's `_start` while it relocates) has no caller to find.
+                Err(_) if out.last().is_some_and(|&a| at_entry(&self.mapped, a)) => return Outcome::Complete,
                 Err(_) => return Outcome::Partial,
             }
             if out.len() >= MAX_FRAMES {
