@@ -379,7 +379,12 @@ fn allocation_sites_and_probe_samples() {
     let dir = tempfile::tempdir().unwrap();
     let (go, _, _) = doctor_saved(dir.path(), "doctor_gogc", &[]);
     let sites = alloc_sites(&go);
-    assert!(sites.starts_with("main.handleBad ("), "{sites}");
+    // handleBad's allocations through internal/godebug.lookup are as many as its own (12755 vs 12614 in one
+    // run): either may come first.
+    assert!(sites.split(", ").take(2).any(|s| s.starts_with("main.handleBad (")), "{sites}");
+    for probed in ["runtime.mallocgc (", "runtime.newobject (", "runtime.makeslice ("] {
+        assert!(!sites.contains(probed), "{sites}");
+    }
     let (cpp, _, _) = doctor_saved(dir.path(), "doctor_churn", &[]);
     let sites = alloc_sites(&cpp);
     assert!(sites.starts_with("handle_bad ("), "{sites}");
