@@ -17,6 +17,8 @@
 #include "track.h"
 
 #define STACK_MAX 16384 /* bytes of user stack copied at most (a power of two) */
+#define GO_STACK_MAX 8192 /* bytes of a goroutine's stack copied after it at most */
+#define GO_FRAMES 64      /* frame pointers followed to find where a Go system stack ends */
 #define PAGE 4096
 #define KSTACK_DEPTH 64
 #define PF_EXITING 0x00000004
@@ -28,7 +30,7 @@
 #define DROP_SLOTS 2
 #include "drops.h"
 
-/* One thread's last block; the record sent is this struct up to ustack[ustack_bytes]. */
+/* One thread's last block; the record sent is this struct up to ustack[ustack_bytes + go_bytes]. */
 struct ws_block {
 	u64 since; /* switch-out time; 0 while the thread runs */
 	u64 until; /* switch-in time */
@@ -38,13 +40,14 @@ struct ws_block {
 	u32 state; /* prev_state at the switch-out: 0 (TASK_RUNNING) when preempted */
 	u32 kstack_bytes;
 	u32 ustack_bytes;
-	u32 pad;
+	u32 go_bytes; /* bytes of a goroutine's stack copied after the user stack */
 	u64 ip;
 	u64 sp;
 	u64 bp;
+	u64 go_bp; /* the address they were copied from: the goroutine frame the frame pointers lead to */
 	u64 kstack[KSTACK_DEPTH];
-	/* Slack past STACK_MAX keeps the verifier's bound on each page-sized read simple. */
-	u8 ustack[STACK_MAX + 2 * PAGE];
+	/* Twice STACK_MAX and slack keep the verifier's bound on each page-sized read simple. */
+	u8 ustack[2 * STACK_MAX + 2 * PAGE];
 };
 
 /* Set before load. */
@@ -69,34 +72,70 @@ struct {
 	__type(value, struct ws_block);
 } zero SEC(".maps");
 
+/* Processes running Go (set by user space, see copy_goroutine_stack). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, u32);
+	__type(value, u8);
+} go_procs SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 4 << 20); /* resized by user space before load */
 } events SEC(".maps");
 
-/* Copies up to stack_bytes of user stack from sp, page by page, stopping at the first page that cannot be
- * read (the end of the stack mapping, or a page not resident): returns the bytes copied. */
-static __always_inline u32 copy_stack(struct ws_block *b, u64 sp)
+/* Copies up to `max` (<= STACK_MAX) bytes of user stack from `from` to ustack[at...] (at <= STACK_MAX), page
+ * by page, stopping at the first page that cannot be read (the end of the stack mapping, or a page not
+ * resident): returns the bytes copied. */
+static __always_inline u32 copy_stack(struct ws_block *b, u32 at, u64 from, u32 max)
 {
 	u32 n = 0;
 	for (int i = 0; i < STACK_MAX / PAGE + 1; i++) {
-		if (n >= stack_bytes || n >= STACK_MAX)
+		if (n >= max || n >= STACK_MAX)
 			break;
-		u32 len = PAGE - ((sp + n) & (PAGE - 1));
-		if (len > stack_bytes - n)
-			len = stack_bytes - n;
-		/* The masks change nothing (off < STACK_MAX, len <= PAGE) but give the verifier its bounds; the
-		 * barriers keep the compiler from dropping them as redundant. */
-		u32 off = n;
+		u32 len = PAGE - ((from + n) & (PAGE - 1));
+		if (len > max - n)
+			len = max - n;
+		/* The masks change nothing (off < 2 * STACK_MAX, len <= PAGE) but give the verifier its bounds;
+		 * the barriers keep the compiler from dropping them as redundant. */
+		u32 off = at + n;
 		barrier_var(off);
 		barrier_var(len);
-		off &= STACK_MAX - 1;
+		off &= 2 * STACK_MAX - 1;
 		len &= 2 * PAGE - 1;
-		if (bpf_probe_read_user(&b->ustack[off], len, (void *)(sp + n)))
+		if (bpf_probe_read_user(&b->ustack[off], len, (void *)(from + n)))
 			break;
 		n += len;
 	}
 	return n;
+}
+
+/* Go's runtime.systemstack runs a function on the thread's system stack, leaving the frame pointer of its
+ * own frame, which is on the goroutine's stack, in the chain. A thread blocked there has its goroutine's
+ * frames elsewhere than the copied stack: follow the frame pointers through the copy, and where they leave
+ * it, copy the goroutine's stack from there on after it (the vDSO and cgo calls switch stacks the same
+ * way). A chain that ends in the copy, with 0, needs nothing: Go's other switches, mcall and morestack,
+ * and a thread's first frame clear the frame pointer. */
+static __always_inline void copy_goroutine_stack(struct ws_block *b)
+{
+	u64 bp = b->bp, sp = b->sp;
+	u32 n = b->ustack_bytes;
+	int i;
+	for (i = 0; i < GO_FRAMES; i++) {
+		if (!bp || (bp & 7))
+			return;
+		if (bp < sp || bp - sp + 16 > n)
+			break;
+		u32 off = bp - sp;
+		barrier_var(off);
+		off &= STACK_MAX - 1;
+		bp = *(u64 *)&b->ustack[off];
+	}
+	if (i == GO_FRAMES)
+		return;
+	b->go_bp = bp;
+	b->go_bytes = copy_stack(b, n, bp, GO_STACK_MAX);
 }
 
 static __always_inline void switched_out(struct task_struct *p, unsigned int state, u64 now)
@@ -125,7 +164,11 @@ static __always_inline void switched_out(struct task_struct *p, unsigned int sta
 	b->ip = regs->ip;
 	b->sp = regs->sp;
 	b->bp = regs->bp;
-	b->ustack_bytes = copy_stack(b, b->sp);
+	b->ustack_bytes = copy_stack(b, 0, b->sp, stack_bytes);
+	b->go_bytes = 0;
+	u32 tgid = p->tgid;
+	if (bpf_map_lookup_elem(&go_procs, &tgid))
+		copy_goroutine_stack(b);
 	b->kstack_bytes = 0;
 	b->since = now;
 }
@@ -156,9 +199,10 @@ static __always_inline void switched_in(struct task_struct *p, u64 now)
 	b->ns = ns;
 	b->until = now;
 	blocked_at(p, b);
-	u32 n = b->ustack_bytes;
-	if (n > STACK_MAX)
-		n = STACK_MAX;
+	u64 n = (u64)b->ustack_bytes + b->go_bytes;
+	if (n > STACK_MAX + GO_STACK_MAX)
+		n = STACK_MAX + GO_STACK_MAX;
+	barrier_var(n);
 	if (bpf_ringbuf_output(&events, b, __builtin_offsetof(struct ws_block, ustack) + n, 0))
 		drop(DROP_RING);
 }
@@ -193,6 +237,8 @@ int BPF_PROG(on_thread_exit, struct task_struct *p)
 {
 	u32 tid = p->pid;
 	bpf_map_delete_elem(&blocks, &tid);
+	if (tid == p->tgid)
+		bpf_map_delete_elem(&go_procs, &tid);
 	return 0;
 }
 

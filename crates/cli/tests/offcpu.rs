@@ -110,3 +110,30 @@ fn go_blocked_stacks_hold_only_code_addresses() {
         assert!(bad.is_empty(), "round {round}: frames that are no code address: {bad:#?}");
     }
 }
+
+/// Go's runtime.systemstack runs a function on the thread's system stack; a thread that blocks there (the
+/// garbage collector's workers wait for each other under it) has its goroutine's frames on another stack.
+/// The stack goes on with them (runtime.goexit is its root), and every Go blocked stack ends at a root of
+/// Go's: a goroutine's goexit, a thread's mstart, or the system stack's mcall or morestack (a signal
+/// handler's stack ends at the signal frame: what it interrupted is not unwound).
+#[test]
+fn go_blocked_stacks_cross_the_system_stack_switch() {
+    let dir = tmp();
+    let bin = workload("doctor_gogc");
+    let data = record(dir.path(), "gc", &["--offcpu"], &[bin.to_str().unwrap()]);
+    let folded = dir.path().join("gc.folded");
+    ok(&["export", &data, "--format", "folded", "--type", "offcpu", "-o", folded.to_str().unwrap()]);
+    let text = std::fs::read_to_string(&folded).unwrap();
+    let roots =
+        ["runtime.goexit;", "runtime.mstart;", "runtime.mcall;", "runtime.morestack;", "runtime.rt0_go;"];
+    let unrooted: Vec<&str> = text
+        .lines()
+        .filter(|l| !roots.iter().any(|r| l.starts_with(r)) && !l.contains(";runtime.sigtramp;"))
+        .collect();
+    assert!(unrooted.is_empty(), "blocked stacks without a Go root: {unrooted:#?}");
+    let crossed = text
+        .lines()
+        .filter(|l| l.starts_with("runtime.goexit;") && l.contains(";runtime.systemstack;"))
+        .count();
+    assert!(crossed > 0, "no blocked stack goes on from the system stack to its goroutine: {text}");
+}

@@ -16,7 +16,7 @@ use whyslow_model::raw::{FastMap, RawFrame, RawModule, RawRecording, RawThread};
 use whyslow_model::syscalls::syscall_name;
 use whyslow_model::{sample_types as st, FrameKind, SampleType, UnwindStats};
 pub use whyslow_unwind::FileBytes;
-use whyslow_unwind::{ObjectImage, Outcome, ProcessUnwinder, Regs};
+use whyslow_unwind::{Goroutine, ObjectImage, Outcome, ProcessUnwinder, Regs};
 
 /// What the converter cannot know from records alone.
 pub trait Host {
@@ -578,7 +578,14 @@ impl<H: Host> Converter<H> {
         };
         if let Some(UserRegs { bp, sp, ip, .. }) = s.regs {
             let proc = self.procs.get_mut(&s.pid).expect("inserted above");
-            let outcome = proc.unwinder.unwind(Regs { ip, sp, bp }, s.stack, &mut self.frames);
+            let (own, goroutine) = match s.goroutine {
+                Some(g) if g.offset <= s.stack.len() => {
+                    let (own, rest) = s.stack.split_at(g.offset);
+                    (own, Some(Goroutine { bp: g.bp, stack: rest }))
+                }
+                _ => (s.stack, None),
+            };
+            let outcome = proc.unwinder.unwind(Regs { ip, sp, bp }, own, goroutine, &mut self.frames);
             let cut = outcome == Outcome::Partial;
             match outcome {
                 Outcome::Complete => self.counters.unwind.complete += 1,

@@ -75,8 +75,18 @@ pub struct Sample {
     pub regs: Option<UserRegs>,
     /// The copied user stack, starting at SP.
     pub stack: Vec<u8>,
+    /// Where the user stack continues on a goroutine's stack (Go's `runtime.systemstack`).
+    pub goroutine: Option<GoroutineStack>,
     /// Tracepoint fields (empty for other events).
     pub raw: Vec<u8>,
+}
+
+/// A goroutine's stack copied after the user stack: `stack[offset..]` holds the bytes from address `bp`,
+/// where the frame-pointer chain leaves the thread's system stack for the goroutine's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GoroutineStack {
+    pub bp: u64,
+    pub offset: usize,
 }
 
 /// A [`Sample`] whose variable-length parts are borrowed from the source's buffer (a perf.data file read
@@ -91,6 +101,7 @@ pub struct SampleRef<'a> {
     pub user: &'a [u64],
     pub regs: Option<UserRegs>,
     pub stack: &'a [u8],
+    pub goroutine: Option<GoroutineStack>,
     pub raw: &'a [u8],
 }
 
@@ -105,6 +116,7 @@ impl Sample {
             user: &self.user,
             regs: self.regs,
             stack: &self.stack,
+            goroutine: self.goroutine,
             raw: &self.raw,
         }
     }

@@ -62,6 +62,7 @@ fn sample(id: u64, pid: u32, tid: u32, ip: u64) -> Record {
         user: vec![],
         regs: Some(regs),
         stack: vec![],
+        goroutine: None,
         raw: vec![],
     })
 }

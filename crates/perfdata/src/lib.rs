@@ -614,6 +614,7 @@ impl Importer {
             user,
             regs,
             stack,
+            goroutine: None,
             raw,
         };
         self.c.handle_sample(sample, time, &self.ids);

@@ -135,6 +135,17 @@ fn decode_sample(r: &mut Reader, fixed_period: impl Fn(u64) -> Option<u64>) -> O
     }
     Some(Timed {
         time,
-        record: Record::Sample(Sample { pid, tid, id, period, kernel, user: Vec::new(), regs, stack, raw }),
+        record: Record::Sample(Sample {
+            pid,
+            tid,
+            id,
+            period,
+            kernel,
+            user: Vec::new(),
+            regs,
+            stack,
+            goroutine: None,
+            raw,
+        }),
     })
 }

@@ -531,7 +531,7 @@ impl<'obj> Sources<'obj> {
                 };
                 let mut p = OffCpuProbe::load(&mut objects.offcpu, &cfg)?;
                 for &pid in pids {
-                    p.track(pid, launched)?;
+                    p.track(pid, launched, target::runs_go(&opts.target, pid))?;
                 }
                 p.attach()?;
                 Some(p)
@@ -694,7 +694,7 @@ impl<'obj> Sources<'obj> {
             w.track(pid, false)?;
         }
         if let Some(p) = &self.offcpu {
-            p.track(pid, false)?;
+            p.track(pid, false, target::runs_go(&opts.target, pid))?;
         }
         if let Some(f) = &self.clock_filter {
             f.track(pid, false)?;

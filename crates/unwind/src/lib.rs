@@ -6,7 +6,7 @@
 
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder};
-use object::{Object, ObjectSection, ObjectSegment};
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -79,6 +79,32 @@ pub struct ObjectImage {
     sections: ExplicitModuleSectionInfo<Bytes>,
     /// The ELF entry point (virtual address; 0 when none).
     entry: u64,
+    /// Functions of a Go runtime linked into this file (virtual addresses).
+    go: Vec<(Range<u64>, GoFrame)>,
+}
+
+/// Go runtime functions that unwinding treats specially.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GoFrame {
+    /// The outermost frame of a stack: a goroutine's (`goexit`), a thread's (`mstart`, `rt0_go`), or the
+    /// system stack's under `mcall` and `morestack`, which clear the frame pointer when they switch to it.
+    Root,
+    /// Runs a function on the thread's system stack (`systemstack`, the vDSO calls, cgo calls), its own
+    /// frame and its caller's are on the goroutine's stack.
+    Switch,
+}
+
+impl GoFrame {
+    fn of(symbol: &str) -> Option<GoFrame> {
+        match symbol.strip_suffix(".abi0").unwrap_or(symbol) {
+            "runtime.goexit" | "runtime.mstart" | "runtime.rt0_go" | "runtime.mcall"
+            | "runtime.morestack" => Some(GoFrame::Root),
+            "runtime.systemstack" | "runtime.nanotime1" | "runtime.walltime" | "runtime.asmcgocall" => {
+                Some(GoFrame::Switch)
+            }
+            _ => None,
+        }
+    }
 }
 
 impl ObjectImage {
@@ -128,7 +154,15 @@ impl ObjectImage {
             .flatten()
             .map(|b| b.iter().map(|x| format!("{x:02x}")).collect())
             .unwrap_or_default();
-        Ok(ObjectImage { path: path.to_string(), build_id, segments, sections, entry: obj.entry() })
+        // Only a Go program's symbol table is read: others may be large, and have none of these.
+        let go = if obj.section_by_name(".go.buildinfo").is_some() {
+            obj.symbols()
+                .filter_map(|s| Some((s.address()..s.address() + s.size(), GoFrame::of(s.name().ok()?)?)))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Ok(ObjectImage { path: path.to_string(), build_id, segments, sections, entry: obj.entry(), go })
     }
 
     /// Load bias for an executable mapping of this file at `start` with file offset `pgoff`
@@ -183,6 +217,67 @@ pub struct ProcessUnwinder {
     unwinder: UnwinderX86_64<Bytes>,
     cache: Option<Box<CacheX86_64>>,
     mapped: Vec<(Range<u64>, Arc<ObjectImage>, u64)>,
+    /// The Go runtime functions of the mappings, at their live addresses.
+    go: Vec<(Range<u64>, GoFrame)>,
+}
+
+/// A goroutine's stack that the stack being unwound continues on: Go's `runtime.systemstack` runs a
+/// function on the thread's system stack, and left the frame pointer of its own frame on the goroutine's
+/// stack in the chain. `stack` holds the bytes copied from that frame pointer `bp` upwards.
+#[derive(Debug, Clone, Copy)]
+pub struct Goroutine<'a> {
+    pub bp: u64,
+    pub stack: &'a [u8],
+}
+
+/// Bytes of a Go assembly function's prologue (`push %rbp; mov %rsp,%rbp`), past which `bp` is its frame.
+const PROLOGUE: u64 = 4;
+
+/// Switches between stacks followed in one unwind at most.
+const MAX_SWITCHES: usize = 4;
+
+/// The stack bytes of an unwind: the copy from the stack pointer, and the goroutine's if any.
+#[derive(Clone, Copy)]
+struct Copies<'a> {
+    sp: u64,
+    own: &'a [u8],
+    goroutine: Option<Goroutine<'a>>,
+}
+
+impl<'a> Copies<'a> {
+    /// The copied bytes from `addr` on (empty when none are).
+    fn from(&self, addr: u64) -> &'a [u8] {
+        let tail = |base: u64, bytes: &'a [u8]| bytes.get(usize::try_from(addr.checked_sub(base)?).ok()?..);
+        tail(self.sp, self.own)
+            .filter(|b| !b.is_empty())
+            .or_else(|| self.goroutine.and_then(|g| tail(g.bp, g.stack)))
+            .unwrap_or_default()
+    }
+
+    fn word(&self, addr: u64) -> Option<u64> {
+        Some(u64::from_le_bytes(self.from(addr).get(..8)?.try_into().ok()?))
+    }
+
+    /// Follows the frame pointers from `bp` to the frame of the function in `switch` that the stack
+    /// switched in; `bp` itself when the function was entered from the first frame (`leaf_returns`).
+    fn switch_frame(&self, bp: u64, switch: &Range<u64>, leaf_returns: bool) -> Option<u64> {
+        let mut at = bp;
+        for _ in 0..MAX_FRAMES {
+            let (Some(next), Some(ret)) = (self.word(at), self.word(at.wrapping_add(8))) else { break };
+            if switch.contains(&ret.wrapping_sub(1)) {
+                return Some(next);
+            }
+            at = next;
+        }
+        leaf_returns.then_some(bp)
+    }
+}
+
+/// How one stack's walk ended.
+enum Walked {
+    Done(Outcome),
+    /// At the return address into `runtime.systemstack`: the caller is on the goroutine's stack.
+    Switch,
 }
 
 impl ProcessUnwinder {
@@ -193,19 +288,24 @@ impl ProcessUnwinder {
     /// Adds an executable mapping `[start, end)` of `image` at file offset `pgoff`.
     /// Mappings that overlap it are replaced (the address space was remapped).
     pub fn add_mapping(&mut self, start: u64, end: u64, pgoff: u64, image: Arc<ObjectImage>) {
-        let overlapping: Vec<u64> = self
+        let overlapping: Vec<Range<u64>> = self
             .mapped
             .iter()
             .filter(|(r, _, _)| r.start < end && start < r.end)
-            .map(|(r, _, _)| r.start)
+            .map(|(r, _, _)| r.clone())
             .collect();
-        for s in overlapping {
-            self.unwinder.remove_module(s);
-            self.mapped.retain(|(r, _, _)| r.start != s);
+        for old in overlapping {
+            self.unwinder.remove_module(old.start);
+            self.mapped.retain(|(r, _, _)| r.start != old.start);
+            self.go.retain(|(f, _)| !old.contains(&f.start));
         }
         let Some(bias) = image.bias(start, pgoff) else { return };
         let module = Module::new(image.path.clone(), start..end, bias, image.sections.clone());
         self.unwinder.add_module(module);
+        let live = |r: &Range<u64>| r.start.wrapping_add(bias)..r.end.wrapping_add(bias);
+        self.go.extend(
+            image.go.iter().map(|(r, f)| (live(r), *f)).filter(|(r, _)| start <= r.start && r.end <= end),
+        );
         self.mapped.push((start..end, image, pgoff));
     }
 
@@ -218,11 +318,49 @@ impl ProcessUnwinder {
         child
     }
 
-    /// Unwinds a stack. `stack` holds the bytes copied from `regs.sp` upwards. Frames are written to `out`,
-    /// innermost first: the first is the instruction pointer, the rest are return addresses minus one (so
-    /// they point into the call instruction, which is what symbolizers should look up).
-    pub fn unwind(&mut self, regs: Regs, stack: &[u8], out: &mut Vec<u64>) -> Outcome {
+    /// Unwinds a stack. `stack` holds the bytes copied from `regs.sp` upwards; `goroutine`, the goroutine
+    /// stack it continues on past Go's switch to the system stack, if one was copied. Frames are written to
+    /// `out`, innermost first: the first is the instruction pointer, the rest are return addresses minus
+    /// one (so they point into the call instruction, which is what symbolizers should look up).
+    pub fn unwind(
+        &mut self,
+        regs: Regs,
+        stack: &[u8],
+        goroutine: Option<Goroutine<'_>>,
+        out: &mut Vec<u64>,
+    ) -> Outcome {
         out.clear();
+        let copies = Copies { sp: regs.sp, own: stack, goroutine };
+        let mut at = regs;
+        for _ in 0..MAX_SWITCHES {
+            let first = out.len();
+            if let Walked::Done(outcome) = self.walk(at, copies.from(at.sp), out) {
+                return outcome;
+            }
+            // The switching function's frame: where `bp` points when it was interrupted itself, or when
+            // nothing was pushed since it called; else the one the frame-pointer chain links the frame
+            // that returns into it to (Go keeps the chain across the switch). It holds its caller's frame
+            // pointer and return address, and the caller's stack pointer is past both.
+            let entered = *out.last().expect("a switch is a frame");
+            let Some(switch) = self.go.iter().find(|(r, _)| r.contains(&entered)).map(|(r, _)| r.clone())
+            else {
+                return Outcome::Partial;
+            };
+            let frame = match out.len() - first {
+                1 => Some(at.bp),
+                n => copies.switch_frame(at.bp, &switch, n == 2),
+            };
+            let Some(frame) = frame else { return Outcome::Partial };
+            let (Some(bp), Some(ret)) = (copies.word(frame), copies.word(frame + 8)) else {
+                return Outcome::Partial;
+            };
+            at = Regs { ip: ret.wrapping_sub(1), sp: frame + 16, bp };
+        }
+        Outcome::Partial
+    }
+
+    /// Appends the frames of one stack to `out`.
+    fn walk(&mut self, regs: Regs, stack: &[u8], out: &mut Vec<u64>) -> Walked {
         let sp = regs.sp;
         let mut read_stack = |addr: u64| -> Result<u64, ()> {
             let off = addr.checked_sub(sp).ok_or(())? as usize;
@@ -233,16 +371,26 @@ impl ProcessUnwinder {
         let start = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
         let mut frames = self.unwinder.iter_frames(regs.ip, start, cache, &mut read_stack);
         loop {
-            match frames.next() {
-                Ok(Some(FrameAddress::InstructionPointer(a))) => out.push(a),
-                Ok(Some(FrameAddress::ReturnAddress(a))) => out.push(u64::from(a) - 1),
-                Ok(None) => return Outcome::Complete,
+            let (a, returns) = match frames.next() {
+                Ok(Some(FrameAddress::InstructionPointer(a))) => (a, false),
+                Ok(Some(FrameAddress::ReturnAddress(a))) => (u64::from(a) - 1, true),
+                Ok(None) => return Walked::Done(Outcome::Complete),
                 // The entry code (the loader's `_start` while it relocates) has no caller to find.
-                Err(_) if out.last().is_some_and(|&a| at_entry(&self.mapped, a)) => return Outcome::Complete,
-                Err(_) => return Outcome::Partial,
+                Err(_) if out.last().is_some_and(|&a| at_entry(&self.mapped, a)) => {
+                    return Walked::Done(Outcome::Complete)
+                }
+                Err(_) => return Walked::Done(Outcome::Partial),
+            };
+            out.push(a);
+            // What lies past a Go root, or past systemstack on the system stack, is no caller's frame.
+            // (A switching function interrupted past its prologue may have switched already.)
+            match self.go.iter().find(|(r, _)| r.contains(&a)) {
+                Some((_, GoFrame::Root)) => return Walked::Done(Outcome::Complete),
+                Some((r, GoFrame::Switch)) if returns || a >= r.start + PROLOGUE => return Walked::Switch,
+                _ => {}
             }
             if out.len() >= MAX_FRAMES {
-                return Outcome::Partial;
+                return Walked::Done(Outcome::Partial);
             }
         }
     }
@@ -251,7 +399,6 @@ impl ProcessUnwinder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use object::ObjectSymbol;
 
     #[inline(never)]
     fn marker() -> u32 {

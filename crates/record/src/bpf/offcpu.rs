@@ -11,11 +11,11 @@ use std::cell::RefCell;
 use std::mem::MaybeUninit;
 use std::rc::Rc;
 use std::time::Duration;
-use whyslow_convert::records::{Record, Sample, Timed, UserRegs};
+use whyslow_convert::records::{GoroutineStack, Record, Sample, Timed, UserRegs};
 
 /// Must match `struct ws_block` in bpf/offcpu.bpf.c.
 const STACK_MAX: u32 = 16384;
-const KSTACK_OFFSET: usize = 72;
+const KSTACK_OFFSET: usize = 80;
 const USTACK_OFFSET: usize = KSTACK_OFFSET + 64 * 8;
 const DROP_SLOTS: u32 = 2;
 
@@ -50,6 +50,8 @@ fn decode(b: &[u8], until: Option<u64>) -> Option<Timed> {
     };
     let kbytes = (u32_at(b, 36) as usize).min(USTACK_OFFSET - KSTACK_OFFSET);
     let ubytes = (u32_at(b, 40) as usize).min(b.len() - USTACK_OFFSET);
+    let gbytes = (u32_at(b, 44) as usize).min(b.len() - USTACK_OFFSET - ubytes);
+    let goroutine = (gbytes > 0).then(|| GoroutineStack { bp: u64_at(b, 72), offset: ubytes });
     let kernel = (0..kbytes / 8).map(|i| u64_at(b, KSTACK_OFFSET + 8 * i)).filter(|&a| a != 0).collect();
     let regs = UserRegs { ip: u64_at(b, 48), sp: u64_at(b, 56), bp: u64_at(b, 64), ..Default::default() };
     let sample = Sample {
@@ -60,7 +62,8 @@ fn decode(b: &[u8], until: Option<u64>) -> Option<Timed> {
         kernel,
         user: Vec::new(),
         regs: Some(regs),
-        stack: b[USTACK_OFFSET..USTACK_OFFSET + ubytes].to_vec(),
+        stack: b[USTACK_OFFSET..USTACK_OFFSET + ubytes + gbytes].to_vec(),
+        goroutine,
         raw: u64::from(u32_at(b, 32)).to_ne_bytes().to_vec(),
     };
     Some(Timed { time, record: Record::OffCpu { sample, ns } })
@@ -96,8 +99,13 @@ impl<'obj> OffCpuProbe<'obj> {
     }
 
     /// Records the blocks of process `pid`'s threads (and of the processes it forks from now on); of a
-    /// `launched` command from its exec on.
-    pub fn track(&self, pid: u32, launched: bool) -> Result<(), RecordError> {
+    /// `launched` command from its exec on. The stacks of a Go program's threads blocked on the runtime's
+    /// system stack go on with their goroutine's (`go`).
+    pub fn track(&self, pid: u32, launched: bool, go: bool) -> Result<(), RecordError> {
+        if go {
+            let key = pid.to_ne_bytes();
+            self.skel.maps.go_procs.update(&key, &[1], MapFlags::ANY).map_err(|e| classify("go_procs", e))?;
+        }
         super::track(&self.skel.maps.tracked, pid, launched)
     }
 
