@@ -99,9 +99,11 @@ impl GoFrame {
         match symbol.strip_suffix(".abi0").unwrap_or(symbol) {
             "runtime.goexit" | "runtime.mstart" | "runtime.rt0_go" | "runtime.mcall"
             | "runtime.morestack" => Some(GoFrame::Root),
-            "runtime.systemstack" | "runtime.nanotime1" | "runtime.walltime" | "runtime.asmcgocall" => {
-                Some(GoFrame::Switch)
-            }
+            "runtime.systemstack"
+            | "runtime.asmcgocall"
+            | "runtime.nanotime1"
+            | "runtime.walltime"
+            | "time.now" => Some(GoFrame::Switch),
             _ => None,
         }
     }
