@@ -6,16 +6,103 @@
  * more than the samples themselves. The per-CPU events see every process; this program, run by the kernel
  * at each sample before anything is copied, keeps those of the tracked processes (and their children,
  * from track.h) and drops the rest (return 0).
+ *
+ * A kept sample of a Go program's thread running on the runtime's system stack has its goroutine's frames
+ * on another stack than the one the sample copies: this program sends a copy of that one (see
+ * goroutine_stack), which user space joins to the sample by thread and time.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include "track.h"
 
+#define GO_STACK_MAX 8192 /* bytes of a goroutine's stack copied at most */
+#define GO_FRAMES 64      /* frame pointers followed to find where the system stack ends */
+#define PAGE 4096
+
+/* Set before load: the bytes of user stack each sample copies. */
+const volatile u64 stack_bytes = 0;
+
+/* Processes running Go (set by user space). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, u32);
+	__type(value, u8);
+} go_procs SEC(".maps");
+
+struct ws_goroutine {
+	u64 time;
+	u32 tid;
+	u32 bytes;
+	u64 bp; /* the address the bytes were copied from */
+	/* Slack past GO_STACK_MAX keeps the verifier's bound on each page-sized read simple. */
+	u8 stack[GO_STACK_MAX + 2 * PAGE];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20);
+} goroutines SEC(".maps");
+
+/* Go's runtime.systemstack (and the vDSO and cgo calls) run on the thread's system stack, leaving the
+ * frame pointer of the switching function's frame, on the goroutine's stack, in the chain. Follow the
+ * frame pointers through the part of the stack the sample copies; where they leave it, copy the stack
+ * from there on. A chain that ends (0) needs nothing. */
+static __always_inline void goroutine_stack(void)
+{
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	u64 sp = regs->sp, bp = regs->bp;
+	int i;
+	for (i = 0; i < GO_FRAMES; i++) {
+		if (!bp || (bp & 7))
+			return;
+		if (bp < sp || bp + 16 > sp + stack_bytes)
+			break;
+		if (bpf_probe_read_user(&bp, sizeof(bp), (void *)bp))
+			return;
+	}
+	if (i == GO_FRAMES)
+		return;
+	struct ws_goroutine *g = bpf_ringbuf_reserve(&goroutines, sizeof(*g), 0);
+	if (!g)
+		return;
+	u32 n = 0;
+	for (int k = 0; k < GO_STACK_MAX / PAGE + 1; k++) {
+		u32 len = PAGE - ((bp + n) & (PAGE - 1));
+		if (n >= GO_STACK_MAX)
+			break;
+		if (len > GO_STACK_MAX - n)
+			len = GO_STACK_MAX - n;
+		u32 off = n;
+		barrier_var(off);
+		barrier_var(len);
+		off &= GO_STACK_MAX - 1;
+		len &= PAGE * 2 - 1;
+		if (bpf_probe_read_user(&g->stack[off], len, (void *)(bp + n)))
+			break;
+		n += len;
+	}
+	if (!n) {
+		bpf_ringbuf_discard(g, 0);
+		return;
+	}
+	g->time = bpf_ktime_get_ns();
+	g->tid = (u32)bpf_get_current_pid_tgid();
+	g->bytes = n;
+	g->bp = bp;
+	bpf_ringbuf_submit(g, 0);
+}
+
 SEC("perf_event")
 int keep(void *ctx)
 {
-	return is_tracked(bpf_get_current_pid_tgid() >> 32);
+	u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	if (!is_tracked(tgid))
+		return 0;
+	if (bpf_map_lookup_elem(&go_procs, &tgid))
+		goroutine_stack();
+	return 1;
 }
 
 char LICENSE[] SEC("license") = "GPL";

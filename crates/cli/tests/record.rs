@@ -103,6 +103,39 @@ fn go_and_rust_names_resolve() {
     assert!(!r["functions"].as_array().unwrap().iter().any(|f| hashed(f["name"].as_str().unwrap())), "{r}");
 }
 
+/// A Go program that collects garbage runs much of its runtime on the threads' system stacks (Go's
+/// runtime.systemstack): its CPU samples go on to the goroutine's frames (the kernel sends a copy of that
+/// stack with the sample), so its stacks are complete and the collector's work shows under the goroutines
+/// that caused it. Only stacks in a signal handler (what it interrupted is not unwound) may be cut.
+#[test]
+fn go_cpu_stacks_cross_the_system_stack_switch() {
+    let dir = tmp();
+    let gc = workload("doctor_gogc");
+    let data = record(dir.path(), "gc", &[], &[gc.to_str().unwrap()]);
+    let folded = dir.path().join("gc.folded");
+    ok(&["export", &data, "--format", "folded", "--type", "cpu", "-o", folded.to_str().unwrap()]);
+    let text = std::fs::read_to_string(&folded).unwrap();
+    let count = |l: &str| l.rsplit_once(' ').map_or(0, |(_, n)| n.parse::<u64>().unwrap());
+    let total: u64 = text.lines().map(count).sum();
+    let cut: u64 = text.lines().filter(|l| l.starts_with("[stack cut here]")).map(count).sum();
+    let in_signal: u64 = text
+        .lines()
+        .filter(|l| l.starts_with("[stack cut here]") && l.contains("runtime.sig"))
+        .map(count)
+        .sum();
+    assert!(total > 1000, "{total} samples");
+    assert!(
+        cut - in_signal <= total / 100,
+        "{cut} of {total} stacks cut, {in_signal} in a signal handler: {text}"
+    );
+    let crossed: u64 = text
+        .lines()
+        .filter(|l| l.starts_with("runtime.goexit;") && l.contains(";runtime.systemstack;"))
+        .map(count)
+        .sum();
+    assert!(crossed * 50 > total, "{crossed} of {total} samples cross the system stack switch: {text}");
+}
+
 /// Starts the spin workload and waits until it has printed its PID.
 /// A running workload that is killed when the test ends, even when an assertion fails first.
 struct Spinner(std::process::Child);

@@ -242,7 +242,8 @@ impl Events {
     }
 
     /// Hands the records of every ring, with `batch` (records of other sources), to the converter.
-    pub(crate) fn drain<H: Host>(&mut self, c: &mut Converter<H>, buf: &mut Vec<u8>, mut batch: Vec<Timed>) {
+    /// Reads the records of every ring into `batch`.
+    pub(crate) fn read<H: Host>(&mut self, c: &mut Converter<H>, buf: &mut Vec<u8>, batch: &mut Vec<Timed>) {
         let (ids, cfgs) = (&self.ids, &self.cfgs);
         let fixed_period = |id| ids.get(&id).and_then(|&i| cfgs[i].fixed_period());
         for ring in &mut self.rings {
@@ -251,7 +252,6 @@ impl Events {
                 None => c.count_malformed(),
             });
         }
-        c.handle_batch(batch, &self.ids);
     }
 
     pub(crate) fn rings(&self) -> &[Ring] {
@@ -427,6 +427,8 @@ impl<'obj> Sources<'obj> {
     ) -> Result<Self, RecordError> {
         let alloc = &objects.alloc;
         let alloc_probes: Vec<Probe> = alloc.iter().map(|(p, _)| p.clone()).collect();
+        // Go programs' stacks go on past the runtime's switches to the system stack (bpf/clock.bpf.c).
+        let go: Vec<bool> = pids.iter().map(|&pid| target::runs_go(&opts.target, pid)).collect();
         let base = EventConfig {
             source: Source::Clock(opts.clock),
             frequency: opts.frequency,
@@ -442,7 +444,8 @@ impl<'obj> Sources<'obj> {
         // The clock is counted per CPU and filtered in the kernel where eBPF allows (bpf/clock.bpf.c): a
         // per-thread clock costs the target at each of its context switches. One event per thread that
         // samples nothing then follows the processes' mappings, threads and children.
-        let clock_filter = if opts.cpu { ClockFilter::load(&mut objects.clock).ok() } else { None };
+        let clock_filter =
+            if opts.cpu { ClockFilter::load(&mut objects.clock, opts.stack_bytes).ok() } else { None };
         if opts.cpu {
             cfgs.push(base);
             streams.push(Stream::Cpu { slot: 0 });
@@ -530,8 +533,8 @@ impl<'obj> Sources<'obj> {
                     ring_bytes: (opts.ring_pages * 4096 * sys::online_cpus().len()).min(32 << 20),
                 };
                 let mut p = OffCpuProbe::load(&mut objects.offcpu, &cfg)?;
-                for &pid in pids {
-                    p.track(pid, launched, target::runs_go(&opts.target, pid))?;
+                for (&pid, &go) in pids.iter().zip(&go) {
+                    p.track(pid, launched, go)?;
                 }
                 p.attach()?;
                 Some(p)
@@ -550,8 +553,8 @@ impl<'obj> Sources<'obj> {
             filter: clock_filter.as_ref().map(ClockFilter::program_fd),
         };
         if let Some(f) = &clock_filter {
-            for &pid in pids {
-                f.track(pid, launched)?;
+            for (&pid, &go) in pids.iter().zip(&go) {
+                f.track(pid, launched, go)?;
             }
         }
         if !ev.cfgs.is_empty() {
@@ -663,7 +666,12 @@ impl<'obj> Sources<'obj> {
                 self.offcpu_lost = lost;
             }
         }
-        self.ev.drain(c, buf, batch);
+        self.ev.read(c, buf, &mut batch);
+        if let Some(f) = &self.clock_filter {
+            // The per-CPU clock is the first event configured.
+            f.join_goroutines(&mut batch, |id| self.ev.ids.get(&id) == Some(&0));
+        }
+        c.handle_batch(batch, &self.ev.ids);
     }
 
     /// Follows process `pid` from now on as well: opens the events on its threads and has the eBPF
@@ -693,11 +701,12 @@ impl<'obj> Sources<'obj> {
         if let Some(w) = &self.exits {
             w.track(pid, false)?;
         }
+        let go = target::runs_go(&opts.target, pid);
         if let Some(p) = &self.offcpu {
-            p.track(pid, false, target::runs_go(&opts.target, pid))?;
+            p.track(pid, false, go)?;
         }
         if let Some(f) = &self.clock_filter {
-            f.track(pid, false)?;
+            f.track(pid, false, go)?;
         }
         Ok(())
     }

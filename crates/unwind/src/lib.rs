@@ -86,8 +86,9 @@ pub struct ObjectImage {
 /// Go runtime functions that unwinding treats specially.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum GoFrame {
-    /// The outermost frame of a stack: a goroutine's (`goexit`), a thread's (`mstart`, `rt0_go`), or the
-    /// system stack's under `mcall` and `morestack`, which clear the frame pointer when they switch to it.
+    /// The outermost frame of a stack: a goroutine's (`goexit`), a thread's (`mstart`, `rt0_go`), the
+    /// system stack's under `mcall` and `morestack`, which clear the frame pointer when they switch to it,
+    /// or `gogo` switching to a goroutine (its stack pointer is the goroutine's, not yet its frames).
     Root,
     /// Runs a function on the thread's system stack (`systemstack`, the vDSO calls, cgo calls), its own
     /// frame and its caller's are on the goroutine's stack.
@@ -98,7 +99,7 @@ impl GoFrame {
     fn of(symbol: &str) -> Option<GoFrame> {
         match symbol.strip_suffix(".abi0").unwrap_or(symbol) {
             "runtime.goexit" | "runtime.mstart" | "runtime.rt0_go" | "runtime.mcall"
-            | "runtime.morestack" => Some(GoFrame::Root),
+            | "runtime.morestack" | "runtime.gogo" | "gogo" => Some(GoFrame::Root),
             "runtime.systemstack"
             | "runtime.asmcgocall"
             | "runtime.nanotime1"

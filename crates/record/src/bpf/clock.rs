@@ -1,42 +1,120 @@
 //! The filter of the per-CPU clock events (bpf/clock.bpf.c): the kernel keeps a sample only when it
-//! interrupted a tracked process.
+//! interrupted a tracked process, and sends the goroutine stack of a Go thread sampled on the runtime's
+//! system stack, which [`ClockFilter::join_goroutines`] adds to its sample.
 
-use super::clock_skel::{ClockSkel, ClockSkelBuilder};
-use super::{check_btf, classify, quiet_libbpf};
+use super::clock_skel::{ClockSkel, ClockSkelBuilder, OpenClockSkel};
+use super::{check_btf, classify, quiet_libbpf, u32_at, u64_at};
 use crate::RecordError;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
-use libbpf_rs::{MapCore, OpenObject};
+use libbpf_rs::{MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
+use std::cell::RefCell;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd};
+use std::rc::Rc;
+use std::time::Duration;
+use whyslow_convert::records::{GoroutineStack, Record, Timed};
+
+/// Must match `struct ws_goroutine` in bpf/clock.bpf.c.
+const STACK_OFFSET: usize = 24;
+/// The program that runs for a sample sends its goroutine stack within this long after the sample's time
+/// (a few microseconds; a thread's samples are further apart).
+const JOIN_NS: u64 = 200_000;
+
+/// A goroutine stack the kernel sent for the next clock sample of thread `tid`.
+struct Goroutine {
+    time: u64,
+    tid: u32,
+    bp: u64,
+    bytes: Vec<u8>,
+    /// Drains it has waited for its sample.
+    waited: u8,
+}
 
 /// Loaded filter, following forks and execs of the tracked processes; detached when dropped.
 pub struct ClockFilter<'obj> {
     skel: ClockSkel<'obj>,
+    ring: RingBuffer<'static>,
+    pending: Rc<RefCell<Vec<Goroutine>>>,
 }
 
 impl<'obj> ClockFilter<'obj> {
-    pub fn load(obj: &'obj mut MaybeUninit<OpenObject>) -> Result<Self, RecordError> {
+    /// `stack_bytes`: the user stack each sample copies.
+    pub fn load(obj: &'obj mut MaybeUninit<OpenObject>, stack_bytes: u32) -> Result<Self, RecordError> {
         check_btf()?;
         quiet_libbpf();
-        let open = ClockSkelBuilder::default().open(obj).map_err(|e| classify("open", e))?;
+        let mut open: OpenClockSkel =
+            ClockSkelBuilder::default().open(obj).map_err(|e| classify("open", e))?;
+        if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
+            ro.stack_bytes = u64::from(stack_bytes);
+        }
         let mut skel = open.load().map_err(|e| classify("load", e))?;
         // Attaches the fork and exec hooks; the filter itself is attached to each event by the caller.
         skel.attach().map_err(|e| classify("attach", e))?;
-        Ok(ClockFilter { skel })
+        let pending = Rc::new(RefCell::new(Vec::new()));
+        let sink = pending.clone();
+        let mut b = RingBufferBuilder::new();
+        b.add(&skel.maps.goroutines, move |d: &[u8]| {
+            if d.len() >= STACK_OFFSET {
+                let n = (u32_at(d, 12) as usize).min(d.len() - STACK_OFFSET);
+                let bytes = d[STACK_OFFSET..STACK_OFFSET + n].to_vec();
+                sink.borrow_mut().push(Goroutine {
+                    time: u64_at(d, 0),
+                    tid: u32_at(d, 8),
+                    bp: u64_at(d, 16),
+                    bytes,
+                    waited: 0,
+                });
+            }
+            0
+        })
+        .map_err(|e| classify("ring buffer", e))?;
+        let ring = b.build().map_err(|e| classify("ring buffer", e))?;
+        Ok(ClockFilter { skel, ring, pending })
     }
 
-    /// Keeps the samples of process `pid` (from its exec on when `launched`) and of the processes it forks.
-    pub fn track(&self, pid: u32, launched: bool) -> Result<(), RecordError> {
+    /// Keeps the samples of process `pid` (from its exec on when `launched`) and of the processes it forks;
+    /// with their goroutine stacks when it runs Go (`go`).
+    pub fn track(&self, pid: u32, launched: bool, go: bool) -> Result<(), RecordError> {
+        if go {
+            let key = pid.to_ne_bytes();
+            self.skel.maps.go_procs.update(&key, &[1], MapFlags::ANY).map_err(|e| classify("go_procs", e))?;
+        }
         super::track(&self.skel.maps.tracked, pid, launched)
     }
 
     /// Drops the samples of process `pid` from now on.
     pub fn untrack(&self, pid: u32) {
         let _ = self.skel.maps.tracked.delete(&pid.to_ne_bytes());
+        let _ = self.skel.maps.go_procs.delete(&pid.to_ne_bytes());
     }
 
     /// The program to attach to each clock event (PERF_EVENT_IOC_SET_BPF).
     pub fn program_fd(&self) -> i32 {
         self.skel.progs.keep.as_fd().as_raw_fd()
+    }
+
+    /// Adds to each clock sample in `batch` (`clock` tells their event ids) the goroutine stack sent for
+    /// it: the thread's sample timed right before the stack was sent. Call after reading the samples: the
+    /// stack of each is sent before the sample is written. A stack whose sample is not in this batch
+    /// waits for the next.
+    pub fn join_goroutines(&self, batch: &mut [Timed], clock: impl Fn(u64) -> bool) {
+        let _ = self.ring.poll(Duration::ZERO);
+        self.pending.borrow_mut().retain_mut(|g| {
+            let sample = batch.iter_mut().find_map(|t| match &mut t.record {
+                Record::Sample(s)
+                    if s.tid == g.tid && clock(s.id) && t.time <= g.time && g.time - t.time < JOIN_NS =>
+                {
+                    Some(s)
+                }
+                _ => None,
+            });
+            if let Some(s) = sample {
+                s.goroutine = Some(GoroutineStack { bp: g.bp, offset: s.stack.len() });
+                s.stack.append(&mut g.bytes);
+                return false;
+            }
+            g.waited += 1;
+            g.waited < 2
+        });
     }
 }
