@@ -15,21 +15,12 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include "track.h"
+#include "go.h"
 
-#define GO_STACK_MAX 8192 /* bytes of a goroutine's stack copied at most */
-#define GO_FRAMES 64      /* frame pointers followed to find where the system stack ends */
 #define PAGE 4096
 
 /* Set before load: the bytes of user stack each sample copies. */
 const volatile u64 stack_bytes = 0;
-
-/* Processes running Go (set by user space). */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, u32);
-	__type(value, u8);
-} go_procs SEC(".maps");
 
 struct ws_goroutine {
 	u64 time;
@@ -45,10 +36,8 @@ struct {
 	__uint(max_entries, 1 << 20);
 } goroutines SEC(".maps");
 
-/* Go's runtime.systemstack (and the vDSO and cgo calls) run on the thread's system stack, leaving the
- * frame pointer of the switching function's frame, on the goroutine's stack, in the chain. Follow the
- * frame pointers through the part of the stack the sample copies; where they leave it, copy the stack
- * from there on. A chain that ends (0) needs nothing. */
+/* Sends the goroutine stack of a sample (go.h): the frame pointers are followed in the target's memory
+ * through the part of the stack the sample copies. */
 static __always_inline void goroutine_stack(void)
 {
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
@@ -100,7 +89,7 @@ int keep(void *ctx)
 	u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	if (!is_tracked(tgid))
 		return 0;
-	if (bpf_map_lookup_elem(&go_procs, &tgid))
+	if (runs_go(tgid))
 		goroutine_stack();
 	return 1;
 }

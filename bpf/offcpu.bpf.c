@@ -15,10 +15,9 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include "track.h"
+#include "go.h"
 
 #define STACK_MAX 16384 /* bytes of user stack copied at most (a power of two) */
-#define GO_STACK_MAX 8192 /* bytes of a goroutine's stack copied after it at most */
-#define GO_FRAMES 64      /* frame pointers followed to find where a Go system stack ends */
 #define PAGE 4096
 #define KSTACK_DEPTH 64
 #define PF_EXITING 0x00000004
@@ -72,14 +71,6 @@ struct {
 	__type(value, struct ws_block);
 } zero SEC(".maps");
 
-/* Processes running Go (set by user space, see copy_goroutine_stack). */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, u32);
-	__type(value, u8);
-} go_procs SEC(".maps");
-
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 4 << 20); /* resized by user space before load */
@@ -111,12 +102,8 @@ static __always_inline u32 copy_stack(struct ws_block *b, u32 at, u64 from, u32 
 	return n;
 }
 
-/* Go's runtime.systemstack runs a function on the thread's system stack, leaving the frame pointer of its
- * own frame, which is on the goroutine's stack, in the chain. A thread blocked there has its goroutine's
- * frames elsewhere than the copied stack: follow the frame pointers through the copy, and where they leave
- * it, copy the goroutine's stack from there on after it (the vDSO and cgo calls switch stacks the same
- * way). A chain that ends in the copy, with 0, needs nothing: Go's other switches, mcall and morestack,
- * and a thread's first frame clear the frame pointer. */
+/* Copies the goroutine stack of a Go thread that blocked (go.h) after its user stack: the frame pointers
+ * are followed through the copy already taken. */
 static __always_inline void copy_goroutine_stack(struct ws_block *b)
 {
 	u64 bp = b->bp, sp = b->sp;
@@ -166,8 +153,7 @@ static __always_inline void switched_out(struct task_struct *p, unsigned int sta
 	b->bp = regs->bp;
 	b->ustack_bytes = copy_stack(b, 0, b->sp, stack_bytes);
 	b->go_bytes = 0;
-	u32 tgid = p->tgid;
-	if (bpf_map_lookup_elem(&go_procs, &tgid))
+	if (runs_go(p->tgid))
 		copy_goroutine_stack(b);
 	b->kstack_bytes = 0;
 	b->since = now;

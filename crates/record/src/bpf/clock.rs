@@ -6,7 +6,7 @@ use super::clock_skel::{ClockSkel, ClockSkelBuilder, OpenClockSkel};
 use super::{check_btf, classify, quiet_libbpf, u32_at, u64_at};
 use crate::RecordError;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
-use libbpf_rs::{MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
+use libbpf_rs::{MapCore, OpenObject, RingBuffer, RingBufferBuilder};
 use std::cell::RefCell;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd};
@@ -75,10 +75,7 @@ impl<'obj> ClockFilter<'obj> {
     /// Keeps the samples of process `pid` (from its exec on when `launched`) and of the processes it forks;
     /// with their goroutine stacks when it runs Go (`go`).
     pub fn track(&self, pid: u32, launched: bool, go: bool) -> Result<(), RecordError> {
-        if go {
-            let key = pid.to_ne_bytes();
-            self.skel.maps.go_procs.update(&key, &[1], MapFlags::ANY).map_err(|e| classify("go_procs", e))?;
-        }
+        super::track_go(&self.skel.maps.go_procs, pid, go)?;
         super::track(&self.skel.maps.tracked, pid, launched)
     }
 

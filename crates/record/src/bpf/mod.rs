@@ -62,7 +62,15 @@ fn check_btf() -> Result<(), RecordError> {
 /// Maps a libbpf failure to the error the user can act on.
 fn classify(what: &str, e: libbpf_rs::Error) -> RecordError {
     let text = format!("{e}");
-    if matches!(e.kind(), libbpf_rs::ErrorKind::PermissionDenied) || text.contains("Operation not permitted")
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if root && text.contains("Permission denied") {
+        // Root is allowed: the verifier refused the program (EACCES).
+        RecordError::Bpf(format!(
+            "{what}: the kernel's verifier refused the program ({text}); WHYSLOW_DEBUG=1 prints its log"
+        ))
+    } else if matches!(e.kind(), libbpf_rs::ErrorKind::PermissionDenied)
+        || text.contains("Operation not permitted")
     {
         RecordError::BpfPermission(text)
     } else {
@@ -77,6 +85,14 @@ fn track(tracked: &impl libbpf_rs::MapCore, pid: u32, launched: bool) -> Result<
     const ARMED: u8 = 2;
     let state = if launched { ARMED } else { TRACKED };
     tracked.update(&pid.to_ne_bytes(), &[state], libbpf_rs::MapFlags::ANY).map_err(|e| classify("track", e))
+}
+
+/// Puts process `pid` into a program's `go_procs` map (bpf/go.h) when it runs Go (`go`).
+fn track_go(go_procs: &impl libbpf_rs::MapCore, pid: u32, go: bool) -> Result<(), RecordError> {
+    if !go {
+        return Ok(());
+    }
+    go_procs.update(&pid.to_ne_bytes(), &[1], libbpf_rs::MapFlags::ANY).map_err(|e| classify("go_procs", e))
 }
 
 /// The sum over every CPU and every slot below `slots` of a per-CPU array of u64 counters (the programs'

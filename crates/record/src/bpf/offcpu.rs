@@ -102,10 +102,7 @@ impl<'obj> OffCpuProbe<'obj> {
     /// `launched` command from its exec on. The stacks of a Go program's threads blocked on the runtime's
     /// system stack go on with their goroutine's (`go`).
     pub fn track(&self, pid: u32, launched: bool, go: bool) -> Result<(), RecordError> {
-        if go {
-            let key = pid.to_ne_bytes();
-            self.skel.maps.go_procs.update(&key, &[1], MapFlags::ANY).map_err(|e| classify("go_procs", e))?;
-        }
+        super::track_go(&self.skel.maps.go_procs, pid, go)?;
         super::track(&self.skel.maps.tracked, pid, launched)
     }
 

@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Go programs' stacks. Go's runtime.systemstack (and the vDSO and cgo calls) run a function on the
+ * thread's system stack and leave the frame pointer of the switching function's frame, which is on the
+ * goroutine's stack, in the chain: a thread stopped there has its goroutine's frames elsewhere than the
+ * stack copied from its stack pointer. The programs that copy user stacks follow the frame pointers of a
+ * Go process's thread through that copy and, where they leave it, copy the goroutine's stack from there
+ * on too. A chain that ends in the copy (0) needs nothing: Go's other switches (mcall, morestack) and a
+ * thread's first frame clear the frame pointer. User space puts the Go processes into `go_procs`.
+ */
+#ifndef WHYSLOW_GO_H
+#define WHYSLOW_GO_H
+
+#define GO_STACK_MAX 8192 /* bytes of a goroutine's stack copied at most (a power of two) */
+#define GO_FRAMES 64      /* frame pointers followed at most to where they leave the copied stack */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, u32);
+	__type(value, u8);
+} go_procs SEC(".maps");
+
+static __always_inline bool runs_go(u32 tgid)
+{
+	return bpf_map_lookup_elem(&go_procs, &tgid) != 0;
+}
+
+#endif
