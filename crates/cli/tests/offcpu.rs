@@ -114,8 +114,8 @@ fn go_blocked_stacks_hold_only_code_addresses() {
 /// Go's runtime.systemstack runs a function on the thread's system stack; a thread that blocks there (the
 /// garbage collector's workers wait for each other under it) has its goroutine's frames on another stack.
 /// The stack goes on with them (runtime.goexit is its root), and every Go blocked stack ends at a root of
-/// Go's: a goroutine's goexit, a thread's mstart, or the system stack's mcall or morestack (a signal
-/// handler's stack ends at the signal frame: what it interrupted is not unwound).
+/// Go's: a goroutine's goexit, a thread's mstart, the system stack's mcall or morestack, or gogo switching
+/// to a goroutine (a signal handler's stack ends at the signal frame: what it interrupted is not unwound).
 #[test]
 fn go_blocked_stacks_cross_the_system_stack_switch() {
     let dir = tmp();
@@ -124,8 +124,15 @@ fn go_blocked_stacks_cross_the_system_stack_switch() {
     let folded = dir.path().join("gc.folded");
     ok(&["export", &data, "--format", "folded", "--type", "offcpu", "-o", folded.to_str().unwrap()]);
     let text = std::fs::read_to_string(&folded).unwrap();
-    let roots =
-        ["runtime.goexit;", "runtime.mstart;", "runtime.mcall;", "runtime.morestack;", "runtime.rt0_go;"];
+    let roots = [
+        "runtime.goexit;",
+        "runtime.mstart;",
+        "runtime.mcall;",
+        "runtime.morestack;",
+        "runtime.rt0_go;",
+        "runtime.gogo;",
+        "gogo;",
+    ];
     let unrooted: Vec<&str> = text
         .lines()
         .filter(|l| !roots.iter().any(|r| l.starts_with(r)) && !l.contains(";runtime.sigtramp;"))
