@@ -31,9 +31,17 @@ struct ws_goroutine {
 	u8 stack[GO_STACK_MAX + 2 * PAGE];
 };
 
+/* Where a goroutine stack is put together (too large for the BPF stack); only the bytes copied are sent. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct ws_goroutine);
+} scratch SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 1 << 20);
+	__uint(max_entries, 1 << 18); /* resized by user space before load */
 } goroutines SEC(".maps");
 
 /* Sends the goroutine stack of a sample (go.h): the frame pointers are followed in the target's memory
@@ -53,7 +61,8 @@ static __always_inline void goroutine_stack(void)
 	}
 	if (i == GO_FRAMES)
 		return;
-	struct ws_goroutine *g = bpf_ringbuf_reserve(&goroutines, sizeof(*g), 0);
+	u32 zero = 0;
+	struct ws_goroutine *g = bpf_map_lookup_elem(&scratch, &zero);
 	if (!g)
 		return;
 	u32 n = 0;
@@ -72,15 +81,17 @@ static __always_inline void goroutine_stack(void)
 			break;
 		n += len;
 	}
-	if (!n) {
-		bpf_ringbuf_discard(g, 0);
+	if (!n)
 		return;
-	}
 	g->time = bpf_ktime_get_ns();
 	g->tid = (u32)bpf_get_current_pid_tgid();
 	g->bytes = n;
 	g->bp = bp;
-	bpf_ringbuf_submit(g, 0);
+	u64 size = __builtin_offsetof(struct ws_goroutine, stack) + (u64)n;
+	if (size > sizeof(*g))
+		size = sizeof(*g);
+	barrier_var(size);
+	bpf_ringbuf_output(&goroutines, g, size, 0);
 }
 
 SEC("perf_event")

@@ -444,8 +444,11 @@ impl<'obj> Sources<'obj> {
         // The clock is counted per CPU and filtered in the kernel where eBPF allows (bpf/clock.bpf.c): a
         // per-thread clock costs the target at each of its context switches. One event per thread that
         // samples nothing then follows the processes' mappings, threads and children.
-        let clock_filter =
-            if opts.cpu { ClockFilter::load(&mut objects.clock, opts.stack_bytes).ok() } else { None };
+        let clock_filter = if opts.cpu {
+            ClockFilter::load(&mut objects.clock, opts.stack_bytes, opts.frequency).ok()
+        } else {
+            None
+        };
         if opts.cpu {
             cfgs.push(base);
             streams.push(Stream::Cpu { slot: 0 });

@@ -14,8 +14,9 @@ use std::rc::Rc;
 use std::time::Duration;
 use whyslow_convert::records::{GoroutineStack, Record, Timed};
 
-/// Must match `struct ws_goroutine` in bpf/clock.bpf.c.
+/// Must match `struct ws_goroutine` in bpf/clock.bpf.c and bpf/go.h.
 const STACK_OFFSET: usize = 24;
+const GO_STACK_MAX: u64 = 8192;
 /// The program that runs for a sample sends its goroutine stack within this long after the sample's time
 /// (a few microseconds; a thread's samples are further apart).
 const JOIN_NS: u64 = 200_000;
@@ -38,8 +39,12 @@ pub struct ClockFilter<'obj> {
 }
 
 impl<'obj> ClockFilter<'obj> {
-    /// `stack_bytes`: the user stack each sample copies.
-    pub fn load(obj: &'obj mut MaybeUninit<OpenObject>, stack_bytes: u32) -> Result<Self, RecordError> {
+    /// `stack_bytes`: the user stack each sample copies; `frequency`: samples per second and CPU.
+    pub fn load(
+        obj: &'obj mut MaybeUninit<OpenObject>,
+        stack_bytes: u32,
+        frequency: u64,
+    ) -> Result<Self, RecordError> {
         check_btf()?;
         quiet_libbpf();
         let mut open: OpenClockSkel =
@@ -47,6 +52,11 @@ impl<'obj> ClockFilter<'obj> {
         if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
             ro.stack_bytes = u64::from(stack_bytes);
         }
+        // A quarter second of goroutine stacks should every sample have one (drained every 100 ms); the
+        // whole ring counts in resident memory, twice (it is mapped twice).
+        let cpus = crate::sys::online_cpus().len() as u64;
+        let ring = (frequency * cpus * GO_STACK_MAX / 4).next_power_of_two().clamp(1 << 18, 1 << 22);
+        open.maps.goroutines.set_max_entries(ring as u32).map_err(|e| classify("ring buffer", e))?;
         let mut skel = open.load().map_err(|e| classify("load", e))?;
         // Attaches the fork and exec hooks; the filter itself is attached to each event by the caller.
         skel.attach().map_err(|e| classify("attach", e))?;
