@@ -24,25 +24,6 @@ pub struct Progress {
     pub lost: u64,
 }
 
-/// When a run starts, on each clock, with the target's CPU time then.
-struct Start {
-    instant: Instant,
-    unix_ns: u64,
-    monotonic_ns: u64,
-    cpu_ns: u64,
-}
-
-impl Start {
-    fn now(pids: &[u32]) -> Start {
-        Start {
-            instant: Instant::now(),
-            unix_ns: unix_now_ns(),
-            monotonic_ns: sys::monotonic_ns(),
-            cpu_ns: pids.iter().map(|&p| target::cpu_time_ns(p)).sum(),
-        }
-    }
-}
-
 /// The (name, module) a probed function's stacks end in.
 fn label_of(p: &Probe) -> (String, String) {
     (p.name.clone(), p.module.to_string_lossy().into_owned())
@@ -192,9 +173,6 @@ impl<'a> Session<'a> {
         let alloc_names: Vec<(String, String)> = objects.alloc.iter().map(|(p, _)| label_of(p)).collect();
         let nesting = objects.nesting.clone();
         let (pids, command, mut gate) = target::resolve(&opts.target)?;
-        // An attached process is observed from its first event or probe on (attaching many probes takes
-        // a while, and each counts as soon as it is in): its counts' window and CPU time start here.
-        let attached = Start::now(&pids);
         // A gate dropped on an error here lets its child exit without running the command.
         let src = Sources::start(opts, &trace, &pids, gate.is_some(), objects, &mut notes)?;
         let probe_names = opts.calls.iter().flat_map(|c| &c.probes).map(label_of).collect();
@@ -216,10 +194,11 @@ impl<'a> Session<'a> {
                 c.preload(pids[0], &m.to_string_lossy());
             }
         }
-        let start = if gate.is_none() { attached } else { Start::now(&pids) };
-        let (t0, start_unix_ns, cpu_at_start) = (start.instant, start.unix_ns, start.cpu_ns);
-        c.set_origin(start.monotonic_ns);
+        let start_unix_ns = unix_now_ns();
+        let cpu_at_start = pids.iter().map(|&p| target::cpu_time_ns(p)).sum();
+        c.set_origin(sys::monotonic_ns());
         observer.started(&pids);
+        let t0 = Instant::now();
         if let Some(g) = gate.as_mut() {
             g.release(&command[0])?;
         }
