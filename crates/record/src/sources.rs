@@ -241,7 +241,6 @@ impl Events {
         self.extra.retain(|(_, k, _)| !fixed(*k));
     }
 
-    /// Hands the records of every ring, with `batch` (records of other sources), to the converter.
     /// Reads the records of every ring into `batch`.
     pub(crate) fn read<H: Host>(&mut self, c: &mut Converter<H>, buf: &mut Vec<u8>, batch: &mut Vec<Timed>) {
         let (ids, cfgs) = (&self.ids, &self.cfgs);

@@ -265,14 +265,13 @@ pub fn program_path(cmd: &str) -> Option<std::path::PathBuf> {
 
 /// Whether process `pid` of `target` runs a Go program (a launched one: will run, once it execs).
 pub(crate) fn runs_go(target: &Target, pid: u32) -> bool {
-    use object::Object;
     let exe = match target {
         Target::Launch(argv) => argv.first().and_then(|c| program_path(c)),
         _ => Some(format!("/proc/{pid}/exe").into()),
     };
     let Some(file) = exe.and_then(|p| std::fs::File::open(p).ok()) else { return false };
     let Ok(bytes) = whyslow_unwind::FileBytes::map(&file) else { return false };
-    object::File::parse(&*bytes).is_ok_and(|o| o.section_by_name(".go.buildinfo").is_some())
+    object::File::parse(&*bytes).is_ok_and(|o| whyslow_unwind::is_go(&o))
 }
 
 /// The wait status of launched child `pid` if it ended.

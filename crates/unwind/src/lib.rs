@@ -83,6 +83,11 @@ pub struct ObjectImage {
     go: Vec<(Range<u64>, GoFrame)>,
 }
 
+/// Whether an object file is a Go program (it has Go's build information).
+pub fn is_go(obj: &object::File) -> bool {
+    obj.section_by_name(".go.buildinfo").is_some()
+}
+
 /// Go runtime functions that unwinding treats specially.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum GoFrame {
@@ -158,7 +163,7 @@ impl ObjectImage {
             .map(|b| b.iter().map(|x| format!("{x:02x}")).collect())
             .unwrap_or_default();
         // Only a Go program's symbol table is read: others may be large, and have none of these.
-        let go = if obj.section_by_name(".go.buildinfo").is_some() {
+        let go = if is_go(&obj) {
             obj.symbols()
                 .filter_map(|s| Some((s.address()..s.address() + s.size(), GoFrame::of(s.name().ok()?)?)))
                 .collect()
@@ -279,8 +284,8 @@ impl<'a> Copies<'a> {
 /// How one stack's walk ended.
 enum Walked {
     Done(Outcome),
-    /// At the return address into `runtime.systemstack`: the caller is on the goroutine's stack.
-    Switch,
+    /// In a switching function (its live range): the caller is on the goroutine's stack.
+    Switch(Range<u64>),
 }
 
 impl ProcessUnwinder {
@@ -337,18 +342,14 @@ impl ProcessUnwinder {
         let mut at = regs;
         for _ in 0..MAX_SWITCHES {
             let first = out.len();
-            if let Walked::Done(outcome) = self.walk(at, copies.from(at.sp), out) {
-                return outcome;
-            }
+            let switch = match self.walk(at, copies.from(at.sp), out) {
+                Walked::Done(outcome) => return outcome,
+                Walked::Switch(range) => range,
+            };
             // The switching function's frame: where `bp` points when it was interrupted itself, or when
             // nothing was pushed since it called; else the one the frame-pointer chain links the frame
             // that returns into it to (Go keeps the chain across the switch). It holds its caller's frame
             // pointer and return address, and the caller's stack pointer is past both.
-            let entered = *out.last().expect("a switch is a frame");
-            let Some(switch) = self.go.iter().find(|(r, _)| r.contains(&entered)).map(|(r, _)| r.clone())
-            else {
-                return Outcome::Partial;
-            };
             let frame = match out.len() - first {
                 1 => Some(at.bp),
                 n => copies.switch_frame(at.bp, &switch, n == 2),
@@ -389,7 +390,9 @@ impl ProcessUnwinder {
             // (A switching function interrupted past its prologue may have switched already.)
             match self.go.iter().find(|(r, _)| r.contains(&a)) {
                 Some((_, GoFrame::Root)) => return Walked::Done(Outcome::Complete),
-                Some((r, GoFrame::Switch)) if returns || a >= r.start + PROLOGUE => return Walked::Switch,
+                Some((r, GoFrame::Switch)) if returns || a >= r.start + PROLOGUE => {
+                    return Walked::Switch(r.clone())
+                }
                 _ => {}
             }
             if out.len() >= MAX_FRAMES {
