@@ -449,7 +449,8 @@ pub fn syscalls(a: SyscallsArgs) -> Result<()> {
             render::syscalls::table(&mut out, &profile, &rows)?;
             if let Some(value) = profile.sample_type(sample_types::SYSCALLS) {
                 let merged = whyslow_analyze::syscall_summary(&profile, false);
-                render::syscalls::issuing_stacks(&mut out, &profile, value, &merged, 5, 3, a.stacks_period)?;
+                let period = whyslow_record::sampling_period(a.stacks_period);
+                render::syscalls::issuing_stacks(&mut out, &profile, value, &merged, 5, 3, period)?;
                 if profile.meta.lost_samples > 0 {
                     writeln!(
                         out,
@@ -614,7 +615,7 @@ pub fn calls(a: CallsArgs) -> Result<()> {
             let how = render::calls::TextOptions {
                 matched: if a.patterns.is_empty() { &[] } else { &res.matched },
                 follow_children: a.follow_children,
-                callers_period: a.callers_period,
+                callers_period: whyslow_record::sampling_period(a.callers_period),
             };
             render::calls::text(&mut out, &profile, &rows, &how)?
         }

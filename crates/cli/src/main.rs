@@ -104,7 +104,8 @@ pub struct RecordArgs {
     /// aligned_alloc, memalign (C++ operator new allocates through malloc), Go's runtime.mallocgc.
     #[arg(long)]
     pub alloc: bool,
-    /// With --alloc: take every Nth call of each allocation function (1: exact).
+    /// With --alloc: take every Nth call of each allocation function (1: exact; N is rounded up to a
+    /// prime, so that a loop making a multiple of N calls does not show the same one each time).
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub alloc_period: u64,
     /// Bytes of user stack copied per sample (deeper stacks are cut).
@@ -215,7 +216,8 @@ pub struct SyscallsArgs {
     /// Sample the user stack of each syscall and show which code issues them (saved to -o).
     #[arg(long)]
     pub stacks: bool,
-    /// With --stacks: take the stack of every Nth syscall only (cheaper on syscall-heavy targets).
+    /// With --stacks: take the stack of every Nth syscall only (cheaper on syscall-heavy targets; N is
+    /// rounded up to a prime, as with --alloc-period).
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub stacks_period: u64,
     /// One table per thread.
@@ -250,7 +252,8 @@ pub struct CallsArgs {
     /// Show the top call sites of each function (samples the user stack of every call).
     #[arg(long)]
     pub callers: bool,
-    /// With --callers: take the stack of every Nth call only.
+    /// With --callers: take the stack of every Nth call only (N rounded up to a prime, as with
+    /// --alloc-period).
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub callers_period: u64,
     /// Also resolve the patterns in this library, which the target loads later with dlopen: its
@@ -285,7 +288,8 @@ pub struct DoctorArgs {
     /// CPU sampling frequency in Hz.
     #[arg(short = 'F', long = "freq", default_value_t = 999)]
     pub freq: u64,
-    /// Take the stack of every Nth syscall and of every Nth call of each allocation function.
+    /// Take the stack of every Nth syscall and of every 4Nth call of each allocation function (each
+    /// rounded up to a prime, as with record's --alloc-period).
     #[arg(long, default_value_t = 16, value_name = "N")]
     pub stacks_period: u64,
     /// The most the second phase's uprobes (allocation and call counters, which cost per call) may cost,

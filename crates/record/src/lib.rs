@@ -19,7 +19,7 @@ pub mod target;
 pub use bpf::syscall_numbers;
 pub use session::{record, End, Observer, Progress, Session};
 pub use sources::Objects;
-pub use sys::{monotonic_ns, Clock};
+pub use sys::{monotonic_ns, sampling_period, Clock};
 pub use target::Target;
 pub use target::{stop_launched, yield_cpu};
 

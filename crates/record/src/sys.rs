@@ -76,10 +76,20 @@ impl EventConfig {
     /// 16 KB stack copy per syscall or allocation instead of one per N.
     pub fn fixed_period(&self) -> Option<u64> {
         match self.source {
-            Source::Tracepoint { period, .. } => Some(period.max(1)),
+            Source::Tracepoint { period, .. } => Some(sampling_period(period)),
             Source::Clock(_) | Source::Track => None,
         }
     }
+}
+
+/// The period an event sampled every Nth hit uses for a requested N: the smallest prime at least N. A
+/// fixed period takes the same site over and over when the program makes a multiple of it in probed calls
+/// per loop iteration (every 64th allocation of a loop that allocates twice is always the same one; a run
+/// of Go's doctor named `runtime.makeslice` an allocation site that way, its stacks never sampled). With a
+/// prime, only loops of N calls or more can line up with it.
+pub fn sampling_period(requested: u64) -> u64 {
+    let prime = |n: u64| n >= 2 && (2..).take_while(|d| d * d <= n).all(|d| n % d != 0);
+    (requested.max(1)..).find(|&n| n == 1 || prime(n)).expect("a prime above any u64 period in use")
 }
 
 /// Where an event counts.
@@ -120,7 +130,7 @@ pub fn open_event(cfg: &EventConfig, scope: Scope, cpu: i32) -> io::Result<Owned
             attr.set_freq(1);
         }
         Source::Tracepoint { period, kernel_stack, .. } => {
-            attr.__bindgen_anon_1.sample_period = period.max(1);
+            attr.__bindgen_anon_1.sample_period = sampling_period(period);
             attr.set_exclude_callchain_kernel((!kernel_stack) as u64);
         }
         Source::Track => attr.__bindgen_anon_1.sample_period = 1,
@@ -414,4 +424,13 @@ impl Drop for TraceUprobe {
 fn append(path: &str, line: &str) -> io::Result<()> {
     use std::io::Write;
     std::fs::OpenOptions::new().append(true).open(path)?.write_all(line.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sampling_periods_are_primes_at_least_the_request() {
+        let got: Vec<u64> = [0, 1, 2, 3, 4, 16, 64, 256, 1000].map(super::sampling_period).to_vec();
+        assert_eq!(got, [1, 1, 2, 3, 5, 17, 67, 257, 1009]);
+    }
 }
