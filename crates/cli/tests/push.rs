@@ -198,7 +198,8 @@ fn push_api_series_carry_pyroscope_names_units_labels_and_auth() {
     for name in ["burn_a", "burn_b", "burn_c"] {
         let n: i64 = p.sample.iter().filter(|s| leaf(s) == name).map(|s| s.value[0]).sum();
         let share = 100.0 * n as f64 / total as f64;
-        assert!((share - self_pct(&report, name)).abs() < 0.01, "{name}: pushed {share:.2}% vs reported");
+        let said = self_pct(&report, name);
+        assert!((share - said).abs() < 0.01, "{name}: pushed {share:.3}% vs reported {said}% of {total}");
     }
     // A refusal is one clear line and a failure.
     let refusing = Server::start(|_| 400);

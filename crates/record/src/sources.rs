@@ -627,7 +627,7 @@ impl<'obj> Sources<'obj> {
             hits.1 += n.saturating_mul(per);
         };
         if let Some(p) = &self.syscalls {
-            let stack = stacks_period.map_or(0, |n| crate::STACK_SAMPLE_COST_NS / n.max(1));
+            let stack = stacks_period.map_or(0, |n| crate::STACK_SAMPLE_COST_NS / crate::sampling_period(n));
             add(p.counted(), crate::SYSCALL_COST_NS + stack);
         }
         if let Some(cp) = &self.calls {
