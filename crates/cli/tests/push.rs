@@ -7,6 +7,7 @@ mod common;
 use collector::{GrpcCall, GrpcServer};
 use common::*;
 use prost::Message;
+use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
@@ -199,7 +200,12 @@ fn push_api_series_carry_pyroscope_names_units_labels_and_auth() {
         let n: i64 = p.sample.iter().filter(|s| leaf(s) == name).map(|s| s.value[0]).sum();
         let share = 100.0 * n as f64 / total as f64;
         let said = self_pct(&report, name);
-        assert!((share - said).abs() < 0.01, "{name}: pushed {share:.3}% vs reported {said}% of {total}");
+        let rows: Vec<&Value> =
+            report["functions"].as_array().unwrap().iter().filter(|f| f["name"] == name).collect();
+        assert!(
+            (share - said).abs() < 0.01,
+            "{name}: pushed {share:.3}% vs reported {said}% of {total}: {rows:?}"
+        );
     }
     // A refusal is one clear line and a failure.
     let refusing = Server::start(|_| 400);
