@@ -643,10 +643,15 @@ pub fn doctor(a: DoctorArgs) -> Result<()> {
             if !(a.budget > 0.0 && a.budget <= 100.0) {
                 bail!("--budget is a percentage of the target's CPU time, above 0 and at most 100");
             }
+            let target = target(t)?;
+            let frequency = a.freq.unwrap_or(match target {
+                Target::Launch(_) => whyslow_investigate::Options::default().frequency,
+                _ => whyslow_investigate::LIVE_FREQUENCY,
+            });
             let opts = whyslow_investigate::Options {
-                target: target(t)?,
+                target,
                 duration: duration(t)?,
-                frequency: a.freq,
+                frequency,
                 stacks_period: a.stacks_period,
                 alloc_period: a.stacks_period * 4,
                 budget: a.budget / 100.0,

@@ -285,9 +285,10 @@ pub struct DoctorArgs {
     /// Where to save the investigation's recording (for `whyslow diff` after a fix).
     #[arg(short = 'o', long, default_value = "whyslow.data")]
     pub output: PathBuf,
-    /// CPU sampling frequency in Hz.
-    #[arg(short = 'F', long = "freq", default_value_t = 999)]
-    pub freq: u64,
+    /// CPU sampling frequency in Hz (default: 999 for a command, 99 for running processes: each sample
+    /// interrupts a CPU, which a loaded server pays for in throughput).
+    #[arg(short = 'F', long = "freq")]
+    pub freq: Option<u64>,
     /// Take the stack of every Nth syscall and of every 4Nth call of each allocation function (each
     /// rounded up to a prime, as with record's --alloc-period).
     #[arg(long, default_value_t = 16, value_name = "N")]

@@ -422,6 +422,8 @@ impl<'a> Session<'a> {
     /// Detaches everything, ends a launched command still running (unless asked to leave it), and
     /// returns what was recorded since the last cut (the whole run when there was none) with the counters.
     pub fn finish(mut self, observer: &mut impl Observer) -> RawRecording {
+        // The probes that cost the target at every call go first (their counts stay readable).
+        self.src.stop_per_call();
         if self.gate.is_none() {
             // Attached targets that a signal ended during the run (whyslow is not their parent to wait).
             if let Some(w) = self.src.exits.take() {

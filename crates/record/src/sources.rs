@@ -228,17 +228,22 @@ impl Events {
         }
     }
 
-    /// Stops the events sampled at a fixed period (syscall, call and allocation stacks), leaving the
-    /// clocks: closes them (an open tracepoint event, even disabled, keeps every syscall of the machine on
-    /// the traced path), or disables them where they own a ring. Inherited copies in the target's threads
-    /// and children go with them.
-    pub(crate) fn stop_fixed_period(&mut self) {
+    /// Hands over the events sampled at a fixed period (syscall, call and allocation stacks), one list of
+    /// fds per event, to be closed: an open tracepoint event, even disabled, keeps every syscall of the
+    /// machine on the traced path, an open uprobe event its breakpoint. Inherited copies in the target's
+    /// threads and children go with them. The clocks stay, and the first event, which owns the rings, is
+    /// never one of them.
+    pub(crate) fn take_fixed_period(&mut self) -> Vec<Vec<OwnedFd>> {
         let cfgs = &self.cfgs;
-        let fixed = |k: usize| cfgs[k].fixed_period().is_some();
-        if fixed(0) {
-            self.rings.iter().map(Ring::fd).for_each(sys::disable);
+        let (stopped, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.extra)
+            .into_iter()
+            .partition(|(_, k, _)| cfgs[*k].fixed_period().is_some());
+        self.extra = kept;
+        let mut by_event: HashMap<usize, Vec<OwnedFd>> = HashMap::new();
+        for (_, k, fd) in stopped {
+            by_event.entry(k).or_default().push(fd);
         }
-        self.extra.retain(|(_, k, _)| !fixed(*k));
+        by_event.into_values().collect()
     }
 
     /// Reads the records of every ring into `batch`.
@@ -458,6 +463,16 @@ impl<'obj> Sources<'obj> {
                 streams.push(Stream::Events { slot: 0 });
             }
         }
+        let stacks = opts.syscalls.as_ref().is_some_and(|s| s.stacks_period.is_some());
+        let callers = opts.calls.as_ref().is_some_and(|c| c.callers_period.is_some());
+        if !opts.cpu && (stacks || callers || opts.alloc.is_some() || opts.offcpu.is_some()) {
+            // The first event owns the rings and the records that follow mappings, threads and children,
+            // and stays open to the end, while events sampled every Nth hit are closed when the probe
+            // budget stops them (a disabled uprobe event keeps its breakpoint, and every call still
+            // traps): without a clock, the first is one that samples nothing.
+            cfgs.push(EventConfig { source: Source::Track, ..base });
+            streams.push(Stream::Events { slot: 0 });
+        }
         if let Some(period) = opts.syscalls.as_ref().and_then(|s| s.stacks_period) {
             let id = sys::tracepoint_id("raw_syscalls", "sys_enter").map_err(|e| match e.raw_os_error() {
                 Some(libc::EACCES) | Some(libc::EPERM) => RecordError::Permission(e),
@@ -520,12 +535,7 @@ impl<'obj> Sources<'obj> {
         let offcpu = match (&opts.offcpu, offcpu_slot) {
             (Some(oo), Some(slot)) => {
                 // Off-CPU samples come from eBPF, not from an event: the stream goes after the events'
-                // streams (no event id leads to it). Without other events, one event that samples
-                // nothing follows the processes' mappings, threads and children.
-                if cfgs.is_empty() {
-                    cfgs.push(EventConfig { source: Source::Track, ..base });
-                    streams.push(Stream::Events { slot });
-                }
+                // streams (no event id leads to it).
                 streams.push(Stream::OffCpu { slot, state_offset: 0, min_block_ns: 0 });
                 let cfg = OffCpuConfig {
                     min_block: oo.min_block,
@@ -646,12 +656,23 @@ impl<'obj> Sources<'obj> {
 
     /// Stops the probes that cost per call (syscall and call counters, allocation probes and the stacks
     /// they sample); their counts so far stay readable. Sampling by clock and off-CPU goes on.
+    ///
+    /// Closing the last user of a uprobe removes its breakpoint, then waits for a grace period (45-75 ms
+    /// here): closed one after the other, the probes closed last would trap at every call for that long
+    /// per probe before them (a Go server lost a quarter of its throughput for half a second). The call
+    /// counters' links and each event's fds are closed on threads of their own, all at once.
     pub(crate) fn stop_per_call(&mut self) {
         if let Some(p) = self.syscalls.as_mut() {
             p.detach();
         }
-        self.calls.iter_mut().chain(self.alloc_sites.as_mut()).for_each(CallProbe::detach);
-        self.ev.stop_fixed_period();
+        let links = self.calls.iter_mut().chain(self.alloc_sites.as_mut()).flat_map(CallProbe::detach);
+        let mut closing: Vec<Box<dyn Send>> = links.map(|l| Box::new(l) as Box<dyn Send>).collect();
+        closing.extend(self.ev.take_fixed_period().into_iter().map(|fds| Box::new(fds) as Box<dyn Send>));
+        std::thread::scope(|s| {
+            for item in closing {
+                s.spawn(move || drop(item));
+            }
+        });
     }
 
     /// Hands everything that arrived to the converter, in time order.

@@ -150,12 +150,12 @@ impl<'obj> CallProbe<'obj> {
         Ok(())
     }
 
-    /// Calls a full map could not count.
-    /// Stops counting; the counts so far stay readable.
-    pub fn detach(&mut self) {
-        self.links.clear();
+    /// Stops counting once the returned links are dropped; the counts so far stay readable.
+    pub fn detach(&mut self) -> Vec<Link> {
+        std::mem::take(&mut self.links)
     }
 
+    /// Calls a full map could not count.
     pub fn lost(&self) -> u64 {
         super::per_cpu_total(&self.skel.maps.drops, 1)
     }
