@@ -88,7 +88,7 @@ impl EventConfig {
 /// of Go's doctor named `runtime.makeslice` an allocation site that way, its stacks never sampled). With a
 /// prime, only loops of N calls or more can line up with it.
 pub fn sampling_period(requested: u64) -> u64 {
-    let prime = |n: u64| n >= 2 && (2..).take_while(|d| d * d <= n).all(|d| n % d != 0);
+    let prime = |n: u64| n >= 2 && (2..).take_while(|d| d * d <= n).all(|d| !n.is_multiple_of(d));
     (requested.max(1)..).find(|&n| n == 1 || prime(n)).expect("a prime above any u64 period in use")
 }
 
