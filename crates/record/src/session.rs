@@ -289,13 +289,14 @@ impl<'a> Session<'a> {
             }
         }
         if let Some(share) = budget {
-            if let Some(note) = self.over_budget(share) {
+            if let Some((note, at)) = self.over_budget(share) {
+                // The counters' window ends when the note says (removing the probes takes a while).
                 self.notes.push(note);
+                self.per_call_stopped = Some(at);
                 if !self.opts.cpu && self.opts.offcpu.is_none() {
                     return Some(End::Stopped);
                 }
                 self.src.stop_per_call();
-                self.per_call_stopped = Some(self.t0.elapsed());
             }
         }
         if signals::stop_requested()
@@ -326,7 +327,7 @@ impl<'a> Session<'a> {
 
     /// Whether the probes' estimated cost went past `share` of the target's CPU time (checked every
     /// 20 ms: a hot allocator spends a 20 ms credit in a few ms), with the note that says so.
-    fn over_budget(&mut self, share: f64) -> Option<String> {
+    fn over_budget(&mut self, share: f64) -> Option<(String, Duration)> {
         if self.last_budget_check.elapsed() < Duration::from_millis(20) {
             return None;
         }
@@ -337,16 +338,18 @@ impl<'a> Session<'a> {
         let cpu: u64 = self.pids.iter().map(|&p| target::cpu_time_ns(p)).sum();
         let cpu = cpu.saturating_sub(self.cpu_at_start);
         let allowed = (share * cpu as f64) as u64 + crate::BUDGET_CREDIT_NS;
+        let at = self.t0.elapsed();
         (cost > allowed).then(|| {
-            format!(
+            let note = format!(
                 "{} {:.2} s: {hits} hits cost about {:.1} ms, past the budget of {}% of the target's {} ms \
                  of CPU; their counts cover that window",
                 crate::BUDGET_NOTE,
-                self.t0.elapsed().as_secs_f64(),
+                at.as_secs_f64(),
                 cost as f64 / 1e6,
                 share * 100.0,
                 cpu / 1_000_000
-            )
+            );
+            (note, at)
         })
     }
 

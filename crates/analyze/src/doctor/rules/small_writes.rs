@@ -148,7 +148,7 @@ pub fn check(f: &Facts) -> Verdict {
     let mut impact = path.clone();
     impact.value -= protocol.value;
     impact.pct = crate::doctor::facts::pct(impact.value, f.cpu_total);
-    if impact.pct < if replies { SMALL_REPLIES_PCT } else { SMALL_WRITES_PCT } {
+    if f.cpu_pct_surely(impact.pct) < if replies { SMALL_REPLIES_PCT } else { SMALL_WRITES_PCT } {
         return Verdict::Clear;
     }
     let threads = match writers.len() {
