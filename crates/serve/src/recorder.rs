@@ -467,5 +467,10 @@ fn window_worker(shared: Arc<Shared>, rx: Receiver<Window>) {
                 shared.counters.store_errors.fetch_add(1, Ordering::Relaxed)
             }
         };
+        // A window's symbolizing, splitting and compressing allocate and free megabytes at once, and glibc
+        // keeps freed pages inside its arenas: after 5 minutes with process churn one arena held 31.7 MB
+        // of which 15.1 MB were in use. Hand the free pages back after every window.
+        // SAFETY: malloc_trim takes no pointers.
+        unsafe { libc::malloc_trim(0) };
     }
 }
