@@ -42,6 +42,13 @@ fn sorted(values: &[f64]) -> Option<Vec<f64>> {
     Some(v)
 }
 
+/// The 95% sampling error, in points, of a share of `pct` percent estimated from `n` samples (normal
+/// approximation; 50% gives the worst case for any share).
+pub fn share_error(pct: f64, n: i64) -> f64 {
+    let p = (pct / 100.0).clamp(0.0, 1.0);
+    100.0 * 1.96 * (p * (1.0 - p) / n.max(1) as f64).sqrt()
+}
+
 pub fn median(values: &[f64]) -> Option<f64> {
     sorted(values).map(|v| quantile_sorted(&v, 0.5))
 }
@@ -296,6 +303,14 @@ impl Measure {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// 400 samples: a 50% share within ±4.9 points, a 10% share within ±2.94; none is 0.
+    #[test]
+    fn share_errors() {
+        assert!(close(share_error(50.0, 400), 4.9, 1e-9));
+        assert!(close(share_error(10.0, 400), 2.94, 1e-9));
+        assert!(close(share_error(0.0, 400), 0.0, 1e-12));
+    }
 
     fn close(a: f64, b: f64, tol: f64) -> bool {
         (a - b).abs() <= tol

@@ -152,8 +152,7 @@ fn idle(w: &mut impl Write, threads: &[IdleThread]) -> std::io::Result<()> {
 fn measured(p: &Profile) -> Vec<String> {
     let mut out = Vec::new();
     if let Some(n) = p.sample_type(whyslow_model::sample_types::CPU).map(|v| p.total(v)).filter(|&n| n > 0) {
-        // A share from n samples is off by at most 1.96 * sqrt(0.25 / n) (95%), the worst case at 50%.
-        let err = 100.0 * 1.96 * (0.25 / n as f64).sqrt();
+        let err = whyslow_analyze::stats::share_error(50.0, n);
         out.push(format!("CPU shares sampled ({n} samples: within ±{err:.1} points, 95%)"));
     }
     if !p.syscalls.is_empty() {

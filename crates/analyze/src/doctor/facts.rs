@@ -339,8 +339,7 @@ impl<'a> Facts<'a> {
         else {
             return pct;
         };
-        let p = (pct / 100.0).clamp(0.0, 1.0);
-        pct - 100.0 * 1.96 * (p * (1.0 - p) / n as f64).sqrt()
+        pct - crate::stats::share_error(pct, n)
     }
 
     pub fn call_seconds(&self) -> f64 {
