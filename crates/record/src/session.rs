@@ -425,8 +425,6 @@ impl<'a> Session<'a> {
     /// Detaches everything, ends a launched command still running (unless asked to leave it), and
     /// returns what was recorded since the last cut (the whole run when there was none) with the counters.
     pub fn finish(mut self, observer: &mut impl Observer) -> RawRecording {
-        // The probes that cost the target at every call go first (their counts stay readable).
-        self.src.stop_per_call();
         if self.gate.is_none() {
             // Attached targets that a signal ended during the run (whyslow is not their parent to wait).
             if let Some(w) = self.src.exits.take() {
@@ -437,6 +435,9 @@ impl<'a> Session<'a> {
         self.src.exits = None;
         self.src.ev.set_enabled(false);
         self.src.drain(&mut self.c, &mut self.buf);
+        // The probes that cost the target at every call go next, all at once (their counts stay
+        // readable), once what their events wrote is read.
+        self.src.stop_per_call();
         // Threads still blocked were blocked until now.
         let end = sys::monotonic_ns();
         if let Some(p) = self.src.offcpu.take() {
