@@ -463,16 +463,6 @@ impl<'obj> Sources<'obj> {
                 streams.push(Stream::Events { slot: 0 });
             }
         }
-        let stacks = opts.syscalls.as_ref().is_some_and(|s| s.stacks_period.is_some());
-        let callers = opts.calls.as_ref().is_some_and(|c| c.callers_period.is_some());
-        if !opts.cpu && (stacks || callers || opts.alloc.is_some() || opts.offcpu.is_some()) {
-            // The first event owns the rings and the records that follow mappings, threads and children,
-            // and stays open to the end, while events sampled every Nth hit are closed when the probe
-            // budget stops them (a disabled uprobe event keeps its breakpoint, and every call still
-            // traps): without a clock, the first is one that samples nothing.
-            cfgs.push(EventConfig { source: Source::Track, ..base });
-            streams.push(Stream::Events { slot: 0 });
-        }
         if let Some(period) = opts.syscalls.as_ref().and_then(|s| s.stacks_period) {
             let id = sys::tracepoint_id("raw_syscalls", "sys_enter").map_err(|e| match e.raw_os_error() {
                 Some(libc::EACCES) | Some(libc::EPERM) => RecordError::Permission(e),
@@ -507,6 +497,15 @@ impl<'obj> Sources<'obj> {
                 cfgs.push(EventConfig { source, ..event_base });
                 streams.push(Stream::Alloc { slot, probe: i, size: *size });
             }
+        }
+        if !opts.cpu && (!cfgs.is_empty() || opts.offcpu.is_some()) {
+            // The first event owns the rings and the records that follow mappings, threads and children,
+            // and stays open to the end, while events sampled every Nth hit are closed when the probe
+            // budget stops them (a disabled uprobe event keeps its breakpoint, and every call still
+            // traps): without a clock, the first is one that samples nothing (off-CPU sampling, from
+            // eBPF, needs it as well).
+            cfgs.insert(0, EventConfig { source: Source::Track, ..base });
+            streams.insert(0, Stream::Events { slot: 0 });
         }
         let mut probe = match &opts.syscalls {
             Some(_) => Some(SyscallProbe::load(&mut objects.syscalls, trace)?),

@@ -330,7 +330,6 @@ impl<'a> Facts<'a> {
         }
     }
 
-    /// Seconds the call counters ran.
     /// A CPU share of `pct` percent less its sampling error (95%, from the number of CPU samples): what
     /// a threshold is compared with, so that a share just above it by chance (a few hundred samples of a
     /// live process at 99 Hz) raises nothing. An exact profile (no sample count) keeps its share.
@@ -342,6 +341,7 @@ impl<'a> Facts<'a> {
         pct - crate::stats::share_error(pct, n)
     }
 
+    /// Seconds the call counters ran.
     pub fn call_seconds(&self) -> f64 {
         self.p.meta.calls_seconds()
     }
