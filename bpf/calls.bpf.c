@@ -3,12 +3,21 @@
  * whyslow calls: exact call counts of chosen functions, in the kernel, per (process, probe). The probe
  * index comes from the attach cookie, so one program serves every function. With `latency`, a return
  * probe measures each call against a per-thread stack of entry times (return probes fire in LIFO order
- * per thread). No per-call event reaches user space. Map overflow is counted, never silent.
+ * per thread). With `sample_period`, every Nth counted call of a probe (per CPU) also sends its user
+ * registers and a copy of its user stack to user space, to be unwound there: the callers of a function,
+ * the call sites of an allocator. Map overflow and samples the ring had no room for are counted, never
+ * silent.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include "track.h"
+#include "ustack.h"
+
+/* Counters in the `drops` per-CPU array. */
+#define DROP_MAP 0  /* calls or sites no counter could hold */
+#define DROP_RING 1 /* stack samples the ring buffer had no room for */
+#define DROP_SLOTS 2
 #include "drops.h"
 
 #define DEPTH 32
@@ -17,6 +26,39 @@
 const volatile bool latency = false;
 /* Also count calls and requested bytes per call site (the return address at entry), for allocators. */
 const volatile bool sites = false;
+/* Sample the stack of every Nth call of each probe (0: none), copying this many bytes at most. */
+const volatile u64 sample_period = 0;
+const volatile u32 stack_bytes = STACK_MAX;
+
+/* A stack sample as sent; the ring record is the whole struct, the stack's first ustack_bytes valid. */
+struct ws_sample {
+	u64 time;
+	u32 tgid;
+	u32 tid;
+	u32 probe;
+	u32 ustack_bytes;
+	u64 ip;
+	u64 sp;
+	u64 bp;
+	u64 ax;
+	u64 di;
+	u64 si;
+	u64 dx;
+	u8 ustack[STACK_MAX + 2 * PAGE];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4 << 20); /* resized by user space before load */
+} samples SEC(".maps");
+
+/* Per probe: counted calls on this CPU, to take every `sample_period`th. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 4096);
+	__type(key, u32);
+	__type(value, u64);
+} since_sample SEC(".maps");
 
 /* For `sites`, per probe: where the size argument is (0 rdi, 1 rsi, 2 rdx, 3 rdi * rsi, 4 rax for Go),
  * the bytes pushed between the function's entry and the probe's site (a probe moved past a push finds
@@ -112,7 +154,7 @@ static __always_inline struct ws_call_val *slot(u32 tgid, u32 probe)
 	bpf_map_update_elem(&counts, &k, &zero, BPF_NOEXIST);
 	v = bpf_map_lookup_elem(&counts, &k);
 	if (!v)
-		drop(0);
+		drop(DROP_MAP);
 	return v;
 }
 
@@ -151,7 +193,7 @@ static __always_inline bool count_site(struct pt_regs *ctx, u32 tgid, u32 probe)
 		bpf_map_update_elem(&site_counts, &k, &zero, BPF_NOEXIST);
 		v = bpf_map_lookup_elem(&site_counts, &k);
 		if (!v) {
-			drop(0);
+			drop(DROP_MAP);
 			return true;
 		}
 	}
@@ -160,10 +202,38 @@ static __always_inline bool count_site(struct pt_regs *ctx, u32 tgid, u32 probe)
 	return true;
 }
 
+/* Sends this call's registers and user stack every `sample_period`th call of `probe` on this CPU. */
+static __always_inline void sample(struct pt_regs *ctx, u64 pid_tgid, u32 probe)
+{
+	u64 *n = bpf_map_lookup_elem(&since_sample, &probe);
+	if (!n || ++*n < sample_period)
+		return;
+	*n = 0;
+	struct ws_sample *s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
+	if (!s) {
+		drop(DROP_RING);
+		return;
+	}
+	s->time = bpf_ktime_get_ns();
+	s->tgid = pid_tgid >> 32;
+	s->tid = (u32)pid_tgid;
+	s->probe = probe;
+	s->ip = PT_REGS_IP(ctx);
+	s->sp = PT_REGS_SP(ctx);
+	s->bp = PT_REGS_FP(ctx);
+	s->ax = PT_REGS_RC(ctx);
+	s->di = PT_REGS_PARM1(ctx);
+	s->si = PT_REGS_PARM2(ctx);
+	s->dx = PT_REGS_PARM3(ctx);
+	s->ustack_bytes = copy_user_stack(s->ustack, STACK_MAX - 1, 0, s->sp, stack_bytes);
+	bpf_ringbuf_submit(s, 0);
+}
+
 SEC("uprobe.multi")
 int on_entry(struct pt_regs *ctx)
 {
-	u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	u64 pid_tgid = bpf_get_current_pid_tgid();
+	u32 tgid = pid_tgid >> 32;
 	/* Only tracked processes count: probes attached to every process (to follow children) fire in others
 	 * too, and a launched command counts from its exec, not in whyslow's forked child before it. */
 	if (!is_tracked(tgid))
@@ -182,6 +252,8 @@ int on_entry(struct pt_regs *ctx)
 		return 0;
 	if (v)
 		__sync_fetch_and_add(&v->calls, 1);
+	if (sample_period)
+		sample(ctx, pid_tgid, probe);
 	if (latency) {
 		struct ws_entries *e = bpf_task_storage_get(&entries, bpf_get_current_task_btf(), 0,
 							    BPF_LOCAL_STORAGE_GET_F_CREATE);

@@ -16,9 +16,8 @@
 #include <bpf/bpf_tracing.h>
 #include "track.h"
 #include "go.h"
+#include "ustack.h"
 
-#define STACK_MAX 16384 /* bytes of user stack copied at most (a power of two) */
-#define PAGE 4096
 #define KSTACK_DEPTH 64
 #define PF_EXITING 0x00000004
 #define PF_KTHREAD 0x00200000
@@ -76,30 +75,10 @@ struct {
 	__uint(max_entries, 4 << 20); /* resized by user space before load */
 } events SEC(".maps");
 
-/* Copies up to `max` (<= STACK_MAX) bytes of user stack from `from` to ustack[at...] (at <= STACK_MAX), page
- * by page, stopping at the first page that cannot be read (the end of the stack mapping, or a page not
- * resident): returns the bytes copied. */
+/* Copies user stack into the block's buffer (ustack.h). */
 static __always_inline u32 copy_stack(struct ws_block *b, u32 at, u64 from, u32 max)
 {
-	u32 n = 0;
-	for (int i = 0; i < STACK_MAX / PAGE + 1; i++) {
-		if (n >= max || n >= STACK_MAX)
-			break;
-		u32 len = PAGE - ((from + n) & (PAGE - 1));
-		if (len > max - n)
-			len = max - n;
-		/* The masks change nothing (off < 2 * STACK_MAX, len <= PAGE) but give the verifier its bounds;
-		 * the barriers keep the compiler from dropping them as redundant. */
-		u32 off = at + n;
-		barrier_var(off);
-		barrier_var(len);
-		off &= 2 * STACK_MAX - 1;
-		len &= 2 * PAGE - 1;
-		if (bpf_probe_read_user(&b->ustack[off], len, (void *)(from + n)))
-			break;
-		n += len;
-	}
-	return n;
+	return copy_user_stack(b->ustack, 2 * STACK_MAX - 1, at, from, max);
 }
 
 /* Copies the goroutine stack of a Go thread that blocked (go.h) after its user stack: the frame pointers

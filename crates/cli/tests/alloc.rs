@@ -75,39 +75,6 @@ fn a_go_program_starting_threads_runs_normally_under_alloc() {
     assert!(function(&r, |n| n == "runtime.mallocgc").is_some(), "{r}");
 }
 
-/// A run killed with SIGKILL removes nothing: its tracefs uprobe definitions stay (keeping the probed
-/// file's filesystem busy). The next start of any whyslow command removes those of runs that are gone.
-#[test]
-fn probes_of_a_killed_run_are_swept_at_the_next_start() {
-    let dir = tmp();
-    let data = dir.path().join("killed.data");
-    let mut run = whyslow()
-        .args(["record", "-q", "--alloc", "-o"])
-        .arg(&data)
-        .args(["--", "sleep", "30"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mine = format!("p:whyslow_{}_", run.id());
-    let defined = || {
-        std::fs::read_to_string("/sys/kernel/tracing/uprobe_events")
-            .unwrap_or_default()
-            .matches(&mine)
-            .count()
-    };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while defined() == 0 {
-        assert!(std::time::Instant::now() < deadline, "the run never defined its uprobes");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    run.kill().unwrap(); // SIGKILL
-    run.wait().unwrap();
-    assert!(defined() > 0, "SIGKILL removes nothing");
-    ok(&["syscalls", "--", "true"]);
-    assert_eq!(defined(), 0, "the next start removes the dead run's uprobes");
-}
-
 /// Each allocation counted once, at the allocator the program called, under the name it called:
 /// glibc's posix_memalign and memalign call malloc for small alignments (memalign as a tail jump, so that
 /// malloc returns straight into main), and memalign shares its address with aligned_alloc. Truth (ltrace

@@ -99,7 +99,10 @@ pub fn investigate(opts: &Options, observer: &mut impl Observer) -> Result<Profi
     let running = launched && raw.meta.exit_code.is_none();
     let pids = raw.meta.target_pids.clone();
     let elapsed = Duration::from_nanos(raw.meta.duration_ns);
-    let result = second_phase(opts, raw, running, elapsed);
+    // One symbolizer for both phases: phase 2's samples are in the same files (a Go binary's compressed
+    // debug information is inflated once, the kernel's symbol table read once).
+    let mut symbolizer = whyslow_symbolize::Resident::default();
+    let result = second_phase(opts, raw, running, elapsed, &mut symbolizer);
     if running {
         whyslow_record::stop_launched(pids[0]);
     }
@@ -111,6 +114,7 @@ fn second_phase(
     raw: whyslow_model::raw::RawRecording,
     running: bool,
     elapsed: Duration,
+    symbolizer: &mut whyslow_symbolize::Resident,
 ) -> Result<Profile, InvestigateError> {
     if raw.samples.is_empty() {
         let how = match raw.meta.exit_code {
@@ -121,7 +125,7 @@ fn second_phase(
         };
         return Err(InvestigateError::NoSamples(how));
     }
-    let mut profile = whyslow_symbolize::symbolize(raw);
+    let mut profile = symbolizer.symbolize(raw);
     if whyslow_record::signals::stop_requested() {
         profile.meta.notes.push("phase 2 (allocation and call counts) skipped: stopped".into());
         return Ok(profile);
@@ -201,7 +205,7 @@ fn second_phase(
     meta.killed.extend(raw2.meta.killed.iter().cloned());
     // Allocation samples and sites join phase 1's samples (their rates are over phase 2's window).
     let mut calls = std::mem::take(&mut raw2.calls);
-    let probed = whyslow_symbolize::symbolize(raw2);
+    let probed = symbolizer.symbolize(raw2);
     let mut profile = whyslow_analyze::diff::merge(&[&profile, &probed]);
     profile.meta = meta;
     // Each pattern was a function name of the profile: name the counters the same way (a GCC clone such as

@@ -80,7 +80,8 @@ pub struct CallOptions {
     /// Probe every process mapping the files and count the target and the children it forks (other
     /// processes calling these functions take the probe trap too); otherwise only the target processes.
     pub follow_children: bool,
-    /// Sample the user stack of every Nth call of each function (perf uprobe events), for the callers.
+    /// Sample the user stack of every Nth call of each function (copied by the counting eBPF program),
+    /// for the callers.
     pub callers_period: Option<u64>,
 }
 

@@ -1,9 +1,9 @@
-//! The event sources of a run: perf_event rings (CPU clock, tracepoints, uprobe events) opened per task
-//! and inherited by new threads and children, and the eBPF probes (syscall counters, call counters,
-//! allocation-site counters, off-CPU blocks, exit watch). Opening, falling back where the machine
+//! The event sources of a run: perf_event rings (CPU clock, syscall tracepoint) opened per task and
+//! inherited by new threads and children, and the eBPF probes (syscall counters, call counters and
+//! allocation-site counters with their sampled stacks, off-CPU blocks, exit watch). Opening, falling back where the machine
 //! refuses, following more processes later, and closing.
 
-use crate::bpf::{CallProbe, ClockFilter, ExitWatch, OffCpuConfig, OffCpuProbe, SyscallProbe};
+use crate::bpf::{CallProbe, ClockFilter, ExitWatch, OffCpuConfig, OffCpuProbe, StackSampling, SyscallProbe};
 use crate::calls::{PatternSpec, Probe};
 use crate::records;
 use crate::sys::{self, Clock, EventConfig, Ring, Scope, Source};
@@ -145,15 +145,14 @@ fn through_root_of(path: &str) -> Option<u32> {
     path.strip_prefix("/proc/")?.split_once("/root/")?.0.parse().ok()
 }
 
-/// The process a module path reaches its file through, when that process has exited.
-fn exited_owner(path: &str) -> Option<u32> {
-    through_root_of(path).filter(|&pid| !target::alive(pid))
-}
-
 /// User stack bytes copied per event of streams that fire on every call (syscalls, calls, allocations).
 const EVENT_STACK_BYTES: u32 = 16 * 1024;
 /// Ring data pages per CPU for such streams (16 MB with 4 KB pages).
 const EVENT_RING_PAGES: usize = 4096;
+/// Ids of the stack samples of probed calls and of allocations (bpf/calls.bpf.c), probe index added:
+/// apart from the kernel's event ids, which count up from 1.
+const CALL_SAMPLE_IDS: u64 = 1 << 62;
+const ALLOC_SAMPLE_IDS: u64 = CALL_SAMPLE_IDS + (1 << 32);
 
 /// The open events: one ring per CPU (owned by the first event on that CPU: the clock when it is counted
 /// per CPU), plus the extra fds redirected into it (with the process each was opened for, so a process
@@ -228,9 +227,9 @@ impl Events {
         }
     }
 
-    /// Hands over the events sampled at a fixed period (syscall, call and allocation stacks), one list of
-    /// fds per event, to be closed: an open tracepoint event, even disabled, keeps every syscall of the
-    /// machine on the traced path, an open uprobe event its breakpoint. Inherited copies in the target's
+    /// Hands over the events sampled at a fixed period (syscall stacks), one list of fds per event, to be
+    /// closed: an open tracepoint event, even disabled, keeps every syscall of the machine on the traced
+    /// path. Inherited copies in the target's
     /// threads and children go with them. The clocks stay, and the first event, which owns the rings, is
     /// never one of them.
     pub(crate) fn take_fixed_period(&mut self) -> Vec<Vec<OwnedFd>> {
@@ -332,9 +331,8 @@ fn open_first(ev: &mut Events, pid: u32, tid: u32, notes: &mut Vec<String>) -> R
     }
 }
 
-/// What the sources borrow for the length of a run: the eBPF skeletons' objects, the allocation functions
-/// to probe, and the tracefs uprobes whose events sample stacks (removed when this is dropped, after the
-/// events are closed).
+/// What the sources borrow for the length of a run: the eBPF skeletons' objects and the allocation
+/// functions to probe.
 pub struct Objects {
     syscalls: std::mem::MaybeUninit<libbpf_rs::OpenObject>,
     calls: std::mem::MaybeUninit<libbpf_rs::OpenObject>,
@@ -345,44 +343,18 @@ pub struct Objects {
     pub(crate) alloc: Vec<(Probe, SizeArg)>,
     /// How the allocation functions nest (see [`ALLOCATING_THROUGH_MALLOC`]).
     pub(crate) nesting: Nesting,
-    uprobes: Vec<sys::TraceUprobe>,
     /// What resolving the allocation functions had to say.
     pub(crate) notes: Vec<String>,
 }
 
 impl Objects {
-    /// Resolves the allocation functions (with --alloc) and creates the tracefs uprobes: the calls'
-    /// probes (with --callers), then the allocation probes, in that order.
+    /// Resolves the allocation functions (with --alloc).
     pub fn new(opts: &RecordOptions) -> Result<Self, RecordError> {
-        // Probes of whyslow runs killed with SIGKILL (which removes nothing) go at every start, uprobes
-        // or not: they keep the probed files' filesystems busy.
-        sys::TraceUprobe::remove_stale("whyslow_", target::alive);
         let mut notes = Vec::new();
         let (alloc, nesting) = match &opts.alloc {
             Some(_) => alloc_probes(&opts.target, &mut notes)?,
             None => Default::default(),
         };
-        let callers = opts.calls.iter().filter(|c| c.callers_period.is_some()).flat_map(|c| &c.probes);
-        let probes: Vec<&Probe> = callers.chain(alloc.iter().map(|a| &a.0)).collect();
-        let mut uprobes = Vec::new();
-        if !probes.is_empty() {
-            static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-            let run = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let group = format!("whyslow_{}_{run}", std::process::id());
-            for (i, p) in probes.iter().enumerate() {
-                let path = p.module.to_string_lossy();
-                let u =
-                    sys::TraceUprobe::create(&group, &format!("p{i}"), &path, p.offset).map_err(
-                        |e| match (e.raw_os_error(), exited_owner(&path)) {
-                            (Some(libc::EACCES) | Some(libc::EPERM), _) => RecordError::Permission(e),
-                            // The file was reached through a target process that is gone.
-                            (Some(libc::ENOENT), Some(pid)) => RecordError::NoSuchProcess(pid),
-                            _ => RecordError::Io(format!("tracefs uprobe on {}+{:#x}", path, p.offset), e),
-                        },
-                    )?;
-                uprobes.push(u);
-            }
-        }
         Ok(Objects {
             syscalls: std::mem::MaybeUninit::uninit(),
             calls: std::mem::MaybeUninit::uninit(),
@@ -392,7 +364,6 @@ impl Objects {
             clock: std::mem::MaybeUninit::uninit(),
             alloc,
             nesting,
-            uprobes,
             notes,
         })
     }
@@ -473,40 +444,50 @@ impl<'obj> Sources<'obj> {
             streams.push(Stream::Syscalls { slot: sample_types.len() });
             sample_types.push(SampleType { name: sample_types::SYSCALLS.into(), unit: "calls".into() });
         }
-        if let Some((co, period)) = opts.calls.as_ref().and_then(|c| Some((c, c.callers_period?))) {
+        // Stacks sampled in eBPF (off-CPU blocks, callers of probed calls, allocations) are unwound with
+        // the mappings the events follow.
+        let callers_period = opts.calls.as_ref().and_then(|c| c.callers_period);
+        let ebpf_stacks = opts.offcpu.is_some() || opts.alloc.is_some() || callers_period.is_some();
+        if !opts.cpu && (!cfgs.is_empty() || ebpf_stacks) {
+            // The first event owns the rings and the records that follow mappings, threads and children,
+            // and stays open to the end, while the syscalls' stack events are closed when the probe budget
+            // stops them: without a clock, the first is one that samples nothing.
+            cfgs.insert(0, EventConfig { source: Source::Track, ..base });
+            streams.insert(0, Stream::Events { slot: 0 });
+        }
+        // Streams of samples that come from eBPF follow the events' (an event's index is its stream's),
+        // reached through the sample ids their sources give them.
+        let mut ebpf_ids = Vec::new();
+        let ring_bytes = |pages: usize| (pages * 4096 * sys::online_cpus().len()).min(32 << 20);
+        let stacks = |period: u64, first_id: u64| StackSampling {
+            period: crate::sampling_period(period),
+            stack_bytes: event_base.stack_bytes,
+            ring_bytes: ring_bytes(EVENT_RING_PAGES),
+            first_id,
+        };
+        let call_stacks = callers_period.map(|period| {
             let slot = sample_types.len();
             sample_types.push(SampleType { name: sample_types::CALLS.into(), unit: "calls".into() });
-            for i in 0..co.probes.len() {
-                let source = Source::Tracepoint { id: objects.uprobes[i].id, period, kernel_stack: false };
-                cfgs.push(EventConfig { source, ..event_base });
+            for (i, _) in opts.calls.iter().flat_map(|c| &c.probes).enumerate() {
+                ebpf_ids.push((CALL_SAMPLE_IDS + i as u64, streams.len()));
                 streams.push(Stream::Call { slot, probe: i });
             }
-        }
+            stacks(period, CALL_SAMPLE_IDS)
+        });
         let offcpu_slot = opts.offcpu.as_ref().map(|_| {
             sample_types.push(SampleType { name: sample_types::OFFCPU.into(), unit: "nanoseconds".into() });
             sample_types.len() - 1
         });
-        if let Some(ao) = &opts.alloc {
+        let alloc_stacks = opts.alloc.as_ref().map(|ao| {
             let slot = sample_types.len();
             sample_types.push(SampleType { name: sample_types::ALLOC_COUNT.into(), unit: "count".into() });
             sample_types.push(SampleType { name: sample_types::ALLOC_BYTES.into(), unit: "bytes".into() });
-            let first = objects.uprobes.len() - alloc.len();
             for (i, (_, size)) in alloc.iter().enumerate() {
-                let id = objects.uprobes[first + i].id;
-                let source = Source::Tracepoint { id, period: ao.period, kernel_stack: false };
-                cfgs.push(EventConfig { source, ..event_base });
+                ebpf_ids.push((ALLOC_SAMPLE_IDS + i as u64, streams.len()));
                 streams.push(Stream::Alloc { slot, probe: i, size: *size });
             }
-        }
-        if !opts.cpu && (!cfgs.is_empty() || opts.offcpu.is_some()) {
-            // The first event owns the rings and the records that follow mappings, threads and children,
-            // and stays open to the end, while events sampled every Nth hit are closed when the probe
-            // budget stops them (a disabled uprobe event keeps its breakpoint, and every call still
-            // traps): without a clock, the first is one that samples nothing (off-CPU sampling, from
-            // eBPF, needs it as well).
-            cfgs.insert(0, EventConfig { source: Source::Track, ..base });
-            streams.insert(0, Stream::Events { slot: 0 });
-        }
+            stacks(ao.period, ALLOC_SAMPLE_IDS)
+        });
         let mut probe = match &opts.syscalls {
             Some(_) => Some(SyscallProbe::load(&mut objects.syscalls, trace)?),
             None => None,
@@ -518,17 +499,18 @@ impl<'obj> Sources<'obj> {
                     .zip(&objects.nesting.tails)
                     .map(|((p, s), (role, _))| (bpf_size_code(*s), p.site.stack_delta, *role as u32))
                     .collect();
-                let mut p = CallProbe::load(&mut objects.alloc_obj, false, false, Some(&codes))?;
+                let p = CallProbe::load(&mut objects.alloc_obj, false, false, Some(&codes), alloc_stacks)?;
                 for &pid in pids {
                     p.track(pid, launched)?;
-                    notes.extend(p.attach(&alloc_probes, 0..alloc_probes.len(), pid as i32)?);
                 }
                 Some(p)
             }
             None => None,
         };
         let mut calls = match &opts.calls {
-            Some(c) => Some(CallProbe::load(&mut objects.calls, c.latency, c.follow_children, None)?),
+            Some(c) => {
+                Some(CallProbe::load(&mut objects.calls, c.latency, c.follow_children, None, call_stacks)?)
+            }
             None => None,
         };
         let offcpu = match (&opts.offcpu, offcpu_slot) {
@@ -541,7 +523,7 @@ impl<'obj> Sources<'obj> {
                     sample_period: oo.sample_period,
                     stack_bytes: event_base.stack_bytes,
                     kernel_stack: opts.kernel,
-                    ring_bytes: (opts.ring_pages * 4096 * sys::online_cpus().len()).min(32 << 20),
+                    ring_bytes: ring_bytes(opts.ring_pages),
                 };
                 let mut p = OffCpuProbe::load(&mut objects.offcpu, &cfg)?;
                 for (&pid, &go) in pids.iter().zip(&go) {
@@ -571,6 +553,7 @@ impl<'obj> Sources<'obj> {
         if !ev.cfgs.is_empty() {
             open_all(&mut ev, pids, launched, notes)?;
         }
+        ev.ids.extend(ebpf_ids);
         if opts.cpu && ev.clock() != Some(Clock::CpuClock) {
             sample_types[1] = SampleType { name: "cycles".into(), unit: "count".into() };
         }
@@ -601,6 +584,12 @@ impl<'obj> Sources<'obj> {
         let exits = ExitWatch::load(&mut objects.exits).ok();
         for (w, &pid) in exits.iter().flat_map(|w| pids.iter().map(move |p| (w, p))) {
             w.track(pid, launched)?;
+        }
+        // The allocators are the hottest functions probed: their breakpoints go in last.
+        if let Some(p) = alloc_sites.as_mut() {
+            for &pid in pids {
+                notes.extend(p.attach(&alloc_probes, 0..alloc_probes.len(), pid as i32)?);
+            }
         }
         Ok(Sources {
             ev,
@@ -656,10 +645,11 @@ impl<'obj> Sources<'obj> {
     /// Stops the probes that cost per call (syscall and call counters, allocation probes and the stacks
     /// they sample); their counts so far stay readable. Sampling by clock and off-CPU goes on.
     ///
-    /// Closing the last user of a uprobe removes its breakpoint, then waits for a grace period (45-75 ms
-    /// here): closed one after the other, the probes closed last would trap at every call for that long
-    /// per probe before them (a Go server lost a quarter of its throughput for half a second). The call
-    /// counters' links and each event's fds are closed on threads of their own, all at once.
+    /// Removing a uprobe waits for a grace period (45-90 ms here), and the kernel removes one after the
+    /// other: each probe is one perf event no more (the calls' and allocations' stacks come from the
+    /// eBPF program that counts them; with a uprobe event per allocation function, a Go server's
+    /// allocators trapped for half a second after the budget stop). The counters' links and the syscall
+    /// stack events are closed on threads of their own, at once.
     pub(crate) fn stop_per_call(&mut self) {
         if let Some(p) = self.syscalls.as_mut() {
             p.detach();
@@ -687,6 +677,9 @@ impl<'obj> Sources<'obj> {
                 });
                 self.offcpu_lost = lost;
             }
+        }
+        for p in self.calls.iter_mut().chain(self.alloc_sites.as_mut()) {
+            p.drain(&mut batch);
         }
         self.ev.read(c, buf, &mut batch);
         if let Some(f) = &self.clock_filter {

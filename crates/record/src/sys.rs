@@ -371,61 +371,6 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-const UPROBE_EVENTS: &str = "/sys/kernel/tracing/uprobe_events";
-
-/// A uprobe defined in tracefs, opened as a tracepoint: its perf events inherit into the target's new
-/// threads and children. (perf's uprobe PMU cannot: its path is a pointer into our memory, which the
-/// kernel reads again in the child's address space when it clones the event, failing the target's
-/// clone() with EFAULT.) Removed when dropped; the perf events using it must be closed first.
-pub struct TraceUprobe {
-    group: String,
-    name: String,
-    pub id: u64,
-}
-
-impl TraceUprobe {
-    pub fn create(group: &str, name: &str, path: &str, offset: u64) -> io::Result<TraceUprobe> {
-        if path.contains(char::is_whitespace) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("cannot probe a path with spaces: {path}"),
-            ));
-        }
-        mount_tracefs()?;
-        append(UPROBE_EVENTS, &format!("p:{group}/{name} {path}:{offset:#x}\n"))?;
-        // Defined from here on: dropping `probe` removes it again if the id cannot be read.
-        let mut probe = TraceUprobe { group: group.to_string(), name: name.to_string(), id: 0 };
-        probe.id = tracepoint_id(group, name)?;
-        Ok(probe)
-    }
-
-    /// Removes probes left behind by whyslow runs that no longer exist (killed with SIGKILL).
-    pub fn remove_stale(prefix: &str, alive: impl Fn(u32) -> bool) {
-        let Ok(text) = std::fs::read_to_string(UPROBE_EVENTS) else { return };
-        for line in text.lines() {
-            let Some(event) = line.split_whitespace().next().and_then(|e| e.strip_prefix("p:")) else {
-                continue;
-            };
-            let Some(rest) = event.strip_prefix(prefix) else { continue };
-            let pid = rest.split(['_', '/']).next().and_then(|p| p.parse().ok());
-            if pid.is_some_and(|p| !alive(p)) {
-                let _ = append(UPROBE_EVENTS, &format!("-:{event}\n"));
-            }
-        }
-    }
-}
-
-impl Drop for TraceUprobe {
-    fn drop(&mut self) {
-        let _ = append(UPROBE_EVENTS, &format!("-:{}/{}\n", self.group, self.name));
-    }
-}
-
-fn append(path: &str, line: &str) -> io::Result<()> {
-    use std::io::Write;
-    std::fs::OpenOptions::new().append(true).open(path)?.write_all(line.as_bytes())
-}
-
 #[cfg(test)]
 mod tests {
     #[test]

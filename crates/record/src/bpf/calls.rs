@@ -1,16 +1,22 @@
 //! Exact call counts (and optionally time per call) from bpf/calls.bpf.c: one uprobe.multi link per
-//! (module, process) carrying every probed offset, the probe index as the attach cookie.
+//! (module, process) carrying every probed offset, the probe index as the attach cookie. Optionally the
+//! stacks of every Nth call, sent by the same program (so removing the probes is removing the links:
+//! one grace period, where a perf event per probe took one each, one after the other).
 
 use super::calls_skel::{CallsSkel, CallsSkelBuilder, OpenCallsSkel};
-use super::{check_btf, classify, quiet_libbpf, u64_at};
+use super::{check_btf, classify, quiet_libbpf, u32_at, u64_at};
 use crate::calls::Probe;
 use crate::RecordError;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, UprobeMultiOpts};
+use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder, UprobeMultiOpts};
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::mem::MaybeUninit;
 use std::ops::Range;
 use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::Duration;
+use whyslow_convert::records::{Record, Sample, Timed, UserRegs};
 
 /// Attach-cookie bit of a probe whose hits are subtracted from its function's calls (bpf/calls.bpf.c).
 const SUBTRACT: u64 = 1 << 63;
@@ -29,11 +35,61 @@ pub struct CallCount {
 
 pub use whyslow_convert::SiteCount;
 
+/// Counters in the program's `drops` array: calls or sites no counter could hold, stack samples the
+/// ring had no room for.
+const DROP_MAP: u32 = 0;
+const DROP_RING: u32 = 1;
+const STACK_MAX: u32 = 16384;
+/// Where a sample's stack copy starts (bpf/calls.bpf.c, `struct ws_sample`).
+const USTACK_OFFSET: usize = 80;
+
+/// Stacks of every `period`th call of each probe (per CPU), `stack_bytes` of user stack each, as
+/// samples with event id `first_id + probe`, through a ring of `ring_bytes`.
+#[derive(Debug, Clone, Copy)]
+pub struct StackSampling {
+    pub period: u64,
+    pub stack_bytes: u32,
+    pub ring_bytes: usize,
+    pub first_id: u64,
+}
+
 /// Loaded call counters; the links detach when dropped.
 pub struct CallProbe<'obj> {
     skel: CallsSkel<'obj>,
     links: Vec<Link>,
     latency: bool,
+    samples: Option<(RingBuffer<'static>, Rc<RefCell<Vec<Timed>>>)>,
+    /// Stack samples lost so far that [`CallProbe::drain`] reported.
+    lost_reported: u64,
+}
+
+fn decode(b: &[u8], s: &StackSampling) -> Option<Timed> {
+    if b.len() < USTACK_OFFSET {
+        return None;
+    }
+    let bytes = (u32_at(b, 20) as usize).min(b.len() - USTACK_OFFSET);
+    let regs = UserRegs {
+        ip: u64_at(b, 24),
+        sp: u64_at(b, 32),
+        bp: u64_at(b, 40),
+        ax: u64_at(b, 48),
+        di: u64_at(b, 56),
+        si: u64_at(b, 64),
+        dx: u64_at(b, 72),
+    };
+    let sample = Sample {
+        pid: u32_at(b, 8),
+        tid: u32_at(b, 12),
+        id: s.first_id + u64::from(u32_at(b, 16)),
+        period: s.period,
+        kernel: Vec::new(),
+        user: Vec::new(),
+        regs: Some(regs),
+        stack: b[USTACK_OFFSET..USTACK_OFFSET + bytes].to_vec(),
+        goroutine: None,
+        raw: Vec::new(),
+    };
+    Some(Timed { time: u64_at(b, 0), record: Record::Sample(sample) })
 }
 
 impl<'obj> CallProbe<'obj> {
@@ -43,12 +99,13 @@ impl<'obj> CallProbe<'obj> {
     /// With `size_args` (one per probe: where the size is, 0 rdi, 1 rsi, 2 rdx, 3 rdi * rsi, 4 rax; the
     /// bytes pushed between the function's entry and the probe's site; its role in nested allocations,
     /// 1 an allocator that may tail-jump to malloc, 2 malloc, else 0), calls and requested bytes are also
-    /// counted per call site.
+    /// counted per call site. With `stacks`, calls' stacks are sampled (see [`CallProbe::drain`]).
     pub fn load(
         obj: &'obj mut MaybeUninit<OpenObject>,
         latency: bool,
         everywhere: bool,
         size_args: Option<&[(u32, u32, u32)]>,
+        stacks: Option<StackSampling>,
     ) -> Result<Self, RecordError> {
         check_btf()?;
         quiet_libbpf();
@@ -57,9 +114,33 @@ impl<'obj> CallProbe<'obj> {
         if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
             ro.latency = latency;
             ro.sites = size_args.is_some();
+            if let Some(st) = &stacks {
+                ro.sample_period = st.period;
+                ro.stack_bytes = st.stack_bytes.min(STACK_MAX);
+            }
         }
         open.progs.on_return.set_autoload(latency);
+        if let Some(st) = &stacks {
+            let bytes = st.ring_bytes.next_power_of_two().max(1 << 20) as u32;
+            open.maps.samples.set_max_entries(bytes).map_err(|e| classify("ring buffer", e))?;
+        }
         let skel = open.load().map_err(|e| classify("load", e))?;
+        let samples = match stacks {
+            Some(st) => {
+                let records = Rc::new(RefCell::new(Vec::new()));
+                let sink = records.clone();
+                let mut b = RingBufferBuilder::new();
+                b.add(&skel.maps.samples, move |data: &[u8]| {
+                    if let Some(t) = decode(data, &st) {
+                        sink.borrow_mut().push(t);
+                    }
+                    0
+                })
+                .map_err(|e| classify("ring buffer", e))?;
+                Some((b.build().map_err(|e| classify("ring buffer", e))?, records))
+            }
+            None => None,
+        };
         let mut links = Vec::new();
         if everywhere {
             links.push(skel.progs.on_fork.attach().map_err(|e| classify("attach fork hook", e))?);
@@ -70,7 +151,7 @@ impl<'obj> CallProbe<'obj> {
             let value = [how.to_ne_bytes(), stack_delta.to_ne_bytes(), role.to_ne_bytes(), [0; 4]].concat();
             skel.maps.size_arg.update(&key, &value, MapFlags::ANY).map_err(|e| classify("size args", e))?;
         }
-        Ok(CallProbe { skel, links, latency })
+        Ok(CallProbe { skel, links, latency, samples, lost_reported: 0 })
     }
 
     /// Counts the calls of process `pid` (of a `launched` command from its exec on).
@@ -157,7 +238,25 @@ impl<'obj> CallProbe<'obj> {
 
     /// Calls a full map could not count.
     pub fn lost(&self) -> u64 {
-        super::per_cpu_total(&self.skel.maps.drops, 1)
+        super::per_cpu_total(&self.skel.maps.drops, DROP_MAP + 1)
+    }
+
+    fn lost_samples(&self) -> u64 {
+        let drops = &self.skel.maps.drops;
+        super::per_cpu_total(drops, DROP_RING + 1) - super::per_cpu_total(drops, DROP_RING)
+    }
+
+    /// The stack samples that arrived since the last call, and a lost record for those the ring had no
+    /// room for meanwhile.
+    pub fn drain(&mut self, into: &mut Vec<Timed>) {
+        let Some((ring, records)) = &self.samples else { return };
+        let _ = ring.poll(Duration::ZERO);
+        into.append(&mut records.borrow_mut());
+        let lost = self.lost_samples();
+        if lost > self.lost_reported {
+            into.push(Timed { time: 0, record: Record::Lost(lost - self.lost_reported) });
+            self.lost_reported = lost;
+        }
     }
 
     pub fn site_counts(&self) -> Vec<SiteCount> {

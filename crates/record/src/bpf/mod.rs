@@ -7,7 +7,7 @@ mod exits;
 mod offcpu;
 mod syscalls;
 
-pub use calls::{CallCount, CallProbe};
+pub use calls::{CallCount, CallProbe, StackSampling};
 pub use clock::ClockFilter;
 pub use exits::ExitWatch;
 pub use offcpu::{OffCpuConfig, OffCpuProbe};

@@ -1,0 +1,38 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Copies of a thread's user stack, for user space to unwind (bpf/offcpu.bpf.c, bpf/calls.bpf.c).
+ */
+#ifndef WHYSLOW_USTACK_H
+#define WHYSLOW_USTACK_H
+
+#define STACK_MAX 16384 /* bytes of user stack copied at most (a power of two) */
+#define PAGE 4096
+
+/* Copies up to `max` (<= STACK_MAX) bytes of user stack from `from` to buf[at...], page by page, stopping
+ * at the first page that cannot be read (the end of the stack mapping, or a page not resident): returns
+ * the bytes copied. `off_mask` (a constant: 2^k - 1 at least at + STACK_MAX - 1) bounds where a page goes
+ * for the verifier; buf holds off_mask + 2 * PAGE bytes. */
+static __always_inline u32 copy_user_stack(u8 *buf, u32 off_mask, u32 at, u64 from, u32 max)
+{
+	u32 n = 0;
+	for (int i = 0; i < STACK_MAX / PAGE + 1; i++) {
+		if (n >= max || n >= STACK_MAX)
+			break;
+		u32 len = PAGE - ((from + n) & (PAGE - 1));
+		if (len > max - n)
+			len = max - n;
+		/* The masks change nothing (off <= off_mask, len <= PAGE) but give the verifier its bounds; the
+		 * barriers keep the compiler from dropping them as redundant. */
+		u32 off = at + n;
+		barrier_var(off);
+		barrier_var(len);
+		off &= off_mask;
+		len &= 2 * PAGE - 1;
+		if (bpf_probe_read_user(&buf[off], len, (void *)(from + n)))
+			break;
+		n += len;
+	}
+	return n;
+}
+
+#endif
