@@ -38,7 +38,8 @@ pub struct Nesting {
     /// probed allocation called from there is not counted again.
     pub within: Vec<(String, std::ops::Range<u64>)>,
     /// Per allocation probe (as `Stream::Alloc::probe`): its role in tail jumps, and the bytes between the
-    /// stack pointer at its site and the return address.
+    /// stack pointer at its site and the return address (the recorder's eBPF program counts and samples
+    /// a malloc tail-jumped to as the wrapper's allocation only).
     pub tails: Vec<(AllocRole, u32)>,
 }
 
@@ -177,8 +178,6 @@ pub struct Converter<H: Host> {
     alloc_names: Vec<(String, String)>,
     offcpu: Option<Stream>,
     nesting: Nesting,
-    /// Per thread: the return-address slot and value of the last [`AllocRole::Wrapper`] sampled.
-    wrapped: FastMap<u32, (u64, u64)>,
     blocked: FastMap<u32, Blocked>,
     /// Keep the state of exited processes (their mappings are needed after the run).
     retain_exited: bool,
@@ -206,7 +205,6 @@ impl<H: Host> Converter<H> {
             alloc_names: Vec::new(),
             offcpu,
             nesting: Nesting::default(),
-            wrapped: FastMap::default(),
             blocked: FastMap::default(),
             retain_exited: false,
             exited: Vec::new(),
@@ -236,31 +234,6 @@ impl<H: Host> Converter<H> {
         let Some(&RawFrame::User { module, offset }) = caller else { return false };
         let Some(m) = self.raw.modules.get(module as usize) else { return false };
         self.nesting.within.iter().any(|(path, r)| *path == m.path && r.contains(&offset))
-    }
-
-    /// Whether an allocation sample of `probe` is malloc tail-jumped to from the wrapper sampled just
-    /// before on the same thread (same return-address slot, same return address).
-    fn tail_called(&mut self, probe: usize, s: &SampleRef<'_>) -> bool {
-        let (Some(&(role, delta)), Some(regs)) = (self.nesting.tails.get(probe), s.regs.as_ref()) else {
-            return false;
-        };
-        let at = delta as usize;
-        let Some(ret) = s.stack.get(at..at + 8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
-        else {
-            return false;
-        };
-        let here = (regs.sp.wrapping_add(u64::from(delta)), ret);
-        match role {
-            AllocRole::Wrapper => {
-                self.wrapped.insert(s.tid, here);
-                false
-            }
-            AllocRole::Malloc => self.wrapped.remove(&s.tid) == Some(here),
-            AllocRole::Other => {
-                self.wrapped.remove(&s.tid);
-                false
-            }
-        }
     }
 
     /// Keep the mappings of processes that exit, for [`Converter::add_alloc_sites`] after the run.
@@ -516,13 +489,6 @@ impl<H: Host> Converter<H> {
         if !self.raw.thread_names.contains_key(&(s.pid, s.tid)) {
             let name = self.host.thread_name(s.pid, s.tid).unwrap_or_default();
             self.raw.thread_names.insert((s.pid, s.tid), name);
-        }
-        // A malloc tail-jumped to from the wrapper sampled before it is the wrapper's allocation: neither
-        // unwound nor counted.
-        if let Stream::Alloc { probe, .. } = stream {
-            if self.tail_called(probe, &s) {
-                return;
-            }
         }
         let mut values = vec![0i64; self.raw.sample_types.len()];
         // A probe in a function: its first frame is the function itself, replaced by the label.

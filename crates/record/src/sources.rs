@@ -1,7 +1,7 @@
 //! The event sources of a run: perf_event rings (CPU clock, syscall tracepoint) opened per task and
 //! inherited by new threads and children, and the eBPF probes (syscall counters, call counters and
-//! allocation-site counters with their sampled stacks, off-CPU blocks, exit watch). Opening, falling back where the machine
-//! refuses, following more processes later, and closing.
+//! allocation-site counters with their sampled stacks, off-CPU blocks, exit watch). Opening, falling back
+//! where the machine refuses, following more processes later, and closing.
 
 use crate::bpf::{CallProbe, ClockFilter, ExitWatch, OffCpuConfig, OffCpuProbe, StackSampling, SyscallProbe};
 use crate::calls::{PatternSpec, Probe};
@@ -229,9 +229,8 @@ impl Events {
 
     /// Hands over the events sampled at a fixed period (syscall stacks), one list of fds per event, to be
     /// closed: an open tracepoint event, even disabled, keeps every syscall of the machine on the traced
-    /// path. Inherited copies in the target's
-    /// threads and children go with them. The clocks stay, and the first event, which owns the rings, is
-    /// never one of them.
+    /// path. Inherited copies in the target's threads and children go with them. The clocks stay, and the
+    /// first event, which owns the rings, is never one of them.
     pub(crate) fn take_fixed_period(&mut self) -> Vec<Vec<OwnedFd>> {
         let cfgs = &self.cfgs;
         let (stopped, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.extra)
@@ -468,7 +467,7 @@ impl<'obj> Sources<'obj> {
         let call_stacks = callers_period.map(|period| {
             let slot = sample_types.len();
             sample_types.push(SampleType { name: sample_types::CALLS.into(), unit: "calls".into() });
-            for (i, _) in opts.calls.iter().flat_map(|c| &c.probes).enumerate() {
+            for i in 0..opts.calls.as_ref().map_or(0, |c| c.probes.len()) {
                 ebpf_ids.push((CALL_SAMPLE_IDS + i as u64, streams.len()));
                 streams.push(Stream::Call { slot, probe: i });
             }
