@@ -264,6 +264,7 @@ impl Manager {
         }
         tracked.retain(|_, t| t.gone_ns.is_none_or(|g| now.saturating_sub(g) < GRACE.as_nanos() as u64));
         // Follow what is new.
+        let mut new = Vec::new();
         for (pid, (ids, key, root)) in want {
             if let Some(t) = tracked.get_mut(&pid).filter(|t| t.gone_ns.is_none()) {
                 t.targets = ids;
@@ -273,7 +274,7 @@ impl Manager {
                 continue;
             }
             let view = views[&pid].clone();
-            let _ = shared.store.lock().expect("store lock").saw_process(&view, now);
+            new.push(view.clone());
             if root == pid {
                 let s = self
                     .sessions
@@ -287,6 +288,14 @@ impl Manager {
                 pid,
                 Tracked { view, targets: ids, key, root, follow_ticks: ticks, since_ns: now, gone_ns: None },
             );
+        }
+        // Stored once they are followed and listed: a store busy with a window holds up neither.
+        drop(tracked);
+        if !new.is_empty() {
+            let store = shared.store.lock().expect("store lock");
+            for view in &new {
+                let _ = store.saw_process(view, now);
+            }
         }
         // Sessions nobody needs any more end (their last window is flushed).
         let idle: Vec<Key> =
