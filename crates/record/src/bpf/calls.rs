@@ -8,14 +8,11 @@ use super::{check_btf, classify, quiet_libbpf, u32_at, u64_at};
 use crate::calls::Probe;
 use crate::RecordError;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder, UprobeMultiOpts};
-use std::cell::RefCell;
+use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, UprobeMultiOpts};
 use std::collections::BTreeMap;
 use std::mem::MaybeUninit;
 use std::ops::Range;
 use std::path::PathBuf;
-use std::rc::Rc;
-use std::time::Duration;
 use whyslow_convert::records::{Record, Sample, Timed, UserRegs};
 
 /// Attach-cookie bit of a probe whose hits are subtracted from its function's calls (bpf/calls.bpf.c).
@@ -58,7 +55,7 @@ pub struct CallProbe<'obj> {
     skel: CallsSkel<'obj>,
     links: Vec<Link>,
     latency: bool,
-    samples: Option<(RingBuffer<'static>, Rc<RefCell<Vec<Timed>>>)>,
+    samples: Option<super::RecordRing>,
     /// Stack samples lost so far that [`CallProbe::drain`] reported.
     lost_reported: u64,
 }
@@ -126,19 +123,7 @@ impl<'obj> CallProbe<'obj> {
         }
         let skel = open.load().map_err(|e| classify("load", e))?;
         let samples = match stacks {
-            Some(st) => {
-                let records = Rc::new(RefCell::new(Vec::new()));
-                let sink = records.clone();
-                let mut b = RingBufferBuilder::new();
-                b.add(&skel.maps.samples, move |data: &[u8]| {
-                    if let Some(t) = decode(data, &st) {
-                        sink.borrow_mut().push(t);
-                    }
-                    0
-                })
-                .map_err(|e| classify("ring buffer", e))?;
-                Some((b.build().map_err(|e| classify("ring buffer", e))?, records))
-            }
+            Some(st) => Some(super::RecordRing::new(&skel.maps.samples, move |data| decode(data, &st))?),
             None => None,
         };
         let mut links = Vec::new();
@@ -249,9 +234,8 @@ impl<'obj> CallProbe<'obj> {
     /// The stack samples that arrived since the last call, and a lost record for those the ring had no
     /// room for meanwhile.
     pub fn drain(&mut self, into: &mut Vec<Timed>) {
-        let Some((ring, records)) = &self.samples else { return };
-        let _ = ring.poll(Duration::ZERO);
-        into.append(&mut records.borrow_mut());
+        let Some(ring) = &self.samples else { return };
+        ring.drain(into);
         let lost = self.lost_samples();
         if lost > self.lost_reported {
             into.push(Timed { time: 0, record: Record::Lost(lost - self.lost_reported) });

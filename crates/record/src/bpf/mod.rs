@@ -95,6 +95,37 @@ fn track_go(go_procs: &impl libbpf_rs::MapCore, pid: u32, go: bool) -> Result<()
     go_procs.update(&pid.to_ne_bytes(), &[1], libbpf_rs::MapFlags::ANY).map_err(|e| classify("go_procs", e))
 }
 
+/// A ring buffer of a program's records, decoded as they are read and kept until drained.
+struct RecordRing {
+    ring: libbpf_rs::RingBuffer<'static>,
+    records: std::rc::Rc<std::cell::RefCell<Vec<whyslow_convert::records::Timed>>>,
+}
+
+impl RecordRing {
+    fn new(
+        map: &impl libbpf_rs::MapCore,
+        decode: impl Fn(&[u8]) -> Option<whyslow_convert::records::Timed> + 'static,
+    ) -> Result<RecordRing, RecordError> {
+        let records = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let sink = records.clone();
+        let mut b = libbpf_rs::RingBufferBuilder::new();
+        b.add(map, move |data: &[u8]| {
+            if let Some(t) = decode(data) {
+                sink.borrow_mut().push(t);
+            }
+            0
+        })
+        .map_err(|e| classify("ring buffer", e))?;
+        Ok(RecordRing { ring: b.build().map_err(|e| classify("ring buffer", e))?, records })
+    }
+
+    /// Appends the records that arrived since the last call.
+    fn drain(&self, into: &mut Vec<whyslow_convert::records::Timed>) {
+        let _ = self.ring.poll(std::time::Duration::ZERO);
+        into.append(&mut self.records.borrow_mut());
+    }
+}
+
 /// The sum over every CPU and every slot below `slots` of a per-CPU array of u64 counters (the programs'
 /// `drops`).
 fn per_cpu_total(map: &impl libbpf_rs::MapCore, slots: u32) -> u64 {

@@ -6,10 +6,8 @@ use super::offcpu_skel::{OffcpuSkel, OffcpuSkelBuilder, OpenOffcpuSkel};
 use super::{check_btf, classify, quiet_libbpf, u32_at, u64_at};
 use crate::RecordError;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
-use libbpf_rs::{MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
-use std::cell::RefCell;
+use libbpf_rs::{MapCore, MapFlags, OpenObject};
 use std::mem::MaybeUninit;
-use std::rc::Rc;
 use std::time::Duration;
 use whyslow_convert::records::{GoroutineStack, Record, Sample, Timed, UserRegs};
 
@@ -33,8 +31,7 @@ pub struct OffCpuConfig {
 /// Loaded and attached off-CPU source; detached when dropped.
 pub struct OffCpuProbe<'obj> {
     skel: OffcpuSkel<'obj>,
-    ring: RingBuffer<'static>,
-    records: Rc<RefCell<Vec<Timed>>>,
+    ring: super::RecordRing,
 }
 
 /// A block as the converter's record: the thread's stacks when it blocked, the time it stands for, and
@@ -84,18 +81,8 @@ impl<'obj> OffCpuProbe<'obj> {
         let ring_bytes = cfg.ring_bytes.next_power_of_two().max(1 << 20) as u32;
         open.maps.events.set_max_entries(ring_bytes).map_err(|e| classify("ring buffer", e))?;
         let skel = open.load().map_err(|e| classify("load", e))?;
-        let records = Rc::new(RefCell::new(Vec::new()));
-        let sink = records.clone();
-        let mut b = RingBufferBuilder::new();
-        b.add(&skel.maps.events, move |data: &[u8]| {
-            if let Some(t) = decode(data, None) {
-                sink.borrow_mut().push(t);
-            }
-            0
-        })
-        .map_err(|e| classify("ring buffer", e))?;
-        let ring = b.build().map_err(|e| classify("ring buffer", e))?;
-        Ok(OffCpuProbe { skel, ring, records })
+        let ring = super::RecordRing::new(&skel.maps.events, |data| decode(data, None))?;
+        Ok(OffCpuProbe { skel, ring })
     }
 
     /// Records the blocks of process `pid`'s threads (and of the processes it forks from now on); of a
@@ -112,8 +99,7 @@ impl<'obj> OffCpuProbe<'obj> {
 
     /// The blocks that ended since the last call.
     pub fn drain(&self, into: &mut Vec<Timed>) {
-        let _ = self.ring.poll(Duration::ZERO);
-        into.append(&mut self.records.borrow_mut());
+        self.ring.drain(into);
     }
 
     /// The threads blocked now, each valued from its switch-out until `end` (the end of a run), with the
