@@ -462,6 +462,11 @@ impl Profile {
         self.samples.iter().map(|s| s.values[value]).sum()
     }
 
+    /// How many CPU samples the shares of CPU time come from (None when there are none: not sampled).
+    pub fn cpu_samples(&self) -> Option<i64> {
+        self.sample_type(sample_types::CPU).map(|v| self.total(v)).filter(|&n| n > 0)
+    }
+
     /// The unix time (ns) a time slice starts at.
     pub fn slice_start_ns(&self, time: u32) -> u64 {
         self.meta.start_unix_ns.saturating_add(u64::from(time) * TIME_BUCKET_NS)

@@ -381,8 +381,6 @@ pub(crate) struct Sources<'obj> {
     pub(crate) offcpu: Option<OffCpuProbe<'obj>>,
     /// Keeps the followed processes' samples of the per-CPU clock (None: the clock is per thread).
     clock_filter: Option<ClockFilter<'obj>>,
-    /// Blocks the off-CPU source lost so far (handed to the converter as lost records).
-    offcpu_lost: u64,
     pub(crate) streams: Vec<Stream>,
     pub(crate) sample_types: Vec<SampleType>,
     /// The allocation functions probed in each process followed.
@@ -598,7 +596,6 @@ impl<'obj> Sources<'obj> {
             exits,
             offcpu,
             clock_filter,
-            offcpu_lost: 0,
             streams,
             sample_types,
             alloc_probes,
@@ -666,16 +663,8 @@ impl<'obj> Sources<'obj> {
     /// Hands everything that arrived to the converter, in time order.
     pub(crate) fn drain<H: Host>(&mut self, c: &mut Converter<H>, buf: &mut Vec<u8>) {
         let mut batch = Vec::new();
-        if let Some(p) = &self.offcpu {
+        if let Some(p) = self.offcpu.as_mut() {
             p.drain(&mut batch);
-            let lost = p.lost();
-            if lost > self.offcpu_lost {
-                batch.push(Timed {
-                    time: 0,
-                    record: whyslow_convert::records::Record::Lost(lost - self.offcpu_lost),
-                });
-                self.offcpu_lost = lost;
-            }
         }
         for p in self.calls.iter_mut().chain(self.alloc_sites.as_mut()) {
             p.drain(&mut batch);

@@ -151,7 +151,7 @@ fn idle(w: &mut impl Write, threads: &[IdleThread]) -> std::io::Result<()> {
 /// Which numbers are sampled (with their uncertainty) and which are exact counts over which window.
 fn measured(p: &Profile) -> Vec<String> {
     let mut out = Vec::new();
-    if let Some(n) = p.sample_type(whyslow_model::sample_types::CPU).map(|v| p.total(v)).filter(|&n| n > 0) {
+    if let Some(n) = p.cpu_samples() {
         let err = whyslow_analyze::stats::share_error(50.0, n);
         out.push(format!("CPU shares sampled ({n} samples: within ±{err:.1} points, 95%)"));
     }

@@ -334,11 +334,7 @@ impl<'a> Facts<'a> {
     /// a threshold is compared with, so that a share just above it by chance (a few hundred samples of a
     /// live process at 99 Hz) raises nothing. An exact profile (no sample count) keeps its share.
     pub fn cpu_pct_surely(&self, pct: f64) -> f64 {
-        let Some(n) = self.p.sample_type(sample_types::CPU).map(|v| self.p.total(v)).filter(|&n| n > 0)
-        else {
-            return pct;
-        };
-        pct - crate::stats::share_error(pct, n)
+        self.p.cpu_samples().map_or(pct, |n| pct - crate::stats::share_error(pct, n))
     }
 
     /// Seconds the call counters ran.

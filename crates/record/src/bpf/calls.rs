@@ -56,8 +56,6 @@ pub struct CallProbe<'obj> {
     links: Vec<Link>,
     latency: bool,
     samples: Option<super::RecordRing>,
-    /// Stack samples lost so far that [`CallProbe::drain`] reported.
-    lost_reported: u64,
 }
 
 fn decode(b: &[u8], s: &StackSampling) -> Option<Timed> {
@@ -118,8 +116,7 @@ impl<'obj> CallProbe<'obj> {
         }
         open.progs.on_return.set_autoload(latency);
         if let Some(st) = &stacks {
-            let bytes = st.ring_bytes.next_power_of_two().max(1 << 20) as u32;
-            open.maps.samples.set_max_entries(bytes).map_err(|e| classify("ring buffer", e))?;
+            super::RecordRing::size(&mut open.maps.samples, st.ring_bytes)?;
         }
         let skel = open.load().map_err(|e| classify("load", e))?;
         let samples = match stacks {
@@ -136,7 +133,7 @@ impl<'obj> CallProbe<'obj> {
             let value = [how.to_ne_bytes(), stack_delta.to_ne_bytes(), role.to_ne_bytes(), [0; 4]].concat();
             skel.maps.size_arg.update(&key, &value, MapFlags::ANY).map_err(|e| classify("size args", e))?;
         }
-        Ok(CallProbe { skel, links, latency, samples, lost_reported: 0 })
+        Ok(CallProbe { skel, links, latency, samples })
     }
 
     /// Counts the calls of process `pid` (of a `launched` command from its exec on).
@@ -223,23 +220,14 @@ impl<'obj> CallProbe<'obj> {
 
     /// Calls a full map could not count.
     pub fn lost(&self) -> u64 {
-        super::per_cpu_total(&self.skel.maps.drops, DROP_MAP + 1)
-    }
-
-    fn lost_samples(&self) -> u64 {
-        let drops = &self.skel.maps.drops;
-        super::per_cpu_total(drops, DROP_RING + 1) - super::per_cpu_total(drops, DROP_RING)
+        super::per_cpu_total(&self.skel.maps.drops, DROP_MAP..DROP_MAP + 1)
     }
 
     /// The stack samples that arrived since the last call, and a lost record for those the ring had no
     /// room for meanwhile.
     pub fn drain(&mut self, into: &mut Vec<Timed>) {
-        let Some(ring) = &self.samples else { return };
-        ring.drain(into);
-        let lost = self.lost_samples();
-        if lost > self.lost_reported {
-            into.push(Timed { time: 0, record: Record::Lost(lost - self.lost_reported) });
-            self.lost_reported = lost;
+        if let Some(ring) = self.samples.as_mut() {
+            ring.drain(into, super::per_cpu_total(&self.skel.maps.drops, DROP_RING..DROP_RING + 1));
         }
     }
 

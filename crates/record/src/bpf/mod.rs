@@ -95,13 +95,21 @@ fn track_go(go_procs: &impl libbpf_rs::MapCore, pid: u32, go: bool) -> Result<()
     go_procs.update(&pid.to_ne_bytes(), &[1], libbpf_rs::MapFlags::ANY).map_err(|e| classify("go_procs", e))
 }
 
-/// A ring buffer of a program's records, decoded as they are read and kept until drained.
+/// A ring buffer of a program's records, decoded as they are read and kept until drained, and the
+/// records it had no room for, reported as they grow.
 struct RecordRing {
     ring: libbpf_rs::RingBuffer<'static>,
     records: std::rc::Rc<std::cell::RefCell<Vec<whyslow_convert::records::Timed>>>,
+    lost_reported: u64,
 }
 
 impl RecordRing {
+    /// Sizes a ring map before its program loads: `bytes` rounded up to a power of two, 1 MB at least.
+    fn size(map: &mut libbpf_rs::OpenMapMut<'_>, bytes: usize) -> Result<(), RecordError> {
+        let bytes = bytes.next_power_of_two().max(1 << 20) as u32;
+        map.set_max_entries(bytes).map_err(|e| classify("ring buffer", e))
+    }
+
     fn new(
         map: &impl libbpf_rs::MapCore,
         decode: impl Fn(&[u8]) -> Option<whyslow_convert::records::Timed> + 'static,
@@ -116,20 +124,26 @@ impl RecordRing {
             0
         })
         .map_err(|e| classify("ring buffer", e))?;
-        Ok(RecordRing { ring: b.build().map_err(|e| classify("ring buffer", e))?, records })
+        Ok(RecordRing { ring: b.build().map_err(|e| classify("ring buffer", e))?, records, lost_reported: 0 })
     }
 
-    /// Appends the records that arrived since the last call.
-    fn drain(&self, into: &mut Vec<whyslow_convert::records::Timed>) {
+    /// Appends the records that arrived since the last call, and a lost record for those lost since
+    /// then, `lost` being the program's count of them so far.
+    fn drain(&mut self, into: &mut Vec<whyslow_convert::records::Timed>, lost: u64) {
+        use whyslow_convert::records::{Record, Timed};
         let _ = self.ring.poll(std::time::Duration::ZERO);
         into.append(&mut self.records.borrow_mut());
+        if lost > self.lost_reported {
+            into.push(Timed { time: 0, record: Record::Lost(lost - self.lost_reported) });
+            self.lost_reported = lost;
+        }
     }
 }
 
-/// The sum over every CPU and every slot below `slots` of a per-CPU array of u64 counters (the programs'
+/// The sum over every CPU and every slot in `slots` of a per-CPU array of u64 counters (the programs'
 /// `drops`).
-fn per_cpu_total(map: &impl libbpf_rs::MapCore, slots: u32) -> u64 {
-    (0..slots)
+fn per_cpu_total(map: &impl libbpf_rs::MapCore, slots: std::ops::Range<u32>) -> u64 {
+    slots
         .filter_map(|k| map.lookup_percpu(&k.to_ne_bytes(), libbpf_rs::MapFlags::ANY).ok().flatten())
         .flatten()
         .map(|v| u64_at(&v, 0))

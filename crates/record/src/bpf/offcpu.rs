@@ -78,8 +78,7 @@ impl<'obj> OffCpuProbe<'obj> {
             ro.stack_bytes = cfg.stack_bytes.min(STACK_MAX);
             ro.kernel_stack = cfg.kernel_stack;
         }
-        let ring_bytes = cfg.ring_bytes.next_power_of_two().max(1 << 20) as u32;
-        open.maps.events.set_max_entries(ring_bytes).map_err(|e| classify("ring buffer", e))?;
+        super::RecordRing::size(&mut open.maps.events, cfg.ring_bytes)?;
         let skel = open.load().map_err(|e| classify("load", e))?;
         let ring = super::RecordRing::new(&skel.maps.events, |data| decode(data, None))?;
         Ok(OffCpuProbe { skel, ring })
@@ -97,9 +96,11 @@ impl<'obj> OffCpuProbe<'obj> {
         self.skel.attach().map_err(|e| classify("attach", e))
     }
 
-    /// The blocks that ended since the last call.
-    pub fn drain(&self, into: &mut Vec<Timed>) {
-        self.ring.drain(into);
+    /// The blocks that ended since the last call, and a lost record for those lost meanwhile (see
+    /// [`OffCpuProbe::lost`]).
+    pub fn drain(&mut self, into: &mut Vec<Timed>) {
+        let lost = self.lost();
+        self.ring.drain(into, lost);
     }
 
     /// The threads blocked now, each valued from its switch-out until `end` (the end of a run), with the
@@ -120,6 +121,6 @@ impl<'obj> OffCpuProbe<'obj> {
 
     /// Blocks lost: those the ring had no room for, and switch-outs no map entry could hold.
     pub fn lost(&self) -> u64 {
-        super::per_cpu_total(&self.skel.maps.drops, DROP_SLOTS)
+        super::per_cpu_total(&self.skel.maps.drops, 0..DROP_SLOTS)
     }
 }

@@ -122,7 +122,7 @@ impl<'obj> SyscallProbe<'obj> {
 
     /// Syscalls counted so far (cheap to read: one slot per CPU).
     pub fn counted(&self) -> u64 {
-        super::per_cpu_total(&self.skel.maps.counted, 1)
+        super::per_cpu_total(&self.skel.maps.counted, 0..1)
     }
 
     /// The fd to poll for trace events, when tracing.
@@ -143,7 +143,7 @@ impl<'obj> SyscallProbe<'obj> {
 
     /// Events lost: trace events the ring had no room for, and calls a full map could not count.
     pub fn lost(&self) -> u64 {
-        super::per_cpu_total(&self.skel.maps.drops, DROP_SLOTS)
+        super::per_cpu_total(&self.skel.maps.drops, 0..DROP_SLOTS)
     }
 
     /// The counters so far, one entry per (process, thread, syscall).
