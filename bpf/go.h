@@ -5,8 +5,10 @@
  * goroutine's stack, in the chain: a thread stopped there has its goroutine's frames elsewhere than the
  * stack copied from its stack pointer. The programs that copy user stacks follow the frame pointers of a
  * Go process's thread through that copy and, where they leave it, copy the goroutine's stack from there
- * on too. A chain that ends in the copy (0) needs nothing: Go's other switches (mcall, morestack) and a
- * thread's first frame clear the frame pointer. User space puts the Go processes into `go_procs`.
+ * on too. Go's other switches (mcall, morestack) and a thread's first frame clear the frame pointer: the
+ * chain ends in the copy. Under mcall (a goroutine that parks, exits, yields or waits for a P) the
+ * off-CPU program finds the goroutine switched away from and copies its stack. User space puts the Go
+ * processes into `go_procs`.
  */
 #ifndef WHYSLOW_GO_H
 #define WHYSLOW_GO_H

@@ -42,7 +42,10 @@ struct ws_block {
 	u64 ip;
 	u64 sp;
 	u64 bp;
-	u64 go_bp; /* the address they were copied from: the goroutine frame the frame pointers lead to */
+	u64 go_at; /* the address they were copied from: the goroutine frame the frame pointers lead to, or
+		    * the stack pointer saved by the goroutine mcall switched away from */
+	u64 go_pc; /* that goroutine's saved pc and frame pointer (0 for the frame-pointer case) */
+	u64 go_bp;
 	u64 kstack[KSTACK_DEPTH];
 	/* Twice STACK_MAX and slack keep the verifier's bound on each page-sized read simple. */
 	u8 ustack[2 * STACK_MAX + 2 * PAGE];
@@ -81,26 +84,61 @@ static __always_inline u32 copy_stack(struct ws_block *b, u32 at, u64 from, u32 
 	return copy_user_stack(b->ustack, 2 * STACK_MAX - 1, at, from, max);
 }
 
+/* The goroutine runtime.mcall switched a Go thread's system stack away from (go.h), found in the frame
+ * whose saved frame pointer is 0 (`frame`, in the copy): mcall cleared the frame pointer and pushed that
+ * goroutine's g above the return address of the function it calls (park_m, goexit0, ...), two words up.
+ * Taken when the g holds itself in g.sched.g and its saved stack pointer lies in its stack; user space uses
+ * it only for a stack whose walk ends in runtime.mcall (morestack and a thread's start leave other data
+ * there). Its stack is copied from the saved stack pointer, with the saved pc and frame pointer. */
+static __always_inline void copy_parked_goroutine(struct ws_block *b, u32 frame)
+{
+	if (frame + 24 > b->ustack_bytes)
+		return;
+	u32 off = frame + 16;
+	barrier_var(off);
+	off &= STACK_MAX - 1;
+	u64 g = *(u64 *)&b->ustack[off];
+	u64 w[14]; /* g.stack.lo, g.stack.hi, ..., g.sched (from word 7) */
+	if (!g || (g & 7) || bpf_probe_read_user(w, sizeof(w), (void *)g))
+		return;
+	u64 lo = w[0], hi = w[1], sp = w[7], pc = w[8];
+	if (w[9] != g || !pc || sp < lo || sp >= hi)
+		return;
+	/* gobuf is sp, pc, g, ctxt, lr, bp since Go 1.25; before, ret came before lr. lr is 0 on amd64. */
+	b->go_bp = w[12] ? w[12] : w[13];
+	b->go_at = sp;
+	b->go_pc = pc;
+	b->go_bytes = copy_stack(b, b->ustack_bytes, sp, hi - sp < GO_STACK_MAX ? hi - sp : GO_STACK_MAX);
+}
+
 /* Copies the goroutine stack of a Go thread that blocked (go.h) after its user stack: the frame pointers
- * are followed through the copy already taken. */
+ * are followed through the copy already taken, to where they leave it (systemstack and the like) or end in
+ * it (mcall, morestack, a thread's start). */
 static __always_inline void copy_goroutine_stack(struct ws_block *b)
 {
 	u64 bp = b->bp, sp = b->sp;
-	u32 n = b->ustack_bytes;
+	u32 n = b->ustack_bytes, frame = 0;
 	int i;
 	for (i = 0; i < GO_FRAMES; i++) {
-		if (!bp || (bp & 7))
+		if (!bp) {
+			if (i)
+				copy_parked_goroutine(b, frame);
+			return;
+		}
+		if (bp & 7)
 			return;
 		if (bp < sp || bp - sp + 16 > n)
 			break;
 		u32 off = bp - sp;
 		barrier_var(off);
 		off &= STACK_MAX - 1;
+		frame = off;
 		bp = *(u64 *)&b->ustack[off];
 	}
 	if (i == GO_FRAMES)
 		return;
-	b->go_bp = bp;
+	b->go_at = bp;
+	b->go_pc = 0;
 	b->go_bytes = copy_stack(b, n, bp, GO_STACK_MAX);
 }
 

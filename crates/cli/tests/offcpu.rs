@@ -111,36 +111,84 @@ fn go_blocked_stacks_hold_only_code_addresses() {
     }
 }
 
+/// Every Go blocked stack ends at a root of Go's: a goroutine's goexit, a thread's mstart, the system
+/// stack's mcall (when the goroutine it switched away from could not be taken) or morestack, or gogo
+/// switching to a goroutine (a signal handler's stack ends at the signal frame: what it interrupted is not
+/// unwound). Returns the folded off-CPU stacks of recording `data`.
+fn go_blocked_stacks(dir: &std::path::Path, data: &str) -> String {
+    let folded = dir.join("go.folded");
+    ok(&["export", data, "--format", "folded", "--type", "offcpu", "-o", folded.to_str().unwrap()]);
+    let text = std::fs::read_to_string(&folded).unwrap();
+    let roots = [
+        "runtime.goexit",
+        "runtime.mstart",
+        "runtime.mcall",
+        "runtime.morestack",
+        "runtime.rt0_go",
+        "runtime.gogo",
+        "gogo",
+    ];
+    let unrooted: Vec<&str> = text
+        .lines()
+        .filter(|l| {
+            let root = l.split(';').next().unwrap_or("");
+            !roots.contains(&root.strip_suffix(".abi0").unwrap_or(root)) && !l.contains(";runtime.sigtramp")
+        })
+        .collect();
+    assert!(unrooted.is_empty(), "blocked stacks without a Go root: {unrooted:#?}");
+    text
+}
+
 /// Go's runtime.systemstack runs a function on the thread's system stack; a thread that blocks there (the
 /// garbage collector's workers wait for each other under it) has its goroutine's frames on another stack.
-/// The stack goes on with them (runtime.goexit is its root), and every Go blocked stack ends at a root of
-/// Go's: a goroutine's goexit, a thread's mstart, the system stack's mcall or morestack, or gogo switching
-/// to a goroutine (a signal handler's stack ends at the signal frame: what it interrupted is not unwound).
+/// The stack goes on with them (runtime.goexit is its root).
 #[test]
 fn go_blocked_stacks_cross_the_system_stack_switch() {
     let dir = tmp();
     let bin = workload("doctor_gogc");
     let data = record(dir.path(), "gc", &["--offcpu"], &[bin.to_str().unwrap()]);
-    let folded = dir.path().join("gc.folded");
-    ok(&["export", &data, "--format", "folded", "--type", "offcpu", "-o", folded.to_str().unwrap()]);
-    let text = std::fs::read_to_string(&folded).unwrap();
-    let roots = [
-        "runtime.goexit;",
-        "runtime.mstart;",
-        "runtime.mcall;",
-        "runtime.morestack;",
-        "runtime.rt0_go;",
-        "runtime.gogo;",
-        "gogo;",
-    ];
-    let unrooted: Vec<&str> = text
-        .lines()
-        .filter(|l| !roots.iter().any(|r| l.starts_with(r)) && !l.contains(";runtime.sigtramp;"))
-        .collect();
-    assert!(unrooted.is_empty(), "blocked stacks without a Go root: {unrooted:#?}");
+    let text = go_blocked_stacks(dir.path(), &data);
     let crossed = text
         .lines()
         .filter(|l| l.starts_with("runtime.goexit;") && l.contains(";runtime.systemstack;"))
         .count();
     assert!(crossed > 0, "no blocked stack goes on from the system stack to its goroutine: {text}");
+}
+
+/// Issue 18 item 2: a goroutine that parks (time.Sleep, a channel, a network read) switches its thread to
+/// the system stack with runtime.mcall, and the thread blocks in the scheduler with no goroutine of its
+/// own. Its blocked stack goes on with the goroutine that parked: main.napper sleeps 1 ms at a time for
+/// 2 s, so its thread is blocked under main.napper > time.Sleep > runtime.gopark > runtime.mcall for most
+/// of those 2 s (another thread it ran on earlier may carry it too: blocked time is the threads'). With
+/// DWARF's call frame information, and without it (frame pointers only).
+#[test]
+fn go_blocked_stacks_go_on_with_the_goroutine_that_parked() {
+    let dir = tmp();
+    for name in ["goparked", "goparked_nodwarf"] {
+        let bin = workload(name);
+        let data = record(dir.path(), name, &["--offcpu"], &[bin.to_str().unwrap(), "2"]);
+        let text = go_blocked_stacks(dir.path(), &data);
+        let ns = |keep: &dyn Fn(&str) -> bool| -> f64 {
+            text.lines()
+                .filter(|l| keep(l))
+                .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+                .sum::<f64>()
+                / 1e9
+        };
+        let parked = ns(&|l| {
+            l.contains(";main.napper;time.Sleep;")
+                && l.contains(";runtime.gopark;runtime.mcall;runtime.park_m;")
+        });
+        assert!(
+            parked >= 1.2,
+            "{name}: {parked:.2} s blocked under main.napper's park, want >= 1.2 of 2: {text}"
+        );
+        let total = ns(&|_| true);
+        let uncrossed = ns(&|l| l.starts_with("runtime.mcall;"));
+        assert!(
+            uncrossed <= 0.1 * total,
+            "{name}: {uncrossed:.2} s of {total:.2} s blocked under mcall without the goroutine: {text}"
+        );
+        assert!(!text.contains("[unknown]"), "{name}: frames that are no code address: {text}");
+    }
 }

@@ -547,7 +547,14 @@ impl<H: Host> Converter<H> {
             let (own, goroutine) = match s.goroutine {
                 Some(g) if g.offset <= s.stack.len() => {
                     let (own, rest) = s.stack.split_at(g.offset);
-                    (own, Some(Goroutine { bp: g.bp, stack: rest }))
+                    (
+                        own,
+                        Some(Goroutine {
+                            at: g.at,
+                            stack: rest,
+                            parked: g.parked.map(|(ip, bp)| Regs { ip, sp: g.at, bp }),
+                        }),
+                    )
                 }
                 _ => (s.stack, None),
             };

@@ -75,18 +75,22 @@ pub struct Sample {
     pub regs: Option<UserRegs>,
     /// The copied user stack, starting at SP.
     pub stack: Vec<u8>,
-    /// Where the user stack continues on a goroutine's stack (Go's `runtime.systemstack`).
+    /// Where the user stack continues on a goroutine's stack (Go's `runtime.systemstack`, `runtime.mcall`).
     pub goroutine: Option<GoroutineStack>,
     /// Tracepoint fields (empty for other events).
     pub raw: Vec<u8>,
 }
 
-/// A goroutine's stack copied after the user stack: `stack[offset..]` holds the bytes from address `bp`,
-/// where the frame-pointer chain leaves the thread's system stack for the goroutine's.
+/// A goroutine's stack copied after the user stack: `stack[offset..]` holds the bytes from address `at`,
+/// where the frame-pointer chain leaves the thread's system stack for the goroutine's, or for the
+/// goroutine `runtime.mcall` switched away from, its saved stack pointer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GoroutineStack {
-    pub bp: u64,
+    pub at: u64,
     pub offset: usize,
+    /// The saved pc and frame pointer of the goroutine mcall switched away from (its stack pointer is
+    /// `at`); None for the frame-pointer case.
+    pub parked: Option<(u64, u64)>,
 }
 
 /// A [`Sample`] whose variable-length parts are borrowed from the source's buffer (a perf.data file read

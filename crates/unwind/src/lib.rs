@@ -92,9 +92,13 @@ pub fn is_go(obj: &object::File) -> bool {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum GoFrame {
     /// The outermost frame of a stack: a goroutine's (`goexit`), a thread's (`mstart`, `rt0_go`), the
-    /// system stack's under `mcall` and `morestack`, which clear the frame pointer when they switch to it,
-    /// or `gogo` switching to a goroutine (its stack pointer is the goroutine's, not yet its frames).
+    /// system stack's under `morestack`, which clears the frame pointer when it switches to it, or `gogo`
+    /// switching to a goroutine (its stack pointer is the goroutine's, not yet its frames).
     Root,
+    /// `mcall`, which switches to the system stack for good (a goroutine that parks, exits, yields or
+    /// waits for a P): the root of the system stack, unless the goroutine it switched away from was
+    /// copied ([`Goroutine::parked`]), whose stack the unwind goes on with.
+    Mcall,
     /// Runs a function on the thread's system stack (`systemstack`, the vDSO calls, cgo calls), its own
     /// frame and its caller's are on the goroutine's stack.
     Switch,
@@ -103,8 +107,9 @@ enum GoFrame {
 impl GoFrame {
     fn of(symbol: &str) -> Option<GoFrame> {
         match symbol.strip_suffix(".abi0").unwrap_or(symbol) {
-            "runtime.goexit" | "runtime.mstart" | "runtime.rt0_go" | "runtime.mcall"
-            | "runtime.morestack" | "runtime.gogo" | "gogo" => Some(GoFrame::Root),
+            "runtime.goexit" | "runtime.mstart" | "runtime.rt0_go" | "runtime.morestack" | "runtime.gogo"
+            | "gogo" => Some(GoFrame::Root),
+            "runtime.mcall" => Some(GoFrame::Mcall),
             "runtime.systemstack"
             | "runtime.asmcgocall"
             | "runtime.nanotime1"
@@ -229,13 +234,18 @@ pub struct ProcessUnwinder {
     go: Vec<(Range<u64>, GoFrame)>,
 }
 
-/// A goroutine's stack that the stack being unwound continues on: Go's `runtime.systemstack` runs a
+/// A goroutine's stack that the stack being unwound continues on. Go's `runtime.systemstack` runs a
 /// function on the thread's system stack, and left the frame pointer of its own frame on the goroutine's
-/// stack in the chain. `stack` holds the bytes copied from that frame pointer `bp` upwards.
+/// stack in the chain; `runtime.mcall` switched away from the goroutine for good, which saved its
+/// registers (`parked`). `stack` holds the bytes copied from address `at` upwards: that frame pointer, or
+/// the saved stack pointer.
 #[derive(Debug, Clone, Copy)]
 pub struct Goroutine<'a> {
-    pub bp: u64,
+    pub at: u64,
     pub stack: &'a [u8],
+    /// The goroutine's registers when mcall switched away from it (`ip` is the return address into its
+    /// caller): the unwind goes on from them when the system stack's walk ends in mcall.
+    pub parked: Option<Regs>,
 }
 
 /// Bytes of a Go assembly function's prologue (`push %rbp; mov %rsp,%rbp`), past which `bp` is its frame.
@@ -253,13 +263,17 @@ struct Copies<'a> {
 }
 
 impl<'a> Copies<'a> {
-    /// The copied bytes from `addr` on (empty when none are).
+    /// The copied bytes from `addr` on (empty when none are), from the copy that holds more of them (the
+    /// copy from the stack pointer may run into the goroutine's stack, which Go allocates nearby).
     fn from(&self, addr: u64) -> &'a [u8] {
         let tail = |base: u64, bytes: &'a [u8]| bytes.get(usize::try_from(addr.checked_sub(base)?).ok()?..);
-        tail(self.sp, self.own)
-            .filter(|b| !b.is_empty())
-            .or_else(|| self.goroutine.and_then(|g| tail(g.bp, g.stack)))
-            .unwrap_or_default()
+        let own = tail(self.sp, self.own).unwrap_or_default();
+        let goroutine = self.goroutine.and_then(|g| tail(g.at, g.stack)).unwrap_or_default();
+        if goroutine.len() > own.len() {
+            goroutine
+        } else {
+            own
+        }
     }
 
     fn word(&self, addr: u64) -> Option<u64> {
@@ -286,6 +300,8 @@ enum Walked {
     Done(Outcome),
     /// In a switching function (its live range): the caller is on the goroutine's stack.
     Switch(Range<u64>),
+    /// At mcall: the goroutine it switched away from is the caller, if it was copied.
+    Mcall,
 }
 
 impl ProcessUnwinder {
@@ -339,12 +355,20 @@ impl ProcessUnwinder {
     ) -> Outcome {
         out.clear();
         let copies = Copies { sp: regs.sp, own: stack, goroutine };
+        let mut parked = goroutine.and_then(|g| g.parked);
         let mut at = regs;
         for _ in 0..MAX_SWITCHES {
             let first = out.len();
             let switch = match self.walk(at, copies.from(at.sp), out) {
                 Walked::Done(outcome) => return outcome,
                 Walked::Switch(range) => range,
+                Walked::Mcall => match parked.take() {
+                    Some(parked) => {
+                        at = Regs { ip: parked.ip.wrapping_sub(1), ..parked };
+                        continue;
+                    }
+                    None => return Outcome::Complete,
+                },
             };
             // The switching function's frame: where `bp` points when it was interrupted itself, or when
             // nothing was pushed since it called; else the one the frame-pointer chain links the frame
@@ -390,6 +414,7 @@ impl ProcessUnwinder {
             // (A switching function interrupted past its prologue may have switched already.)
             match self.go.iter().find(|(r, _)| r.contains(&a)) {
                 Some((_, GoFrame::Root)) => return Walked::Done(Outcome::Complete),
+                Some((_, GoFrame::Mcall)) => return Walked::Mcall,
                 Some((r, GoFrame::Switch)) if returns || a >= r.start + PROLOGUE => {
                     return Walked::Switch(r.clone())
                 }

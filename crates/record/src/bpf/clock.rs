@@ -116,7 +116,7 @@ impl<'obj> ClockFilter<'obj> {
                 _ => None,
             });
             if let Some(s) = sample {
-                s.goroutine = Some(GoroutineStack { bp: g.bp, offset: s.stack.len() });
+                s.goroutine = Some(GoroutineStack { at: g.bp, offset: s.stack.len(), parked: None });
                 s.stack.append(&mut g.bytes);
                 return false;
             }

@@ -13,7 +13,7 @@ use whyslow_convert::records::{GoroutineStack, Record, Sample, Timed, UserRegs};
 
 /// Must match `struct ws_block` in bpf/offcpu.bpf.c.
 const STACK_MAX: u32 = 16384;
-const KSTACK_OFFSET: usize = 80;
+const KSTACK_OFFSET: usize = 96;
 const USTACK_OFFSET: usize = KSTACK_OFFSET + 64 * 8;
 const DROP_SLOTS: u32 = 2;
 
@@ -48,7 +48,8 @@ fn decode(b: &[u8], until: Option<u64>) -> Option<Timed> {
     let kbytes = (u32_at(b, 36) as usize).min(USTACK_OFFSET - KSTACK_OFFSET);
     let ubytes = (u32_at(b, 40) as usize).min(b.len() - USTACK_OFFSET);
     let gbytes = (u32_at(b, 44) as usize).min(b.len() - USTACK_OFFSET - ubytes);
-    let goroutine = (gbytes > 0).then(|| GoroutineStack { bp: u64_at(b, 72), offset: ubytes });
+    let parked = Some((u64_at(b, 80), u64_at(b, 88))).filter(|&(pc, _)| pc != 0);
+    let goroutine = (gbytes > 0).then(|| GoroutineStack { at: u64_at(b, 72), offset: ubytes, parked });
     let kernel = (0..kbytes / 8).map(|i| u64_at(b, KSTACK_OFFSET + 8 * i)).filter(|&a| a != 0).collect();
     let regs = UserRegs { ip: u64_at(b, 48), sp: u64_at(b, 56), bp: u64_at(b, 64), ..Default::default() };
     let sample = Sample {
