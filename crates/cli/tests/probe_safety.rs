@@ -213,3 +213,64 @@ fn probing_thousands_of_functions_needs_yes() {
     let list = ok(&["calls", "--list", "*", "--", "true"]);
     assert!(list.lines().count() > 500, "the guard is above 500 functions");
 }
+
+/// Issue 18 item 15: a run killed with SIGKILL leaves no probe behind. Probes are eBPF links and perf
+/// events whose file descriptors die with the process (no named tracefs uprobe): after `calls --callers`
+/// and `record --alloc` are killed while probing a binary on a tmpfs, no whyslow entry is left in
+/// uprobe_events and the tmpfs unmounts (a leftover uprobe keeps the probed file, and its filesystem,
+/// busy).
+#[test]
+fn a_killed_run_leaves_no_probe_behind() {
+    let dir = tmp();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let mount =
+        std::process::Command::new("mount").args(["-t", "tmpfs", "nodev"]).arg(&mnt).status().unwrap();
+    assert!(mount.success(), "mount tmpfs");
+    /// Detaches the tmpfs however the test ends.
+    struct Mounted<'a>(&'a std::path::Path);
+    impl Drop for Mounted<'_> {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg("-l").arg(self.0).output();
+        }
+    }
+    let _mounted = Mounted(&mnt);
+    let bin = mnt.join("calls");
+    std::fs::copy(workload("calls"), &bin).unwrap();
+    for args in [&["calls", "--callers", "bump", "malloc"][..], &["record", "--alloc"]] {
+        let mut target = std::process::Command::new(&bin).arg("1000000000").spawn().unwrap();
+        let pid = target.id().to_string();
+        let out = dir.path().join("killed.data");
+        let mut cmd = whyslow();
+        cmd.args(args).args(["-p", &pid, "-d", "30"]);
+        if args[0] == "record" {
+            cmd.arg("-o").arg(&out);
+        }
+        let mut tool =
+            cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+        // Killed once its uprobes are attached (an eBPF link of type uprobe_multi among its descriptors).
+        let probing = || {
+            let fds = std::fs::read_dir(format!("/proc/{}/fdinfo", tool.id())).into_iter().flatten();
+            fds.flatten().any(|f| {
+                std::fs::read_to_string(f.path()).is_ok_and(|t| t.contains("link_type:\tuprobe_multi"))
+            })
+        };
+        let start = std::time::Instant::now();
+        while !probing() && start.elapsed() < std::time::Duration::from_secs(20) {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let attached = probing();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        tool.kill().unwrap();
+        tool.wait().unwrap();
+        let ran_on = target.try_wait().unwrap().is_none();
+        target.kill().unwrap();
+        target.wait().unwrap();
+        assert!(attached, "{args:?}: no uprobe attached in 20 s");
+        assert!(ran_on, "{args:?}: the target runs on");
+        let events = std::fs::read_to_string("/sys/kernel/tracing/uprobe_events").unwrap_or_default();
+        assert!(!events.contains("whyslow"), "{args:?}: uprobes left behind: {events}");
+    }
+    let umount = std::process::Command::new("umount").arg(&mnt).output().unwrap();
+    assert!(umount.status.success(), "the probed file's filesystem is not busy: {umount:?}");
+}
