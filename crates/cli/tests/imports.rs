@@ -305,3 +305,49 @@ fn bad_inputs_are_one_line_each() {
     let err = fails(&["diff", bad.to_str().unwrap(), bad.to_str().unwrap()]);
     assert!(err.contains("bad.folded line 2: not folded stacks"), "{err}");
 }
+
+/// A profile piped in is read once, whole: from standard input (`perf script | whyslow report -`) and
+/// from a pipe named on the command line (`whyslow report <(...)`, a FIFO), where opening the file a
+/// second time (to look for perf.data's magic first) lost what the first open had read. A source that
+/// never ends (/dev/zero) is refused after its first bytes (issue 18 item 19).
+#[test]
+fn piped_profiles_are_read_once_and_endless_input_is_refused() {
+    use std::io::Write;
+    let folded = "main;work;a 30\nmain;work;b 10\nmain;c 2\n";
+    let check = |out: std::process::Output, how: &str| {
+        assert!(out.status.success(), "{how}: {}", String::from_utf8_lossy(&out.stderr));
+        let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let total = |name: &str| function(&r, |n| n == name).map_or(0, |f| f["total"].as_i64().unwrap());
+        assert_eq!((total("main"), total("work"), total("a"), total("c")), (42, 40, 30, 2), "{how}: {r:#}");
+    };
+    let mut child = whyslow()
+        .args(["report", "-", "--format", "json"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(folded.as_bytes()).unwrap();
+    check(child.wait_with_output().unwrap(), "standard input");
+
+    let dir = tmp();
+    let fifo = dir.path().join("stacks.fifo");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let writer = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::write(fifo, folded).unwrap())
+    };
+    // Under `timeout`: opening the pipe a second time, with no writer left, would wait forever.
+    let out = Command::new("timeout")
+        .arg("20")
+        .arg(whyslow().get_program())
+        .args(["report", fifo.to_str().unwrap(), "--format", "json"])
+        .output()
+        .unwrap();
+    check(out, "a named pipe");
+    writer.join().unwrap();
+
+    let err = fails(&["report", "/dev/zero"]);
+    assert!(err.ends_with("/dev/zero is not a whyslow recording, perf.data, pprof profile, folded stacks or perf script output\n"), "{err}");
+}

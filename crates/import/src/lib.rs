@@ -91,16 +91,23 @@ pub fn is_url(source: &str) -> bool {
     source.starts_with("http://") || source.starts_with("https://")
 }
 
-/// Reads a file or fetches a URL and decodes whatever profile it holds.
+/// Reads a file (`-`: standard input) or fetches a URL and decodes whatever profile it holds.
 pub fn load(source: &str, opts: &ImportOptions) -> Result<Profile, ImportError> {
-    if !is_url(source) && starts_with(Path::new(source), whyslow_perfdata::MAGIC) {
+    let path = Path::new(source);
+    if !is_url(source) && is_regular_file(path) && starts_with(path, whyslow_perfdata::MAGIC) {
         // perf.data is read as a stream (a dwarf recording is often larger than the size cap).
         let mut ahead = None;
-        let raw = whyslow_perfdata::import_with(Path::new(source), |a| ahead = Some(prefetch(a)))?;
+        let raw = whyslow_perfdata::import_with(path, |a| ahead = Some(prefetch(a)))?;
         return Ok(perf_data(raw, source, ahead.unwrap_or_default()));
     }
-    let bytes = if is_url(source) { http::fetch(source, opts)? } else { read_file(Path::new(source), opts)? };
+    let bytes = if is_url(source) { http::fetch(source, opts)? } else { read_file(path, opts)? };
     decode(&bytes, source, opts)
+}
+
+/// Whether `path` is a regular file, which can be opened twice: a pipe (`<(perf script)`, a FIFO) or
+/// standard input is read once.
+fn is_regular_file(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.is_file())
 }
 
 fn starts_with(path: &Path, magic: &[u8]) -> bool {
@@ -141,11 +148,16 @@ fn perf_data(
 fn read_file(path: &Path, opts: &ImportOptions) -> Result<Vec<u8>, ImportError> {
     let origin = path.display().to_string();
     let err = |source| ImportError::Read { origin: origin.clone(), source };
-    let f = std::fs::File::open(path).map_err(err)?;
-    if f.metadata().map_err(err)?.len() > opts.max_bytes {
-        return Err(ImportError::TooLarge { origin, max: opts.max_bytes });
-    }
-    let mut r = f.take(opts.max_bytes + 1);
+    let input: Box<dyn Read> = if path == Path::new("-") {
+        Box::new(std::io::stdin().lock())
+    } else {
+        let f = std::fs::File::open(path).map_err(err)?;
+        if f.metadata().map_err(err)?.len() > opts.max_bytes {
+            return Err(ImportError::TooLarge { origin, max: opts.max_bytes });
+        }
+        Box::new(f)
+    };
+    let mut r = input.take(opts.max_bytes + 1);
     let mut bytes = vec![0u8; 4096];
     let mut n = 0;
     while n < bytes.len() {
