@@ -46,6 +46,24 @@ fn allocations_are_attributed_to_their_call_sites_with_exact_sizes() {
     assert_eq!(kept + lost, mallocs, "kept {kept} + lost {lost}");
 }
 
+/// Children forked without exec are followed: each gets the allocators' probes once the fork is seen.
+/// forker's two children each make 1000 mallocs in child_alloc, a second after the fork: the exact site
+/// counts have all 2000, and each is a kept stack or a counted loss.
+#[test]
+fn allocations_of_forked_children_are_counted() {
+    let dir = tmp();
+    let data =
+        record(dir.path(), "fork", &["--alloc"], &[workload("forker").to_str().unwrap(), "0.3", "1000"]);
+    let total = |r: &serde_json::Value, name: &str| {
+        function(r, |n| n == name).map_or(0, |f| f["total"].as_i64().unwrap())
+    };
+    let sites = report_json(&data, &["--type", "alloc-site-count"]);
+    assert_eq!(total(&sites, "child_alloc"), 2000, "{sites:#}");
+    let count = report_json(&data, &["--type", "alloc-count"]);
+    let lost = count["lost_samples"].as_i64().unwrap();
+    assert_eq!(total(&count, "child_alloc") + lost, 2000, "{count:#}");
+}
+
 /// `--alloc-period 64` takes the stack of every 67th call (the next prime) and counts it 67 times: the
 /// estimate is within a period per CPU of the exact count, from about 1/67 of the samples. (The kernel samples every hit of an
 /// event whose layout carries its period, whatever the period: each stack then counted 64 times.)

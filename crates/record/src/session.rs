@@ -150,6 +150,9 @@ pub struct Session<'a> {
     last_snapshot: Instant,
     last_maps_check: Instant,
     last_budget_check: Instant,
+    /// The processes whose allocations are probed: the targets, and the children seen forking from them.
+    alloc_followed: std::collections::HashSet<u32>,
+    last_release_check: Instant,
     /// When the probe budget stopped the per-call probes (since `t0`).
     per_call_stopped: Option<Duration>,
     /// CPU time of the target processes at the start, for the probe budget.
@@ -206,6 +209,7 @@ impl<'a> Session<'a> {
             opts,
             src,
             c,
+            alloc_followed: pids.iter().copied().collect(),
             pids,
             command,
             gate,
@@ -224,6 +228,7 @@ impl<'a> Session<'a> {
             last_snapshot: t0,
             last_maps_check: t0,
             last_budget_check: t0,
+            last_release_check: t0,
             per_call_stopped: None,
             cpu_at_start,
         })
@@ -241,6 +246,7 @@ impl<'a> Session<'a> {
             return Ok(());
         }
         self.src.follow(pid, self.opts, &mut self.notes)?;
+        self.alloc_followed.insert(pid);
         self.c.add_process(pid);
         self.pids.push(pid);
         Ok(())
@@ -288,6 +294,9 @@ impl<'a> Session<'a> {
                 }
             }
         }
+        if self.src.alloc_sites.is_some() && self.per_call_stopped.is_none() {
+            self.follow_forked_allocations();
+        }
         if let Some(share) = budget {
             if let Some((note, at)) = self.over_budget(share) {
                 // The counters' window ends when the note says (removing the probes takes a while).
@@ -318,6 +327,25 @@ impl<'a> Session<'a> {
             }
         }
         None
+    }
+
+    /// Probes the allocations of the children the converter saw forking from a followed process (soon
+    /// after the fork: what they allocate before is not counted), and lets the probes of ended ones go.
+    fn follow_forked_allocations(&mut self) {
+        let forked: Vec<u32> = self.c.process_ids().filter(|p| !self.alloc_followed.contains(p)).collect();
+        for pid in forked {
+            self.alloc_followed.insert(pid);
+            // A child that is gone already (or exits meanwhile) is no note: there is nothing to count.
+            if let Ok(notes) = self.src.follow_allocations(pid) {
+                if target::alive(pid) {
+                    self.notes.extend(notes);
+                }
+            }
+        }
+        if self.last_release_check.elapsed() >= Duration::from_millis(500) {
+            self.last_release_check = Instant::now();
+            self.src.release_ended();
+        }
     }
 
     /// The probe budget, while the per-call probes it limits still run.

@@ -697,10 +697,7 @@ impl<'obj> Sources<'obj> {
                 notes.extend(cp.attach(&co.probes, 0..co.probes.len(), pid as i32)?);
             }
         }
-        if let Some(p) = self.alloc_sites.as_mut() {
-            p.track(pid, false)?;
-            notes.extend(p.attach(&self.alloc_probes, 0..self.alloc_probes.len(), pid as i32)?);
-        }
+        notes.extend(self.follow_allocations(pid)?);
         if let Some(w) = &self.exits {
             w.track(pid, false)?;
         }
@@ -712,6 +709,21 @@ impl<'obj> Sources<'obj> {
             f.track(pid, false, go)?;
         }
         Ok(())
+    }
+
+    /// Counts the allocations of process `pid` too (with --alloc): a followed process, or a child forked
+    /// from one (a uprobe for one process does not follow its forks). Returns what attaching had to say.
+    pub(crate) fn follow_allocations(&mut self, pid: u32) -> Result<Vec<String>, RecordError> {
+        let Some(p) = self.alloc_sites.as_mut() else { return Ok(Vec::new()) };
+        p.track(pid, false)?;
+        p.attach(&self.alloc_probes, 0..self.alloc_probes.len(), pid as i32)
+    }
+
+    /// Drops the allocation probes of the processes that ended.
+    pub(crate) fn release_ended(&mut self) {
+        if let Some(p) = self.alloc_sites.as_mut() {
+            p.release_ended(crate::target::alive);
+        }
     }
 
     /// Lets process `pid` go: closes its events and drops its clock samples.

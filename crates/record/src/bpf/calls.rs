@@ -53,7 +53,8 @@ pub struct StackSampling {
 /// Loaded call counters; the links detach when dropped.
 pub struct CallProbe<'obj> {
     skel: CallsSkel<'obj>,
-    links: Vec<Link>,
+    /// The probes' links, each with the process it is for (-1: every process mapping the file).
+    links: Vec<(i32, Link)>,
     latency: bool,
     samples: Option<super::RecordRing>,
 }
@@ -125,9 +126,9 @@ impl<'obj> CallProbe<'obj> {
         };
         let mut links = Vec::new();
         if everywhere {
-            links.push(skel.progs.on_fork.attach().map_err(|e| classify("attach fork hook", e))?);
+            links.push((-1, skel.progs.on_fork.attach().map_err(|e| classify("attach fork hook", e))?));
         }
-        links.push(skel.progs.on_exec.attach().map_err(|e| classify("attach exec hook", e))?);
+        links.push((-1, skel.progs.on_exec.attach().map_err(|e| classify("attach exec hook", e))?));
         for (i, (how, stack_delta, role)) in size_args.unwrap_or_default().iter().enumerate() {
             let key = (i as u32).to_ne_bytes();
             let value = [how.to_ne_bytes(), stack_delta.to_ne_bytes(), role.to_ne_bytes(), [0; 4]].concat();
@@ -207,7 +208,7 @@ impl<'obj> CallProbe<'obj> {
             let link = prog.attach_uprobe_multi_with_opts(pid, module, "", opts).map_err(|e| {
                 classify(&format!("attaching {} probes to {}", offsets.len(), module.display()), e)
             })?;
-            links.push(link);
+            links.push((pid, link));
         }
         self.links.extend(links);
         Ok(())
@@ -215,7 +216,12 @@ impl<'obj> CallProbe<'obj> {
 
     /// Stops counting once the returned links are dropped; the counts so far stay readable.
     pub fn detach(&mut self) -> Vec<Link> {
-        std::mem::take(&mut self.links)
+        std::mem::take(&mut self.links).into_iter().map(|(_, l)| l).collect()
+    }
+
+    /// Drops the links of the processes that ended (`alive` says which still run).
+    pub fn release_ended(&mut self, alive: impl Fn(u32) -> bool) {
+        self.links.retain(|&(pid, _)| pid < 0 || alive(pid as u32));
     }
 
     /// Calls a full map could not count.
