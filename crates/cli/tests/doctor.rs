@@ -124,6 +124,13 @@ fn lock_contention() {
     check_rule("lock-contention", "doctor_lockbox", "doctor_lockbox", &["fixed"]);
 }
 
+/// The same in Go: goroutines waiting for a sync.Mutex park, and their threads idle in the scheduler.
+/// Their off-CPU stacks go on with the parked goroutine's (past runtime.mcall), which names the lock.
+#[test]
+fn go_lock_contention() {
+    check_rule("lock-contention", "doctor_golock", "doctor_golock", &["fixed"]);
+}
+
 #[test]
 fn blocking_io() {
     // The journal is written where the test's target dir is (a real disk: tmpfs would make syncs free).

@@ -162,6 +162,15 @@ fn is_idle_wait(f: &Func) -> bool {
         || f.name == "runtime.netpoll"
 }
 
+/// A goroutine parked on a sync.Mutex or RWMutex: its thread's stack goes on past runtime.mcall into the
+/// scheduler, where the thread idles for want of a goroutine to run. That idle time is the lock's: the
+/// threads would run the parked goroutines, as a C thread blocked in pthread_mutex_lock would run on.
+fn is_go_lock_park(f: &Func) -> bool {
+    !f.kernel
+        && (f.name.ends_with(".runtime_SemacquireMutex")
+            || f.name.starts_with("sync.runtime_SemacquireRWMutex"))
+}
+
 /// A lock wait below an idle wait makes the stack blocked: a woken waiter re-taking the condition
 /// variable's mutex, the Go scheduler spinning on its own lock.
 fn is_lock_below_wait(f: &Func) -> bool {
@@ -242,7 +251,12 @@ impl<'a> Facts<'a> {
                 Wait::Runnable
             } else {
                 match funcs.iter().position(|&f| is_idle_wait(&func(f))) {
-                    Some(i) if !funcs[i..].iter().any(|&f| is_lock_below_wait(&func(f))) => Wait::Idle,
+                    Some(i)
+                        if !funcs[i..].iter().any(|&f| is_lock_below_wait(&func(f)))
+                            && !funcs[..i].iter().any(|&f| is_go_lock_park(&func(f))) =>
+                    {
+                        Wait::Idle
+                    }
                     _ => Wait::Blocked,
                 }
             };
@@ -690,6 +704,37 @@ mod tests {
                 ("wall (blocked)", 18.75),
                 ("wall (blocked)", 6.25)
             ]
+        );
+    }
+
+    /// A Go thread idle in the scheduler after its goroutine parked (the stack goes on past runtime.mcall
+    /// with the goroutine's) is idle, unless the goroutine parked on a sync.Mutex or RWMutex: then the
+    /// thread waits for the lock.
+    #[test]
+    fn go_threads_idle_after_a_goroutine_parked_on_a_lock_are_blocked() {
+        let sched =
+            "runtime.gopark;runtime.mcall;runtime.park_m;runtime.schedule;runtime.findRunnable;runtime.stopm";
+        let stacks = [
+            format!(
+                "runtime.goexit;main.worker;sync.(*Mutex).Lock;internal/sync.runtime_SemacquireMutex;{sched}"
+            ),
+            format!(
+                "runtime.goexit;main.reader;sync.(*RWMutex).RLock;sync.runtime_SemacquireRWMutexR;{sched}"
+            ),
+            format!("runtime.goexit;main.serve;internal/poll.runtime_pollWait;runtime.netpollblock;{sched}"),
+            format!("runtime.goexit;main.worker;main.wait;runtime.chanrecv1;{sched}"),
+        ];
+        let p = profile(&[
+            ("runtime.goexit;main.worker;main.work", 40, 0),
+            (&stacks[0], 0, 30),
+            (&stacks[1], 0, 10),
+            (&stacks[2], 0, 100),
+            (&stacks[3], 0, 200),
+        ]);
+        let split = Facts::new(&p).wall_split().unwrap();
+        assert_eq!(
+            split,
+            WallSplit { running_ns: 40, blocked_ns: 40, runnable_ns: 0, idle_ns: 300, probe_ns: 0 }
         );
     }
 }

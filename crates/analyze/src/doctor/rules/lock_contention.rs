@@ -1,5 +1,6 @@
 //! lock-contention: threads blocked waiting for a mutex or rwlock (futex waits under pthread_mutex_lock
-//! and friends), with the code that takes the lock.
+//! and friends; Go threads idle after their goroutine parked on a sync.Mutex), with the code that takes
+//! the lock.
 
 use super::{named, share_rule, Share, Text};
 use crate::doctor::facts::{Facts, Func};
@@ -9,11 +10,12 @@ use crate::doctor::Verdict;
 const TEXT: Text = Text {
     id: "lock-contention",
     title: "threads wait for a lock",
-    why: "while one thread holds the lock the others sleep in futex_wait and are woken one by one: the \
-          critical section runs serially, whatever the number of cores",
+    why: "while one thread (or goroutine) holds the lock the others sleep in futex_wait (or park, their \
+          threads left with nothing to run) and are woken one by one: the critical section runs serially, \
+          whatever the number of cores",
     fix: "hold the lock for less (compute outside, publish inside), split it (per-bucket or per-thread \
           data merged at the end), or use atomics or a reader-writer lock where reads dominate",
-    shrinks: "blocked time under pthread_mutex_lock (`whyslow report --type offcpu`)",
+    shrinks: "blocked time under pthread_mutex_lock or sync.(*Mutex).Lock (`whyslow report --type offcpu`)",
 };
 
 fn is_lock_wait(f: &Func) -> bool {
