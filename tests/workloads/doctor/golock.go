@@ -59,5 +59,5 @@ func main() {
 		go worker(uint64(i)<<32|1, until, &wg)
 	}
 	wg.Wait()
-	fmt.Println("total", total)
+	fmt.Fprintln(os.Stderr, "total", total)
 }
