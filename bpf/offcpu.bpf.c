@@ -89,7 +89,9 @@ static __always_inline u32 copy_stack(struct ws_block *b, u32 at, u64 from, u32 
  * goroutine's g above the return address of the function it calls (park_m, goexit0, ...), two words up.
  * Taken when the g holds itself in g.sched.g and its saved stack pointer lies in its stack; user space uses
  * it only for a stack whose walk ends in runtime.mcall (morestack and a thread's start leave other data
- * there). Its stack is copied from the saved stack pointer, with the saved pc and frame pointer. */
+ * there). Its stack is copied from the saved stack pointer, with the saved pc and frame pointer. (Go 1.25
+ * on: before, mcall kept the goroutine's frame pointer, and the chain leaves the copy as under
+ * systemstack.) */
 static __always_inline void copy_parked_goroutine(struct ws_block *b, u32 frame)
 {
 	if (frame + 24 > b->ustack_bytes)
@@ -104,8 +106,9 @@ static __always_inline void copy_parked_goroutine(struct ws_block *b, u32 frame)
 	u64 lo = w[0], hi = w[1], sp = w[7], pc = w[8];
 	if (w[9] != g || !pc || sp < lo || sp >= hi)
 		return;
-	/* gobuf is sp, pc, g, ctxt, lr, bp since Go 1.25; before, ret came before lr. lr is 0 on amd64. */
-	b->go_bp = w[12] ? w[12] : w[13];
+	/* gobuf is sp, pc, g, ctxt, lr, bp since Go 1.25, the first whose mcall clears the frame pointer
+	 * (before, the chain led to the goroutine's stack, and ret came before lr). */
+	b->go_bp = w[12];
 	b->go_at = sp;
 	b->go_pc = pc;
 	b->go_bytes = copy_stack(b, b->ustack_bytes, sp, hi - sp < GO_STACK_MAX ? hi - sp : GO_STACK_MAX);

@@ -111,10 +111,11 @@ fn go_blocked_stacks_hold_only_code_addresses() {
     }
 }
 
-/// Every Go blocked stack ends at a root of Go's: a goroutine's goexit, a thread's mstart, the system
-/// stack's mcall (when the goroutine it switched away from could not be taken) or morestack, or gogo
-/// switching to a goroutine (a signal handler's stack ends at the signal frame: what it interrupted is not
-/// unwound). Returns the folded off-CPU stacks of recording `data`.
+/// Every Go blocked stack ends at a root of Go's: a goroutine's goexit, a thread's mstart (or clone, for a
+/// thread preempted before it got there), the system stack's mcall (when the goroutine it switched away
+/// from could not be taken) or morestack, or gogo switching to a goroutine (a signal handler's stack ends
+/// at the signal frame: what it interrupted is not unwound). Returns the folded off-CPU stacks of
+/// recording `data`.
 fn go_blocked_stacks(dir: &std::path::Path, data: &str) -> String {
     let folded = dir.join("go.folded");
     ok(&["export", data, "--format", "folded", "--type", "offcpu", "-o", folded.to_str().unwrap()]);
@@ -122,6 +123,7 @@ fn go_blocked_stacks(dir: &std::path::Path, data: &str) -> String {
     let roots = [
         "runtime.goexit",
         "runtime.mstart",
+        "runtime.clone",
         "runtime.mcall",
         "runtime.morestack",
         "runtime.rt0_go",
@@ -160,11 +162,12 @@ fn go_blocked_stacks_cross_the_system_stack_switch() {
 /// own. Its blocked stack goes on with the goroutine that parked: main.napper sleeps 1 ms at a time for
 /// 2 s, so its thread is blocked under main.napper > time.Sleep > runtime.gopark > runtime.mcall for most
 /// of those 2 s (another thread it ran on earlier may carry it too: blocked time is the threads'). With
-/// DWARF's call frame information, and without it (frame pointers only).
+/// DWARF's call frame information, without it (frame pointers only), and built by Go 1.24 (whose mcall
+/// kept the goroutine's frame pointer: the stack is found through the frame-pointer chain).
 #[test]
 fn go_blocked_stacks_go_on_with_the_goroutine_that_parked() {
     let dir = tmp();
-    for name in ["goparked", "goparked_nodwarf"] {
+    for name in ["goparked", "goparked_nodwarf", "goparked_go124"] {
         let bin = workload(name);
         let data = record(dir.path(), name, &["--offcpu"], &[bin.to_str().unwrap(), "2"]);
         let text = go_blocked_stacks(dir.path(), &data);

@@ -97,7 +97,8 @@ enum GoFrame {
     Root,
     /// `mcall`, which switches to the system stack for good (a goroutine that parks, exits, yields or
     /// waits for a P): the root of the system stack, unless the goroutine it switched away from was
-    /// copied ([`Goroutine::parked`]), whose stack the unwind goes on with.
+    /// copied, whose stack the unwind goes on with: from its saved registers ([`Goroutine::parked`]; Go
+    /// 1.25 on, where mcall clears the frame pointer), or where the frame-pointer chain leads (before).
     Mcall,
     /// Runs a function on the thread's system stack (`systemstack`, the vDSO calls, cgo calls), its own
     /// frame and its caller's are on the goroutine's stack.
@@ -300,8 +301,8 @@ enum Walked {
     Done(Outcome),
     /// In a switching function (its live range): the caller is on the goroutine's stack.
     Switch(Range<u64>),
-    /// At mcall: the goroutine it switched away from is the caller, if it was copied.
-    Mcall,
+    /// At mcall (its live range): the goroutine it switched away from is the caller, if it was copied.
+    Mcall(Range<u64>),
 }
 
 impl ProcessUnwinder {
@@ -362,11 +363,14 @@ impl ProcessUnwinder {
             let switch = match self.walk(at, copies.from(at.sp), out) {
                 Walked::Done(outcome) => return outcome,
                 Walked::Switch(range) => range,
-                Walked::Mcall => match parked.take() {
+                Walked::Mcall(range) => match parked.take() {
                     Some(parked) => {
                         at = Regs { ip: parked.ip.wrapping_sub(1), ..parked };
                         continue;
                     }
+                    // Before Go 1.25, mcall left the goroutine's frame pointer in the chain, as
+                    // systemstack does (the goroutine frame it leads to is gopark's: its caller goes on).
+                    None if goroutine.is_some_and(|g| g.parked.is_none()) => range,
                     None => return Outcome::Complete,
                 },
             };
@@ -414,7 +418,7 @@ impl ProcessUnwinder {
             // (A switching function interrupted past its prologue may have switched already.)
             match self.go.iter().find(|(r, _)| r.contains(&a)) {
                 Some((_, GoFrame::Root)) => return Walked::Done(Outcome::Complete),
-                Some((_, GoFrame::Mcall)) => return Walked::Mcall,
+                Some((r, GoFrame::Mcall)) => return Walked::Mcall(r.clone()),
                 Some((r, GoFrame::Switch)) if returns || a >= r.start + PROLOGUE => {
                     return Walked::Switch(r.clone())
                 }
