@@ -369,7 +369,7 @@ impl ProcessUnwinder {
                         continue;
                     }
                     // Before Go 1.25, mcall left the goroutine's frame pointer in the chain, as
-                    // systemstack does (the goroutine frame it leads to is gopark's: its caller goes on).
+                    // systemstack does: the unwind goes on from the goroutine frame it leads to.
                     None if goroutine.is_some_and(|g| g.parked.is_none()) => range,
                     None => return Outcome::Complete,
                 },
