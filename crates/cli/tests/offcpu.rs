@@ -112,7 +112,8 @@ fn go_blocked_stacks_hold_only_code_addresses() {
 }
 
 /// Every Go blocked stack ends at a root of Go's: a goroutine's goexit, a thread's mstart (or clone, for a
-/// thread preempted before it got there), the system stack's mcall (when the goroutine it switched away
+/// thread preempted before it got there; the program's entry for its first thread just after the exec),
+/// the system stack's mcall (when the goroutine it switched away
 /// from could not be taken) or morestack, or gogo switching to a goroutine (a signal handler's stack ends
 /// at the signal frame: what it interrupted is not unwound). Returns the folded off-CPU stacks of
 /// recording `data`.
@@ -127,6 +128,7 @@ fn go_blocked_stacks(dir: &std::path::Path, data: &str) -> String {
         "runtime.mcall",
         "runtime.morestack",
         "runtime.rt0_go",
+        "_rt0_amd64_linux",
         "runtime.gogo",
         "gogo",
     ];
