@@ -240,6 +240,13 @@ fn a_killed_run_leaves_no_probe_behind() {
     for args in [&["calls", "--callers", "bump", "malloc"][..], &["record", "--alloc"]] {
         let mut target = std::process::Command::new(&bin).arg("1000000000").spawn().unwrap();
         let pid = target.id().to_string();
+        // Attached once the loader has mapped libc (malloc is probed there).
+        let start = std::time::Instant::now();
+        while !std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| m.contains("libc.so"))
+            && start.elapsed() < std::time::Duration::from_secs(10)
+        {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
         let out = dir.path().join("killed.data");
         let mut cmd = whyslow();
         cmd.args(args).args(["-p", &pid, "-d", "30"]);
@@ -247,7 +254,7 @@ fn a_killed_run_leaves_no_probe_behind() {
             cmd.arg("-o").arg(&out);
         }
         let mut tool =
-            cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+            cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped()).spawn().unwrap();
         // Killed once its uprobes are attached (an eBPF link of type uprobe_multi among its descriptors).
         let probing = || {
             let fds = std::fs::read_dir(format!("/proc/{}/fdinfo", tool.id())).into_iter().flatten();
@@ -262,11 +269,11 @@ fn a_killed_run_leaves_no_probe_behind() {
         let attached = probing();
         std::thread::sleep(std::time::Duration::from_millis(300));
         tool.kill().unwrap();
-        tool.wait().unwrap();
+        let said = String::from_utf8_lossy(&tool.wait_with_output().unwrap().stderr).into_owned();
         let ran_on = target.try_wait().unwrap().is_none();
         target.kill().unwrap();
         target.wait().unwrap();
-        assert!(attached, "{args:?}: no uprobe attached in 20 s");
+        assert!(attached, "{args:?}: no uprobe attached in 20 s: {said}");
         assert!(ran_on, "{args:?}: the target runs on");
         let events = std::fs::read_to_string("/sys/kernel/tracing/uprobe_events").unwrap_or_default();
         assert!(!events.contains("whyslow"), "{args:?}: uprobes left behind: {events}");
