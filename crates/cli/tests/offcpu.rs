@@ -113,10 +113,9 @@ fn go_blocked_stacks_hold_only_code_addresses() {
 
 /// Every Go blocked stack ends at a root of Go's: a goroutine's goexit, a thread's mstart (or clone, for a
 /// thread preempted before it got there; the program's entry for its first thread just after the exec),
-/// the system stack's mcall (when the goroutine it switched away
-/// from could not be taken) or morestack, or gogo switching to a goroutine (a signal handler's stack ends
-/// at the signal frame: what it interrupted is not unwound). Returns the folded off-CPU stacks of
-/// recording `data`.
+/// the system stack's mcall (when the goroutine it switched away from could not be taken) or morestack,
+/// or gogo switching to a goroutine (a signal handler's stack ends at the signal frame: what it
+/// interrupted is not unwound). Returns the folded off-CPU stacks of recording `data`.
 fn go_blocked_stacks(dir: &std::path::Path, data: &str) -> String {
     let folded = dir.join("go.folded");
     ok(&["export", data, "--format", "folded", "--type", "offcpu", "-o", folded.to_str().unwrap()]);
