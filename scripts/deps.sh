@@ -8,7 +8,8 @@ pkg_installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "insta
 for cmd_pkg in gcc:gcc g++:g++ make:make pkg-config:pkg-config clang:clang perf:linux-perf \
                strace:strace ltrace:ltrace hyperfine:hyperfine bpftool:bpftool sqlite3:sqlite3 wrk:wrk \
                protoc:protobuf-compiler promtool:prometheus chromium:chromium \
-               redis-server:redis-server redis-benchmark:redis-tools; do
+               redis-server:redis-server redis-benchmark:redis-tools \
+               debuginfod:debuginfod debuginfod-find:debuginfod; do
   cmd=${cmd_pkg%%:*}; pkg=${cmd_pkg#*:}
   have "$cmd" || need+=("$pkg")
 done

@@ -456,6 +456,9 @@ pub struct ViewArgs {
 
 fn main() {
     let cli = Cli::parse();
+    if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        whyslow_symbolize::set_progress(|what| eprintln!("whyslow: {what}"));
+    }
     let result = match cli.command {
         Command::Record(a) => commands::record(a),
         Command::Report(a) => commands::report(a),

@@ -12,9 +12,10 @@ pub mod records;
 use records::{Record, SampleRef, Timed, UserRegs};
 use std::collections::HashMap;
 use std::sync::Arc;
-use whyslow_model::raw::{FastMap, RawFrame, RawModule, RawRecording, RawThread};
+use whyslow_model::raw::{FastMap, KeptFile, RawFrame, RawModule, RawRecording, RawThread};
 use whyslow_model::syscalls::syscall_name;
 use whyslow_model::{sample_types as st, FrameKind, SampleType, UnwindStats};
+pub use whyslow_symbols::jit::{self, JitMap};
 pub use whyslow_unwind::FileBytes;
 use whyslow_unwind::{Goroutine, ObjectImage, Outcome, ProcessUnwinder, Regs};
 
@@ -27,7 +28,43 @@ pub trait Host {
     fn process(&self, pid: u32) -> Option<ProcessInfo>;
     /// The name of a thread no record named.
     fn thread_name(&self, pid: u32, tid: u32) -> Option<String>;
+    /// The file at `path` as process `pid` sees it where that is not the file at `path` here (another
+    /// mount namespace: a container's). None where the path means the same file here, or where nothing
+    /// is known (an imported file's host).
+    fn foreign(&self, _pid: u32, _path: &str) -> Option<Foreign> {
+        None
+    }
+    /// What process `pid` published about its JIT-compiled code (a perf map) past the first `from`
+    /// bytes it had published when last asked. None when it published nothing new.
+    fn jit(&self, _pid: u32, _from: u64) -> Option<JitUpdate> {
+        None
+    }
 }
+
+/// A target's file that its path does not name here (see [`Host::foreign`]).
+#[derive(Debug, Clone)]
+pub struct Foreign {
+    /// The file, kept open: readable after the process (and its namespace) is gone.
+    pub file: KeptFile,
+    /// Its (device, inode): one path in two namespaces is two files.
+    pub id: (u64, u64),
+}
+
+/// New symbols of a process's JIT code (see [`Host::jit`]).
+#[derive(Debug, Clone, Default)]
+pub struct JitUpdate {
+    /// The file they come from, as the module of their frames (`/tmp/perf-PID.map`).
+    pub source: String,
+    /// The symbols in the bytes read.
+    pub map: JitMap,
+    /// Lines of those bytes that were no symbol (garbage), left out.
+    pub skipped: u64,
+    /// How many bytes of the file are read now (the next ask's `from`).
+    pub read: u64,
+}
+
+/// How often (event time) a process is asked again for JIT symbols while an address of it is unknown.
+const JIT_ASK_NS: u64 = 10_000_000;
 
 /// How allocation functions nest, so each allocation is counted once, at the outermost allocator the
 /// program called: glibc's aligned allocators call malloc (for small alignments as a tail jump, so the
@@ -131,19 +168,36 @@ pub struct Counters {
     pub lost: u64,
     /// Records the source could not decode.
     pub malformed: u64,
+    /// Lines of JIT perf maps that named no symbol.
+    pub jit_skipped: u64,
     pub unwind: UnwindStats,
 }
 
-/// A process: its executable mappings and an unwinder over them.
+/// A process: its executable mappings and an unwinder over them, and the symbols of its JIT code.
 #[derive(Default)]
 struct Proc {
     maps: Vec<(u64, u64, u64, u32)>, // start, end, pgoff, module
     unwinder: ProcessUnwinder,
+    jit: Jit,
+}
+
+/// What a process published about its JIT code, as far as read.
+#[derive(Default)]
+struct Jit {
+    map: JitMap,
+    /// The module its frames are labelled with (the file's name).
+    source: String,
+    read: u64,
+    /// When it was last asked (event time), and whether ever.
+    asked: Option<u64>,
+    /// The label of each symbol that named a frame, by its start address.
+    labels: HashMap<u64, u32>,
 }
 
 impl Proc {
+    /// A child: the parent's mappings; JIT code is the child's own to publish (its own file).
     fn fork(&self) -> Proc {
-        Proc { maps: self.maps.clone(), unwinder: self.unwinder.fork() }
+        Proc { maps: self.maps.clone(), unwinder: self.unwinder.fork(), jit: Jit::default() }
     }
 
     fn normalize(&self, addr: u64) -> RawFrame {
@@ -295,27 +349,35 @@ impl<H: Host> Converter<H> {
 
     /// Reads and parses the unwind tables of a file ahead of its first samples.
     pub fn preload(&mut self, pid: u32, path: &str) {
-        self.image(pid, path);
+        if self.host.foreign(pid, path).is_none() {
+            self.image(pid, path, path);
+        }
     }
 
-    fn image(&mut self, pid: u32, path: &str) -> Option<Arc<ObjectImage>> {
-        if let Some(img) = self.images.get(path) {
+    /// The unwind tables of `path` as `pid` sees it, parsed once per file: `key` tells files apart
+    /// (the path, with the identity of a foreign file).
+    fn image(&mut self, pid: u32, path: &str, key: &str) -> Option<Arc<ObjectImage>> {
+        if let Some(img) = self.images.get(key) {
             return img.clone();
         }
         let img = self.host.file(pid, path).and_then(|b| ObjectImage::parse(path, &b).ok()).map(Arc::new);
-        self.images.insert(path.to_string(), img.clone());
+        self.images.insert(key.to_string(), img.clone());
         img
     }
 
-    fn module_id(&mut self, pid: u32, path: &str, build_id: &str) -> u32 {
-        if let Some(&id) = self.module_ids.get(path) {
+    /// The module of a file, one per path and build id: the same path in two containers may be two
+    /// builds.
+    fn module_id(&mut self, pid: u32, path: &str, build_id: &str, kept: Option<KeptFile>) -> u32 {
+        let key = format!("{path}\0{build_id}");
+        if let Some(&id) = self.module_ids.get(&key) {
             return id;
         }
         let id = self.raw.modules.len() as u32;
         // The vDSO has no file to read when symbolizing: keep its bytes.
         let image = if path == "[vdso]" { self.host.file(pid, path).map(|b| b.to_vec()) } else { None };
-        self.raw.modules.push(RawModule { path: path.to_string(), build_id: build_id.to_string(), image });
-        self.module_ids.insert(path.to_string(), id);
+        let m = RawModule { path: path.to_string(), build_id: build_id.to_string(), image, kept };
+        self.raw.modules.push(m);
+        self.module_ids.insert(key, id);
         id
     }
 
@@ -325,8 +387,14 @@ impl<H: Host> Converter<H> {
         if path.starts_with("//") || !(path.starts_with('/') || path == "[vdso]") {
             return;
         }
-        let image = self.image(pid, path);
-        let module = self.module_id(pid, path, image.as_ref().map(|i| i.build_id.as_str()).unwrap_or(""));
+        let foreign = if path == "[vdso]" { None } else { self.host.foreign(pid, path) };
+        let key = match &foreign {
+            Some(f) => format!("{path}\0{}:{}", f.id.0, f.id.1),
+            None => path.to_string(),
+        };
+        let image = self.image(pid, path, &key);
+        let build_id = image.as_ref().map(|i| i.build_id.clone()).unwrap_or_default();
+        let module = self.module_id(pid, path, &build_id, foreign.map(|f| f.file));
         let proc = self.procs.entry(pid).or_default();
         proc.maps.retain(|m| m.1 <= start || end <= m.0);
         proc.maps.push((start, end, pgoff, module));
@@ -416,6 +484,39 @@ impl<H: Host> Converter<H> {
         if let Some(&stream) = ids.get(&s.id).and_then(|&k| self.streams.get(k)) {
             self.sample(s, stream, time, None)
         }
+    }
+
+    /// The frame of a user address of `pid`: in a file's mapping, or a symbol of its JIT code (asked for
+    /// anew, at most every [`JIT_ASK_NS`], while an address is in neither), or unmapped.
+    fn jit_frame(&mut self, pid: u32, addr: u64, time: u64) -> RawFrame {
+        let Some(proc) = self.procs.get_mut(&pid) else { return RawFrame::Unmapped(addr) };
+        let f = proc.normalize(addr);
+        if !matches!(f, RawFrame::Unmapped(_)) {
+            return f;
+        }
+        let jit = &mut proc.jit;
+        if jit.map.lookup(addr).is_none() && jit.asked.is_none_or(|at| time >= at.saturating_add(JIT_ASK_NS))
+        {
+            jit.asked = Some(time);
+            if let Some(u) = self.host.jit(pid, jit.read) {
+                self.counters.jit_skipped += u.skipped;
+                jit.map.merge(u.map);
+                jit.source = u.source;
+                jit.read = u.read;
+            }
+        }
+        let Some(sym) = jit.map.lookup(addr) else { return f };
+        // A JIT reuses memory: a start seen before may be another function's now.
+        let known = jit.labels.get(&sym.start).filter(|&&l| self.raw.labels[l as usize].name == sym.name);
+        let label = match known {
+            Some(&l) => l,
+            None => {
+                let l = self.raw.label(&sym.name, &jit.source, FrameKind::User);
+                jit.labels.insert(sym.start, l);
+                l
+            }
+        };
+        RawFrame::Label(label)
     }
 
     /// Exact per-call-site allocation counts as two-frame samples: the allocator, and the code that called
@@ -571,20 +672,24 @@ impl<H: Host> Converter<H> {
             // unwinder read beyond the stack's real end (Go's runtime.clone and mcall roots): the stack
             // ends there.
             let known = !proc.maps.is_empty();
-            let frames =
-                self.frames.iter().enumerate().skip(skip_leaf as usize).map(|(i, &a)| (i, proc.normalize(a)));
-            stack.extend(
-                frames
-                    .take_while(|(i, f)| *i == 0 || !known || !matches!(f, RawFrame::Unmapped(_)))
-                    .map(|(_, f)| f),
-            );
+            let frames = std::mem::take(&mut self.frames);
+            for (i, &a) in frames.iter().enumerate().skip(skip_leaf as usize) {
+                let f = self.jit_frame(s.pid, a, time);
+                if i > 0 && known && matches!(f, RawFrame::Unmapped(_)) {
+                    break;
+                }
+                stack.push(f);
+            }
+            self.frames = frames;
             if cut {
                 let label = self.raw.label(whyslow_model::CUT_FRAME, "[unwind]", FrameKind::Unknown);
                 stack.push(RawFrame::Label(label));
             }
         } else if !s.user.is_empty() {
-            let proc = self.procs.get(&s.pid).expect("inserted above");
-            stack.extend(s.user.iter().skip(skip_leaf as usize).map(|&a| proc.normalize(a)));
+            for &a in s.user.iter().skip(skip_leaf as usize) {
+                let f = self.jit_frame(s.pid, a, time);
+                stack.push(f);
+            }
         }
         if matches!(stream, Stream::Alloc { .. }) && self.nested(stack.get(1)) {
             return;

@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 8] = b"WHYSLOW\0";
-pub const FORMAT_VERSION: u32 = 6;
+pub const FORMAT_VERSION: u32 = 7;
 const HEADER_LEN: usize = 8 + 4 + 8 + 4;
 
 #[derive(Debug, thiserror::Error)]

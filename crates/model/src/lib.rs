@@ -119,6 +119,9 @@ pub struct Module {
     pub build_id: String,
     /// Compilers and flags of its compile units (DWARF `DW_AT_producer`), when it has debug info.
     pub producers: Vec<String>,
+    /// Which source named its frames, in words ("its symbols and DWARF", "Go's .gopclntab",
+    /// "debuginfod (...)"); empty where nothing was symbolized from it.
+    pub symbols: String,
 }
 
 /// A node of the stack trie: the frame and the node of its caller.
@@ -619,9 +622,12 @@ impl ProfileBuilder {
     /// Interns a module of another profile, with its compile-unit producers.
     pub fn module_of(&mut self, m: &Module) -> u32 {
         let id = self.module(&m.path, &m.build_id);
-        let producers = &mut self.profile.modules[id as usize].producers;
-        if producers.is_empty() {
-            producers.clone_from(&m.producers);
+        let ours = &mut self.profile.modules[id as usize];
+        if ours.producers.is_empty() {
+            ours.producers.clone_from(&m.producers);
+        }
+        if ours.symbols.is_empty() {
+            ours.symbols.clone_from(&m.symbols);
         }
         id
     }
@@ -635,6 +641,7 @@ impl ProfileBuilder {
             path: path.to_string(),
             build_id: build_id.to_string(),
             producers: Vec::new(),
+            symbols: String::new(),
         });
         self.modules.insert(path.to_string(), id);
         id

@@ -36,7 +36,31 @@ pub struct RawModule {
     pub build_id: String,
     /// The object's bytes when it has no file to read later (the `[vdso]`).
     pub image: Option<Vec<u8>>,
+    /// The target's file, kept open, where `path` names another file (or none) here: a file of another
+    /// mount namespace (a container's) stays readable after the process is gone.
+    pub kept: Option<KeptFile>,
 }
+
+/// A file of a target opened while the target ran (see [`RawModule::kept`]).
+#[derive(Debug, Clone)]
+pub struct KeptFile(pub std::sync::Arc<std::fs::File>);
+
+impl KeptFile {
+    /// A path this process can open the file by while the file is kept.
+    pub fn path(&self) -> String {
+        use std::os::fd::AsRawFd;
+        format!("/proc/self/fd/{}", self.0.as_raw_fd())
+    }
+}
+
+/// Two handles are equal when they are the same handle (what matters is which file was opened, and a
+/// handle is opened once per file).
+impl PartialEq for KeptFile {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+impl Eq for KeptFile {}
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RawThread {

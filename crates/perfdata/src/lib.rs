@@ -27,7 +27,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 use whyslow_convert::records::{Record, SampleRef, Timed};
-use whyslow_convert::{Converter, FileBytes, Host, ProcessInfo, Stream};
+use whyslow_convert::{Converter, FileBytes, Host, JitUpdate, ProcessInfo, Stream};
 use whyslow_model::raw::{RawKernel, RawRecording};
 use whyslow_model::{sample_types as st, Metadata, SampleType};
 
@@ -82,6 +82,18 @@ impl Host for LocalFiles {
 
     fn process(&self, _pid: u32) -> Option<ProcessInfo> {
         None // everything about the processes is in the file's records
+    }
+
+    /// JIT symbols from the perf map a process left in this machine's /tmp, as `perf report` reads them.
+    fn jit(&self, pid: u32, from: u64) -> Option<JitUpdate> {
+        let source = format!("/tmp/{}", whyslow_convert::jit::perf_map_name(pid));
+        let plausible = std::fs::metadata(&source).is_ok_and(|m| m.is_file() && m.len() > from);
+        if from > 0 || !plausible {
+            return None;
+        }
+        let bytes = std::fs::read(&source).ok()?;
+        let (map, stats) = whyslow_convert::JitMap::parse_perf_map(&bytes);
+        Some(JitUpdate { source, map, skipped: stats.skipped as u64, read: bytes.len() as u64 })
     }
 
     fn thread_name(&self, _pid: u32, _tid: u32) -> Option<String> {

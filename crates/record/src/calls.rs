@@ -170,7 +170,7 @@ pub fn target_modules(t: &Target) -> Result<Vec<PathBuf>, RecordError> {
                     return Err(RecordError::NoSuchProcess(pid));
                 }
                 for m in target::exec_maps(pid).into_iter().filter(|m| m.path.starts_with('/')) {
-                    push(PathBuf::from(format!("/proc/{pid}/root{}", m.path)));
+                    push(crate::files::through_root(pid, &m.path));
                 }
             }
         }

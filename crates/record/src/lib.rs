@@ -8,6 +8,7 @@
 
 mod bpf;
 pub mod calls;
+mod files;
 pub mod load;
 mod records;
 mod session;

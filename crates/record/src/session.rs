@@ -9,9 +9,8 @@ use crate::sources::{raise_fd_limit, Objects, Sources};
 use crate::sys::{self, Clock};
 use crate::target::{self, exit_code_of, stop_launched, try_wait, Gated};
 use crate::{signals, RecordError, RecordOptions};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use whyslow_convert::{Converter, FileBytes, Host, ProcessInfo, Stream};
+use whyslow_convert::{Converter, FileBytes, Foreign, Host, JitUpdate, ProcessInfo, Stream};
 use whyslow_model::raw::RawRecording;
 use whyslow_model::syscalls::TraceEvent;
 use whyslow_model::{sample_types, CallStat, Killed, Metadata, SampleType, SyscallStat};
@@ -38,9 +37,15 @@ impl Host for LiveHost {
         if path == "[vdso]" {
             return vdso_bytes().map(FileBytes::owned);
         }
-        let file =
-            std::fs::File::open(format!("/proc/{pid}/root{path}")).or_else(|_| std::fs::File::open(path));
-        FileBytes::map(&file.ok()?).ok()
+        FileBytes::map(&crate::files::open(pid, path).ok()?).ok()
+    }
+
+    fn foreign(&self, pid: u32, path: &str) -> Option<Foreign> {
+        crate::files::foreign(pid, path)
+    }
+
+    fn jit(&self, pid: u32, from: u64) -> Option<JitUpdate> {
+        crate::files::jit(pid, from)
     }
 
     fn process(&self, pid: u32) -> Option<ProcessInfo> {
@@ -494,6 +499,12 @@ impl<'a> Session<'a> {
         if counters.malformed > 0 {
             self.notes.push(format!("{} malformed records skipped", counters.malformed));
         }
+        if counters.jit_skipped > 0 {
+            self.notes.push(format!(
+                "{} lines of JIT perf maps named no symbol and were skipped",
+                counters.jit_skipped
+            ));
+        }
         let duration = self.window_t0.elapsed();
         let mut meta = self.metadata(duration, counters);
         meta.lost_events = lost_events;
@@ -602,7 +613,7 @@ fn probe_late_module(
     if co.patterns.is_empty() {
         return None;
     }
-    let file = PathBuf::from(format!("/proc/{pid}/root{path}"));
+    let file = crate::files::through_root(pid, path);
     let specs: Vec<PatternSpec> =
         co.patterns.iter().map(|p| PatternSpec { required: false, ..p.clone() }).collect();
     let needs = co.needs();

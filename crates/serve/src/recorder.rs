@@ -429,7 +429,9 @@ fn window_worker(shared: Arc<Shared>, rx: Receiver<Window>) {
     // Processes started inside followed ones, as (child -> parent), from the windows' fork records.
     let mut parents: HashMap<u32, (u32, Instant)> = HashMap::new();
     // Files and the kernel's table stay read from one window to the next.
-    let mut symbolizer = whyslow_symbolize::Resident::default();
+    // Debug files fetched from debuginfod are the agent's, under its data directory.
+    let debug_files = shared.opts.data_dir.join("debuginfod");
+    let mut symbolizer = whyslow_symbolize::Resident::caching_debug_files_in(&debug_files);
     for w in rx {
         for &(child, parent) in &w.raw.forks {
             parents.insert(child, (parent, Instant::now()));

@@ -10,12 +10,19 @@ mod kallsyms;
 
 pub use whyslow_symbols::demangle;
 
+mod sources;
+
+pub use sources::set_progress;
+
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 use kallsyms::Kallsyms;
+use sources::{Plan, Plans};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::mpsc;
+use std::sync::Arc;
+use whyslow_debuginfod::Client;
 use whyslow_model::raw::{RawFrame, RawRecording};
 use whyslow_model::{
     basename, is_probe_address, is_probe_frame, FrameKind, Profile, ProfileBuilder, NONE, PROBE_FRAME,
@@ -32,33 +39,77 @@ struct Func {
     kind: FrameKind,
 }
 
-/// Symbolizes all offsets of one module in one batch.
-fn symbolize_module(symbolizer: &Symbolizer, path: &str, offsets: &[u64]) -> Result<Vec<Vec<Func>>, String> {
-    let src = Source::Elf(Elf::new(path));
-    let syms = symbolizer.symbolize(&src, Input::FileOffset(offsets)).map_err(|e| e.to_string())?;
-    Ok(syms
-        .iter()
-        .zip(offsets)
-        .map(|(s, off)| match s {
-            Symbolized::Sym(sym) => {
-                let file = |ci: Option<&blazesym::symbolize::CodeInfo>| {
-                    ci.map(|c| c.file.to_string_lossy().into_owned()).unwrap_or_default()
-                };
-                let mut v = vec![Func {
-                    name: demangle(&sym.name),
-                    file: file(sym.code_info.as_deref()),
-                    kind: FrameKind::User,
-                }];
-                v.extend(sym.inlined.iter().map(|i| Func {
-                    name: demangle(&i.name),
-                    file: file(i.code_info.as_ref()),
-                    kind: FrameKind::Inlined,
-                }));
-                v
+/// The frames of one symbol blazesym found (outermost first).
+fn blazesym_frames(sym: &blazesym::symbolize::Sym) -> Vec<Func> {
+    let file = |ci: Option<&blazesym::symbolize::CodeInfo>| {
+        ci.map(|c| c.file.to_string_lossy().into_owned()).unwrap_or_default()
+    };
+    let mut v =
+        vec![Func { name: demangle(&sym.name), file: file(sym.code_info.as_deref()), kind: FrameKind::User }];
+    v.extend(sym.inlined.iter().map(|i| Func {
+        name: demangle(&i.name),
+        file: file(i.code_info.as_ref()),
+        kind: FrameKind::Inlined,
+    }));
+    v
+}
+
+/// What one pool thread keeps between jobs: blazesym's caches, the plan and tables of each file.
+struct Worker {
+    symbolizer: Symbolizer,
+    plans: Plans,
+    debuginfod: Option<Arc<Client>>,
+}
+
+impl Worker {
+    fn new(debuginfod: Option<Arc<Client>>) -> Worker {
+        Worker { symbolizer: new_symbolizer(), plans: Plans::default(), debuginfod }
+    }
+
+    /// Symbolizes all offsets of the file at `path` (named `shown`) in one batch, by the source its plan
+    /// chose.
+    fn symbolize(&mut self, path: &str, shown: &str, offsets: &[u64]) -> Result<(Funcs, Arc<Plan>), String> {
+        let plan = self.plans.get(path, shown, self.debuginfod.as_deref())?;
+        let by_blazesym = |file: &str, input: Input<&[u64]>| -> Result<Vec<Option<Vec<Func>>>, String> {
+            let src = Source::Elf(Elf::new(file));
+            let syms = self.symbolizer.symbolize(&src, input).map_err(|e| e.to_string())?;
+            Ok(syms
+                .iter()
+                .map(|s| match s {
+                    Symbolized::Sym(sym) => Some(blazesym_frames(sym)),
+                    Symbolized::Unknown(_) => None,
+                })
+                .collect())
+        };
+        let found: Vec<Option<Vec<Func>>> = match &plan.source {
+            sources::Source::Elf => by_blazesym(path, Input::FileOffset(offsets))?,
+            sources::Source::Fetched(debug) => {
+                // Offsets outside the executable segments stay unknown (address 0 names nothing).
+                let addrs: Vec<u64> = offsets.iter().map(|&o| plan.address(o).unwrap_or(0)).collect();
+                by_blazesym(debug, Input::VirtOffset(&addrs))?
             }
-            Symbolized::Unknown(_) => vec![unknown(path, *off)],
-        })
-        .collect())
+            sources::Source::Go(table) => offsets
+                .iter()
+                .map(|&o| {
+                    let frames = table.frames(plan.address(o)?)?;
+                    Some(
+                        frames
+                            .into_iter()
+                            .map(|f| Func {
+                                name: f.name.into_owned(),
+                                file: f.file.map(|f| f.into_owned()).unwrap_or_default(),
+                                kind: if f.inlined { FrameKind::Inlined } else { FrameKind::User },
+                            })
+                            .collect::<Vec<_>>(),
+                    )
+                    .filter(|v| !v.is_empty())
+                })
+                .collect(),
+        };
+        let funcs =
+            found.into_iter().zip(offsets).map(|(f, &o)| f.unwrap_or_else(|| vec![unknown(shown, o)]));
+        Ok((funcs.collect(), plan))
+    }
 }
 
 fn unknown(path: &str, offset: u64) -> Func {
@@ -79,11 +130,12 @@ type Funcs = Vec<Vec<Func>>;
 enum Job {
     /// Read the file's symbols and debug information now (blazesym keeps them for the next job).
     Warm(String),
-    /// Symbolize these offsets of `file` and send the frames back, tagged with `module`; with
-    /// `producers`, also the compilers that built that file.
+    /// Symbolize these offsets of `file` (the module `shown`) and send the frames back, tagged with
+    /// `module`; with `producers`, also the compilers that built that file.
     Symbolize {
         module: u32,
         file: String,
+        shown: String,
         offsets: Vec<u64>,
         producers: Option<String>,
         reply: mpsc::Sender<Reply>,
@@ -93,18 +145,18 @@ enum Job {
 /// What a pool thread found for one module.
 struct Reply {
     module: u32,
-    funcs: Result<Funcs, String>,
+    funcs: Result<(Funcs, Arc<Plan>), String>,
     producers: Vec<String>,
 }
 
 impl Job {
-    fn run(self, symbolizer: &Symbolizer) {
+    fn run(self, worker: &mut Worker) {
         match self {
             Job::Warm(path) => {
-                let _ = symbolize_module(symbolizer, &path, &[0]);
+                let _ = worker.symbolize(&path, &path, &[0]);
             }
-            Job::Symbolize { module, file, offsets, producers, reply } => {
-                let funcs = symbolize_module(symbolizer, &file, &offsets);
+            Job::Symbolize { module, file, shown, offsets, producers, reply } => {
+                let funcs = worker.symbolize(&file, &shown, &offsets);
                 let producers = producers
                     .map(|p| whyslow_symbols::producers(Path::new(&p)).unwrap_or_default())
                     .unwrap_or_default();
@@ -115,14 +167,26 @@ impl Job {
 }
 
 /// Threads that symbolize, each with its own blazesym symbolizer (one cannot be shared between threads);
-/// a file is always symbolized by the same thread, the one that may have read it ahead.
-#[derive(Default)]
+/// a file is always symbolized by the same thread, the one that may have read it ahead. Debug files are
+/// fetched from debuginfod on these threads too: as many at once as there are threads.
 struct Pool {
     workers: Vec<(mpsc::Sender<Job>, std::thread::JoinHandle<()>)>,
     owner: HashMap<String, usize>,
+    debuginfod: Option<Arc<Client>>,
+}
+
+impl Default for Pool {
+    /// Debug files from the servers DEBUGINFOD_URLS names (none when it is unset: no network).
+    fn default() -> Pool {
+        Pool::new(Client::from_env().map(Arc::new))
+    }
 }
 
 impl Pool {
+    fn new(debuginfod: Option<Arc<Client>>) -> Pool {
+        Pool { workers: Vec::new(), owner: HashMap::new(), debuginfod }
+    }
+
     /// Hands `job` about `path` to its thread; gives it back where no thread could be started.
     fn send(&mut self, path: &str, job: Job) -> Result<(), Job> {
         let n = match self.owner.get(path) {
@@ -140,10 +204,11 @@ impl Pool {
 
     fn spawn(&mut self) -> Option<usize> {
         let (tx, rx) = mpsc::channel::<Job>();
+        let debuginfod = self.debuginfod.clone();
         let thread = std::thread::Builder::new().name("symbolize".into()).spawn(move || {
-            let symbolizer = new_symbolizer();
+            let mut worker = Worker::new(debuginfod);
             for job in rx {
-                job.run(&symbolizer);
+                job.run(&mut worker);
             }
         });
         self.workers.push((tx, thread.ok()?));
@@ -303,6 +368,14 @@ pub struct Resident {
 }
 
 impl Resident {
+    /// A resident symbolizer that keeps the debug files it fetches from debuginfod (DEBUGINFOD_URLS)
+    /// under `cache` (a service's data directory) rather than the user's cache.
+    pub fn caching_debug_files_in(cache: &Path) -> Resident {
+        let client = whyslow_debuginfod::Options::from_env()
+            .map(|o| Client::new(whyslow_debuginfod::Options { cache: cache.to_path_buf(), ..o }));
+        Resident { pool: Pool::new(client.map(Arc::new)), kernel: None }
+    }
+
     pub fn symbolize(&mut self, raw: RawRecording) -> Profile {
         let cached = &mut self.kernel;
         build(raw, &mut self.pool, &mut |recorded| match recorded.filter(|k| !k.build_id.is_empty()) {
@@ -342,14 +415,15 @@ fn build(
     // Each module on a pool thread (in parallel, and on the thread that may have read it ahead).
     let (reply, replies) = mpsc::channel();
     let mut asked: HashMap<u32, Vec<u64>> = HashMap::new();
-    let mut local: Option<Symbolizer> = None;
+    let mut local: Option<Worker> = None;
     for (module, mut offsets) in by_module {
         offsets.sort_unstable();
         offsets.dedup();
         let m = &raw.modules[module as usize];
         let path = m.path.as_str();
-        // An object with no file of its own (the vDSO) is symbolized from the bytes the recorder kept.
-        let file = m.image.as_deref().and_then(image_file);
+        // An object with no file of its own (the vDSO) is symbolized from the bytes the recorder kept; a
+        // file the recorder kept open (a container's) through its descriptor.
+        let file = m.image.as_deref().and_then(image_file).or_else(|| m.kept.as_ref().map(|k| k.path()));
         // perf names anonymous executable memory (JIT code) `//anon`: no file to read, nothing to note.
         let on_disk = path.starts_with('/') && !path.starts_with("//");
         let Some(file) = file.or(on_disk.then(|| path.to_string())) else {
@@ -358,11 +432,12 @@ fn build(
             }
             continue;
         };
-        let producers = on_disk.then(|| path.to_string());
+        let producers = on_disk.then(|| file.clone());
         let (job_file, job_offsets, reply) = (file.clone(), offsets.clone(), reply.clone());
-        let job = Job::Symbolize { module, file: job_file, offsets: job_offsets, producers, reply };
+        let shown = path.to_string();
+        let job = Job::Symbolize { module, file: job_file, shown, offsets: job_offsets, producers, reply };
         if let Err(job) = pool.send(&file, job) {
-            job.run(local.get_or_insert_with(new_symbolizer));
+            job.run(local.get_or_insert_with(|| Worker::new(None)));
         }
         asked.insert(module, offsets);
     }
@@ -385,14 +460,26 @@ fn build(
         }
     }
     let mut producers: HashMap<u32, Vec<String>> = HashMap::new();
+    let mut described: HashMap<u32, String> = HashMap::new();
     for Reply { module, funcs, producers: built_by } in replies {
         let Some(offsets) = asked.remove(&module) else { continue };
         producers.insert(module, built_by);
         let path = &raw.modules[module as usize].path;
-        let funcs = funcs.unwrap_or_else(|e| {
-            notes.push(format!("cannot symbolize {path}: {e}"));
-            offsets.iter().map(|&o| vec![unknown(path, o)]).collect()
-        });
+        let funcs = match funcs {
+            Ok((funcs, plan)) => {
+                // The fix is worth a line where frames did stay unnamed.
+                let unnamed = funcs.iter().any(|f| f.iter().all(|f| f.kind == FrameKind::Unknown));
+                if let (true, Some(missing)) = (unnamed, &plan.missing) {
+                    notes.push(missing.clone());
+                }
+                described.insert(module, plan.described.clone());
+                funcs
+            }
+            Err(e) => {
+                notes.push(format!("cannot symbolize {path}: {e}"));
+                offsets.iter().map(|&o| vec![unknown(path, o)]).collect()
+            }
+        };
         for (o, f) in offsets.iter().zip(funcs) {
             resolved.insert(RawFrame::User { module, offset: *o }, f);
         }
@@ -461,6 +548,9 @@ fn build(
     let mut p = b.finish();
     for (raw_id, built_by) in producers {
         p.modules[module_ids[raw_id as usize] as usize].producers = built_by;
+    }
+    for (raw_id, symbols) in described {
+        p.modules[module_ids[raw_id as usize] as usize].symbols = symbols;
     }
     p.syscalls = raw.syscalls;
     p.calls = raw.calls;

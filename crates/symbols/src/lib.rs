@@ -3,6 +3,7 @@
 //! touches a target.
 
 mod demangle;
+pub mod jit;
 pub mod placement;
 
 pub use demangle::demangle;
@@ -95,6 +96,15 @@ fn debug_file(id: &[u8]) -> Option<String> {
     Some(format!("/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..]))
 }
 
+/// The separate debug file of `file` (read from `path`) on this machine: by build id
+/// (`/usr/lib/debug/.build-id/xx/yyyy.debug`), or by its `.gnu_debuglink` name next to it, in `.debug/`
+/// beside it or under `/usr/lib/debug` (as gdb looks).
+pub fn separate_debug_file(path: &Path, file: &object::File) -> Option<String> {
+    let by_id = file.build_id().ok().flatten().and_then(debug_file);
+    let linked = file.gnu_debuglink().ok().flatten().map(|(name, _)| debuglink_paths(path, name));
+    by_id.into_iter().chain(linked.into_iter().flatten()).find(|p| Path::new(p).is_file())
+}
+
 /// The name of the function a GCC clone was made from (`parse.constprop.0.isra.0` -> `parse`,
 /// `f(int) [clone .isra.0]` -> `f(int)`): a clone is the function, specialized. `.cold` parts are not
 /// entry points and keep their name.
@@ -123,7 +133,7 @@ pub struct Function {
 }
 
 /// Every defined function symbol of `.symtab` and `.dynsym` (static functions included), one entry per
-/// (name, offset), sorted by offset then name. A stripped file's `.symtab` is read from its separate debug
+/// (name, offset), sorted by offset then name; a stripped Go program's functions from its `.gopclntab`. A stripped file's `.symtab` is read from its separate debug
 /// file when there is one: by build id (`/usr/lib/debug/.build-id/xx/yyyy.debug`, e.g. from libc6-dbg), or
 /// by its `.gnu_debuglink` name next to it, in `.debug/` beside it or under `/usr/lib/debug` (as gdb looks).
 pub fn functions(path: &Path) -> Result<Vec<Function>, SymbolError> {
@@ -132,11 +142,7 @@ pub fn functions(path: &Path) -> Result<Vec<Function>, SymbolError> {
     let file = object::File::parse(&*data).map_err(|e| SymbolError::Parse(shown, e))?;
     let debug_data = match file.symbol_table() {
         Some(_) => None,
-        None => {
-            let by_id = file.build_id().ok().flatten().and_then(debug_file);
-            let linked = file.gnu_debuglink().ok().flatten().map(|(name, _)| debuglink_paths(path, name));
-            by_id.into_iter().chain(linked.into_iter().flatten()).find_map(|p| map_file(Path::new(&p)).ok())
-        }
+        None => separate_debug_file(path, &file).and_then(|p| map_file(Path::new(&p)).ok()),
     };
     let debug = debug_data.as_deref().and_then(|d| object::File::parse(d).ok());
     // Symbol addresses are virtual; uprobes want file offsets: map through the loadable segments.
@@ -170,6 +176,24 @@ pub fn functions(path: &Path) -> Result<Vec<Function>, SymbolError> {
             size: sym.size(),
             ifunc,
         });
+    }
+    // A stripped Go program (no symbol table here or in a debug file): its runtime's function table.
+    if file.symbol_table().is_none() && debug.is_none() {
+        if let Ok(Some(table)) = whyslow_gopclntab::GoTable::from_elf(&data) {
+            for f in table.functions() {
+                let Some(offset) = to_offset(f.entry) else { continue };
+                let name = f.name.into_owned();
+                let size = f.end.saturating_sub(f.entry);
+                out.push(Function {
+                    mangled: name.clone(),
+                    name,
+                    offset,
+                    address: f.entry,
+                    size,
+                    ifunc: false,
+                });
+            }
+        }
     }
     out.sort_by(|a, b| (a.offset, &a.name).cmp(&(b.offset, &b.name)));
     out.dedup_by(|a, b| a.offset == b.offset && a.name == b.name);

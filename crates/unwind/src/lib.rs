@@ -169,12 +169,17 @@ impl ObjectImage {
             .map(|b| b.iter().map(|x| format!("{x:02x}")).collect())
             .unwrap_or_default();
         // Only a Go program's symbol table is read: others may be large, and have none of these.
-        let go = if is_go(&obj) {
+        let go = if !is_go(&obj) {
+            Vec::new()
+        } else if obj.symbol_table().is_some() {
             obj.symbols()
                 .filter_map(|s| Some((s.address()..s.address() + s.size(), GoFrame::of(s.name().ok()?)?)))
                 .collect()
         } else {
-            Vec::new()
+            // Stripped, as production ships Go: the runtime's own function table names them.
+            let table = whyslow_gopclntab::GoTable::from_elf(whole).ok().flatten();
+            let funcs = table.iter().flat_map(|t| t.functions());
+            funcs.filter_map(|f| Some((f.entry..f.end, GoFrame::of(&f.name)?))).collect()
         };
         Ok(ObjectImage { path: path.to_string(), build_id, segments, sections, entry: obj.entry(), go })
     }

@@ -1,0 +1,3 @@
+module whyslowgopclntabtest
+
+go 1.18

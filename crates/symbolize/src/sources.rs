@@ -1,0 +1,157 @@
+//! Where a module's names come from. Several sources answer the one question (module, file offset) ->
+//! frames; each module gets the first that can, in a fixed order, and the choice stays visible:
+//!
+//! 1. the file itself when it has its symbols and debug information, or a separate debug file on this
+//!    machine (by build id or `.gnu_debuglink`; blazesym finds and reads it);
+//! 2. Go's `.gopclntab` when a Go program has no DWARF (names, file:line and the inline tree);
+//! 3. a debug file fetched by build id from the servers in DEBUGINFOD_URLS;
+//! 4. whatever the file has left (its dynamic symbols), with a note naming the fix.
+//!
+//! Reads files (and debuginfod servers when the user configured them), never a process.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::sync::Arc;
+use whyslow_debuginfod::Client;
+use whyslow_gopclntab::GoTable;
+
+/// Where a line about a debug file being fetched goes (nowhere unless set).
+static PROGRESS: std::sync::OnceLock<fn(&str)> = std::sync::OnceLock::new();
+
+/// Says what is being fetched through `say` (a terminal's status line); the first call decides.
+pub fn set_progress(say: fn(&str)) {
+    let _ = PROGRESS.set(say);
+}
+
+/// How a module is symbolized.
+pub(crate) enum Source {
+    /// The file through blazesym: its `.symtab`/`.dynsym`, its DWARF, a separate debug file here.
+    Elf,
+    /// A separate debug file from a debuginfod server, addressed by virtual address.
+    Fetched(String),
+    /// Go's function table.
+    Go(GoTable),
+}
+
+/// The source chosen for one file, and what the user should know about it.
+pub(crate) struct Plan {
+    pub source: Source,
+    /// Executable segments: (file offset range, virtual address), to address sources by virtual address.
+    segments: Vec<(Range<u64>, u64)>,
+    /// Which source names it, in words (kept with the module).
+    pub described: String,
+    /// Why some of its frames may stay unnamed, and the fix.
+    pub missing: Option<String>,
+}
+
+impl Plan {
+    /// The virtual address of a file offset in an executable segment.
+    pub fn address(&self, offset: u64) -> Option<u64> {
+        self.segments.iter().find(|(r, _)| r.contains(&offset)).map(|(r, va)| va + (offset - r.start))
+    }
+}
+
+/// What to do about a module without symbols.
+fn fix(shown: &str, build_id: &str) -> String {
+    let id = if build_id.is_empty() { String::new() } else { format!(" (build id {build_id})") };
+    format!(
+        "{shown}{id} has no symbols here, its frames stay module+offset: install its debug symbols (the \
+         -dbgsym or -debuginfo package of the distribution), set DEBUGINFOD_URLS to a debuginfod server \
+         that has them, or build it with -g and without stripping"
+    )
+}
+
+/// Chooses the source of the file at `path` (shown to the user as `shown`).
+pub(crate) fn plan(path: &str, shown: &str, debuginfod: Option<&Client>) -> Result<Plan, String> {
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    // SAFETY: read-only and private; a file truncated in place while mapped raises SIGBUS as it would in
+    // the processes running it, and executables cannot be opened for writing while they run.
+    let data = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| e.to_string())?;
+    let obj = object::File::parse(&*data).map_err(|e| e.to_string())?;
+    use object::{Object, ObjectSegment};
+    let segments = obj
+        .segments()
+        .filter(|s| matches!(s.flags(), object::SegmentFlags::Elf { p_flags, .. } if p_flags.0 & 1 != 0))
+        .map(|s| {
+            let (off, size) = s.file_range();
+            (off..off + size, s.address())
+        })
+        .collect();
+    let build_id: String = obj
+        .build_id()
+        .ok()
+        .flatten()
+        .map(|b| b.iter().map(|x| format!("{x:02x}")).collect())
+        .unwrap_or_default();
+    let symtab = obj.symbol_table().is_some();
+    let dwarf = obj.section_by_name(".debug_info").is_some();
+    // A kept file's path is a descriptor of ours: nothing lies beside it.
+    let local_debug = if path.starts_with("/proc/self/fd/") {
+        None
+    } else {
+        whyslow_symbols::separate_debug_file(Path::new(path), &obj)
+    };
+    let plan = |source, described: String, missing| Plan { source, segments: Vec::new(), described, missing };
+    let mut notes = Vec::new();
+    let mut chosen = if let Some(debug) = &local_debug {
+        Some(plan(Source::Elf, format!("separate debug file {debug}"), None))
+    } else if symtab && dwarf {
+        Some(plan(Source::Elf, "its symbols and DWARF".into(), None))
+    } else {
+        None
+    };
+    // A Go program without DWARF: its table has the lines and inlined calls its symbols lack.
+    if chosen.is_none() {
+        match GoTable::from_elf(&data) {
+            Ok(Some(t)) => chosen = Some(plan(Source::Go(t), "Go's .gopclntab".into(), None)),
+            Ok(None) => {}
+            Err(e) => notes.push(format!("{shown}: cannot read its .gopclntab: {e}")),
+        }
+    }
+    if chosen.is_none() && !build_id.is_empty() {
+        if let Some(client) = debuginfod {
+            if let Some(say) = PROGRESS.get() {
+                say(&format!("fetching the debug file of {shown} (build id {build_id}) from debuginfod"));
+            }
+            match client.fetch_debuginfo(&build_id) {
+                Ok(p) => {
+                    let p = p.display().to_string();
+                    chosen = Some(plan(Source::Fetched(p.clone()), format!("debuginfod ({p})"), None));
+                }
+                Err(e) => notes.push(format!("{shown}: {e}")),
+            }
+        }
+    }
+    let mut chosen = chosen.unwrap_or_else(|| {
+        let described = if symtab { "its symbols (no DWARF)" } else { "its dynamic symbols only" };
+        let missing = (!symtab).then(|| fix(shown, &build_id));
+        plan(Source::Elf, described.into(), missing)
+    });
+    if !notes.is_empty() {
+        notes.extend(chosen.missing.take());
+        chosen.missing = Some(notes.join("; "));
+    }
+    chosen.segments = segments;
+    Ok(chosen)
+}
+
+/// Plans by file, made once per file as it is (a path reused by another file is planned again).
+#[derive(Default)]
+pub(crate) struct Plans(HashMap<String, ((u64, u64, u64, i64), Arc<Plan>)>);
+
+impl Plans {
+    pub fn get(&mut self, path: &str, shown: &str, debuginfod: Option<&Client>) -> Result<Arc<Plan>, String> {
+        let m = std::fs::metadata(path).map_err(|e| e.to_string())?;
+        let key = (m.dev(), m.ino(), m.size(), m.mtime());
+        if let Some((k, p)) = self.0.get(path) {
+            if *k == key {
+                return Ok(p.clone());
+            }
+        }
+        let p = Arc::new(plan(path, shown, debuginfod)?);
+        self.0.insert(path.to_string(), (key, p.clone()));
+        Ok(p)
+    }
+}

@@ -1,0 +1,54 @@
+// Built twice: with symbols and DWARF (gostrip), and as production ships Go (gostrip_stripped:
+// -ldflags="-s -w", then strip). main.step runs exactly N times; each run gives main.hot 3 units of work
+// and main.cold 1 (a 75/25 split of CPU time), both through main.mix, which the compiler inlines into
+// them. Usage: gostrip N (default 2000).
+package main
+
+import (
+	"os"
+	"strconv"
+)
+
+var sink uint64
+
+// mix is small enough to be inlined into its callers: their samples show it as an inlined frame.
+func mix(x uint64) uint64 {
+	x ^= x << 13
+	x ^= x >> 7
+	x ^= x << 17
+	return x
+}
+
+//go:noinline
+func hot(units int) {
+	x := sink + 1
+	for i := 0; i < units*100000; i++ {
+		x = mix(x)
+	}
+	sink = x
+}
+
+//go:noinline
+func cold(units int) {
+	x := sink + 3
+	for i := 0; i < units*100000; i++ {
+		x = mix(x)
+	}
+	sink = x
+}
+
+//go:noinline
+func step() {
+	hot(3)
+	cold(1)
+}
+
+func main() {
+	n := 2000
+	if len(os.Args) > 1 {
+		n, _ = strconv.Atoi(os.Args[1])
+	}
+	for i := 0; i < n; i++ {
+		step()
+	}
+}
