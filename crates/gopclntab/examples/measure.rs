@@ -14,14 +14,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let start = Instant::now();
     let table = GoTable::from_elf(&bytes)?.ok_or("no .gopclntab")?;
     let parse = start.elapsed();
-    println!(
-        "{path}: {} functions, layout Go {}, text start {:#x}, inline trees {}; parsed in {:.2?}",
-        table.len(),
-        table.go_version_hint(),
-        table.text_start(),
-        table.has_inline_tree(),
-        parse
-    );
+    println!("{path}: {table:?}; parsed in {parse:.2?}");
 
     let start = Instant::now();
     let functions: Vec<(u64, u64)> = table.functions().map(|f| (f.entry, f.end)).collect();

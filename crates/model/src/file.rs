@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 8] = b"WHYSLOW\0";
 pub const FORMAT_VERSION: u32 = 7;
+/// The oldest format this build still reads (converting it on load).
+pub const OLDEST_READ: u32 = 6;
 const HEADER_LEN: usize = 8 + 4 + 8 + 4;
 
 #[derive(Debug, thiserror::Error)]
@@ -20,7 +22,7 @@ pub enum FileError {
     Write { path: PathBuf, source: std::io::Error },
     #[error("{path} is not a whyslow recording (bad magic)")]
     NotRecording { path: PathBuf },
-    #[error("{path} was written by another version of whyslow (format {found}, this build reads {FORMAT_VERSION})")]
+    #[error("{path} was written by another version of whyslow (format {found}, this build reads {OLDEST_READ} to {FORMAT_VERSION}){}", if *found > FORMAT_VERSION { "; a newer whyslow reads it" } else { "" })]
     Version { path: PathBuf, found: u32 },
     #[error("{path} is truncated: expected {expected} bytes of data, found {found}")]
     Truncated { path: PathBuf, expected: u64, found: u64 },
@@ -59,7 +61,7 @@ pub fn decode(bytes: &[u8], path: &Path) -> Result<Profile, FileError> {
         return Err(FileError::Truncated { path, expected: HEADER_LEN as u64, found: bytes.len() as u64 });
     }
     let version = u32::from_le_bytes(bytes[8..12].try_into().unwrap());
-    if version != FORMAT_VERSION {
+    if !(OLDEST_READ..=FORMAT_VERSION).contains(&version) {
         return Err(FileError::Version { path, found: version });
     }
     let len = u64::from_le_bytes(bytes[12..20].try_into().unwrap());
@@ -86,10 +88,54 @@ pub fn decode(bytes: &[u8], path: &Path) -> Result<Profile, FileError> {
             what: format!("its data decompresses to more than {max} bytes"),
         });
     }
-    let profile: Profile = postcard::from_bytes(&raw)
-        .map_err(|e| FileError::Corrupt { path: path.clone(), what: format!("bad encoding: {e}") })?;
+    let decoded = match version {
+        6 => older::decode_v6(&raw),
+        _ => postcard::from_bytes(&raw),
+    };
+    let profile: Profile =
+        decoded.map_err(|e| FileError::Corrupt { path: path.clone(), what: format!("bad encoding: {e}") })?;
     profile.validate().map_err(|what| FileError::Corrupt { path, what })?;
     Ok(profile)
+}
+
+/// Earlier formats, read field by field: postcard writes a struct as its fields one after another, so
+/// a format that differs in one type is the current one with that type read in its old shape.
+mod older {
+    use crate::{CallStat, Frame, Metadata, Module, Profile, Sample, SampleType, StackNode, SyscallStat, Thread};
+    use serde::de::DeserializeOwned;
+
+    fn take<T: DeserializeOwned>(bytes: &mut &[u8]) -> postcard::Result<T> {
+        let (value, rest) = postcard::take_from_bytes(bytes)?;
+        *bytes = rest;
+        Ok(value)
+    }
+
+    /// Format 6: modules did not say which source named them.
+    #[derive(serde::Deserialize)]
+    struct ModuleV6 {
+        path: String,
+        build_id: String,
+        producers: Vec<String>,
+    }
+
+    pub fn decode_v6(mut b: &[u8]) -> postcard::Result<Profile> {
+        let b = &mut b;
+        let meta: Metadata = take(b)?;
+        let strings: Vec<String> = take(b)?;
+        let modules: Vec<ModuleV6> = take(b)?;
+        let modules = modules
+            .into_iter()
+            .map(|m| Module { path: m.path, build_id: m.build_id, producers: m.producers, symbols: String::new() })
+            .collect();
+        let frames: Vec<Frame> = take(b)?;
+        let stacks: Vec<StackNode> = take(b)?;
+        let threads: Vec<Thread> = take(b)?;
+        let sample_types: Vec<SampleType> = take(b)?;
+        let samples: Vec<Sample> = take(b)?;
+        let syscalls: Vec<SyscallStat> = take(b)?;
+        let calls: Vec<CallStat> = take(b)?;
+        Ok(Profile { meta, strings, modules, frames, stacks, threads, sample_types, samples, syscalls, calls })
+    }
 }
 
 pub fn load(path: &Path) -> Result<Profile, FileError> {
@@ -126,6 +172,33 @@ pub fn save(profile: &Profile, path: &Path) -> Result<(), FileError> {
 mod tests {
     use super::*;
     use crate::tests::sample_profile;
+
+    /// One recording per format this build reads (tests/formats/formatN.data, each a cpu_split run):
+    /// each loads, with its samples and names, and the modules of an older one say nothing of their
+    /// symbol source rather than something made up.
+    #[test]
+    fn every_format_still_read_loads() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/formats");
+        for version in OLDEST_READ..=FORMAT_VERSION {
+            let path = dir.join(format!("format{version}.data"));
+            let bytes = std::fs::read(&path).unwrap();
+            assert_eq!(u32::from_le_bytes(bytes[8..12].try_into().unwrap()), version, "{}", path.display());
+            let p = decode(&bytes, &path).unwrap_or_else(|e| panic!("{e}"));
+            let total: i64 = p.samples.iter().map(|s| s.values[0]).sum();
+            let expected = if version == 6 { 300 } else { 200 };
+            assert_eq!(total, expected, "{}", path.display());
+            let names: Vec<&str> = p.frames.iter().map(|f| p.strings[f.name as usize].as_str()).collect();
+            assert!(names.contains(&"burn_a") && names.contains(&"main"), "{names:?}");
+            let split = p.modules.iter().find(|m| m.path.ends_with("cpu_split")).expect("cpu_split module");
+            let source = if version == 6 { "" } else { "its symbols and DWARF" };
+            assert_eq!(split.symbols, source);
+        }
+        // A newer format than this build reads names both versions.
+        let mut newer = std::fs::read(dir.join(format!("format{FORMAT_VERSION}.data"))).unwrap();
+        newer[8..12].copy_from_slice(&(FORMAT_VERSION + 1).to_le_bytes());
+        let e = decode(&newer, Path::new("x.data")).unwrap_err().to_string();
+        assert!(e.contains(&format!("format {}", FORMAT_VERSION + 1)) && e.contains("reads 6 to 7"), "{e}");
+    }
 
     #[test]
     fn round_trip_is_lossless() {

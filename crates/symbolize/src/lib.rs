@@ -461,6 +461,7 @@ fn build(
     }
     let mut producers: HashMap<u32, Vec<String>> = HashMap::new();
     let mut described: HashMap<u32, String> = HashMap::new();
+    let mut unnamed = Vec::new();
     for Reply { module, funcs, producers: built_by } in replies {
         let Some(offsets) = asked.remove(&module) else { continue };
         producers.insert(module, built_by);
@@ -468,10 +469,11 @@ fn build(
         let funcs = match funcs {
             Ok((funcs, plan)) => {
                 // The fix is worth a line where frames did stay unnamed.
-                let unnamed = funcs.iter().any(|f| f.iter().all(|f| f.kind == FrameKind::Unknown));
-                if let (true, Some(missing)) = (unnamed, &plan.missing) {
-                    notes.push(missing.clone());
+                let stayed = funcs.iter().any(|f| f.iter().all(|f| f.kind == FrameKind::Unknown));
+                if stayed && plan.unnamed {
+                    unnamed.push(basename(path).to_string());
                 }
+                notes.extend(plan.problems.iter().cloned());
                 described.insert(module, plan.described.clone());
                 funcs
             }
@@ -493,6 +495,11 @@ fn build(
         }
     }
 
+    if !unnamed.is_empty() {
+        unnamed.sort();
+        unnamed.dedup();
+        notes.push(sources::unnamed_note(&unnamed));
+    }
     let mut meta = raw.meta;
     meta.notes.extend(notes);
     let mut b = ProfileBuilder::new(meta, raw.sample_types);

@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use whyslow_debuginfod::Client;
 use whyslow_gopclntab::GoTable;
@@ -23,6 +24,16 @@ static PROGRESS: std::sync::OnceLock<fn(&str)> = std::sync::OnceLock::new();
 /// Says what is being fetched through `say` (a terminal's status line); the first call decides.
 pub fn set_progress(say: fn(&str)) {
     let _ = PROGRESS.set(say);
+}
+
+/// Until when (unix seconds) no debuginfod server is asked: set when one could not be reached (a timeout
+/// costs seconds per module), so the other modules of a run are not each held up by it; an agent asks
+/// again after [`DOWN_FOR_S`].
+static SERVERS_DOWN_UNTIL: AtomicU64 = AtomicU64::new(0);
+const DOWN_FOR_S: u64 = 300;
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 /// How a module is symbolized.
@@ -42,8 +53,10 @@ pub(crate) struct Plan {
     segments: Vec<(Range<u64>, u64)>,
     /// Which source names it, in words (kept with the module).
     pub described: String,
-    /// Why some of its frames may stay unnamed, and the fix.
-    pub missing: Option<String>,
+    /// It has no symbols of its own (its dynamic symbols at most): frames may stay module+offset.
+    pub unnamed: bool,
+    /// What went wrong on the way (a fetch that failed, an unreadable table), one line each.
+    pub problems: Vec<String>,
 }
 
 impl Plan {
@@ -53,13 +66,14 @@ impl Plan {
     }
 }
 
-/// What to do about a module without symbols.
-fn fix(shown: &str, build_id: &str) -> String {
-    let id = if build_id.is_empty() { String::new() } else { format!(" (build id {build_id})") };
+/// The note for modules without symbols whose frames stayed module+offset, naming the fix.
+pub(crate) fn unnamed_note(modules: &[String]) -> String {
+    let (it, its) = if modules.len() == 1 { ("it", "its") } else { ("they", "their") };
     format!(
-        "{shown}{id} has no symbols here, its frames stay module+offset: install its debug symbols (the \
-         -dbgsym or -debuginfo package of the distribution), set DEBUGINFOD_URLS to a debuginfod server \
-         that has them, or build it with -g and without stripping"
+        "no symbols for {} ({its} frames stay module+offset): install {its} debug symbols (the \
+         distribution's -dbgsym or -debuginfo packages), set DEBUGINFOD_URLS to a debuginfod server that \
+         has them, or build {it} with -g and without stripping",
+        modules.join(", ")
     )
 }
 
@@ -93,46 +107,55 @@ pub(crate) fn plan(path: &str, shown: &str, debuginfod: Option<&Client>) -> Resu
     } else {
         whyslow_symbols::separate_debug_file(Path::new(path), &obj)
     };
-    let plan = |source, described: String, missing| Plan { source, segments: Vec::new(), described, missing };
+    let plan = |source, described: String, unnamed| Plan {
+        source,
+        segments: Vec::new(),
+        described,
+        unnamed,
+        problems: Vec::new(),
+    };
     let mut notes = Vec::new();
     let mut chosen = if let Some(debug) = &local_debug {
-        Some(plan(Source::Elf, format!("separate debug file {debug}"), None))
+        Some(plan(Source::Elf, format!("separate debug file {debug}"), false))
     } else if symtab && dwarf {
-        Some(plan(Source::Elf, "its symbols and DWARF".into(), None))
+        Some(plan(Source::Elf, "its symbols and DWARF".into(), false))
     } else {
         None
     };
     // A Go program without DWARF: its table has the lines and inlined calls its symbols lack.
     if chosen.is_none() {
         match GoTable::from_elf(&data) {
-            Ok(Some(t)) => chosen = Some(plan(Source::Go(t), "Go's .gopclntab".into(), None)),
+            Ok(Some(t)) => chosen = Some(plan(Source::Go(t), "Go's .gopclntab".into(), false)),
             Ok(None) => {}
             Err(e) => notes.push(format!("{shown}: cannot read its .gopclntab: {e}")),
         }
     }
     if chosen.is_none() && !build_id.is_empty() {
-        if let Some(client) = debuginfod {
+        if let Some(client) = debuginfod.filter(|_| unix_now() >= SERVERS_DOWN_UNTIL.load(Ordering::Relaxed)) {
             if let Some(say) = PROGRESS.get() {
                 say(&format!("fetching the debug file of {shown} (build id {build_id}) from debuginfod"));
             }
             match client.fetch_debuginfo(&build_id) {
                 Ok(p) => {
                     let p = p.display().to_string();
-                    chosen = Some(plan(Source::Fetched(p.clone()), format!("debuginfod ({p})"), None));
+                    chosen = Some(plan(Source::Fetched(p.clone()), format!("debuginfod ({p})"), false));
                 }
-                Err(e) => notes.push(format!("{shown}: {e}")),
+                Err(e) => {
+                    // A server that cannot be reached is not asked again for every other module.
+                    use whyslow_debuginfod::FetchError as F;
+                    if matches!(e, F::Timeout { .. } | F::Stalled { .. } | F::Unreachable { .. }) {
+                        SERVERS_DOWN_UNTIL.store(unix_now() + DOWN_FOR_S, Ordering::Relaxed);
+                    }
+                    notes.push(format!("{shown}: {e}"));
+                }
             }
         }
     }
     let mut chosen = chosen.unwrap_or_else(|| {
         let described = if symtab { "its symbols (no DWARF)" } else { "its dynamic symbols only" };
-        let missing = (!symtab).then(|| fix(shown, &build_id));
-        plan(Source::Elf, described.into(), missing)
+        plan(Source::Elf, described.into(), !symtab)
     });
-    if !notes.is_empty() {
-        notes.extend(chosen.missing.take());
-        chosen.missing = Some(notes.join("; "));
-    }
+    chosen.problems = notes;
     chosen.segments = segments;
     Ok(chosen)
 }
