@@ -15,7 +15,8 @@ for cmd_pkg in gcc:gcc g++:g++ make:make pkg-config:pkg-config clang:clang perf:
 done
 # libc6-dbg: the symbols of glibc's local functions (IFUNC implementations such as __memmove_avx_unaligned_erms).
 # libprotobuf-dev: the doctor's protobuf-reflection workload links the real library.
-for pkg in libelf-dev zlib1g-dev libc6-dbg libprotobuf-dev; do pkg_installed "$pkg" || need+=("$pkg"); done
+# golang-1.19-go: the Go 1.18-1.19 layout of .gopclntab (Debian's own Go programs, prometheus among them).
+for pkg in libelf-dev zlib1g-dev libc6-dbg libprotobuf-dev golang-1.19-go; do pkg_installed "$pkg" || need+=("$pkg"); done
 if ! have go && [ ! -x /usr/local/go/bin/go ]; then need+=(golang-go); fi
 if [ ${#need[@]} -gt 0 ]; then
   echo "deps: installing ${need[*]}"

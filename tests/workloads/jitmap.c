@@ -1,7 +1,8 @@
 /* A pretend JIT: machine code copied into an anonymous mapping at run time, which no ELF file describes,
  * named for profilers only by /tmp/perf-PID.map (and, with --dump, by a jitdump file).
  *
- * Usage: jitmap SECONDS [--dump DIR]
+ * Usage: jitmap SECONDS [--dump DIR] [--garbage] [--no-map]
+ * (--garbage: 3 lines naming no symbol ahead of the map's two; --no-map: only the jitdump names them)
  *
  * Two functions are "compiled" into one RX region: jit_hot_a at offset 0x000 and "jit_hot_b [jitted]"
  * (a name with a space, as JITs write) at offset 0x100. main calls them directly for SECONDS of process
@@ -80,11 +81,13 @@ static uint64_t clock_ns(clockid_t clock) {
     return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
-static void write_perf_map(uintptr_t base) {
+/* garbage: also 3 lines that name no symbol (a profiler must skip and count them). */
+static void write_perf_map(uintptr_t base, int garbage) {
     char path[64];
     snprintf(path, sizeof path, "/tmp/perf-%d.map", (int)getpid());
     FILE *f = fopen(path, "w");
     if (!f) die(path);
+    if (garbage) fputs("not a line of a perf map\nzz 10 bad_start\n12345\n", f);
     fprintf(f, "%lx %zx %s\n", (unsigned long)(base + OFF_A), sizeof code_a, NAME_A);
     fprintf(f, "%lx %zx %s\n", (unsigned long)(base + OFF_B), sizeof code_b, NAME_B);
     if (fclose(f) != 0) die(path);
@@ -144,9 +147,15 @@ static void write_jitdump(const char *dir, uintptr_t base) {
 
 int main(int argc, char **argv) {
     const char *dump_dir = NULL;
-    if (argc == 4 && strcmp(argv[2], "--dump") == 0) dump_dir = argv[3];
-    else if (argc != 2) {
-        fprintf(stderr, "usage: jitmap SECONDS [--dump DIR]\n");
+    int garbage = 0, map = 1, bad = argc < 2;
+    for (int i = 2; i < argc && !bad; i++) {
+        if (strcmp(argv[i], "--dump") == 0 && i + 1 < argc) dump_dir = argv[++i];
+        else if (strcmp(argv[i], "--garbage") == 0) garbage = 1;
+        else if (strcmp(argv[i], "--no-map") == 0) map = 0;
+        else bad = 1;
+    }
+    if (bad) {
+        fprintf(stderr, "usage: jitmap SECONDS [--dump DIR] [--garbage] [--no-map]\n");
         return 2;
     }
     double secs = atof(argv[1]);
@@ -162,7 +171,7 @@ int main(int argc, char **argv) {
     jit_fn fa = (jit_fn)(void *)(region + OFF_A), fb = (jit_fn)(void *)(region + OFF_B);
 
     /* Named before the first call, so a profiler attached from the start can resolve every sample. */
-    write_perf_map((uintptr_t)region);
+    if (map) write_perf_map((uintptr_t)region, garbage);
     if (dump_dir) write_jitdump(dump_dir, (uintptr_t)region);
 
     /* 3:1 by step counts, not by time. The order within a round is shuffled: a fixed order could let the

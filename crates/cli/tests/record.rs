@@ -300,6 +300,10 @@ fn stripped_binary_shows_module_and_offset() {
         .map(|f| f["self_pct"].as_f64().unwrap())
         .sum();
     assert!(in_stripped > 90.0, "self time should show as split_stripped+0xOFFSET frames: {in_stripped}");
+    // One line says why, and what would name them.
+    let notes: Vec<&str> = r["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
+    let note = notes.iter().find(|n| n.starts_with("no symbols for split_stripped ")).expect("a note");
+    assert!(note.contains("DEBUGINFOD_URLS") && note.contains("-dbgsym") && note.contains("-g"), "{note}");
     assert!(total_pct(&r, "__libc_start_main_impl") > 99.0, "libc frames still symbolized and reached");
 }
 

@@ -34,9 +34,10 @@ pub trait Host {
     fn foreign(&self, _pid: u32, _path: &str) -> Option<Foreign> {
         None
     }
-    /// What process `pid` published about its JIT-compiled code (a perf map) past the first `from`
-    /// bytes it had published when last asked. None when it published nothing new.
-    fn jit(&self, _pid: u32, _from: u64) -> Option<JitUpdate> {
+    /// What process `pid` published about its JIT-compiled code (a perf map, or the jitdump file at
+    /// `dump` it mapped) past the first `from` bytes it had published when last asked. None when it
+    /// published nothing new.
+    fn jit(&self, _pid: u32, _from: u64, _dump: Option<&str>) -> Option<JitUpdate> {
         None
     }
 }
@@ -63,8 +64,11 @@ pub struct JitUpdate {
     pub read: u64,
 }
 
-/// How often (event time) a process is asked again for JIT symbols while an address of it is unknown.
+/// How often (event time) a process is asked again for JIT symbols while an address of it is unknown:
+/// soon when it publishes them (a function compiled since), rarely when it never did (most anonymous
+/// code is no JIT's that writes a map).
 const JIT_ASK_NS: u64 = 10_000_000;
+const NO_JIT_ASK_NS: u64 = 1_000_000_000;
 
 /// How allocation functions nest, so each allocation is counted once, at the outermost allocator the
 /// program called: glibc's aligned allocators call malloc (for small alignments as a tail jump, so the
@@ -190,6 +194,8 @@ struct Jit {
     read: u64,
     /// When it was last asked (event time), and whether ever.
     asked: Option<u64>,
+    /// The jitdump file it mapped, if any.
+    dump: Option<String>,
     /// The label of each symbol that named a frame, by its start address.
     labels: HashMap<u64, u32>,
 }
@@ -383,6 +389,11 @@ impl<H: Host> Converter<H> {
 
     fn add_mapping(&mut self, pid: u32, start: u64, end: u64, pgoff: u64, path: &str) {
         let path = path.strip_suffix(" (deleted)").unwrap_or(path);
+        // A JIT maps its jitdump file to show profilers where it is.
+        if jit::jitdump_pid(path).is_some() {
+            self.procs.entry(pid).or_default().jit.dump = Some(path.to_string());
+            return;
+        }
         // perf names anonymous executable memory (JIT code) "//anon": no file to read.
         if path.starts_with("//") || !(path.starts_with('/') || path == "[vdso]") {
             return;
@@ -495,10 +506,10 @@ impl<H: Host> Converter<H> {
             return f;
         }
         let jit = &mut proc.jit;
-        if jit.map.lookup(addr).is_none() && jit.asked.is_none_or(|at| time >= at.saturating_add(JIT_ASK_NS))
-        {
+        let every = if jit.source.is_empty() { NO_JIT_ASK_NS } else { JIT_ASK_NS };
+        if jit.map.lookup(addr).is_none() && jit.asked.is_none_or(|at| time >= at.saturating_add(every)) {
             jit.asked = Some(time);
-            if let Some(u) = self.host.jit(pid, jit.read) {
+            if let Some(u) = self.host.jit(pid, jit.read, jit.dump.as_deref()) {
                 self.counters.jit_skipped += u.skipped;
                 jit.map.merge(u.map);
                 jit.source = u.source;

@@ -5,11 +5,14 @@ use crate::records::Sample;
 use std::cell::RefCell;
 use std::rc::Rc;
 
-/// A host that knows one file by path and nothing about processes.
+/// A host that knows one file by path and nothing about processes; `perf_map` is the text of the JIT
+/// perf map of every process, which a test may append to.
 #[derive(Clone, Default)]
 struct FakeHost {
     files: HashMap<String, Vec<u8>>,
     asked: Rc<RefCell<Vec<String>>>,
+    perf_map: Rc<RefCell<String>>,
+    jit_asks: Rc<RefCell<u32>>,
 }
 
 impl Host for FakeHost {
@@ -22,6 +25,14 @@ impl Host for FakeHost {
     }
     fn thread_name(&self, _pid: u32, _tid: u32) -> Option<String> {
         None
+    }
+    fn jit(&self, pid: u32, from: u64, _dump: Option<&str>) -> Option<JitUpdate> {
+        *self.jit_asks.borrow_mut() += 1;
+        let text = self.perf_map.borrow();
+        let new = text.as_bytes().get(from as usize..).filter(|b| !b.is_empty())?;
+        let (map, stats) = JitMap::parse_perf_map(new);
+        let source = format!("/tmp/perf-{pid}.map");
+        Some(JitUpdate { source, map, skipped: stats.skipped as u64, read: text.len() as u64 })
     }
 }
 
@@ -105,6 +116,63 @@ fn samples_normalize_through_the_mappings_of_their_process() {
         "file offset = ip - start + pgoff; an address in no mapping stays visible"
     );
     assert_eq!(n.samples, 2);
+}
+
+/// An address in no file is named from the process's perf map: asked for when first unknown, asked
+/// again 10 ms after the last ask at the soonest (a function compiled since), never once per sample;
+/// garbage lines are counted.
+#[test]
+fn jit_code_is_named_from_what_the_process_published() {
+    let host = FakeHost::default();
+    *host.perf_map.borrow_mut() = "9000 100 js_fast\nnot a line\n".into();
+    let types = vec![
+        SampleType { name: st::CPU.into(), unit: "samples".into() },
+        SampleType { name: st::CPU_NS.into(), unit: "nanoseconds".into() },
+    ];
+    let mut c = Converter::new(host.clone(), types, vec![Stream::Cpu { slot: 0 }]);
+    let ms = 1_000_000;
+    c.handle_batch(
+        vec![
+            at(1, mmap(10, 0x40_0000, EXE)),
+            at(2, sample(1, 10, 10, 0x9010)),
+            at(3, sample(1, 10, 10, 0x9020)),
+            // Not in the map yet: asked again only 10 ms after the last ask.
+            at(4, sample(1, 10, 10, 0xa010)),
+        ],
+        &ids(),
+    );
+    assert_eq!(*host.jit_asks.borrow(), 1, "0x9010 asked (found); 0xa010 not within 10 ms of that ask");
+    host.perf_map.borrow_mut().push_str("a000 80 js_new function\n");
+    c.handle_batch(
+        vec![at(5 * ms, sample(1, 10, 10, 0xa020)), at(20 * ms, sample(1, 10, 10, 0xa030))],
+        &ids(),
+    );
+    assert_eq!(*host.jit_asks.borrow(), 2, "asked once more, 10 ms on (not at 5 ms)");
+    let (raw, n) = c.finish();
+    let mut named: Vec<(String, String, i64)> = raw
+        .samples
+        .iter()
+        .map(|((stack, _, _), v)| match stack[0] {
+            RawFrame::Label(l) => {
+                let l = &raw.labels[l as usize];
+                (l.name.clone(), l.module.clone(), v[0])
+            }
+            RawFrame::Unmapped(a) => (format!("{a:#x}"), String::new(), v[0]),
+            ref f => panic!("{f:?}"),
+        })
+        .collect();
+    named.sort();
+    let map = "/tmp/perf-10.map".to_string();
+    assert_eq!(
+        named,
+        vec![
+            ("0xa010".into(), String::new(), 1),
+            ("0xa020".into(), String::new(), 1),
+            ("js_fast".into(), map.clone(), 2),
+            ("js_new function".into(), map, 1),
+        ]
+    );
+    assert_eq!(n.jit_skipped, 1);
 }
 
 #[test]

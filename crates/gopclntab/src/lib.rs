@@ -261,6 +261,15 @@ impl GoTable {
         Some(Function { entry: func.entry, end, name: self.name(func.field(FUNC_NAME_OFF)?)? })
     }
 
+    /// How far the stack pointer at `addr` lies below where it was at the function's entry (the bytes
+    /// its frame has pushed and reserved so far, the return address not counted): the return address
+    /// is at sp + this. What Go's own unwinder reads; None outside any function or without a table.
+    pub fn sp_delta(&self, addr: u64) -> Option<u64> {
+        let (func, _) = self.locate(addr)?;
+        let table = func.field(FUNC_PCSP).filter(|&t| t != 0)?;
+        u64::try_from(pc_value(self.pc_table(table), func.entry, addr, 1)?).ok()
+    }
+
     /// The source frames at `addr`, outermost first: the physical function, then each call inlined
     /// into it down to the innermost one. Each frame's file:line is where that frame is at `addr`: for
     /// the innermost the line of `addr` itself, for each outer one the line of its call to the next.

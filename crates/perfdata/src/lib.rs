@@ -85,7 +85,7 @@ impl Host for LocalFiles {
     }
 
     /// JIT symbols from the perf map a process left in this machine's /tmp, as `perf report` reads them.
-    fn jit(&self, pid: u32, from: u64) -> Option<JitUpdate> {
+    fn jit(&self, pid: u32, from: u64, _dump: Option<&str>) -> Option<JitUpdate> {
         let source = format!("/tmp/{}", whyslow_convert::jit::perf_map_name(pid));
         let plausible = std::fs::metadata(&source).is_ok_and(|m| m.is_file() && m.len() > from);
         if from > 0 || !plausible {

@@ -54,25 +54,31 @@ fn pid_inside(pid: u32) -> Option<u32> {
     line.split_whitespace().last()?.parse().ok()
 }
 
+/// When `pid` started, in whole unix seconds (rounded down): boot time plus its start in clock ticks.
+fn started_at(pid: u32) -> Option<i64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Field 22 (starttime), counted after the command name's closing parenthesis (field 2).
+    let ticks: i64 = stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()?;
+    let boot = std::fs::read_to_string("/proc/stat").ok()?;
+    let btime: i64 = boot.lines().find_map(|l| l.strip_prefix("btime "))?.trim().parse().ok()?;
+    // SAFETY: sysconf reads a constant of the running system.
+    let hz = i64::from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as i32).max(1);
+    Some(btime + ticks / hz)
+}
+
 /// The most of a perf map read at one time (a JIT writes a line per compiled function; a map past this is
 /// read in steps as addresses in it are asked for).
 const MAX_MAP_READ: u64 = 64 << 20;
 
 /// What process `pid` published about its JIT code past byte `from`: its perf map, or else the jitdump
-/// file it mapped (the convention that shows profilers where it is).
-pub fn jit(pid: u32, from: u64) -> Option<JitUpdate> {
-    perf_map(pid, from).or_else(|| jitdump(pid, from))
+/// file at `dump` it mapped (how a JIT shows profilers where that file is).
+pub fn jit(pid: u32, from: u64, dump: Option<&str>) -> Option<JitUpdate> {
+    perf_map(pid, from).or_else(|| jitdump(pid, from, dump?))
 }
 
-/// A jitdump file `pid` maps (`jit-PID.dump`), read whole when it grew past `from` bytes (its records
-/// are read again; the newest entry for an address wins).
-fn jitdump(pid: u32, from: u64) -> Option<JitUpdate> {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
-    let inside = pid_inside(pid).unwrap_or(pid);
-    let path = maps
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(5))
-        .find(|p| whyslow_symbols::jit::jitdump_pid(p) == Some(inside))?;
+/// The jitdump file `path` of `pid`, read whole when it grew past `from` bytes (its records are read
+/// again; the newest entry for an address wins).
+fn jitdump(pid: u32, from: u64, path: &str) -> Option<JitUpdate> {
     let mut file = open(pid, path).ok()?;
     let len = file.metadata().ok()?.len();
     if len <= from || len > MAX_MAP_READ {
@@ -95,8 +101,13 @@ fn perf_map(pid: u32, from: u64) -> Option<JitUpdate> {
         Err(_) if inside == pid => (File::open(format!("/tmp/{name}")).ok()?, format!("/tmp/{name}")),
         Err(_) => return None,
     };
-    let len = file.metadata().ok()?.len();
-    if len <= from || !file.metadata().ok()?.is_file() {
+    let meta = file.metadata().ok()?;
+    let len = meta.len();
+    if len <= from || !meta.is_file() {
+        return None;
+    }
+    // A map last written before the process started is a former process's under the same pid.
+    if started_at(pid).is_some_and(|start| meta.mtime() < start) {
         return None;
     }
     file.seek(SeekFrom::Start(from)).ok()?;

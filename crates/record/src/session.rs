@@ -44,8 +44,8 @@ impl Host for LiveHost {
         crate::files::foreign(pid, path)
     }
 
-    fn jit(&self, pid: u32, from: u64) -> Option<JitUpdate> {
-        crate::files::jit(pid, from)
+    fn jit(&self, pid: u32, from: u64, dump: Option<&str>) -> Option<JitUpdate> {
+        crate::files::jit(pid, from, dump)
     }
 
     fn process(&self, pid: u32) -> Option<ProcessInfo> {

@@ -27,6 +27,13 @@ pub fn report(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), Rende
         .into_iter()
         .map(|t| json!({"tid": t.tid, "pid": t.pid, "name": t.name, "samples": t.value}))
         .collect();
+    // Which source named each module's frames (the symbol table, DWARF, a debug file, Go's table).
+    let modules: Vec<_> = p
+        .modules
+        .iter()
+        .filter(|m| !m.symbols.is_empty())
+        .map(|m| json!({"path": m.path, "build_id": m.build_id, "symbols": m.symbols}))
+        .collect();
     let m = &p.meta;
     let mut doc = json!({
         "sample_type": st.name,
@@ -44,6 +51,7 @@ pub fn report(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), Rende
         "notes": m.notes,
         "functions": functions,
         "threads": threads,
+        "modules": modules,
     });
     if !p.syscalls.is_empty() {
         doc["syscalls"] = crate::syscalls::rows_json(&whyslow_analyze::syscall_summary(p, false)).into();

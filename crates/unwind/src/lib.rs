@@ -81,6 +81,9 @@ pub struct ObjectImage {
     entry: u64,
     /// Functions of a Go runtime linked into this file (virtual addresses).
     go: Vec<(Range<u64>, GoFrame)>,
+    /// A Go program's function table, kept where the file has no CFI (stripped Go): its stack-pointer
+    /// deltas find the return address of a leaf that has not set up a frame.
+    go_table: Option<whyslow_gopclntab::GoTable>,
 }
 
 /// Whether an object file is a Go program (it has Go's build information).
@@ -169,6 +172,8 @@ impl ObjectImage {
             .map(|b| b.iter().map(|x| format!("{x:02x}")).collect())
             .unwrap_or_default();
         // Only a Go program's symbol table is read: others may be large, and have none of these.
+        let no_cfi = sections.eh_frame.is_none() && sections.debug_frame.is_none();
+        let mut go_table = None;
         let go = if !is_go(&obj) {
             Vec::new()
         } else if obj.symbol_table().is_some() {
@@ -177,11 +182,17 @@ impl ObjectImage {
                 .collect()
         } else {
             // Stripped, as production ships Go: the runtime's own function table names them.
-            let table = whyslow_gopclntab::GoTable::from_elf(whole).ok().flatten();
-            let funcs = table.iter().flat_map(|t| t.functions());
+            go_table = whyslow_gopclntab::GoTable::from_elf(whole).ok().flatten();
+            let funcs = go_table.iter().flat_map(|t| t.functions());
             funcs.filter_map(|f| Some((f.entry..f.end, GoFrame::of(&f.name)?))).collect()
         };
-        Ok(ObjectImage { path: path.to_string(), build_id, segments, sections, entry: obj.entry(), go })
+        if !no_cfi {
+            go_table = None;
+        } else if go_table.is_none() && is_go(&obj) {
+            go_table = whyslow_gopclntab::GoTable::from_elf(whole).ok().flatten();
+        }
+        let entry = obj.entry();
+        Ok(ObjectImage { path: path.to_string(), build_id, segments, sections, entry, go, go_table })
     }
 
     /// Load bias for an executable mapping of this file at `start` with file offset `pgoff`
@@ -396,8 +407,37 @@ impl ProcessUnwinder {
         Outcome::Partial
     }
 
+    /// The caller's registers of a leaf in Go code without CFI that has not set up its frame (frame
+    /// pointers would skip its caller): at its entry or inside a frameless leaf (the table's stack-pointer
+    /// delta is 0, the return address is at sp), or right after it pushed the caller's frame pointer.
+    fn go_leaf_caller(&self, regs: Regs, stack: &[u8]) -> Option<Regs> {
+        // The runtime's roots and stack switches keep their own rules.
+        if self.go.iter().any(|(r, _)| r.contains(&regs.ip)) {
+            return None;
+        }
+        let (range, image, pgoff) = self.mapped.iter().find(|(r, _, _)| r.contains(&regs.ip))?;
+        let table = image.go_table.as_ref()?;
+        let vaddr = regs.ip.wrapping_sub(image.bias(range.start, *pgoff)?);
+        let word =
+            |off: u64| Some(u64::from_le_bytes(stack.get(off as usize..off as usize + 8)?.try_into().ok()?));
+        match table.sp_delta(vaddr)? {
+            0 => Some(Regs { ip: word(0)?.wrapping_sub(1), sp: regs.sp + 8, bp: regs.bp }),
+            8 if regs.bp != regs.sp => {
+                Some(Regs { ip: word(8)?.wrapping_sub(1), sp: regs.sp + 16, bp: word(0)? })
+            }
+            _ => None,
+        }
+    }
+
     /// Appends the frames of one stack to `out`.
     fn walk(&mut self, regs: Regs, stack: &[u8], out: &mut Vec<u64>) -> Walked {
+        if out.is_empty() {
+            if let Some(caller) = self.go_leaf_caller(regs, stack) {
+                out.push(regs.ip);
+                let skip = (caller.sp - regs.sp) as usize;
+                return self.walk(caller, stack.get(skip..).unwrap_or_default(), out);
+            }
+        }
         let sp = regs.sp;
         let mut read_stack = |addr: u64| -> Result<u64, ()> {
             let off = addr.checked_sub(sp).ok_or(())? as usize;
