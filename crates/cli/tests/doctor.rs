@@ -104,6 +104,13 @@ fn gc_pressure() {
     check_rule("gc-pressure", "doctor_gogc", "doctor_gogc", &["fixed"]);
 }
 
+/// The same on the build production ships (`-ldflags="-s -w"`, stripped): its names, its allocators'
+/// probes and its stacks come from .gopclntab.
+#[test]
+fn gc_pressure_on_stripped_go() {
+    check_rule("gc-pressure", "doctor_gogc_stripped", "doctor_gogc_stripped", &["fixed"]);
+}
+
 #[test]
 fn redundant_calls() {
     check_rule("redundant-calls", "doctor_frames", "doctor_frames", &["fixed"]);
