@@ -144,7 +144,9 @@ pub fn total_pct(report: &Value, name: &str) -> f64 {
 pub fn split_shares(report: &Value) -> [f64; 3] {
     let v = [self_pct(report, "burn_a"), self_pct(report, "burn_b"), self_pct(report, "burn_c")];
     let sum: f64 = v.iter().sum();
-    assert!(sum > 90.0, "cpu_split's workers should hold most samples: {v:?}");
+    // Most, not nearly all: on a busy machine more of a CPU-bound program's samples land in the kernel
+    // (scheduler and interrupt paths while it is switched in and out): 80% was seen under load.
+    assert!(sum > 60.0, "cpu_split's workers should hold most samples: {v:?}");
     v.map(|x| 100.0 * x / sum)
 }
 

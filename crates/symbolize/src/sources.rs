@@ -182,3 +182,54 @@ impl Plans {
         Ok(p)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use object::{Object, ObjectSection};
+
+    /// A copy of the stripped Go workload with its .gopclntab changed by `damage`.
+    fn damaged_go(dir: &Path, damage: impl Fn(&mut [u8])) -> String {
+        let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/workloads/bin/gostrip_stripped");
+        let mut bytes = std::fs::read(&built).expect("tests/workloads built (make workloads)");
+        let (start, len) = {
+            let obj = object::File::parse(&*bytes).unwrap();
+            let s = obj.section_by_name(".gopclntab").expect("a .gopclntab");
+            let (off, len) = s.file_range().unwrap();
+            (off as usize, len as usize)
+        };
+        damage(&mut bytes[start..start + len]);
+        let path = dir.join("damaged");
+        std::fs::write(&path, bytes).unwrap();
+        path.display().to_string()
+    }
+
+    /// A table of a Go older than 1.18 or one whose header is garbage is one note and no source: the
+    /// frames stay module+offset, and the fix is offered.
+    #[test]
+    fn an_unreadable_go_table_is_a_note() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = damaged_go(dir.path(), |t| t[..4].copy_from_slice(&0xffff_fffau32.to_le_bytes()));
+        let p = plan(&old, "app", None).unwrap();
+        assert!(matches!(p.source, Source::Elf) && p.unnamed, "{}", p.described);
+        assert_eq!(p.problems.len(), 1, "{:?}", p.problems);
+        assert!(
+            p.problems[0].starts_with("app: cannot read its .gopclntab: ") && p.problems[0].contains("1.16")
+        );
+        let garbage = damaged_go(dir.path(), |t| t[8..64].fill(0xee));
+        let p = plan(&garbage, "app", None).unwrap();
+        assert!(matches!(p.source, Source::Elf) && p.problems.len() == 1, "{:?}", p.problems);
+    }
+
+    /// The undamaged table is the source, and names main.main at the address of its entry.
+    #[test]
+    fn a_stripped_go_program_is_named_by_its_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let intact = damaged_go(dir.path(), |_| {});
+        let p = plan(&intact, "app", None).unwrap();
+        let Source::Go(table) = &p.source else { panic!("{}", p.described) };
+        let main = table.functions().find(|f| f.name == "main.main").unwrap();
+        assert_eq!(table.frames(main.entry).unwrap()[0].name, "main.main");
+        assert!(p.problems.is_empty() && !p.unnamed);
+    }
+}
