@@ -123,13 +123,18 @@ pub fn record(a: RecordArgs) -> Result<()> {
             (raw?, None)
         }
     };
-    remember_killed(&raw.meta);
+    remember_outcome(&raw.meta);
     if let Some((out, ready_after)) = &load_run {
         show_load(out, *ready_after, raw.meta.exit_code)?;
     }
     if raw.samples.is_empty() {
         let ms = raw.meta.duration_ns as f64 / 1e6;
         match raw.meta.exit_code {
+            // A command that failed: its status is the answer (passed through), the missing samples a note.
+            Some(code) if code != 0 => {
+                eprintln!("whyslow: no samples: the target exited after {ms:.0} ms (exit code {code}) before any sample");
+                return Ok(());
+            }
             Some(code) => {
                 bail!("no samples: the target exited after {ms:.0} ms (exit code {code}) before any sample")
             }
@@ -235,6 +240,9 @@ fn check_writable(path: &Path) -> Result<()> {
 /// The first target process a signal ended during this command's run: main reports it after the output
 /// and exits with 128 + the signal, as a shell does, so a crash never hides behind a normal exit.
 static KILLED: std::sync::OnceLock<Killed> = std::sync::OnceLock::new();
+/// The status a launched command exited with when not 0: main exits with it, as strace, ltrace and time
+/// do, so a failing command fails the script that profiles it.
+static EXITED: std::sync::OnceLock<i32> = std::sync::OnceLock::new();
 
 fn remember_killed(meta: &whyslow_model::Metadata) {
     if let Some(k) = meta.killed.first() {
@@ -242,8 +250,21 @@ fn remember_killed(meta: &whyslow_model::Metadata) {
     }
 }
 
+/// [`remember_killed`], and the launched command's status to pass through.
+fn remember_outcome(meta: &whyslow_model::Metadata) {
+    remember_killed(meta);
+    if let Some(code) = meta.exit_code.filter(|&c| c != 0) {
+        let _ = EXITED.set(code);
+    }
+}
+
 pub fn target_killed() -> Option<&'static Killed> {
     KILLED.get()
+}
+
+/// The non-zero status of the launched command (see [`EXITED`]).
+pub fn target_status() -> Option<i32> {
+    EXITED.get().copied()
 }
 
 /// Reads a whyslow recording, pprof (file or http(s):// URL), folded stacks or `perf script` output;
@@ -289,7 +310,10 @@ pub fn report(a: ReportArgs) -> Result<()> {
         _ => None,
     };
     match (neighbors, a.format) {
-        (Some((n, callers)), OutputFormat::Text) => render::text::neighbors(&mut out, &n, callers, a.limit)?,
+        (Some((n, callers)), OutputFormat::Text) => {
+            let scale = render::units::Scale::of(&p.sample_types[value].unit);
+            render::text::neighbors(&mut out, &n, callers, a.limit, scale)?
+        }
         (Some((n, _)), OutputFormat::Json) => {
             serde_json::to_writer_pretty(&mut out, &n)?;
             writeln!(out)?;
@@ -436,7 +460,7 @@ pub fn syscalls(a: SyscallsArgs) -> Result<()> {
         last: Duration::ZERO,
     };
     let raw = whyslow_record::record(&opts, &mut view)?;
-    remember_killed(&raw.meta);
+    remember_outcome(&raw.meta);
     let profile = whyslow_symbolize::symbolize(raw);
     let rows = whyslow_analyze::syscall_summary(&profile, a.per_thread);
     let mut out = view.out;
@@ -604,7 +628,7 @@ pub fn calls(a: CallsArgs) -> Result<()> {
     } else {
         whyslow_record::record(&opts, &mut Attached { what: "calls" })?
     };
-    remember_killed(&raw.meta);
+    remember_outcome(&raw.meta);
     let mut profile = whyslow_symbolize::symbolize(raw);
     profile.meta.notes.extend(res.notes.iter().cloned());
     let rows = whyslow_analyze::call_summary(&profile);
@@ -681,8 +705,18 @@ pub fn doctor(a: DoctorArgs) -> Result<()> {
             a.output.display()
         );
     }
+    if let Some(fail_on) = &a.fail_on {
+        let hits: Vec<&str> = fail_on.matching(&d).iter().map(|f| f.id).collect();
+        if !hits.is_empty() {
+            eprintln!("whyslow: --fail-on matched: {}", hits.join(", "));
+            let _ = EXITED.set(FINDINGS_MATCHED);
+        }
+    }
     Ok(())
 }
+
+/// The status of a doctor run whose `--fail-on` matched a finding.
+pub const FINDINGS_MATCHED: i32 = 3;
 /// The load options from the command line (None without --load).
 fn load_options(l: &LoadArgs) -> Result<Option<LoadOptions>> {
     let Some(cmd) = &l.load else { return Ok(None) };

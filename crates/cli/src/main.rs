@@ -9,11 +9,26 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
 #[derive(Parser)]
-#[command(name = "whyslow", version, about = "Find out why a native program is slow", max_term_width = 110)]
+#[command(
+    name = "whyslow",
+    version,
+    about = "Find out why a native program is slow",
+    max_term_width = 110,
+    after_help = EXIT_STATUS
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
 }
+
+/// The exit statuses, as `--help` shows them.
+const EXIT_STATUS: &str = "Exit status:
+  0        success
+  1        whyslow failed (the message says why)
+  2        bad arguments
+  N        record, syscalls and calls of a command that exited with status N pass N on (as strace does)
+  128+S    a target process was killed by signal S during the run
+  3        doctor --fail-on: a finding matched";
 
 #[derive(Subcommand)]
 enum Command {
@@ -298,6 +313,10 @@ pub struct DoctorArgs {
     /// over the shorter window.
     #[arg(long, default_value_t = 5.0, value_name = "PCT")]
     pub budget: f64,
+    /// Exit with status 3 when a finding matches: `any`, rule ids (`small-writes,tz-stat-storm`), or
+    /// `impact>=PCT` (a finding explaining at least PCT% of the time it is about). For CI.
+    #[arg(long, value_name = "WHICH")]
+    pub fail_on: Option<whyslow_analyze::doctor::FailOn>,
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub format: OutputFormat,
 }
@@ -497,5 +516,8 @@ fn main() {
     }
     if let Some(k) = killed {
         std::process::exit(128 + k.signal);
+    }
+    if let Some(code) = commands::target_status() {
+        std::process::exit(code);
     }
 }

@@ -605,3 +605,35 @@ fn redis_under_load_is_diagnosed_within_the_budget() {
         .sum();
     assert!(writes > 0, "{:#}", rec["syscalls"]);
 }
+
+/// `--fail-on` for CI: status 3 when a finding matches (any, by rule id, by impact), 0 otherwise, the
+/// report printed either way; an unknown rule is a usage error naming the close one.
+#[test]
+fn fail_on_gates_on_findings() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("tz.data");
+    let bin = workload("doctor_tzlog");
+    let out = whyslow().args(["doctor", "-o"]).arg(&data).arg("--").arg(&bin).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let data = data.to_str().unwrap();
+    let found = ids(&serde_json::from_str(&ok(&["doctor", "--format", "json", data])).unwrap());
+    assert!(found.contains(&"tz-stat-storm".to_string()), "{found:?}");
+    let absent = ["small-writes", "lock-contention", "gc-pressure"]
+        .into_iter()
+        .find(|r| !found.iter().any(|f| f == r));
+    for (which, status) in
+        [("any", 3), ("tz-stat-storm", 3), (absent.unwrap(), 0), ("impact>=0", 3), ("impact>=100", 0)]
+    {
+        let out = common::run(&["doctor", data, "--fail-on", which]);
+        assert_eq!(
+            out.status.code(),
+            Some(status),
+            "--fail-on {which}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(String::from_utf8_lossy(&out.stdout).contains("tz-stat-storm"), "the report is printed");
+    }
+    let out = common::run(&["doctor", data, "--fail-on", "tz-stat-strom"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("did you mean: tz-stat-storm"));
+}

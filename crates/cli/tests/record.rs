@@ -423,3 +423,26 @@ fn cut_stacks_are_marked_and_counted_as_partial() {
     assert!(cut.is_empty(), "{cut:?}");
     assert_eq!(r["unwind"]["partial"].as_i64(), Some(0));
 }
+
+/// A launched command's status is whyslow's, as with strace, ltrace and time: a failing command fails the
+/// script that profiles it, with or without samples.
+#[test]
+fn the_commands_exit_status_is_passed_on() {
+    let dir = tmp();
+    let data = dir.path().join("e.data");
+    let data = data.to_str().unwrap();
+    let split = workload("cpu_split");
+    let failing = format!("{} 0.2; exit 3", split.display());
+    for args in [
+        vec!["record", "-q", "-o", data, "--", "sh", "-c", &failing],
+        vec!["record", "-q", "-o", data, "--", "sh", "-c", "exit 4"],
+        vec!["syscalls", "--", "sh", "-c", "exit 5"],
+        vec!["calls", "malloc", "--", "sh", "-c", "ls / >/dev/null; exit 6"],
+    ] {
+        let out = run(&args);
+        let want = args.last().unwrap().rsplit(' ').next().unwrap().parse::<i32>().unwrap();
+        assert_eq!(out.status.code(), Some(want), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let out = run(&["record", "-q", "-o", data, "--", split.to_str().unwrap(), "0.1"]);
+    assert_eq!(out.status.code(), Some(0));
+}

@@ -12,6 +12,7 @@ pub mod load;
 pub mod syscalls;
 pub mod text;
 pub mod tree;
+pub mod units;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RenderError {

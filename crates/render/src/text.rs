@@ -1,5 +1,6 @@
 //! Terminal tables: the run header, top functions, per-thread splits, callers and callees.
 
+use crate::units::Scale;
 use crate::{pct, sample_type, RenderError};
 use std::io::Write;
 use whyslow_analyze::{FunctionStat, Neighbors};
@@ -24,10 +25,19 @@ impl Default for ReportOptions {
 /// Function names wider than this push the module column out rather than widening every row.
 const NAME_WIDTH: usize = 60;
 
-/// Width of a number column: the widest of its header and its values (a header is a unit name, which an
-/// imported file can make any length: no wider than a name column).
-fn width(header: &str, values: impl Iterator<Item = i64>) -> usize {
-    values.map(|v| v.to_string().len()).max().unwrap_or(0).max(header.chars().count().min(NAME_WIDTH))
+/// Width of a value column: the widest of its header and its values as shown (a header is a unit name,
+/// which an imported file can make any length: no wider than a name column).
+fn width(header: &str, scale: Scale, values: impl Iterator<Item = i64>) -> usize {
+    let widest = values.map(|v| scale.show(v).chars().count()).max().unwrap_or(0);
+    widest.max(header.chars().count().min(NAME_WIDTH))
+}
+
+/// A total of a sample type as words: `1.20s (offcpu)`, `285KiB (alloc-bytes)`, `1000 samples (cpu)`.
+fn amount(total: i64, unit: &str, name: &str) -> String {
+    match Scale::of(unit) {
+        Scale::Count => format!("{total} {unit} ({name})"),
+        scale => format!("{} ({name})", scale.show(total)),
+    }
 }
 
 /// The run: command, event, duration, total value, lost samples, unwinding completeness, notes.
@@ -38,12 +48,10 @@ pub fn header(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), Rende
     let rate = if m.frequency_hz > 0 { format!(" @ {} Hz", m.frequency_hz) } else { String::new() };
     writeln!(
         w,
-        "  {}{rate}, {:.2} s: {} {} ({}), {} lost",
+        "  {}{rate}, {:.2} s: {}, {} lost",
         m.event,
         m.duration_ns as f64 / 1e9,
-        p.total(value),
-        st.unit,
-        st.name,
+        amount(p.total(value), &st.unit, &st.name),
         m.lost_samples
     )?;
     if m.lost_samples > 0 {
@@ -109,10 +117,11 @@ fn functions_table(
     funcs: &[FunctionStat],
     total: i64,
     limit: usize,
+    scale: Scale,
 ) -> Result<(), RenderError> {
     let shown = &funcs[..limit.min(funcs.len())];
-    let sw = width("self", shown.iter().map(|f| f.self_));
-    let tw = width("total", shown.iter().map(|f| f.total));
+    let sw = width("self", scale, shown.iter().map(|f| f.self_));
+    let tw = width("total", scale, shown.iter().map(|f| f.total));
     let nw = shown.iter().map(|f| f.name.chars().count()).max().unwrap_or(0).clamp(8, NAME_WIDTH);
     writeln!(
         w,
@@ -122,7 +131,8 @@ fn functions_table(
     for f in shown {
         let (sp, tp) = (pct(f.self_, total), pct(f.total, total));
         let module = basename(&f.module);
-        writeln!(w, "{sp:>6.2}% {:>sw$} {tp:>6.2}% {:>tw$}  {:<nw$}  {module}", f.self_, f.total, f.name)?;
+        let (own, all) = (scale.show(f.self_), scale.show(f.total));
+        writeln!(w, "{sp:>6.2}% {own:>sw$} {tp:>6.2}% {all:>tw$}  {:<nw$}  {module}", f.name)?;
     }
     if funcs.len() > shown.len() {
         writeln!(w, "  ... {} more functions (--limit)", funcs.len() - shown.len())?;
@@ -141,52 +151,63 @@ pub fn report(w: &mut impl Write, p: &Profile, o: &ReportOptions) -> Result<(), 
     }
     writeln!(w)?;
     let own = total - whyslow_analyze::probe_total(p, o.value);
-    functions_table(w, &whyslow_analyze::program_functions(p, o.value), own, o.limit)?;
+    let scale = Scale::of(&st.unit);
+    functions_table(w, &whyslow_analyze::program_functions(p, o.value), own, o.limit, scale)?;
     if !o.threads {
         return Ok(());
     }
     let threads = whyslow_analyze::threads(p, o.value);
-    let vw = width(&st.unit, threads.iter().map(|t| t.value));
+    let vw = width(&st.unit, scale, threads.iter().map(|t| t.value));
     // Like function names, a long thread name pushes the columns after it out (a width above 65535 panics).
     let namew = threads.iter().map(|t| t.name.chars().count()).max().unwrap_or(0).clamp(6, NAME_WIDTH);
     writeln!(w, "\n{:>8} {:>8}  {:<namew$}  {:>vw$}   share", "pid", "tid", "thread", st.unit)?;
     for t in &threads {
         let share = pct(t.value, total);
-        writeln!(w, "{:>8} {:>8}  {:<namew$}  {:>vw$} {share:>6.2}%", t.pid, t.tid, t.name, t.value)?;
+        let v = scale.show(t.value);
+        writeln!(w, "{:>8} {:>8}  {:<namew$}  {v:>vw$} {share:>6.2}%", t.pid, t.tid, t.name)?;
     }
     for t in threads.iter().filter(|t| t.value != 0) {
         let share = pct(t.value, total);
-        writeln!(
-            w,
-            "\nthread {} '{}' (pid {}): {} {} ({share:.2}%)",
-            t.tid, t.name, t.pid, t.value, st.unit
-        )?;
+        let v = match scale {
+            Scale::Count => format!("{} {}", t.value, st.unit),
+            _ => scale.show(t.value),
+        };
+        writeln!(w, "\nthread {} '{}' (pid {}): {v} ({share:.2}%)", t.tid, t.name, t.pid)?;
         let funcs = whyslow_analyze::thread_top_functions(p, o.value, t.pid, t.tid);
-        functions_table(w, &funcs, t.value, o.limit.min(10))?;
+        functions_table(w, &funcs, t.value, o.limit.min(10), scale)?;
     }
     Ok(())
 }
 
 /// A callers or callees listing with shares of the function's total, kcachegrind style.
 /// The callers or callees of one function, the `limit` largest (the rest counted in one line).
-pub fn neighbors(w: &mut impl Write, n: &Neighbors, callers: bool, limit: usize) -> Result<(), RenderError> {
+/// Values are shown in `scale` (the sample type's unit).
+pub fn neighbors(
+    w: &mut impl Write,
+    n: &Neighbors,
+    callers: bool,
+    limit: usize,
+    scale: Scale,
+) -> Result<(), RenderError> {
     let f = &n.function;
-    writeln!(w, "{} ({}): total {}, self {}", f.name, basename(&f.module), f.total, f.self_)?;
+    let (total, own) = (scale.show(f.total), scale.show(f.self_));
+    writeln!(w, "{} ({}): total {total}, self {own}", f.name, basename(&f.module))?;
     if !n.also_matched.is_empty() {
         writeln!(w, "  also matched: {}", n.also_matched.join(", "))?;
     }
     let own = (!callers && n.self_value != 0).then_some(n.self_value);
-    let vw = width("value", n.entries.iter().map(|e| e.value).chain(own));
+    let vw = width("value", scale, n.entries.iter().map(|e| e.value).chain(own));
     writeln!(w, "{:<8} {:>vw$}   share  function", if callers { "callers" } else { "callees" }, "value")?;
     for e in n.entries.iter().take(limit) {
         let module = if e.module.is_empty() { String::new() } else { format!("  ({})", basename(&e.module)) };
-        writeln!(w, "{:<8} {:>vw$} {:>6.2}%  {}{module}", "", e.value, e.pct_of_function_total, e.name)?;
+        let v = scale.show(e.value);
+        writeln!(w, "{:<8} {v:>vw$} {:>6.2}%  {}{module}", "", e.pct_of_function_total, e.name)?;
     }
     if n.entries.len() > limit {
         writeln!(w, "{:<8} ... {} more (--limit)", "", n.entries.len() - limit)?;
     }
     if let Some(v) = own {
-        writeln!(w, "{:<8} {v:>vw$} {:>6.2}%  [self]", "", pct(v, f.total))?;
+        writeln!(w, "{:<8} {:>vw$} {:>6.2}%  [self]", "", scale.show(v), pct(v, f.total))?;
     }
     Ok(())
 }
@@ -287,11 +308,11 @@ mod tests {
             [("run", false), ("burn_a", false), ("burn_a", true), ("main", true), ("burn", true)]
         {
             let n = if up { callers(&p, 0, query) } else { callees(&p, 0, query) }.unwrap();
-            out.extend(render(|w| neighbors(w, &n, up, 20)));
+            out.extend(render(|w| neighbors(w, &n, up, 20, Scale::Count)));
             out.push(b'\n');
         }
         out.extend(b"--- callees of run, limit 2 ---\n");
-        out.extend(render(|w| neighbors(w, &callees(&p, 0, "run").unwrap(), false, 2)));
+        out.extend(render(|w| neighbors(w, &callees(&p, 0, "run").unwrap(), false, 2, Scale::Count)));
         check_golden("neighbors.txt", &out);
     }
 }

@@ -4,10 +4,12 @@
 //! lacks says so instead of guessing. Thresholds live in [`thresholds`], one rule per module in `rules/`.
 
 mod facts;
+mod fail_on;
 mod rules;
 pub mod thresholds;
 
 pub use facts::{Facts, IdleThread, WallSplit};
+pub use fail_on::FailOn;
 use serde::Serialize;
 use whyslow_model::Profile;
 

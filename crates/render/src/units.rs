@@ -1,0 +1,106 @@
+//! Values as people read them in text output: times in ns/µs/ms/s and sizes in B/KiB/MiB/GiB with three
+//! significant digits (as pprof and perf print them), counts as they are. JSON keeps exact integers.
+
+/// How a sample type's values are shown, from its unit (pprof's unit names and ours).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scale {
+    Nanoseconds,
+    Bytes,
+    Count,
+}
+
+impl Scale {
+    pub fn of(unit: &str) -> Scale {
+        match unit {
+            "nanoseconds" | "ns" => Scale::Nanoseconds,
+            "bytes" => Scale::Bytes,
+            _ => Scale::Count,
+        }
+    }
+
+    /// `value` in this scale's units, for a table cell.
+    pub fn show(self, value: i64) -> String {
+        match self {
+            Scale::Nanoseconds => duration(value),
+            Scale::Bytes => bytes(value),
+            Scale::Count => value.to_string(),
+        }
+    }
+}
+
+/// Three significant digits of `x` (>= 1 in magnitude), without a trailing fraction where none is needed.
+fn three(x: f64) -> String {
+    let a = x.abs();
+    if a >= 100.0 {
+        format!("{x:.0}")
+    } else if a >= 10.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.2}")
+    }
+}
+
+/// Nanoseconds as `850ns`, `12.3µs`, `500ms`, `1.20s`; past 1000 s in whole seconds.
+pub fn duration(ns: i64) -> String {
+    let a = ns.unsigned_abs() as f64;
+    let x = ns as f64;
+    // Rounding can carry a value into the next unit (999.6 µs -> "1000µs"): judge by the rounded value.
+    let fits = |v: f64| three(v).trim_start_matches('-').len() <= 4 && v.abs() < 999.5;
+    if a < 1e3 {
+        format!("{ns}ns")
+    } else if fits(x / 1e3) {
+        format!("{}µs", three(x / 1e3))
+    } else if fits(x / 1e6) {
+        format!("{}ms", three(x / 1e6))
+    } else if a < 999.5e9 {
+        format!("{}s", three(x / 1e9))
+    } else {
+        format!("{:.0}s", x / 1e9)
+    }
+}
+
+/// Bytes as `512B`, `1.50KiB`, `12.3MiB`, `2.00GiB`.
+pub fn bytes(n: i64) -> String {
+    let a = n.unsigned_abs() as f64;
+    let x = n as f64;
+    let units = [("KiB", 1024f64), ("MiB", 1024f64 * 1024.0), ("GiB", 1024f64 * 1024.0 * 1024.0)];
+    if a < 1024.0 {
+        return format!("{n}B");
+    }
+    for (i, (name, size)) in units.iter().enumerate() {
+        let v = x / size;
+        if v.abs() < 999.5 || i == units.len() - 1 {
+            return format!("{}{name}", three(v));
+        }
+    }
+    unreachable!("the last unit takes every value")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_and_sizes_read_as_pprof_prints_them() {
+        let cases = [
+            (0, "0ns"),
+            (850, "850ns"),
+            (12_345, "12.3µs"),
+            (999_600, "1.00ms"),
+            (500_000_000, "500ms"),
+            (1_200_078_449, "1.20s"),
+            (1_972_367_050, "1.97s"),
+            (61_000_000_000, "61.0s"),
+            (3_600_000_000_000, "3600s"),
+            (-2_500_000, "-2.50ms"),
+        ];
+        for (ns, shown) in cases {
+            assert_eq!(duration(ns), shown, "{ns} ns");
+        }
+        for (n, shown) in [(512, "512B"), (1536, "1.50KiB"), (292_000, "285KiB"), (12_900_000, "12.3MiB")] {
+            assert_eq!(bytes(n), shown, "{n} bytes");
+        }
+        assert_eq!(bytes(3 << 40), "3072GiB");
+        assert_eq!(Scale::of("samples").show(1234), "1234");
+    }
+}
