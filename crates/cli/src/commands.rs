@@ -1,6 +1,7 @@
 //! Subcommand bodies: options in, library calls, renderer out.
 
 use crate::shell::split_command;
+use crate::SliceArgs;
 use crate::{
     CallsArgs, CompareArgs, DiffArgs, DoctorArgs, EventArg, ExportArgs, ExportFormat, FlamegraphArgs,
     LoadArgs, OutputFormat, RecordArgs, ReportArgs, ReportTo, SyscallsArgs, TargetArgs,
@@ -288,6 +289,22 @@ fn value_index(p: &Profile, name: Option<&str>) -> Result<usize> {
     })
 }
 
+/// The part of a loaded profile the slicing options keep.
+fn sliced(p: Profile, a: &SliceArgs) -> Result<Profile> {
+    use whyslow_analyze::slice::{pattern, Slice};
+    let re = |option, p: &Option<String>| p.as_deref().map(|p| pattern(option, p)).transpose();
+    let slice = Slice {
+        no_kernel: a.no_kernel,
+        pids: a.pid.clone(),
+        tids: a.tid.clone(),
+        comm: re("--comm", &a.comm)?,
+        module: re("--module", &a.module)?,
+        focus: re("--focus", &a.focus)?,
+        ignore: re("--ignore", &a.ignore)?,
+    };
+    Ok(if slice.is_everything() { p } else { slice.apply(&p) })
+}
+
 /// Writes a rendered output to a file atomically ("-" is standard output).
 fn write_output(path: &Path, render: impl FnOnce(&mut Vec<u8>) -> Result<()>) -> Result<()> {
     let mut buf = Vec::new();
@@ -301,7 +318,7 @@ fn write_output(path: &Path, render: impl FnOnce(&mut Vec<u8>) -> Result<()>) ->
 }
 
 pub fn report(a: ReportArgs) -> Result<()> {
-    let p = load(&a.file, a.value_type.as_deref())?;
+    let p = sliced(load(&a.file, a.value_type.as_deref())?, &a.slice)?;
     let value = value_index(&p, a.value_type.as_deref())?;
     let mut out = std::io::stdout().lock();
     let neighbors = match (&a.callees, &a.callers) {
@@ -339,7 +356,7 @@ pub fn report(a: ReportArgs) -> Result<()> {
 }
 
 pub fn flamegraph(a: FlamegraphArgs) -> Result<()> {
-    let p = load(&a.file, a.value_type.as_deref())?;
+    let p = sliced(load(&a.file, a.value_type.as_deref())?, &a.slice)?;
     let value = value_index(&p, a.value_type.as_deref())?;
     write_flamegraph(&p, value, &a.output, a.title, a.reverse)
 }
@@ -361,7 +378,7 @@ fn write_flamegraph(
 }
 
 pub fn export(a: ExportArgs) -> Result<()> {
-    let p = load(&a.file, a.value_type.as_deref())?;
+    let p = sliced(load(&a.file, a.value_type.as_deref())?, &a.slice)?;
     let value = value_index(&p, a.value_type.as_deref())?;
     write_output(&a.output, |w| {
         match a.format {
@@ -753,7 +770,7 @@ fn show_load(out: &LoadOutput, ready_after: Duration, server_exit: Option<i32>) 
 
 pub fn diff(a: DiffArgs) -> Result<()> {
     let vt = a.value_type.as_deref();
-    let (before, after) = (load(&a.before, vt)?, load(&a.after, vt)?);
+    let (before, after) = (sliced(load(&a.before, vt)?, &a.slice)?, sliced(load(&a.after, vt)?, &a.slice)?);
     let bv = value_index(&before, a.value_type.as_deref())?;
     let name = before.sample_types[bv].name.clone();
     let av = value_index(&after, Some(&name)).with_context(|| format!("{}", a.after.display()))?;

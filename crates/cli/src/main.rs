@@ -171,6 +171,32 @@ pub enum OutputFormat {
     Json,
 }
 
+/// Slicing a recording after the fact (perf report's --comm/--dso/--pid/--tid, pprof's -focus/-ignore).
+#[derive(Args, Default)]
+pub struct SliceArgs {
+    /// Leave kernel frames out (a sample entirely in the kernel shows as one `[kernel]` frame).
+    #[arg(long, help_heading = "Slicing")]
+    pub no_kernel: bool,
+    /// Only these processes (comma-separated pids).
+    #[arg(long, value_delimiter = ',', value_name = "PID", help_heading = "Slicing")]
+    pub pid: Vec<u32>,
+    /// Only these threads (comma-separated tids).
+    #[arg(long, value_delimiter = ',', value_name = "TID", help_heading = "Slicing")]
+    pub tid: Vec<u32>,
+    /// Only threads whose name matches this regular expression.
+    #[arg(long, value_name = "RE", help_heading = "Slicing")]
+    pub comm: Option<String>,
+    /// Only samples whose innermost frame is in a module (file name) matching this regular expression.
+    #[arg(long, value_name = "RE", help_heading = "Slicing")]
+    pub module: Option<String>,
+    /// Only samples with a function matching this regular expression on their stack.
+    #[arg(long, value_name = "RE", help_heading = "Slicing")]
+    pub focus: Option<String>,
+    /// Leave out samples with a function matching this regular expression on their stack.
+    #[arg(long, value_name = "RE", help_heading = "Slicing")]
+    pub ignore: Option<String>,
+}
+
 #[derive(Args)]
 pub struct ReportArgs {
     /// Recording file, or a profile to import: pprof (file or http(s):// URL, e.g. Go's
@@ -197,6 +223,8 @@ pub struct ReportArgs {
     /// Also write the flame graph (SVG) of the same sample type here: one read of a large file for both.
     #[arg(long, value_name = "SVG")]
     pub flamegraph: Option<PathBuf>,
+    #[command(flatten)]
+    pub slice: SliceArgs,
 }
 
 #[derive(Args)]
@@ -217,6 +245,8 @@ pub struct FlamegraphArgs {
     /// Title of the graph.
     #[arg(long)]
     pub title: Option<String>,
+    #[command(flatten)]
+    pub slice: SliceArgs,
 }
 
 #[derive(Args)]
@@ -344,6 +374,8 @@ pub struct DiffArgs {
     pub limit: usize,
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub format: OutputFormat,
+    #[command(flatten)]
+    pub slice: SliceArgs,
 }
 
 #[derive(Args)]
@@ -394,6 +426,8 @@ pub struct ExportArgs {
     /// Sample type to weigh by (pprof carries all types).
     #[arg(long = "type")]
     pub value_type: Option<String>,
+    #[command(flatten)]
+    pub slice: SliceArgs,
 }
 
 #[derive(Args)]

@@ -446,3 +446,40 @@ fn the_commands_exit_status_is_passed_on() {
     let out = run(&["record", "-q", "-o", data, "--", split.to_str().unwrap(), "0.1"]);
     assert_eq!(out.status.code(), Some(0));
 }
+
+/// Slicing a recording after the fact: --focus/--ignore keep or drop the samples with a function on
+/// their stack, --no-kernel drops kernel frames, --comm/--tid/--pid pick threads; counts add up exactly.
+#[test]
+fn a_recording_is_sliced_after_the_fact() {
+    let dir = tmp();
+    let bin = workload("cpu_split");
+    let data = record(dir.path(), "split", &[], &[bin.to_str().unwrap(), "1"]);
+    let all = report_json(&data, &[]);
+    let total = all["total_samples"].as_i64().unwrap();
+    let count = |r: &serde_json::Value, name: &str| {
+        function(r, |n| n == name).map_or(0, |f| f["total"].as_i64().unwrap())
+    };
+    let focus = report_json(&data, &["--focus", "^burn_a$"]);
+    assert_eq!(focus["total_samples"].as_i64().unwrap(), count(&all, "burn_a"));
+    let ignore = report_json(&data, &["--ignore", "^burn_a$"]);
+    assert_eq!(ignore["total_samples"].as_i64().unwrap(), total - count(&all, "burn_a"));
+    assert_eq!(count(&ignore, "burn_a"), 0);
+    let user = report_json(&data, &["--no-kernel"]);
+    assert_eq!(user["total_samples"].as_i64().unwrap(), total, "frames go, samples stay");
+    // Kernel functions are gone; samples that were all kernel are one `[kernel]` frame.
+    let kernel: Vec<&str> = user["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["module"] == "[kernel.kallsyms]")
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    assert!(kernel.iter().all(|&n| n == "[kernel]"), "{kernel:?}");
+    let tid = all["threads"][0]["tid"].as_i64().unwrap().to_string();
+    let by_tid = report_json(&data, &["--tid", &tid]);
+    assert_eq!(by_tid["total_samples"], all["threads"][0]["samples"]);
+    let none = report_json(&data, &["--comm", "^no-such-thread$"]);
+    assert_eq!(none["total_samples"].as_i64().unwrap(), 0);
+    let err = fails(&["report", &data, "--ignore", "burn_("]);
+    assert!(err.contains("--ignore: 'burn_(' is not a regular expression"), "{err}");
+}
