@@ -3,7 +3,8 @@
 export PATH := $(PATH):/usr/local/go/bin:$(HOME)/.cargo/bin
 WHYSLOW := target/release/whyslow
 
-.PHONY: deps build workloads demo test lint bench clean
+.PHONY: deps build workloads demo test lint bench clean install
+PREFIX ?= /usr/local
 
 deps:
 	@scripts/deps.sh
@@ -37,6 +38,16 @@ bench: build workloads
 	bench/import_perfdata.sh
 	bench/push_cost.sh
 	bench/serve_overhead.sh
+
+# The binary, its man pages and shell completions under $(PREFIX).
+install: build
+	install -D -m 755 $(WHYSLOW) $(DESTDIR)$(PREFIX)/bin/whyslow
+	$(WHYSLOW) man $(DESTDIR)$(PREFIX)/share/man/man1
+	mkdir -p $(DESTDIR)$(PREFIX)/share/bash-completion/completions $(DESTDIR)$(PREFIX)/share/zsh/site-functions \
+		$(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
+	$(WHYSLOW) completions bash > $(DESTDIR)$(PREFIX)/share/bash-completion/completions/whyslow
+	$(WHYSLOW) completions zsh > $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_whyslow
+	$(WHYSLOW) completions fish > $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/whyslow.fish
 
 clean:
 	cargo clean

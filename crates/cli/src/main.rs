@@ -5,21 +5,32 @@ mod commands;
 mod shell;
 mod view;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
 #[derive(Parser)]
 #[command(
     name = "whyslow",
-    version,
+    version = VERSION,
     about = "Find out why a native program is slow",
     max_term_width = 110,
+    before_help = START_HERE,
     after_help = EXIT_STATUS
 )]
 struct Cli {
     #[command(subcommand)]
     command: Command,
 }
+
+/// The version and the git revision it was built from (`0.1.0 (abc1234)`; build.rs).
+const VERSION: &str = env!("WHYSLOW_VERSION");
+
+/// The three commands to try first, at the top of `--help`.
+const START_HERE: &str = "Start here:
+  whyslow doctor -- ./app ARGS    what is slow and why, with the evidence and the fix
+  whyslow record -- ./app ARGS    a recording; then `whyslow report`, `whyslow flamegraph`
+  whyslow serve                   continuous profiling: HTTP API, web UI, push to Pyroscope/OTLP
+  (-p PID attaches to a running process instead of launching ./app)";
 
 /// The exit statuses, as `--help` shows them.
 const EXIT_STATUS: &str = "Exit status:
@@ -59,6 +70,16 @@ enum Command {
     /// Open recordings in the web UI (flame graph, table, doctor; two files: the diff), served on
     /// 127.0.0.1 until Ctrl-C.
     View(ViewArgs),
+    /// Print a shell completion script: `whyslow completions bash > /etc/bash_completion.d/whyslow`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write man pages (whyslow.1 and one per subcommand) into DIR.
+    Man {
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
 }
 
 /// Where a launching command's report goes.
@@ -507,6 +528,27 @@ pub struct ViewArgs {
     pub open: bool,
 }
 
+/// whyslow.1 and whyslow-SUBCOMMAND.1 in `dir`.
+fn man_pages(dir: &std::path::Path) -> anyhow::Result<()> {
+    use anyhow::Context;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let cli = Cli::command();
+    let mut pages = vec![("whyslow".to_string(), cli.clone())];
+    for c in cli.get_subcommands() {
+        let name = format!("whyslow-{}", c.get_name());
+        // A page's title is its command's name; clap takes names as 'static (a few bytes, once).
+        let title: &'static str = Box::leak(name.clone().into_boxed_str());
+        pages.push((name, c.clone().name(title)));
+    }
+    for (name, cmd) in pages {
+        let mut out = Vec::new();
+        clap_mangen::Man::new(cmd).render(&mut out)?;
+        let path = dir.join(format!("{name}.1"));
+        whyslow_model::file::write_atomic(&path, &out)?;
+    }
+    Ok(())
+}
+
 fn main() {
     let cli = Cli::parse();
     if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
@@ -525,6 +567,11 @@ fn main() {
         Command::Serve(a) => commands::serve(a),
         Command::Push(a) => commands::push(a),
         Command::View(a) => view::view(a),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "whyslow", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Man { dir } => man_pages(&dir),
     };
     let killed = commands::target_killed();
     if let Some(k) = killed {
