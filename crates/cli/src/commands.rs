@@ -271,10 +271,18 @@ pub fn target_status() -> Option<i32> {
 /// Reads a whyslow recording, pprof (file or http(s):// URL), folded stacks or `perf script` output;
 /// `value_type` names the one type of folded stacks (they carry no name of their own).
 fn load(source: &Path, value_type: Option<&str>) -> Result<Profile> {
+    if source == Path::new(DEFAULT_RECORDING) && !source.exists() {
+        bail!(
+            "no {DEFAULT_RECORDING} here: record one first (`whyslow record -- ./app`), or name a recording"
+        );
+    }
     let opts =
         whyslow_import::ImportOptions { folded_type: value_type.map(str::to_string), ..Default::default() };
     Ok(whyslow_import::load(&source.to_string_lossy(), &opts)?)
 }
+
+/// The recording record and doctor write, and report, flamegraph and export read, when none is named.
+const DEFAULT_RECORDING: &str = "whyslow.data";
 
 /// The sample type asked for; without one, `cpu` when the recording has it, else its first type.
 fn value_index(p: &Profile, name: Option<&str>) -> Result<usize> {

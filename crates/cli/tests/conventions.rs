@@ -55,3 +55,19 @@ fn version_names_the_revision() {
         _ => assert!(v.starts_with("whyslow 0."), "{v}"),
     }
 }
+
+/// Errors that say what to do next: `report` with no recording here suggests recording one; an empty
+/// calls pattern is no query.
+#[test]
+fn errors_say_what_to_do_next() {
+    let dir = tmp();
+    let out = whyslow().arg("report").current_dir(dir.path()).output().unwrap();
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        err.trim_end(),
+        "whyslow: error: no whyslow.data here: record one first (`whyslow record -- ./app`), or name a recording"
+    );
+    let err = fails(&["calls", "", "--", "true"]);
+    assert!(err.contains("an empty pattern names no function"), "{err}");
+}

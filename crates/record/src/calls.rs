@@ -224,6 +224,9 @@ pub fn resolve(
     patterns: &[PatternSpec],
     needs: impl Fn(&PatternSpec) -> Needs,
 ) -> Result<Resolution, RecordError> {
+    if patterns.iter().any(|p| p.pattern.trim().is_empty()) {
+        return Err(RecordError::EmptyPattern);
+    }
     // Benchmarks set WHYSLOW_PROBE_AT_ENTRY to measure what moving probes saves.
     let at_entry = std::env::var_os("WHYSLOW_PROBE_AT_ENTRY").is_some();
     let mut res = Resolution::default();

@@ -212,6 +212,8 @@ pub enum RecordError {
     Bpf(String),
     #[error("no function matches '{pattern}'{}", whyslow_model::did_you_mean(.suggestions))]
     NoSuchFunction { pattern: String, suggestions: Vec<String> },
+    #[error("an empty pattern names no function: give a name or a glob (malloc, 'json_*', '*::parse')")]
+    EmptyPattern,
     #[error("unknown syscall '{name}'{}", whyslow_model::did_you_mean(.suggestions))]
     NoSuchSyscall { name: String, suggestions: Vec<String> },
     #[error(
