@@ -131,7 +131,8 @@ pub(crate) fn plan(path: &str, shown: &str, debuginfod: Option<&Client>) -> Resu
         }
     }
     if chosen.is_none() && !build_id.is_empty() {
-        if let Some(client) = debuginfod.filter(|_| unix_now() >= SERVERS_DOWN_UNTIL.load(Ordering::Relaxed)) {
+        if let Some(client) = debuginfod.filter(|_| unix_now() >= SERVERS_DOWN_UNTIL.load(Ordering::Relaxed))
+        {
             if let Some(say) = PROGRESS.get() {
                 say(&format!("fetching the debug file of {shown} (build id {build_id}) from debuginfod"));
             }
