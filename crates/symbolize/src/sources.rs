@@ -161,9 +161,12 @@ pub(crate) fn plan(path: &str, shown: &str, debuginfod: Option<&Client>) -> Resu
     Ok(chosen)
 }
 
+/// What tells one file from another at the same path (as the plan's key compares it).
+type FileIdentity = (u64, u64, u64, i64);
+
 /// Plans by file, made once per file as it is (a path reused by another file is planned again).
 #[derive(Default)]
-pub(crate) struct Plans(HashMap<String, ((u64, u64, u64, i64), Arc<Plan>)>);
+pub(crate) struct Plans(HashMap<String, (FileIdentity, Arc<Plan>)>);
 
 impl Plans {
     pub fn get(&mut self, path: &str, shown: &str, debuginfod: Option<&Client>) -> Result<Arc<Plan>, String> {
