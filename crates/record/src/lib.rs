@@ -119,12 +119,17 @@ impl OffCpuOptions {
     }
 }
 
-/// How to record allocations.
+/// How to record allocations. Counts and bytes are exact per call site and stack key, counted in the
+/// kernel; stacks are copied as samples of those keys.
 #[derive(Debug, Clone)]
 pub struct AllocOptions {
-    /// Take every Nth call of each allocation function (1: every call, exact counts and bytes).
+    /// Copy the stack of each key at its 1st, 2nd, 4th, ... call and then at least every `period`th (1:
+    /// every call).
     pub period: u64,
 }
+
+/// The default [`AllocOptions::period`].
+pub const ALLOC_PERIOD: u64 = 65536;
 
 /// How the note that the probe budget ended a run begins (see [`RecordOptions::probe_budget`]).
 pub const BUDGET_NOTE: &str = "probes stopped after";

@@ -311,6 +311,8 @@ impl<'a> Session<'a> {
                     return Some(End::Stopped);
                 }
                 self.src.stop_per_call();
+                // Stack samples sent before the probes went (allocation counts are split over them below).
+                self.src.drain(&mut self.c, &mut self.buf);
             }
         }
         if signals::stop_requested()
@@ -389,6 +391,10 @@ impl<'a> Session<'a> {
     /// Everything converted since the last cut (or the start), as one window; the state of live
     /// processes is kept for the next one. Syscall and call counters are not windowed.
     pub fn cut(&mut self) -> RawRecording {
+        if let Some(sites) = &self.src.alloc_sites {
+            // Allocations counted since the last window, over the stacks sampled so far.
+            self.c.add_alloc_counts(&sites.site_counts(), &sites.stack_counts());
+        }
         let mut raw = self.c.cut();
         add_wall(&mut raw);
         let n = self.c.counters();
@@ -471,6 +477,8 @@ impl<'a> Session<'a> {
         // The probes that cost the target at every call go next, all at once (their counts stay
         // readable), once what their events wrote is read.
         self.src.stop_per_call();
+        // Stack samples sent before the probes went (allocation counts are split over them below).
+        self.src.drain(&mut self.c, &mut self.buf);
         // Threads still blocked were blocked until now.
         let end = sys::monotonic_ns();
         if let Some(p) = self.src.offcpu.take() {
@@ -480,7 +488,7 @@ impl<'a> Session<'a> {
         // Losses of every source add up: the allocation sites', the syscall and the call counters'.
         let mut lost_events = 0;
         if let Some(sites) = self.src.alloc_sites.take() {
-            self.c.add_alloc_sites(&sites.site_counts());
+            self.c.add_alloc_counts(&sites.site_counts(), &sites.stack_counts());
             lost_events += sites.lost();
         }
         let mut syscalls = Vec::new();

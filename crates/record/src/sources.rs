@@ -461,6 +461,7 @@ impl<'obj> Sources<'obj> {
             stack_bytes: event_base.stack_bytes,
             ring_bytes: ring_bytes(EVENT_RING_PAGES),
             first_id,
+            keyed: false,
         };
         let call_stacks = callers_period.map(|period| {
             let slot = sample_types.len();
@@ -483,7 +484,9 @@ impl<'obj> Sources<'obj> {
                 ebpf_ids.push((ALLOC_SAMPLE_IDS + i as u64, streams.len()));
                 streams.push(Stream::Alloc { slot, probe: i, size: *size });
             }
-            stacks(ao.period, ALLOC_SAMPLE_IDS)
+            // Counts are exact per stack key in the kernel; samples only name the keys' stacks, so the
+            // period is the longest gap between two samples of a key (not rounded to a prime).
+            StackSampling { period: ao.period.max(1), keyed: true, ..stacks(1, ALLOC_SAMPLE_IDS) }
         });
         let mut probe = match &opts.syscalls {
             Some(_) => Some(SyscallProbe::load(&mut objects.syscalls, trace)?),

@@ -38,7 +38,7 @@ const DROP_MAP: u32 = 0;
 const DROP_RING: u32 = 1;
 const STACK_MAX: u32 = 16384;
 /// Where a sample's stack copy starts (bpf/calls.bpf.c, `struct ws_sample`).
-const USTACK_OFFSET: usize = 80;
+const USTACK_OFFSET: usize = 104;
 
 /// Stacks of every `period`th call of each probe (per CPU), `stack_bytes` of user stack each, as
 /// samples with event id `first_id + probe`, through a ring of `ring_bytes`.
@@ -48,7 +48,15 @@ pub struct StackSampling {
     pub stack_bytes: u32,
     pub ring_bytes: usize,
     pub first_id: u64,
+    /// Allocation stacks: one sample per (call site, stack id) key at its 1st, 2nd, 4th, ... hit and at
+    /// least every `period`th after, each carrying its key (in `Sample::raw`, see [`StackCount`]) and
+    /// the hits it stands for (its period), instead of every `period`th call.
+    pub keyed: bool,
 }
+
+/// Calls and requested bytes of one allocation function from one call site and stack id, counted in the
+/// kernel (bpf/calls.bpf.c `stack_counts`).
+pub use whyslow_convert::StackCount;
 
 /// Loaded call counters; the links detach when dropped.
 pub struct CallProbe<'obj> {
@@ -73,17 +81,18 @@ fn decode(b: &[u8], s: &StackSampling) -> Option<Timed> {
         si: u64_at(b, 64),
         dx: u64_at(b, 72),
     };
+    let (ret, stack, weight) = (u64_at(b, 80), u64_at(b, 88), u64_at(b, 96));
     let sample = Sample {
         pid: u32_at(b, 8),
         tid: u32_at(b, 12),
         id: s.first_id + u64::from(u32_at(b, 16)),
-        period: s.period,
+        period: if s.keyed { weight } else { s.period },
         kernel: Vec::new(),
         user: Vec::new(),
         regs: Some(regs),
         stack: b[USTACK_OFFSET..USTACK_OFFSET + bytes].to_vec(),
         goroutine: None,
-        raw: Vec::new(),
+        raw: if s.keyed { [ret.to_ne_bytes(), stack.to_ne_bytes()].concat() } else { Vec::new() },
     };
     Some(Timed { time: u64_at(b, 0), record: Record::Sample(sample) })
 }
@@ -112,6 +121,7 @@ impl<'obj> CallProbe<'obj> {
             ro.sites = size_args.is_some();
             if let Some(st) = &stacks {
                 ro.sample_period = st.period;
+                ro.keyed_stacks = st.keyed && size_args.is_some();
                 ro.stack_bytes = st.stack_bytes.min(STACK_MAX);
             }
         }
@@ -245,6 +255,23 @@ impl<'obj> CallProbe<'obj> {
                 pid: u32::from_ne_bytes(k[0..4].try_into().expect("key")),
                 probe: u32::from_ne_bytes(k[4..8].try_into().expect("key")),
                 ret: u64_at(&k, 8),
+                calls: u64_at(&v, 0),
+                bytes: u64_at(&v, 8),
+            });
+        }
+        out
+    }
+
+    /// The counts per (call site, stack id) of allocation stacks sampled by key.
+    pub fn stack_counts(&self) -> Vec<StackCount> {
+        let mut out = Vec::new();
+        for k in self.skel.maps.stack_counts.keys() {
+            let Ok(Some(v)) = self.skel.maps.stack_counts.lookup(&k, MapFlags::ANY) else { continue };
+            out.push(StackCount {
+                pid: u32::from_ne_bytes(k[0..4].try_into().expect("key")),
+                probe: u32::from_ne_bytes(k[4..8].try_into().expect("key")),
+                ret: u64_at(&k, 8),
+                stack: u64_at(&k, 16),
                 calls: u64_at(&v, 0),
                 bytes: u64_at(&v, 8),
             });
