@@ -117,6 +117,7 @@ struct ws_site_val {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* entries allocated as keys appear, not all at load */
 	__uint(max_entries, 65536);
 	__type(key, struct ws_site_key);
 	__type(value, struct ws_site_val);
@@ -142,6 +143,7 @@ struct ws_entries {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* entries allocated as keys appear, not all at load */
 	__uint(max_entries, 65536);
 	__type(key, struct ws_call_key);
 	__type(value, struct ws_call_val);
@@ -181,6 +183,7 @@ struct ws_stack_val {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* entries allocated as keys appear, not all at load */
 	__uint(max_entries, 65536);
 	__type(key, struct ws_stack_key);
 	__type(value, struct ws_stack_val);

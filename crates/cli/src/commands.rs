@@ -16,7 +16,7 @@ use whyslow_model::{file, sample_types, Killed, Profile, SyscallStat};
 use whyslow_record::calls::{default_patterns, hit_cost_ns, Execution, PatternSpec};
 use whyslow_record::load::{LoadOptions, LoadOutput, Ready};
 use whyslow_record::{
-    signals, AllocOptions, CallOptions, Clock, Observer, OffCpuOptions, Progress, RecordOptions,
+    phases, signals, AllocOptions, CallOptions, Clock, Observer, OffCpuOptions, Progress, RecordOptions,
     SyscallOptions, Target,
 };
 use whyslow_render as render;
@@ -148,13 +148,10 @@ pub fn record(a: RecordArgs) -> Result<()> {
             }
         }
     }
-    let stopped = std::time::Instant::now();
-    let profile = whyslow_symbolize::symbolize(raw);
+    let profile = phases::time("symbolize", || whyslow_symbolize::symbolize(raw));
     // The summary comes first: a save that fails (disk full) must not cost the user what was recorded.
-    let saved = file::save(&profile, &a.output);
-    if a.verbose {
-        eprintln!("whyslow: post-processing {:.3} s (symbolize + save)", stopped.elapsed().as_secs_f64());
-    }
+    let saved = phases::time("save", || file::save(&profile, &a.output));
+    let reported = std::time::Instant::now();
     if !a.quiet {
         let value = value_index(&profile, None)?;
         render::text::report(
@@ -164,6 +161,10 @@ pub fn record(a: RecordArgs) -> Result<()> {
         )?;
         writeln!(report)?;
         report.flush()?;
+    }
+    phases::add("report", reported.elapsed());
+    if a.verbose {
+        print_phases();
     }
     saved?;
     // The first sample type's total: "1234 samples", or "0.77 s offcpu" for a time.
@@ -437,7 +438,8 @@ pub fn syscalls(a: SyscallsArgs) -> Result<()> {
     };
     let raw = whyslow_record::record(&opts, &mut view)?;
     remember_killed(&raw.meta);
-    let profile = whyslow_symbolize::symbolize(raw);
+    let profile = phases::time("symbolize", || whyslow_symbolize::symbolize(raw));
+    let reported = std::time::Instant::now();
     let rows = whyslow_analyze::syscall_summary(&profile, a.per_thread);
     let mut out = view.out;
     match a.format {
@@ -462,8 +464,9 @@ pub fn syscalls(a: SyscallsArgs) -> Result<()> {
         }
     }
     out.flush()?;
+    phases::add("report", reported.elapsed());
     if let Some(path) = output {
-        file::save(&profile, &path)?;
+        phases::time("save", || file::save(&profile, &path))?;
         let hint = if a.stacks {
             format!(", `whyslow flamegraph {} --type syscalls`", path.display())
         } else {
@@ -471,7 +474,25 @@ pub fn syscalls(a: SyscallsArgs) -> Result<()> {
         };
         eprintln!("whyslow: wrote {}; next: `whyslow report {0} --type syscalls`{hint}", path.display());
     }
+    if a.verbose {
+        print_phases();
+    }
     Ok(())
+}
+
+/// `-v`: the wall time of each phase so far, one line each, and since whyslow started.
+fn print_phases() {
+    let all = phases::all();
+    let width = all.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+    eprintln!("whyslow: time per phase");
+    for (name, d) in &all {
+        eprintln!("  {name:<width$}  {:8.1} ms", d.as_secs_f64() * 1e3);
+    }
+    eprintln!(
+        "  {:<width$}  {:8.1} ms",
+        "since whyslow started",
+        crate::STARTED.elapsed().as_secs_f64() * 1e3
+    );
 }
 
 /// Says when an attached run started (so Ctrl-C has something to stop); silent for launched commands.

@@ -117,7 +117,8 @@ pub struct RecordArgs {
     /// Do not print the summary at the end.
     #[arg(short, long)]
     pub quiet: bool,
-    /// Print timings of the phases after the recording stops.
+    /// Print the wall time of each phase (eBPF load, perf events, attach, run, symbolize, save) at the
+    /// end.
     #[arg(short, long)]
     pub verbose: bool,
     #[command(flatten)]
@@ -232,6 +233,9 @@ pub struct SyscallsArgs {
     pub output: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub format: OutputFormat,
+    /// Print the wall time of each phase (eBPF load, attach, run, symbolize, save) at the end.
+    #[arg(short, long)]
+    pub verbose: bool,
 }
 
 #[derive(Args)]
@@ -455,7 +459,12 @@ pub struct ViewArgs {
     pub open: bool,
 }
 
+/// When main began (`-v` prints the phases against it).
+pub static STARTED: std::sync::LazyLock<std::time::Instant> =
+    std::sync::LazyLock::new(std::time::Instant::now);
+
 fn main() {
+    std::sync::LazyLock::force(&STARTED);
     let cli = Cli::parse();
     if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         whyslow_symbolize::set_progress(|what| eprintln!("whyslow: {what}"));

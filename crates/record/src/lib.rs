@@ -10,6 +10,7 @@ mod bpf;
 pub mod calls;
 mod files;
 pub mod load;
+pub mod phases;
 mod records;
 mod session;
 pub mod signals;

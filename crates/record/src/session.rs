@@ -92,10 +92,12 @@ pub enum End {
 
 /// Records until the duration passes, a stop signal arrives, or the target exits.
 pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawRecording, RecordError> {
-    let mut objects = Objects::new(opts)?;
+    let mut objects = crate::phases::time("resolve allocation functions", || Objects::new(opts))?;
     let mut s = Session::start(opts, &mut objects, observer)?;
+    let run = Instant::now();
     while s.step(observer).is_none() {}
-    Ok(s.finish(observer))
+    crate::phases::add("run (target)", run.elapsed());
+    Ok(crate::phases::time("finish (drain, detach)", || s.finish(observer)))
 }
 
 /// Checks what the kernel and the options allow before anything is opened.
@@ -180,7 +182,8 @@ impl<'a> Session<'a> {
         let mut notes = std::mem::take(&mut objects.notes);
         let alloc_names: Vec<(String, String)> = objects.alloc.iter().map(|(p, _)| label_of(p)).collect();
         let nesting = objects.nesting.clone();
-        let (pids, command, mut gate) = target::resolve(&opts.target)?;
+        let (pids, command, mut gate) =
+            crate::phases::time("start target", || target::resolve(&opts.target))?;
         // A gate dropped on an error here lets its child exit without running the command.
         let src = Sources::start(opts, &trace, &pids, gate.is_some(), objects, &mut notes)?;
         let probe_names = opts.calls.iter().flat_map(|c| &c.probes).map(label_of).collect();
@@ -274,7 +277,13 @@ impl<'a> Session<'a> {
         let poll_fd = self.src.syscalls.as_ref().and_then(|p| p.poll_fd());
         // A budget is checked more often than data may arrive.
         let budget = self.pending_budget();
-        sys::poll(self.src.ev.rings(), poll_fd, if budget.is_some() { 20 } else { 100 });
+        // A launched command's exit ends the wait at once (short commands pay no timeout).
+        let exit_fd = self.gate.as_ref().and_then(Gated::exit_fd);
+        sys::poll(
+            self.src.ev.rings(),
+            poll_fd.into_iter().chain(exit_fd),
+            if budget.is_some() { 20 } else { 100 },
+        );
         self.src.drain(&mut self.c, &mut self.buf);
         if let Some(p) = &self.src.syscalls {
             p.drain_events().iter().for_each(|e| observer.trace(e));

@@ -413,11 +413,21 @@ impl<'obj> Sources<'obj> {
         let mut cfgs = Vec::new();
         let mut streams = Vec::new();
         let mut sample_types = Vec::new();
+        // Per-task perf events will be opened (a clock, syscall stacks, or the mappings that stacks
+        // sampled in eBPF are unwound with): their one-time kernel wait runs beside the eBPF loads.
+        let per_task = opts.cpu
+            || opts.syscalls.as_ref().is_some_and(|s| s.stacks_period.is_some())
+            || opts.offcpu.is_some()
+            || opts.alloc.is_some()
+            || opts.calls.as_ref().is_some_and(|c| c.callers_period.is_some());
+        let warm = per_task.then(|| std::thread::spawn(sys::warm_task_events));
         // The clock is counted per CPU and filtered in the kernel where eBPF allows (bpf/clock.bpf.c): a
         // per-thread clock costs the target at each of its context switches. One event per thread that
         // samples nothing then follows the processes' mappings, threads and children.
         let clock_filter = if opts.cpu {
-            ClockFilter::load(&mut objects.clock, opts.stack_bytes, opts.frequency).ok()
+            crate::phases::time("load eBPF: clock filter", || {
+                ClockFilter::load(&mut objects.clock, opts.stack_bytes, opts.frequency).ok()
+            })
         } else {
             None
         };
@@ -489,7 +499,9 @@ impl<'obj> Sources<'obj> {
             StackSampling { period: ao.period.max(1), keyed: true, ..stacks(1, ALLOC_SAMPLE_IDS) }
         });
         let mut probe = match &opts.syscalls {
-            Some(_) => Some(SyscallProbe::load(&mut objects.syscalls, trace)?),
+            Some(_) => Some(crate::phases::time("load eBPF: syscall counters", || {
+                SyscallProbe::load(&mut objects.syscalls, trace)
+            })?),
             None => None,
         };
         let mut alloc_sites = match &opts.alloc {
@@ -499,7 +511,9 @@ impl<'obj> Sources<'obj> {
                     .zip(&objects.nesting.tails)
                     .map(|((p, s), (role, _))| (bpf_size_code(*s), p.site.stack_delta, *role as u32))
                     .collect();
-                let p = CallProbe::load(&mut objects.alloc_obj, false, false, Some(&codes), alloc_stacks)?;
+                let p = crate::phases::time("load eBPF: allocation probes", || {
+                    CallProbe::load(&mut objects.alloc_obj, false, false, Some(&codes), alloc_stacks)
+                })?;
                 for &pid in pids {
                     p.track(pid, launched)?;
                 }
@@ -508,9 +522,9 @@ impl<'obj> Sources<'obj> {
             None => None,
         };
         let mut calls = match &opts.calls {
-            Some(c) => {
-                Some(CallProbe::load(&mut objects.calls, c.latency, c.follow_children, None, call_stacks)?)
-            }
+            Some(c) => Some(crate::phases::time("load eBPF: call counters", || {
+                CallProbe::load(&mut objects.calls, c.latency, c.follow_children, None, call_stacks)
+            })?),
             None => None,
         };
         let offcpu = match (&opts.offcpu, offcpu_slot) {
@@ -525,7 +539,9 @@ impl<'obj> Sources<'obj> {
                     kernel_stack: opts.kernel,
                     ring_bytes: ring_bytes(opts.ring_pages),
                 };
-                let mut p = OffCpuProbe::load(&mut objects.offcpu, &cfg)?;
+                let mut p = crate::phases::time("load eBPF: off-CPU", || {
+                    OffCpuProbe::load(&mut objects.offcpu, &cfg)
+                })?;
                 for (&pid, &go) in pids.iter().zip(&go) {
                     p.track(pid, launched, go)?;
                 }
@@ -550,10 +566,13 @@ impl<'obj> Sources<'obj> {
                 f.track(pid, launched, go)?;
             }
         }
+        let warmed = crate::phases::time("wait for perf's task hooks", || warm.map(|w| w.join()));
         if !ev.cfgs.is_empty() {
-            open_all(&mut ev, pids, launched, notes)?;
+            crate::phases::time("open perf events", || open_all(&mut ev, pids, launched, notes))?;
         }
+        drop(warmed);
         ev.ids.extend(ebpf_ids);
+        let attach_t0 = std::time::Instant::now();
         if opts.cpu && ev.clock() != Some(Clock::CpuClock) {
             sample_types[1] = SampleType { name: "cycles".into(), unit: "count".into() };
         }
@@ -581,7 +600,15 @@ impl<'obj> Sources<'obj> {
             sample_types
                 .push(SampleType { name: sample_types::ALLOC_SITE_BYTES.into(), unit: "bytes".into() });
         }
-        let exits = ExitWatch::load(&mut objects.exits).ok();
+        crate::phases::add("attach probes", attach_t0.elapsed());
+        // How attached targets end (a launched command is whyslow's child: its wait status says).
+        let exits = match launched {
+            true => None,
+            false => {
+                crate::phases::time("load eBPF: exit watch", || ExitWatch::load(&mut objects.exits).ok())
+            }
+        };
+        let attach_t0 = std::time::Instant::now();
         for (w, &pid) in exits.iter().flat_map(|w| pids.iter().map(move |p| (w, p))) {
             w.track(pid, launched)?;
         }
@@ -591,6 +618,7 @@ impl<'obj> Sources<'obj> {
                 notes.extend(p.attach(&alloc_probes, 0..alloc_probes.len(), pid as i32)?);
             }
         }
+        crate::phases::add("attach probes", attach_t0.elapsed());
         Ok(Sources {
             ev,
             syscalls: probe,
