@@ -582,16 +582,19 @@ pub fn calls(a: CallsArgs) -> Result<()> {
                 Execution::SingleStepped => stepped += 1,
             }
         }
-        let avg_ns = res.probes.iter().map(|p| hit_cost_ns(p.site.execution)).sum::<u64>() as f64
-            / res.probes.len() as f64;
+        // What a hit costs on this machine (measured), else the assumed costs.
+        let measured = whyslow_record::calls::measure_hit_cost();
+        let cost = |e: Execution| measured.map_or(hit_cost_ns(e) as f64, |h| h.ns(e, None));
+        let avg_ns = res.probes.iter().map(|p| cost(p.site.execution)).sum::<f64>() / res.probes.len() as f64;
         bail!(
-            "these patterns match {} functions ({emulated} probed on an emulated instruction at ~{:.1} us per \
-             call, {stepped} on a single-stepped one at ~{:.1} us): a target making 100k such calls per second \
-             would spend ~{:.0}% of a CPU in the probes. Narrow the patterns (`--list` shows them) or pass \
-             --yes to probe them all",
+            "these patterns match {} functions ({emulated} probed on an emulated instruction at ~{:.2} us per \
+             call, {stepped} on a single-stepped one at ~{:.2} us, {} here): a target making 100k such calls per \
+             second would spend ~{:.0}% of a CPU in the probes. Narrow the patterns (`--list` shows them) or \
+             pass --yes to probe them all",
             res.probes.len(),
-            hit_cost_ns(Execution::Emulated) as f64 / 1e3,
-            hit_cost_ns(Execution::SingleStepped) as f64 / 1e3,
+            cost(Execution::Emulated) / 1e3,
+            cost(Execution::SingleStepped) / 1e3,
+            if measured.is_some() { "measured" } else { "assumed" },
             avg_ns * 100_000.0 / 1e9 * 100.0
         );
     }

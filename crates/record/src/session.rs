@@ -494,6 +494,11 @@ impl<'a> Session<'a> {
             self.c.handle_batch(p.in_progress(end), &std::collections::HashMap::new());
         }
         self.c.finish_blocked(end);
+        // What the per-call probes' hits cost in this run (measured, with the counting program's time).
+        if let Some(h) = self.src.hit_cost {
+            let probe = self.src.calls.as_ref().or(self.src.alloc_sites.as_ref());
+            self.notes.push(h.describe(probe.and_then(CallProbe::program_ns)));
+        }
         // Losses of every source add up: the allocation sites', the syscall and the call counters'.
         let mut lost_events = 0;
         if let Some(sites) = self.src.alloc_sites.take() {

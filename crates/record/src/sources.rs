@@ -385,6 +385,8 @@ pub(crate) struct Sources<'obj> {
     pub(crate) sample_types: Vec<SampleType>,
     /// The allocation functions probed in each process followed.
     alloc_probes: Vec<Probe>,
+    /// What a probe hit costs here, measured before the run (calls and allocation probes).
+    pub(crate) hit_cost: Option<crate::calls::HitCost>,
 }
 
 impl<'obj> Sources<'obj> {
@@ -527,6 +529,15 @@ impl<'obj> Sources<'obj> {
             })?),
             None => None,
         };
+        // What a hit of the per-call probes costs on this kernel and CPU, measured with the run's program.
+        let hit_cost = match calls.as_mut().or(alloc_sites.as_mut()) {
+            Some(p) => crate::phases::time("measure the probe hit cost", || p.measure_hits()),
+            None => None,
+        };
+        if let (Some(a), Some(_)) = (alloc_sites.as_mut(), calls.as_ref()) {
+            // The allocation program's time per run is the run's from here on too.
+            a.mark_stats();
+        }
         let offcpu = match (&opts.offcpu, offcpu_slot) {
             (Some(oo), Some(slot)) => {
                 // Off-CPU samples come from eBPF, not from an event: the stream goes after the events'
@@ -630,6 +641,7 @@ impl<'obj> Sources<'obj> {
             streams,
             sample_types,
             alloc_probes,
+            hit_cost,
         })
     }
 
@@ -642,9 +654,16 @@ impl<'obj> Sources<'obj> {
         latency: bool,
         stacks_period: Option<u64>,
     ) -> (u64, u64) {
-        let cost = |p: Option<&Probe>| match p.map(|p| p.site.execution) {
-            Some(whyslow_symbols::placement::Execution::Emulated) => crate::HIT_COST_EMULATED_NS,
-            _ => crate::HIT_COST_STEPPED_NS,
+        use whyslow_symbols::placement::Execution;
+        // Measured at the start of the run where that worked, with the counting program's time per hit
+        // in the run so far; else the assumed costs.
+        let cost_in = |cp: &CallProbe, p: Option<&Probe>| {
+            let execution = p.map_or(Execution::SingleStepped, |p| p.site.execution);
+            match &self.hit_cost {
+                Some(h) => h.ns(execution, cp.program_ns()).round() as u64,
+                None if execution == Execution::Emulated => crate::HIT_COST_EMULATED_NS,
+                None => crate::HIT_COST_STEPPED_NS,
+            }
         };
         let mut hits = (0, 0);
         let mut add = |n: u64, per: u64| {
@@ -658,13 +677,15 @@ impl<'obj> Sources<'obj> {
         if let Some(cp) = &self.calls {
             // A timed call takes the return probe's trap too.
             let factor = if latency { 2 } else { 1 };
-            cp.counts().iter().for_each(|c| add(c.calls, factor * cost(call_probes.get(c.probe as usize))));
+            cp.counts()
+                .iter()
+                .for_each(|c| add(c.calls, factor * cost_in(cp, call_probes.get(c.probe as usize))));
         }
         if let Some(sites) = &self.alloc_sites {
             sites
                 .site_counts()
                 .iter()
-                .for_each(|s| add(s.calls, cost(self.alloc_probes.get(s.probe as usize))));
+                .for_each(|s| add(s.calls, cost_in(sites, self.alloc_probes.get(s.probe as usize))));
         }
         hits
     }

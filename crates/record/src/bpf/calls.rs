@@ -5,7 +5,7 @@
 
 use super::calls_skel::{CallsSkel, CallsSkelBuilder, OpenCallsSkel};
 use super::{check_btf, classify, quiet_libbpf, u32_at, u64_at};
-use crate::calls::Probe;
+use crate::calls::{HitCost, Probe};
 use crate::RecordError;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, UprobeMultiOpts};
@@ -61,6 +61,8 @@ pub use whyslow_convert::StackCount;
 /// Loaded call counters; the links detach when dropped.
 pub struct CallProbe<'obj> {
     skel: CallsSkel<'obj>,
+    /// The entry program's (run time ns, runs) when the hit cost was measured: its runs since are the run's.
+    stats_at: Option<(u64, u64)>,
     /// The probes' links, each with the process it is for (-1: every process mapping the file).
     links: Vec<(i32, Link)>,
     latency: bool,
@@ -144,7 +146,52 @@ impl<'obj> CallProbe<'obj> {
             let value = [how.to_ne_bytes(), stack_delta.to_ne_bytes(), role.to_ne_bytes(), [0; 4]].concat();
             skel.maps.size_arg.update(&key, &value, MapFlags::ANY).map_err(|e| classify("size args", e))?;
         }
-        Ok(CallProbe { skel, links, latency, samples })
+        Ok(CallProbe { skel, stats_at: None, links, latency, samples })
+    }
+
+    /// Measures what a hit of this program's probe costs here (see `calibrate`): whyslow's own two
+    /// calibration functions probed for its own process, each called with and without the probe. About
+    /// 5 ms; the probe's removal (a grace period) happens on a thread of its own.
+    pub fn measure_hits(&mut self) -> Option<HitCost> {
+        use super::calibrate;
+        use std::os::fd::AsFd;
+        let (path, [emulated, stepped]) = calibrate::sites()?;
+        let stats = calibrate::enable_stats();
+        let prog = &self.skel.progs.on_entry;
+        let without = calibrate::time_calls(100, 5);
+        let opts = UprobeMultiOpts {
+            offsets: vec![emulated as usize, stepped as usize],
+            cookies: vec![0, 0],
+            retprobe: false,
+            ..Default::default()
+        };
+        let link = prog.attach_uprobe_multi_with_opts(std::process::id() as i32, &path, "", opts).ok()?;
+        let before = stats.then(|| calibrate::program_stats(&prog.as_fd())).flatten();
+        let with = calibrate::time_calls(100, 5);
+        let after = stats.then(|| calibrate::program_stats(&prog.as_fd())).flatten();
+        std::thread::spawn(move || drop(link));
+        self.stats_at = after;
+        let program_ns = match (before, after) {
+            (Some(b), Some(a)) if a.1 > b.1 => (a.0 - b.0) as f64 / (a.1 - b.1) as f64,
+            _ => 0.0,
+        };
+        Some(calibrate::hit_cost(without, with, program_ns))
+    }
+
+    /// Counts the entry program's runs from now on as the run's (see [`CallProbe::program_ns`]).
+    pub fn mark_stats(&mut self) {
+        use std::os::fd::AsFd;
+        if super::calibrate::enable_stats() {
+            self.stats_at = super::calibrate::program_stats(&self.skel.progs.on_entry.as_fd());
+        }
+    }
+
+    /// The entry program's time per run since the hit cost was measured (None: no runs, or no stats).
+    pub fn program_ns(&self) -> Option<f64> {
+        use std::os::fd::AsFd;
+        let (t0, n0) = self.stats_at?;
+        let (t, n) = super::calibrate::program_stats(&self.skel.progs.on_entry.as_fd())?;
+        (n > n0).then(|| t.saturating_sub(t0) as f64 / (n - n0) as f64)
     }
 
     /// Counts the calls of process `pid` (of a `launched` command from its exec on).
