@@ -110,6 +110,24 @@ pub fn record(a: RecordArgs) -> Result<()> {
         }
     }
     signals::install();
+    // Symbolizing starts while the run goes on, on other threads: the kernel's symbol table and the
+    // symbols and debug information of a launched command's files (libc's compressed DWARF alone takes
+    // ~25 ms to inflate), so a short command's report does not wait for them afterwards.
+    let prefetch = {
+        let (target, kernel) = (opts.target.clone(), opts.kernel);
+        std::thread::spawn(move || {
+            let files: Vec<String> = match target {
+                Target::Launch(_) => whyslow_record::calls::target_modules(&target)
+                    .unwrap_or_default()
+                    .iter()
+                    .filter_map(|m| std::fs::canonicalize(m).ok())
+                    .map(|m| m.to_string_lossy().into_owned())
+                    .collect(),
+                _ => Vec::new(),
+            };
+            whyslow_symbolize::Prefetch::start(&files, kernel.then_some(""))
+        })
+    };
     let (raw, load_run) = match &load {
         Some(l) => {
             let run = whyslow_record::load::record_under_load(&opts, l, &mut StatusLine::new());
@@ -148,7 +166,8 @@ pub fn record(a: RecordArgs) -> Result<()> {
             }
         }
     }
-    let profile = phases::time("symbolize", || whyslow_symbolize::symbolize(raw));
+    let prefetch = prefetch.join().unwrap_or_default();
+    let profile = phases::time("symbolize", || whyslow_symbolize::symbolize_with(raw, prefetch));
     // The summary comes first: a save that fails (disk full) must not cost the user what was recorded.
     let saved = phases::time("save", || file::save(&profile, &a.output));
     let reported = std::time::Instant::now();
