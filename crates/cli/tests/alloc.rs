@@ -81,6 +81,33 @@ fn a_burst_of_aligned_allocations_is_exact_with_complete_stacks() {
     assert_eq!(total, 3000, "{out}");
 }
 
+/// One call site reached through two stacks (make() from from_a() 1000 times, then from from_b() 3000
+/// times, without frame pointers): the site's count is exact, and so is the total under the two stacks;
+/// where their stack key cannot tell them apart, the split is off by at most the alloc period (1024
+/// calls) per change of stack.
+#[test]
+fn one_site_under_two_stacks_is_split_within_the_period() {
+    let dir = tmp();
+    let bin = workload("allocburst");
+    let data = record(dir.path(), "callers", &["--alloc"], &[bin.to_str().unwrap(), "callers"]);
+    let total = |r: &serde_json::Value, name: &str| {
+        r["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["name"] == name)
+            .map_or(0, |f| f["total"].as_i64().unwrap())
+    };
+    let sites = report_json(&data, &["--type", "alloc-site-count"]);
+    assert_eq!(total(&sites, "make"), 4000, "{sites:#}");
+    let c = report_json(&data, &["--type", "alloc-count"]);
+    let (a, b) = (total(&c, "from_a"), total(&c, "from_b"));
+    assert_eq!(a + b, 4000, "{c:#}");
+    assert!((a - 1000).abs() <= 1024 && (b - 3000).abs() <= 1024, "from_a {a}, from_b {b}");
+    let bytes = report_json(&data, &["--type", "alloc-bytes"]);
+    assert_eq!(total(&bytes, "make"), 4000 * 32);
+}
+
 /// A million mallocs in a few milliseconds of the target's own time: every one counted with its bytes
 /// and its stack, whatever the ring buffer kept (stacks are copied per stack key, not per call).
 #[test]

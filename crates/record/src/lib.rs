@@ -129,8 +129,11 @@ pub struct AllocOptions {
     pub period: u64,
 }
 
-/// The default [`AllocOptions::period`].
-pub const ALLOC_PERIOD: u64 = 65536;
+/// The default [`AllocOptions::period`]. Where one stack key covers several stacks (code without frame
+/// pointers), each sample stands for the calls since the key's previous one, so the split over them is
+/// off by at most this many calls per change of stack: 1024 keeps it small at one 16 KB copy per 1024
+/// calls of a hot site.
+pub const ALLOC_PERIOD: u64 = 1024;
 
 /// How the note that the probe budget ended a run begins (see [`RecordOptions::probe_budget`]).
 pub const BUDGET_NOTE: &str = "probes stopped after";
