@@ -51,16 +51,50 @@ fn seconds(what: &str, s: f64, zero: bool) -> Result<Duration> {
 /// Shows a live status line on a terminal; nothing otherwise.
 struct StatusLine {
     tty: bool,
+    /// Symbolizing ahead (see [`StatusLine::prefetching`]): what to read, then the thread reading it.
+    prefetch: Option<(Target, bool)>,
+    prefetched: Option<std::thread::JoinHandle<whyslow_symbolize::Prefetch>>,
 }
 
 impl StatusLine {
     fn new() -> StatusLine {
-        StatusLine { tty: std::io::stderr().is_terminal() }
+        StatusLine { tty: std::io::stderr().is_terminal(), prefetch: None, prefetched: None }
+    }
+
+    /// Starts symbolizing on other threads once the run has samples (its first progress with some,
+    /// 0.25 s in): the kernel's symbol table (with `kernel`) and the symbols and debug information of
+    /// a launched command's files (libc's compressed DWARF alone takes ~25 ms to inflate). A run over
+    /// by then, or without samples, reads nothing ahead.
+    fn prefetching(mut self, target: Target, kernel: bool) -> StatusLine {
+        self.prefetch = Some((target, kernel));
+        self
+    }
+
+    /// What was read ahead (nothing if the prefetch never started).
+    fn prefetched(&mut self) -> whyslow_symbolize::Prefetch {
+        self.prefetched.take().and_then(|h| h.join().ok()).unwrap_or_default()
     }
 }
 
 impl Observer for StatusLine {
     fn progress(&mut self, p: &Progress) {
+        // Progress comes every 0.25 s of a run, and once at its end (too late to read ahead).
+        if p.samples > 0 && p.elapsed >= Duration::from_millis(250) {
+            if let Some((target, kernel)) = self.prefetch.take() {
+                self.prefetched = Some(std::thread::spawn(move || {
+                    let files: Vec<String> = match target {
+                        Target::Launch(_) => whyslow_record::calls::target_modules(&target)
+                            .unwrap_or_default()
+                            .iter()
+                            .filter_map(|m| std::fs::canonicalize(m).ok())
+                            .map(|m| m.to_string_lossy().into_owned())
+                            .collect(),
+                        _ => Vec::new(),
+                    };
+                    whyslow_symbolize::Prefetch::start(&files, kernel.then_some(""))
+                }));
+            }
+        }
         if self.tty {
             eprint!(
                 "\r\x1b[2Krecording: {:6.1}s  {} samples  {} lost",
@@ -110,33 +144,16 @@ pub fn record(a: RecordArgs) -> Result<()> {
         }
     }
     signals::install();
-    // Symbolizing starts while the run goes on, on other threads: the kernel's symbol table and the
-    // symbols and debug information of a launched command's files (libc's compressed DWARF alone takes
-    // ~25 ms to inflate), so a short command's report does not wait for them afterwards.
-    let prefetch = {
-        let (target, kernel) = (opts.target.clone(), opts.kernel);
-        std::thread::spawn(move || {
-            let files: Vec<String> = match target {
-                Target::Launch(_) => whyslow_record::calls::target_modules(&target)
-                    .unwrap_or_default()
-                    .iter()
-                    .filter_map(|m| std::fs::canonicalize(m).ok())
-                    .map(|m| m.to_string_lossy().into_owned())
-                    .collect(),
-                _ => Vec::new(),
-            };
-            whyslow_symbolize::Prefetch::start(&files, kernel.then_some(""))
-        })
-    };
+    let mut status = StatusLine::new().prefetching(opts.target.clone(), opts.kernel);
     let (raw, load_run) = match &load {
         Some(l) => {
-            let run = whyslow_record::load::record_under_load(&opts, l, &mut StatusLine::new());
+            let run = whyslow_record::load::record_under_load(&opts, l, &mut status);
             end_status_line();
             let run = run?;
             (run.raw, Some((run.load, run.ready_after)))
         }
         None => {
-            let raw = whyslow_record::record(&opts, &mut StatusLine::new());
+            let raw = whyslow_record::record(&opts, &mut status);
             end_status_line();
             (raw?, None)
         }
@@ -166,7 +183,7 @@ pub fn record(a: RecordArgs) -> Result<()> {
             }
         }
     }
-    let prefetch = prefetch.join().unwrap_or_default();
+    let prefetch = status.prefetched();
     let profile = phases::time("symbolize", || whyslow_symbolize::symbolize_with(raw, prefetch));
     // The summary comes first: a save that fails (disk full) must not cost the user what was recorded.
     let saved = phases::time("save", || file::save(&profile, &a.output));
@@ -643,7 +660,7 @@ pub fn calls(a: CallsArgs) -> Result<()> {
     };
     signals::install();
     let raw = if matches!(opts.target, Target::Launch(_)) {
-        whyslow_record::record(&opts, &mut StatusLine { tty: false })?
+        whyslow_record::record(&opts, &mut StatusLine { tty: false, prefetch: None, prefetched: None })?
     } else {
         whyslow_record::record(&opts, &mut Attached { what: "calls" })?
     };
@@ -803,15 +820,19 @@ pub fn compare(a: CompareArgs) -> Result<()> {
     signals::install();
     let opts =
         CompareOptions { commands: [before.clone(), after.clone()], runs: a.runs, frequency: a.freq, load };
-    let c = whyslow_investigate::compare::compare(&opts, &mut StatusLine { tty: false }, |r| {
-        let rps =
-            r.load.as_ref().map_or(String::new(), |l| format!(", {:.0} requests/s", l.requests_per_sec));
-        let (n, side) = (a.runs, SIDES[r.side]);
-        eprintln!(
-            "whyslow: run {}/{n} {side:<6}: cpu {:.3} s, wall {:.3} s{rps}",
-            r.number, r.cpu_s, r.wall_s
-        );
-    })?;
+    let c = whyslow_investigate::compare::compare(
+        &opts,
+        &mut StatusLine { tty: false, prefetch: None, prefetched: None },
+        |r| {
+            let rps =
+                r.load.as_ref().map_or(String::new(), |l| format!(", {:.0} requests/s", l.requests_per_sec));
+            let (n, side) = (a.runs, SIDES[r.side]);
+            eprintln!(
+                "whyslow: run {}/{n} {side:<6}: cpu {:.3} s, wall {:.3} s{rps}",
+                r.number, r.cpu_s, r.wall_s
+            );
+        },
+    )?;
     for r in &c.runs {
         let name = format!("{}-{}", SIDES[r.side], r.number);
         if let Some(out) = &r.load_output {

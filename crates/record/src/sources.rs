@@ -428,7 +428,10 @@ impl<'obj> Sources<'obj> {
         // samples nothing then follows the processes' mappings, threads and children.
         let clock_filter = if opts.cpu {
             crate::phases::time("load eBPF: clock filter", || {
-                ClockFilter::load(&mut objects.clock, opts.stack_bytes, opts.frequency).ok()
+                // Only tracked processes said to run Go get goroutine stacks: a launched command that is not
+                // Go (its children are not marked Go either) needs no ring for them.
+                let go = !launched || go.iter().any(|&g| g);
+                ClockFilter::load(&mut objects.clock, opts.stack_bytes, opts.frequency, go).ok()
             })
         } else {
             None
