@@ -108,6 +108,27 @@ fn one_site_under_two_stacks_is_split_within_the_period() {
     assert_eq!(total(&bytes, "make"), 4000 * 32);
 }
 
+/// `--alloc-period 1` copies the stack of every call: the ring buffer cannot take 200,000 copies of 16 KB
+/// as fast as they come, and what it had no room for is reported as lost stack samples, while every
+/// allocation is still counted, with its bytes and under its stack.
+#[test]
+fn lost_stack_samples_lose_no_counts() {
+    let dir = tmp();
+    let bin = workload("allocburst");
+    let cmd = [bin.to_str().unwrap(), "burst", "200000"];
+    let data = record(dir.path(), "lossy", &["--alloc", "--alloc-period", "1"], &cmd);
+    let c = report_json(&data, &["--type", "alloc-count"]);
+    let b = report_json(&data, &["--type", "alloc-bytes"]);
+    assert_eq!(c["total_samples"].as_i64().unwrap(), 200_000, "{c:#}");
+    assert_eq!(b["total_samples"].as_i64().unwrap(), 200_000 * 16, "{b:#}");
+    let main = c["functions"].as_array().unwrap().iter().find(|f| f["name"] == "main");
+    assert_eq!(main.map(|f| f["total"].as_i64().unwrap()), Some(200_000), "{c:#}");
+    let text = ok(&["report", &data, "--type", "alloc-count"]);
+    if c["lost_samples"].as_i64().unwrap() > 0 {
+        assert!(text.contains("a lost sample loses a stack, not a count"), "{text}");
+    }
+}
+
 /// A million mallocs in a few milliseconds of the target's own time: every one counted with its bytes
 /// and its stack, whatever the ring buffer kept (stacks are copied per stack key, not per call).
 #[test]
