@@ -33,6 +33,7 @@ bench: build workloads
 	bench/unwind_completeness.sh
 	bench/postprocess.sh
 	bench/syscalls_overhead.sh
+	bench/startup_cost.sh
 	bench/calls_overhead.sh
 	bench/offcpu_alloc_overhead.sh
 	bench/import_perfdata.sh

@@ -29,6 +29,10 @@ const volatile bool sites = false;
 /* Sample the stack of every Nth call of each probe (0: none), copying this many bytes at most. */
 const volatile u64 sample_period = 0;
 const volatile u32 stack_bytes = STACK_MAX;
+/* With `sites`: also count per (call site, stack id) and send a stack sample per such key, at its 1st,
+ * 2nd, 4th, ... hit and at least every `sample_period`th after (see count_stack), instead of every
+ * `sample_period`th call. */
+const volatile bool keyed_stacks = false;
 
 /* A stack sample as sent; the ring record is the whole struct, the stack's first ustack_bytes valid. */
 struct ws_sample {
@@ -44,6 +48,10 @@ struct ws_sample {
 	u64 di;
 	u64 si;
 	u64 dx;
+	/* keyed_stacks: the key the stack is a sample of, and the hits of that key it stands for. */
+	u64 ret;
+	u64 stack;
+	u64 weight;
 	u8 ustack[STACK_MAX + 2 * PAGE];
 };
 
@@ -103,10 +111,13 @@ struct ws_site_key {
 struct ws_site_val {
 	u64 calls;
 	u64 bytes;
+	u64 stacks; /* keyed_stacks: distinct stack ids seen at this site */
+	u64 pad;
 };
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* entries allocated as keys appear, not all at load */
 	__uint(max_entries, 65536);
 	__type(key, struct ws_site_key);
 	__type(value, struct ws_site_val);
@@ -132,6 +143,7 @@ struct ws_entries {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* entries allocated as keys appear, not all at load */
 	__uint(max_entries, 65536);
 	__type(key, struct ws_call_key);
 	__type(value, struct ws_call_val);
@@ -143,6 +155,128 @@ struct {
 	__type(key, int);
 	__type(value, struct ws_entries);
 } entries SEC(".maps");
+
+/* keyed_stacks: the stack id of a call is a hash of the return addresses the kernel finds by walking the
+ * frame pointers from the probe (bpf_get_stack). It separates the stacks of code built with frame
+ * pointers; in code without them it may merge stacks (a register that holds data, not a frame) or split
+ * one (a pointer that changes every call): each key is sampled, and user space splits a key's exact
+ * counts over the stacks its samples unwound to. A site with more than STACKS_PER_SITE ids counts the
+ * rest under STACK_OTHER; a call whose key no map could hold is counted at its site only. */
+#define STACK_FRAMES 64
+#define STACKS_PER_SITE 256
+#define STACK_NONE 0  /* no frame-pointer walk */
+#define STACK_OTHER 1 /* past STACKS_PER_SITE */
+
+struct ws_stack_key {
+	u32 tgid;
+	u32 probe;
+	u64 ret;
+	u64 stack;
+};
+
+struct ws_stack_val {
+	u64 calls;
+	u64 bytes;
+	u64 next; /* the hit that is sampled next */
+	u64 last; /* the hit last sampled */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* entries allocated as keys appear, not all at load */
+	__uint(max_entries, 65536);
+	__type(key, struct ws_stack_key);
+	__type(value, struct ws_stack_val);
+} stack_counts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, u64[STACK_FRAMES]);
+} walk SEC(".maps");
+
+static __always_inline u64 stack_id(struct pt_regs *ctx)
+{
+	u32 zero = 0;
+	u64 *frames = bpf_map_lookup_elem(&walk, &zero);
+	if (!frames)
+		return STACK_NONE;
+	long n = bpf_get_stack(ctx, frames, STACK_FRAMES * sizeof(u64), BPF_F_USER_STACK);
+	if (n <= 0)
+		return STACK_NONE;
+	/* FNV-1a over the frames past the probe's own address. */
+	u64 h = 0xcbf29ce484222325ULL;
+	for (int i = 1; i < STACK_FRAMES; i++) {
+		if (i * 8 >= n)
+			break;
+		h = (h ^ frames[i]) * 0x100000001b3ULL;
+	}
+	return h < 2 ? h + 2 : h;
+}
+
+/* Sends this call's registers and user stack as a sample of stack key `k`, standing for `weight` hits. */
+static __always_inline bool send(struct pt_regs *ctx, u64 pid_tgid, u32 probe, u64 ret, u64 stack, u64 weight)
+{
+	struct ws_sample *s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
+	if (!s) {
+		drop(DROP_RING);
+		return false;
+	}
+	s->time = bpf_ktime_get_ns();
+	s->tgid = pid_tgid >> 32;
+	s->tid = (u32)pid_tgid;
+	s->probe = probe;
+	s->ip = PT_REGS_IP(ctx);
+	s->sp = PT_REGS_SP(ctx);
+	s->bp = PT_REGS_FP(ctx);
+	s->ax = PT_REGS_RC(ctx);
+	s->di = PT_REGS_PARM1(ctx);
+	s->si = PT_REGS_PARM2(ctx);
+	s->dx = PT_REGS_PARM3(ctx);
+	s->ret = ret;
+	s->stack = stack;
+	s->weight = weight;
+	s->ustack_bytes = copy_user_stack(s->ustack, STACK_MAX - 1, 0, s->sp, stack_bytes);
+	bpf_ringbuf_submit(s, 0);
+	return true;
+}
+
+/* Counts the call under (site, stack id) and samples the key's stack when its turn comes. */
+static __always_inline void count_stack(struct pt_regs *ctx, struct ws_site_key *site, struct ws_site_val *sv,
+					u64 size)
+{
+	struct ws_stack_key k = { .tgid = site->tgid, .probe = site->probe, .ret = site->ret };
+	k.stack = stack_id(ctx);
+	struct ws_stack_val *v = bpf_map_lookup_elem(&stack_counts, &k);
+	if (!v) {
+		if (sv->stacks >= STACKS_PER_SITE) {
+			k.stack = STACK_OTHER;
+			v = bpf_map_lookup_elem(&stack_counts, &k);
+		}
+		if (!v) {
+			struct ws_stack_val zero = { .next = 1 };
+			if (bpf_map_update_elem(&stack_counts, &k, &zero, BPF_NOEXIST) == 0 && k.stack != STACK_OTHER)
+				__sync_fetch_and_add(&sv->stacks, 1);
+			v = bpf_map_lookup_elem(&stack_counts, &k);
+			if (!v)
+				return; /* counted at the site; user space shows the rest as lost stacks */
+		}
+	}
+	__sync_fetch_and_add(&v->calls, 1);
+	__sync_fetch_and_add(&v->bytes, size);
+	/* Races between CPUs only move when a sample is taken, never what is counted. */
+	u64 n = v->calls;
+	if (n < v->next)
+		return;
+	if (send(ctx, bpf_get_current_pid_tgid(), k.probe, k.ret, k.stack, n - v->last)) {
+		u64 gap = n < sample_period ? n : sample_period;
+		v->last = n;
+		v->next = n + gap;
+	} else {
+		v->next = n + 1; /* the ring was full: try again at the next hit */
+	}
+}
 
 static __always_inline struct ws_call_val *slot(u32 tgid, u32 probe)
 {
@@ -199,6 +333,8 @@ static __always_inline bool count_site(struct pt_regs *ctx, u32 tgid, u32 probe)
 	}
 	__sync_fetch_and_add(&v->calls, 1);
 	__sync_fetch_and_add(&v->bytes, size);
+	if (keyed_stacks)
+		count_stack(ctx, &k, v, size);
 	return true;
 }
 
@@ -209,24 +345,7 @@ static __always_inline void sample(struct pt_regs *ctx, u64 pid_tgid, u32 probe)
 	if (!n || ++*n < sample_period)
 		return;
 	*n = 0;
-	struct ws_sample *s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
-	if (!s) {
-		drop(DROP_RING);
-		return;
-	}
-	s->time = bpf_ktime_get_ns();
-	s->tgid = pid_tgid >> 32;
-	s->tid = (u32)pid_tgid;
-	s->probe = probe;
-	s->ip = PT_REGS_IP(ctx);
-	s->sp = PT_REGS_SP(ctx);
-	s->bp = PT_REGS_FP(ctx);
-	s->ax = PT_REGS_RC(ctx);
-	s->di = PT_REGS_PARM1(ctx);
-	s->si = PT_REGS_PARM2(ctx);
-	s->dx = PT_REGS_PARM3(ctx);
-	s->ustack_bytes = copy_user_stack(s->ustack, STACK_MAX - 1, 0, s->sp, stack_bytes);
-	bpf_ringbuf_submit(s, 0);
+	send(ctx, pid_tgid, probe, 0, 0, sample_period);
 }
 
 SEC("uprobe.multi")
@@ -252,7 +371,7 @@ int on_entry(struct pt_regs *ctx)
 		return 0;
 	if (v)
 		__sync_fetch_and_add(&v->calls, 1);
-	if (sample_period)
+	if (sample_period && !keyed_stacks)
 		sample(ctx, pid_tgid, probe);
 	if (latency) {
 		struct ws_entries *e = bpf_task_storage_get(&entries, bpf_get_current_task_btf(), 0,

@@ -14,6 +14,8 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
+/* A perf_event program: its hash maps must be preallocated. */
+#define WS_TRACKED_PREALLOC
 #include "track.h"
 #include "go.h"
 

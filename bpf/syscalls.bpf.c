@@ -84,6 +84,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* allocated as keys appear: no 20 MB zeroed at load */
 	__uint(max_entries, 65536);
 	__type(key, struct ws_key);
 	__type(value, struct ws_stat);
@@ -91,6 +92,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(max_entries, 16384);
 	__type(key, struct ws_key);
 	__type(value, u64);

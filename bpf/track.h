@@ -11,8 +11,14 @@
 #define WS_TRACKED 1
 #define WS_ARMED 2
 
+/* Allocated as processes are added (a preallocated map zeroes all its entries at load), except for
+ * perf_event programs, which may only use preallocated hash maps (bpf/clock.bpf.c defines
+ * WS_TRACKED_PREALLOC). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
+#ifndef WS_TRACKED_PREALLOC
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+#endif
 	__uint(max_entries, 65536);
 	__type(key, u32);
 	__type(value, u8);

@@ -17,7 +17,7 @@ use whyslow_model::{file, sample_types, Killed, Profile, SyscallStat};
 use whyslow_record::calls::{default_patterns, hit_cost_ns, Execution, PatternSpec};
 use whyslow_record::load::{LoadOptions, LoadOutput, Ready};
 use whyslow_record::{
-    signals, AllocOptions, CallOptions, Clock, Observer, OffCpuOptions, Progress, RecordOptions,
+    phases, signals, AllocOptions, CallOptions, Clock, Observer, OffCpuOptions, Progress, RecordOptions,
     SyscallOptions, Target,
 };
 use whyslow_render as render;
@@ -52,16 +52,50 @@ fn seconds(what: &str, s: f64, zero: bool) -> Result<Duration> {
 /// Shows a live status line on a terminal; nothing otherwise.
 struct StatusLine {
     tty: bool,
+    /// Symbolizing ahead (see [`StatusLine::prefetching`]): what to read, then the thread reading it.
+    prefetch: Option<(Target, bool)>,
+    prefetched: Option<std::thread::JoinHandle<whyslow_symbolize::Prefetch>>,
 }
 
 impl StatusLine {
     fn new() -> StatusLine {
-        StatusLine { tty: std::io::stderr().is_terminal() }
+        StatusLine { tty: std::io::stderr().is_terminal(), prefetch: None, prefetched: None }
+    }
+
+    /// Starts symbolizing on other threads once the run has samples (its first progress with some,
+    /// 0.25 s in): the kernel's symbol table (with `kernel`) and the symbols and debug information of
+    /// a launched command's files (libc's compressed DWARF alone takes ~25 ms to inflate). A run over
+    /// by then, or without samples, reads nothing ahead.
+    fn prefetching(mut self, target: Target, kernel: bool) -> StatusLine {
+        self.prefetch = Some((target, kernel));
+        self
+    }
+
+    /// What was read ahead (nothing if the prefetch never started).
+    fn prefetched(&mut self) -> whyslow_symbolize::Prefetch {
+        self.prefetched.take().and_then(|h| h.join().ok()).unwrap_or_default()
     }
 }
 
 impl Observer for StatusLine {
     fn progress(&mut self, p: &Progress) {
+        // Progress comes every 0.25 s of a run, and once at its end (too late to read ahead).
+        if p.samples > 0 && p.elapsed >= Duration::from_millis(250) {
+            if let Some((target, kernel)) = self.prefetch.take() {
+                self.prefetched = Some(std::thread::spawn(move || {
+                    let files: Vec<String> = match target {
+                        Target::Launch(_) => whyslow_record::calls::target_modules(&target)
+                            .unwrap_or_default()
+                            .iter()
+                            .filter_map(|m| std::fs::canonicalize(m).ok())
+                            .map(|m| m.to_string_lossy().into_owned())
+                            .collect(),
+                        _ => Vec::new(),
+                    };
+                    whyslow_symbolize::Prefetch::start(&files, kernel.then_some(""))
+                }));
+            }
+        }
         if self.tty {
             eprint!(
                 "\r\x1b[2Krecording: {:6.1}s  {} samples  {} lost",
@@ -111,15 +145,16 @@ pub fn record(a: RecordArgs) -> Result<()> {
         }
     }
     signals::install();
+    let mut status = StatusLine::new().prefetching(opts.target.clone(), opts.kernel);
     let (raw, load_run) = match &load {
         Some(l) => {
-            let run = whyslow_record::load::record_under_load(&opts, l, &mut StatusLine::new());
+            let run = whyslow_record::load::record_under_load(&opts, l, &mut status);
             end_status_line();
             let run = run?;
             (run.raw, Some((run.load, run.ready_after)))
         }
         None => {
-            let raw = whyslow_record::record(&opts, &mut StatusLine::new());
+            let raw = whyslow_record::record(&opts, &mut status);
             end_status_line();
             (raw?, None)
         }
@@ -154,13 +189,11 @@ pub fn record(a: RecordArgs) -> Result<()> {
             }
         }
     }
-    let stopped = std::time::Instant::now();
-    let profile = whyslow_symbolize::symbolize(raw);
+    let prefetch = status.prefetched();
+    let profile = phases::time("symbolize", || whyslow_symbolize::symbolize_with(raw, prefetch));
     // The summary comes first: a save that fails (disk full) must not cost the user what was recorded.
-    let saved = file::save(&profile, &a.output);
-    if a.verbose {
-        eprintln!("whyslow: post-processing {:.3} s (symbolize + save)", stopped.elapsed().as_secs_f64());
-    }
+    let saved = phases::time("save", || file::save(&profile, &a.output));
+    let reported = std::time::Instant::now();
     if !a.quiet {
         let value = value_index(&profile, None)?;
         render::text::report(
@@ -170,6 +203,10 @@ pub fn record(a: RecordArgs) -> Result<()> {
         )?;
         writeln!(report)?;
         report.flush()?;
+    }
+    phases::add("report", reported.elapsed());
+    if a.verbose {
+        print_phases();
     }
     saved?;
     // The first sample type's total: "1234 samples", or "0.77 s offcpu" for a time.
@@ -486,7 +523,8 @@ pub fn syscalls(a: SyscallsArgs) -> Result<()> {
     };
     let raw = whyslow_record::record(&opts, &mut view)?;
     remember_outcome(&raw.meta);
-    let profile = whyslow_symbolize::symbolize(raw);
+    let profile = phases::time("symbolize", || whyslow_symbolize::symbolize(raw));
+    let reported = std::time::Instant::now();
     let rows = whyslow_analyze::syscall_summary(&profile, a.per_thread);
     let mut out = view.out;
     match a.format {
@@ -511,8 +549,9 @@ pub fn syscalls(a: SyscallsArgs) -> Result<()> {
         }
     }
     out.flush()?;
+    phases::add("report", reported.elapsed());
     if let Some(path) = output {
-        file::save(&profile, &path)?;
+        phases::time("save", || file::save(&profile, &path))?;
         let hint = if a.stacks {
             format!(", `whyslow flamegraph {} --type syscalls`", path.display())
         } else {
@@ -520,7 +559,25 @@ pub fn syscalls(a: SyscallsArgs) -> Result<()> {
         };
         eprintln!("whyslow: wrote {}; next: `whyslow report {0} --type syscalls`{hint}", path.display());
     }
+    if a.verbose {
+        print_phases();
+    }
     Ok(())
+}
+
+/// `-v`: the wall time of each phase so far, one line each, and since whyslow started.
+fn print_phases() {
+    let all = phases::all();
+    let width = all.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+    eprintln!("whyslow: time per phase");
+    for (name, d) in &all {
+        eprintln!("  {name:<width$}  {:8.1} ms", d.as_secs_f64() * 1e3);
+    }
+    eprintln!(
+        "  {:<width$}  {:8.1} ms",
+        "since whyslow started",
+        crate::STARTED.elapsed().as_secs_f64() * 1e3
+    );
 }
 
 /// Says when an attached run started (so Ctrl-C has something to stop); silent for launched commands.
@@ -610,16 +667,19 @@ pub fn calls(a: CallsArgs) -> Result<()> {
                 Execution::SingleStepped => stepped += 1,
             }
         }
-        let avg_ns = res.probes.iter().map(|p| hit_cost_ns(p.site.execution)).sum::<u64>() as f64
-            / res.probes.len() as f64;
+        // What a hit costs on this machine (measured), else the assumed costs.
+        let measured = whyslow_record::calls::measure_hit_cost();
+        let cost = |e: Execution| measured.map_or(hit_cost_ns(e) as f64, |h| h.ns(e, None));
+        let avg_ns = res.probes.iter().map(|p| cost(p.site.execution)).sum::<f64>() / res.probes.len() as f64;
         bail!(
-            "these patterns match {} functions ({emulated} probed on an emulated instruction at ~{:.1} us per \
-             call, {stepped} on a single-stepped one at ~{:.1} us): a target making 100k such calls per second \
-             would spend ~{:.0}% of a CPU in the probes. Narrow the patterns (`--list` shows them) or pass \
-             --yes to probe them all",
+            "these patterns match {} functions ({emulated} probed on an emulated instruction at ~{:.2} us per \
+             call, {stepped} on a single-stepped one at ~{:.2} us, {} here): a target making 100k such calls per \
+             second would spend ~{:.0}% of a CPU in the probes. Narrow the patterns (`--list` shows them) or \
+             pass --yes to probe them all",
             res.probes.len(),
-            hit_cost_ns(Execution::Emulated) as f64 / 1e3,
-            hit_cost_ns(Execution::SingleStepped) as f64 / 1e3,
+            cost(Execution::Emulated) / 1e3,
+            cost(Execution::SingleStepped) / 1e3,
+            if measured.is_some() { "measured" } else { "assumed" },
             avg_ns * 100_000.0 / 1e9 * 100.0
         );
     }
@@ -649,7 +709,7 @@ pub fn calls(a: CallsArgs) -> Result<()> {
     };
     signals::install();
     let raw = if matches!(opts.target, Target::Launch(_)) {
-        whyslow_record::record(&opts, &mut StatusLine { tty: false })?
+        whyslow_record::record(&opts, &mut StatusLine { tty: false, prefetch: None, prefetched: None })?
     } else {
         whyslow_record::record(&opts, &mut Attached { what: "calls" })?
     };
@@ -819,15 +879,19 @@ pub fn compare(a: CompareArgs) -> Result<()> {
     signals::install();
     let opts =
         CompareOptions { commands: [before.clone(), after.clone()], runs: a.runs, frequency: a.freq, load };
-    let c = whyslow_investigate::compare::compare(&opts, &mut StatusLine { tty: false }, |r| {
-        let rps =
-            r.load.as_ref().map_or(String::new(), |l| format!(", {:.0} requests/s", l.requests_per_sec));
-        let (n, side) = (a.runs, SIDES[r.side]);
-        eprintln!(
-            "whyslow: run {}/{n} {side:<6}: cpu {:.3} s, wall {:.3} s{rps}",
-            r.number, r.cpu_s, r.wall_s
-        );
-    })?;
+    let c = whyslow_investigate::compare::compare(
+        &opts,
+        &mut StatusLine { tty: false, prefetch: None, prefetched: None },
+        |r| {
+            let rps =
+                r.load.as_ref().map_or(String::new(), |l| format!(", {:.0} requests/s", l.requests_per_sec));
+            let (n, side) = (a.runs, SIDES[r.side]);
+            eprintln!(
+                "whyslow: run {}/{n} {side:<6}: cpu {:.3} s, wall {:.3} s{rps}",
+                r.number, r.cpu_s, r.wall_s
+            );
+        },
+    )?;
     for r in &c.runs {
         let name = format!("{}-{}", SIDES[r.side], r.number);
         if let Some(out) = &r.load_output {

@@ -140,9 +140,9 @@ pub struct RecordArgs {
     /// aligned_alloc, memalign (C++ operator new allocates through malloc), Go's runtime.mallocgc.
     #[arg(long)]
     pub alloc: bool,
-    /// With --alloc: take every Nth call of each allocation function (1: exact; N is rounded up to a
-    /// prime, so that a loop making a multiple of N calls does not show the same one each time).
-    #[arg(long, default_value_t = 1, value_name = "N")]
+    /// With --alloc: counts and bytes are exact per call site and stack, counted in the kernel; the stack
+    /// of each is copied at its 1st, 2nd, 4th, ... call and then at least every Nth (1: every call).
+    #[arg(long, default_value_t = whyslow_record::ALLOC_PERIOD, value_name = "N")]
     pub alloc_period: u64,
     /// Bytes of user stack copied per sample (deeper stacks are cut).
     #[arg(long, default_value_t = 32768)]
@@ -153,7 +153,8 @@ pub struct RecordArgs {
     /// Do not print the summary at the end.
     #[arg(short, long)]
     pub quiet: bool,
-    /// Print timings of the phases after the recording stops.
+    /// Print the wall time of each phase (eBPF load, perf events, attach, run, symbolize, save) at the
+    /// end.
     #[arg(short, long)]
     pub verbose: bool,
     #[command(flatten)]
@@ -283,7 +284,8 @@ pub struct SyscallsArgs {
     #[arg(long)]
     pub stacks: bool,
     /// With --stacks: take the stack of every Nth syscall only (cheaper on syscall-heavy targets; N is
-    /// rounded up to a prime, as with --alloc-period).
+    /// rounded up to a prime, so that a loop making a multiple of N calls does not show the same one
+    /// each time).
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub stacks_period: u64,
     /// One table per thread.
@@ -297,6 +299,9 @@ pub struct SyscallsArgs {
     pub output: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub format: OutputFormat,
+    /// Print the wall time of each phase (eBPF load, attach, run, symbolize, save) at the end.
+    #[arg(short, long)]
+    pub verbose: bool,
 }
 
 #[derive(Args)]
@@ -319,7 +324,7 @@ pub struct CallsArgs {
     #[arg(long)]
     pub callers: bool,
     /// With --callers: take the stack of every Nth call only (N rounded up to a prime, as with
-    /// --alloc-period).
+    /// --stacks-period).
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub callers_period: u64,
     /// Also resolve the patterns in this library, which the target loads later with dlopen: its
@@ -355,8 +360,8 @@ pub struct DoctorArgs {
     /// interrupts a CPU, which a loaded server pays for in throughput).
     #[arg(short = 'F', long = "freq")]
     pub freq: Option<u64>,
-    /// Take the stack of every Nth syscall and of every 4Nth call of each allocation function (each
-    /// rounded up to a prime, as with record's --alloc-period).
+    /// Take the stack of every Nth syscall (rounded up to a prime), and of each allocation stack at
+    /// least every 4Nth call (allocations are counted exactly whatever N).
     #[arg(long, default_value_t = 16, value_name = "N")]
     pub stacks_period: u64,
     /// The most the second phase's uprobes (allocation and call counters, which cost per call) may cost,
@@ -549,7 +554,12 @@ fn man_pages(dir: &std::path::Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// When main began (`-v` prints the phases against it).
+pub static STARTED: std::sync::LazyLock<std::time::Instant> =
+    std::sync::LazyLock::new(std::time::Instant::now);
+
 fn main() {
+    std::sync::LazyLock::force(&STARTED);
     let cli = Cli::parse();
     if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         whyslow_symbolize::set_progress(|what| eprintln!("whyslow: {what}"));

@@ -178,3 +178,27 @@ fn functions_of_a_library_loaded_later_are_counted() {
     let e = fails(&["calls", "--lib", "/no/such/lib.so", "malloc", "--", prog, "1", "0"]);
     assert!(e.contains("--lib /no/such/lib.so: no such file"), "{e}");
 }
+
+/// The cost of a probe hit is measured on this machine at the start of a run (whyslow probes two
+/// functions of its own), not assumed: a run says what a hit cost, and the refusal of patterns matching
+/// too many functions prices them with it. A single-stepped instruction takes a second trap, so it costs
+/// more than an emulated one on every kernel.
+#[test]
+fn the_probe_hit_cost_is_measured_and_said() {
+    let bin = workload("allocburst");
+    let out = ok(&["calls", "malloc", "--", bin.to_str().unwrap(), "burst", "1000"]);
+    let line = out.lines().find(|l| l.contains("a probe hit costs")).unwrap_or_else(|| panic!("{out}"));
+    let us: Vec<f64> = line
+        .split_whitespace()
+        .zip(line.split_whitespace().skip(1))
+        .filter(|(_, unit)| *unit == "us")
+        .map(|(n, _)| n.parse().unwrap())
+        .collect();
+    let [emulated, stepped, program] = us[..] else { panic!("{line}") };
+    assert!(emulated > 0.0 && stepped > emulated && program > 0.0 && program < emulated, "{line}");
+    assert!(line.contains("measured on this machine"), "{line}");
+    let v = calls_json(&["malloc", "--", bin.to_str().unwrap(), "burst", "1000"]);
+    assert_eq!(count(&v, "malloc", "libc.so.6"), 1000, "{v}");
+    let err = fails(&["calls", "*", "--", "true"]);
+    assert!(err.contains("measured here") && err.contains("--yes"), "{err}");
+}

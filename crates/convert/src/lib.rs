@@ -157,6 +157,54 @@ pub struct SiteCount {
     pub bytes: u64,
 }
 
+/// Calls and requested bytes of one allocation function from one call site and one stack id (a hash of
+/// the frame-pointer chain), counted in the kernel; its stack is named by the samples that carry its key.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StackCount {
+    pub pid: u32,
+    pub probe: u32,
+    pub ret: u64,
+    pub stack: u64,
+    pub calls: u64,
+    pub bytes: u64,
+}
+
+/// (pid, probe, return address, stack id) of a keyed allocation count.
+type StackKey = (u32, u32, u64, u64);
+/// A stack id of [`StackKey`] for a site's exact two-frame count, and for its calls no stack key held.
+const SITE_TOTAL: u64 = u64::MAX;
+const SITE_UNKEYED: u64 = u64::MAX - 1;
+/// Distinct stacks kept per stack key (more: the rest go to the first).
+const STACKS_PER_KEY: usize = 64;
+
+/// `n` split in proportion to `weights` (largest remainders), summing to `n` exactly.
+fn split(n: u64, weights: &[u64]) -> Vec<u64> {
+    let total: u128 = weights.iter().map(|&w| w as u128).sum();
+    if total == 0 {
+        let mut out = vec![0; weights.len()];
+        if let Some(first) = out.first_mut() {
+            *first = n;
+        }
+        return out;
+    }
+    let mut out: Vec<u64> = weights.iter().map(|&w| (n as u128 * w as u128 / total) as u64).collect();
+    let mut rest = n - out.iter().sum::<u64>();
+    let mut order: Vec<usize> = (0..weights.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse((n as u128 * weights[i] as u128) % total));
+    for &i in order.iter().cycle().take(weights.len() * 2) {
+        if rest == 0 {
+            break;
+        }
+        out[i] += 1;
+        rest -= 1;
+    }
+    out
+}
+
+fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_ne_bytes(b.get(at..at + 8)?.try_into().ok()?))
+}
+
 /// Offset of `long id` in the raw_syscalls:sys_enter record (after the 8 bytes of common fields; stable
 /// since the tracepoint exists).
 const SYS_ENTER_ID_OFFSET: usize = 8;
@@ -248,6 +296,12 @@ pub struct Converter<H: Host> {
     frames: Vec<u64>,
     /// Event-clock time of time slice 0 of the current window (the first event's when not set).
     origin: Option<u64>,
+    /// Allocation stacks sampled by key (see [`StackCount`]): each distinct stack and thread with the hits
+    /// its samples stood for, over which the key's exact counts are split.
+    alloc_stacks: HashMap<StackKey, Vec<(Vec<RawFrame>, RawThread, u64)>>,
+    /// Calls and bytes of each key (and site) already added to the samples, so that a window gets what
+    /// was counted since the last.
+    alloc_added: HashMap<StackKey, (u64, u64)>,
 }
 
 impl<H: Host> Converter<H> {
@@ -271,6 +325,8 @@ impl<H: Host> Converter<H> {
             counters: Counters::default(),
             frames: Vec::new(),
             origin: None,
+            alloc_stacks: HashMap::new(),
+            alloc_added: HashMap::new(),
         }
     }
 
@@ -533,13 +589,28 @@ impl<H: Host> Converter<H> {
     /// Exact per-call-site allocation counts as two-frame samples: the allocator, and the code that called
     /// it (normalized with the mappings the run tracked, so exited processes resolve too).
     pub fn add_alloc_sites(&mut self, sites: &[SiteCount]) {
+        self.add_alloc_counts(sites, &[]);
+    }
+
+    /// Exact allocation counts, read from the kernel (totals so far; what earlier calls added is not added
+    /// again): per call site as two-frame samples (`alloc-site-*`), and per stack key over the stacks its
+    /// samples unwound to (`alloc-count`, `alloc-bytes`), split by the hits each sample stood for. Counts
+    /// whose key no sample named (or that no key held) keep the allocator and its caller under
+    /// [`whyslow_model::LOST_STACK_FRAME`]: a lost stack, never a lost count.
+    pub fn add_alloc_counts(&mut self, sites: &[SiteCount], stacks: &[StackCount]) {
         let n = self.raw.sample_types.len();
-        let (Some(count), Some(bytes)) = (
-            self.raw.sample_types.iter().position(|t| t.name == st::ALLOC_SITE_COUNT),
-            self.raw.sample_types.iter().position(|t| t.name == st::ALLOC_SITE_BYTES),
-        ) else {
-            return;
-        };
+        let pos = |name: &str| self.raw.sample_types.iter().position(|t| t.name == name);
+        let site_slots = pos(st::ALLOC_SITE_COUNT).zip(pos(st::ALLOC_SITE_BYTES));
+        let stack_slots = pos(st::ALLOC_COUNT).zip(pos(st::ALLOC_BYTES));
+        let mut keyed: HashMap<(u32, u32, u64), (u64, u64)> = HashMap::new();
+        for k in stacks {
+            let e = keyed.entry((k.pid, k.probe, k.ret)).or_default();
+            e.0 += k.calls;
+            e.1 += k.bytes;
+        }
+        // (stack, thread, [calls, bytes], the two value slots they go to)
+        type Add = (Vec<RawFrame>, RawThread, [i64; 2], (usize, usize));
+        let mut adds: Vec<Add> = Vec::new();
         for s in sites {
             let Some((name, module)) = self.alloc_names.get(s.probe as usize).cloned() else { continue };
             let label = RawFrame::Label(self.raw.label(&name, &module, FrameKind::User));
@@ -551,12 +622,84 @@ impl<H: Host> Converter<H> {
             if self.nested(Some(&caller)) {
                 continue;
             }
-            let mut values = vec![0i64; n];
-            values[count] = s.calls as i64;
-            values[bytes] = s.bytes.min(i64::MAX as u64) as i64;
-            // Counted over the whole run and read at its end: no time of their own (slice 0).
-            self.raw.add(vec![label, caller], RawThread { pid: s.pid, tid: s.pid }, 0, &values);
+            let thread = RawThread { pid: s.pid, tid: s.pid };
+            if let Some(slots) = site_slots {
+                let d = self.added((s.pid, s.probe, s.ret, SITE_TOTAL), s.calls, s.bytes);
+                adds.push((vec![label, caller], thread.clone(), d, slots));
+            }
+            let Some(slots) = stack_slots.filter(|_| !stacks.is_empty()) else { continue };
+            let (kc, kb) = keyed.get(&(s.pid, s.probe, s.ret)).copied().unwrap_or_default();
+            let d = self.added(
+                (s.pid, s.probe, s.ret, SITE_UNKEYED),
+                s.calls.saturating_sub(kc),
+                s.bytes.saturating_sub(kb),
+            );
+            let lost = RawFrame::Label(self.raw.label(
+                whyslow_model::LOST_STACK_FRAME,
+                "[alloc]",
+                FrameKind::Unknown,
+            ));
+            adds.push((vec![label, caller, lost], thread, d, slots));
         }
+        if let Some(slots) = stack_slots {
+            for k in stacks {
+                let key = (k.pid, k.probe, k.ret, k.stack);
+                let d = self.added(key, k.calls, k.bytes);
+                if d == [0, 0] {
+                    continue;
+                }
+                match self.alloc_stacks.get(&key) {
+                    Some(kept) => {
+                        let weights: Vec<u64> = kept.iter().map(|(_, _, w)| *w).collect();
+                        let calls = split(d[0] as u64, &weights);
+                        let bytes = split(d[1] as u64, &weights);
+                        for (i, (frames, thread, _)) in kept.iter().enumerate() {
+                            adds.push((
+                                frames.clone(),
+                                thread.clone(),
+                                [calls[i] as i64, bytes[i] as i64],
+                                slots,
+                            ));
+                        }
+                    }
+                    None => {
+                        let Some((name, module)) = self.alloc_names.get(k.probe as usize).cloned() else {
+                            continue;
+                        };
+                        let caller = match self.procs.get(&k.pid) {
+                            Some(p) => p.normalize(k.ret.saturating_sub(1)),
+                            None => RawFrame::Unmapped(k.ret),
+                        };
+                        if self.nested(Some(&caller)) {
+                            continue;
+                        }
+                        let label = RawFrame::Label(self.raw.label(&name, &module, FrameKind::User));
+                        let lost =
+                            self.raw.label(whyslow_model::LOST_STACK_FRAME, "[alloc]", FrameKind::Unknown);
+                        let thread = RawThread { pid: k.pid, tid: k.pid };
+                        adds.push((vec![label, caller, RawFrame::Label(lost)], thread, d, slots));
+                    }
+                }
+            }
+        }
+        for (stack, thread, [calls, bytes], (cs, bs)) in adds {
+            if calls == 0 && bytes == 0 {
+                continue;
+            }
+            let mut values = vec![0i64; n];
+            values[cs] = calls;
+            values[bs] = bytes;
+            // Counted over the whole run and read at its end: no time of their own (slice 0).
+            self.raw.add(stack, thread, 0, &values);
+        }
+    }
+
+    /// What of `calls` and `bytes` (totals so far of `key`) was not added yet; marks it added.
+    fn added(&mut self, key: StackKey, calls: u64, bytes: u64) -> [i64; 2] {
+        let done = self.alloc_added.entry(key).or_default();
+        let d = [calls.saturating_sub(done.0), bytes.saturating_sub(done.1)];
+        *done = (done.0.max(calls), done.1.max(bytes));
+        [d[0].min(i64::MAX as u64) as i64, d[1].min(i64::MAX as u64) as i64]
     }
 
     /// A thread runs again: the time since it blocked is off-CPU time of the stack it blocked in.
@@ -706,6 +849,18 @@ impl<H: Host> Converter<H> {
             return;
         }
         let thread = RawThread { pid: s.pid, tid: s.tid };
+        if let (Stream::Alloc { probe, .. }, Some(ret), Some(id)) =
+            (stream, u64_at(s.raw, 0), u64_at(s.raw, 8))
+        {
+            // A sample of a stack key: it names the stack of the key's exact counts (added with them).
+            let kept = self.alloc_stacks.entry((s.pid, probe as u32, ret, id)).or_default();
+            match kept.iter().position(|(f, t, _)| *f == stack && *t == thread) {
+                Some(i) => kept[i].2 += s.period,
+                None if kept.len() < STACKS_PER_KEY => kept.push((stack, thread, s.period)),
+                None => kept[0].2 += s.period,
+            }
+            return;
+        }
         if let (Stream::OffCpu { slot, .. }, Some(ns)) = (stream, offcpu_ns) {
             values[slot] = ns.min(i64::MAX as u64) as i64;
             let time = self.slice(time);

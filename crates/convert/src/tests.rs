@@ -408,3 +408,66 @@ fn samples_fall_in_time_slices_from_the_origin() {
     assert_eq!(by_slice(&first), vec![(0, 2), (1, 1), (3, 2), (4, 1)]);
     assert_eq!(by_slice(&c.cut()), vec![(2, 1)]);
 }
+
+/// Allocation counts come from the kernel per stack key; samples only name a key's stacks. A key's exact
+/// count is split over its samples' stacks by the hits each stood for, a key no sample named keeps its
+/// count under the lost-stack frame, and a later read adds only what was counted since.
+#[test]
+fn allocation_counts_are_exact_per_key_and_split_over_the_keys_stacks() {
+    let types = vec![
+        SampleType { name: st::ALLOC_COUNT.into(), unit: "count".into() },
+        SampleType { name: st::ALLOC_BYTES.into(), unit: "bytes".into() },
+        SampleType { name: st::ALLOC_SITE_COUNT.into(), unit: "count".into() },
+        SampleType { name: st::ALLOC_SITE_BYTES.into(), unit: "bytes".into() },
+    ];
+    let streams = vec![Stream::Alloc { slot: 0, probe: 0, size: SizeArg::Arg(0) }];
+    let mut c = Converter::new(FakeHost::default(), types, streams)
+        .with_labels(vec![], vec![("malloc".into(), LIB.into())]);
+    let keyed = |tid: u32, ip: u64, ret: u64, id: u64, weight: u64| {
+        let Record::Sample(mut s) = sample(1, 7, tid, ip) else { unreachable!() };
+        s.period = weight;
+        s.raw = [ret.to_ne_bytes(), id.to_ne_bytes()].concat();
+        Record::Sample(s)
+    };
+    let ids = HashMap::from([(1, 0)]);
+    // Key (ret 0x1010, id 5) sampled twice from two threads (weights 1 and 3); key id 6 never sampled.
+    c.handle_batch(
+        vec![
+            at(1, mmap(7, 0x1000, EXE)),
+            at(2, keyed(7, 0x1004, 0x1010, 5, 1)),
+            at(3, keyed(8, 0x1004, 0x1010, 5, 3)),
+        ],
+        &ids,
+    );
+    let site = SiteCount { pid: 7, probe: 0, ret: 0x1010, calls: 110, bytes: 1100 };
+    let k5 = StackCount { pid: 7, probe: 0, ret: 0x1010, stack: 5, calls: 100, bytes: 1000 };
+    let k6 = StackCount { stack: 6, calls: 10, bytes: 100, ..k5 };
+    c.add_alloc_counts(&[site], &[k5, k6]);
+    let lost = c.raw.labels.iter().position(|l| l.name == whyslow_model::LOST_STACK_FRAME).unwrap() as u32;
+    let sum = |c: &Converter<FakeHost>, slot: usize, pred: &dyn Fn(&[RawFrame], u32) -> bool| -> i64 {
+        c.raw.samples.iter().filter(|((s, t, _), _)| pred(s, t.tid)).map(|(_, v)| v[slot]).sum()
+    };
+    let is_lost = |s: &[RawFrame]| s.last() == Some(&RawFrame::Label(lost));
+    assert_eq!(sum(&c, 0, &|_, _| true), 110);
+    assert_eq!(sum(&c, 1, &|_, _| true), 1100);
+    assert_eq!(sum(&c, 2, &|_, _| true), 110, "the site's exact count");
+    assert_eq!(sum(&c, 0, &|s, t| !is_lost(s) && t == 7), 25, "weight 1 of 4");
+    assert_eq!(sum(&c, 0, &|s, t| !is_lost(s) && t == 8), 75, "weight 3 of 4");
+    assert_eq!(sum(&c, 0, &|s, _| is_lost(s)), 10, "the key no sample named");
+    // Read again later: only what was counted since is added.
+    c.add_alloc_counts(
+        &[SiteCount { calls: 114, bytes: 1140, ..site }],
+        &[StackCount { calls: 104, bytes: 1040, ..k5 }, k6],
+    );
+    assert_eq!(sum(&c, 0, &|_, _| true), 114);
+    assert_eq!(sum(&c, 2, &|_, _| true), 114);
+    assert_eq!(sum(&c, 0, &|s, t| !is_lost(s) && t == 8), 78);
+}
+
+#[test]
+fn a_split_sums_to_the_whole() {
+    assert_eq!(split(10, &[1, 1, 1]), vec![4, 3, 3]);
+    assert_eq!(split(7, &[0, 0]), vec![7, 0]);
+    assert_eq!(split(u64::MAX, &[u64::MAX, 1]).iter().sum::<u64>(), u64::MAX);
+    assert_eq!(split(0, &[]), Vec::<u64>::new());
+}

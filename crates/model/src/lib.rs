@@ -20,6 +20,11 @@ pub const PREEMPTED_FRAME: &str = "[waiting for a CPU]";
 /// real, the callers above them are missing. Such stacks are also counted as partial.
 pub const CUT_FRAME: &str = "[stack cut here]";
 
+/// Root frame of allocations counted exactly at their call site whose stack no sample named (the ring
+/// buffer had no room for it, or no map for its stack key): the frames under it are the allocator and its
+/// caller.
+pub const LOST_STACK_FRAME: &str = "[stack lost]";
+
 /// The one frame that stands for everything a sample ran inside whyslow's own probes (a uprobe's trap and
 /// single-step, an eBPF program on a syscall): such samples measure the measurement, not the program.
 pub const PROBE_FRAME: &str = "[whyslow probe]";

@@ -68,8 +68,52 @@ pub struct Resolution {
     pub notes: Vec<String>,
 }
 
-/// What one probed call costs the calling thread, by how the kernel runs the probed instruction (measured
-/// with bench/calls_overhead.sh on this project's CI machine: ~0.5 us emulated, ~10.5 us single-stepped).
+/// What one probe hit costs the thread that takes it, measured on this kernel and CPU at the start of a
+/// run (whyslow probes two functions of its own with the run's program and times calls of them).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HitCost {
+    /// A hit on an instruction the kernel emulates (push, nop, jmp/jcc/call), in ns.
+    pub emulated_ns: f64,
+    /// A hit on an instruction the kernel single-steps out of line, in ns.
+    pub stepped_ns: f64,
+    /// The counting program's own share of those (it returns at once for whyslow's own process).
+    pub floor_program_ns: f64,
+}
+
+impl HitCost {
+    /// One hit on an instruction run this way, the counting program taking `program_ns` per run (as in
+    /// the run so far; None: as in the measurement).
+    pub fn ns(&self, execution: Execution, program_ns: Option<f64>) -> f64 {
+        let trap = match execution {
+            Execution::Emulated => self.emulated_ns,
+            Execution::SingleStepped => self.stepped_ns,
+        };
+        trap - self.floor_program_ns + program_ns.unwrap_or(self.floor_program_ns)
+    }
+
+    /// One line for a report: what a hit cost in this run.
+    pub fn describe(&self, program_ns: Option<f64>) -> String {
+        format!(
+            "a probe hit costs {:.2} us on an emulated instruction, {:.2} us on a single-stepped one \
+             (measured on this machine at the start of the run; the counting program {:.2} us of it)",
+            self.ns(Execution::Emulated, program_ns) / 1e3,
+            self.ns(Execution::SingleStepped, program_ns) / 1e3,
+            program_ns.unwrap_or(self.floor_program_ns) / 1e3
+        )
+    }
+}
+
+/// Measures what a probe hit costs here before any run (see [`HitCost`]): loads the counting program for
+/// the measurement alone (~20 ms). None where eBPF or uprobes are not available.
+pub fn measure_hit_cost() -> Option<HitCost> {
+    let mut obj = std::mem::MaybeUninit::uninit();
+    let mut p = crate::bpf::CallProbe::load(&mut obj, false, false, None, None).ok()?;
+    p.measure_hits()
+}
+
+/// What one probed call is assumed to cost where it could not be measured (see [`HitCost`]), by how the
+/// kernel runs the probed instruction (bench/calls_overhead.sh on this project's CI machine: ~0.5 us
+/// emulated, ~10.5 us single-stepped).
 pub const fn hit_cost_ns(execution: Execution) -> u64 {
     match execution {
         Execution::Emulated => 500,

@@ -10,6 +10,7 @@ mod bpf;
 pub mod calls;
 mod files;
 pub mod load;
+pub mod phases;
 mod records;
 mod session;
 pub mod signals;
@@ -119,12 +120,20 @@ impl OffCpuOptions {
     }
 }
 
-/// How to record allocations.
+/// How to record allocations. Counts and bytes are exact per call site and stack key, counted in the
+/// kernel; stacks are copied as samples of those keys.
 #[derive(Debug, Clone)]
 pub struct AllocOptions {
-    /// Take every Nth call of each allocation function (1: every call, exact counts and bytes).
+    /// Copy the stack of each key at its 1st, 2nd, 4th, ... call and then at least every `period`th (1:
+    /// every call).
     pub period: u64,
 }
+
+/// The default [`AllocOptions::period`]. Where one stack key covers several stacks (code without frame
+/// pointers), each sample stands for the calls since the key's previous one, so the split over them is
+/// off by at most this many calls per change of stack: 1024 keeps it small at one 16 KB copy per 1024
+/// calls of a hot site.
+pub const ALLOC_PERIOD: u64 = 1024;
 
 /// How the note that the probe budget ended a run begins (see [`RecordOptions::probe_budget`]).
 pub const BUDGET_NOTE: &str = "probes stopped after";

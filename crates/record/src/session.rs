@@ -92,10 +92,12 @@ pub enum End {
 
 /// Records until the duration passes, a stop signal arrives, or the target exits.
 pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawRecording, RecordError> {
-    let mut objects = Objects::new(opts)?;
+    let mut objects = crate::phases::time("resolve allocation functions", || Objects::new(opts))?;
     let mut s = Session::start(opts, &mut objects, observer)?;
+    let run = Instant::now();
     while s.step(observer).is_none() {}
-    Ok(s.finish(observer))
+    crate::phases::add("run (target)", run.elapsed());
+    Ok(crate::phases::time("finish (drain, detach)", || s.finish(observer)))
 }
 
 /// Checks what the kernel and the options allow before anything is opened.
@@ -180,7 +182,8 @@ impl<'a> Session<'a> {
         let mut notes = std::mem::take(&mut objects.notes);
         let alloc_names: Vec<(String, String)> = objects.alloc.iter().map(|(p, _)| label_of(p)).collect();
         let nesting = objects.nesting.clone();
-        let (pids, command, mut gate) = target::resolve(&opts.target)?;
+        let (pids, command, mut gate) =
+            crate::phases::time("start target", || target::resolve(&opts.target))?;
         // A gate dropped on an error here lets its child exit without running the command.
         let src = Sources::start(opts, &trace, &pids, gate.is_some(), objects, &mut notes)?;
         let probe_names = opts.calls.iter().flat_map(|c| &c.probes).map(label_of).collect();
@@ -274,7 +277,13 @@ impl<'a> Session<'a> {
         let poll_fd = self.src.syscalls.as_ref().and_then(|p| p.poll_fd());
         // A budget is checked more often than data may arrive.
         let budget = self.pending_budget();
-        sys::poll(self.src.ev.rings(), poll_fd, if budget.is_some() { 20 } else { 100 });
+        // A launched command's exit ends the wait at once (short commands pay no timeout).
+        let exit_fd = self.gate.as_ref().and_then(Gated::exit_fd);
+        sys::poll(
+            self.src.ev.rings(),
+            poll_fd.into_iter().chain(exit_fd),
+            if budget.is_some() { 20 } else { 100 },
+        );
         self.src.drain(&mut self.c, &mut self.buf);
         if let Some(p) = &self.src.syscalls {
             p.drain_events().iter().for_each(|e| observer.trace(e));
@@ -311,6 +320,8 @@ impl<'a> Session<'a> {
                     return Some(End::Stopped);
                 }
                 self.src.stop_per_call();
+                // Stack samples sent before the probes went (allocation counts are split over them below).
+                self.src.drain(&mut self.c, &mut self.buf);
             }
         }
         if signals::stop_requested()
@@ -389,6 +400,10 @@ impl<'a> Session<'a> {
     /// Everything converted since the last cut (or the start), as one window; the state of live
     /// processes is kept for the next one. Syscall and call counters are not windowed.
     pub fn cut(&mut self) -> RawRecording {
+        if let Some(sites) = &self.src.alloc_sites {
+            // Allocations counted since the last window, over the stacks sampled so far.
+            self.c.add_alloc_counts(&sites.site_counts(), &sites.stack_counts());
+        }
         let mut raw = self.c.cut();
         add_wall(&mut raw);
         let n = self.c.counters();
@@ -471,16 +486,23 @@ impl<'a> Session<'a> {
         // The probes that cost the target at every call go next, all at once (their counts stay
         // readable), once what their events wrote is read.
         self.src.stop_per_call();
+        // Stack samples sent before the probes went (allocation counts are split over them below).
+        self.src.drain(&mut self.c, &mut self.buf);
         // Threads still blocked were blocked until now.
         let end = sys::monotonic_ns();
         if let Some(p) = self.src.offcpu.take() {
             self.c.handle_batch(p.in_progress(end), &std::collections::HashMap::new());
         }
         self.c.finish_blocked(end);
+        // What the per-call probes' hits cost in this run (measured, with the counting program's time).
+        if let Some(h) = self.src.hit_cost {
+            let probe = self.src.calls.as_ref().or(self.src.alloc_sites.as_ref());
+            self.notes.push(h.describe(probe.and_then(CallProbe::program_ns)));
+        }
         // Losses of every source add up: the allocation sites', the syscall and the call counters'.
         let mut lost_events = 0;
         if let Some(sites) = self.src.alloc_sites.take() {
-            self.c.add_alloc_sites(&sites.site_counts());
+            self.c.add_alloc_counts(&sites.site_counts(), &sites.stack_counts());
             lost_events += sites.lost();
         }
         let mut syscalls = Vec::new();

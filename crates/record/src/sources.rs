@@ -385,6 +385,8 @@ pub(crate) struct Sources<'obj> {
     pub(crate) sample_types: Vec<SampleType>,
     /// The allocation functions probed in each process followed.
     alloc_probes: Vec<Probe>,
+    /// What a probe hit costs here, measured before the run (calls and allocation probes).
+    pub(crate) hit_cost: Option<crate::calls::HitCost>,
 }
 
 impl<'obj> Sources<'obj> {
@@ -413,11 +415,24 @@ impl<'obj> Sources<'obj> {
         let mut cfgs = Vec::new();
         let mut streams = Vec::new();
         let mut sample_types = Vec::new();
+        // Per-task perf events will be opened (a clock, syscall stacks, or the mappings that stacks
+        // sampled in eBPF are unwound with): their one-time kernel wait runs beside the eBPF loads.
+        let per_task = opts.cpu
+            || opts.syscalls.as_ref().is_some_and(|s| s.stacks_period.is_some())
+            || opts.offcpu.is_some()
+            || opts.alloc.is_some()
+            || opts.calls.as_ref().is_some_and(|c| c.callers_period.is_some());
+        let warm = per_task.then(|| std::thread::spawn(sys::warm_task_events));
         // The clock is counted per CPU and filtered in the kernel where eBPF allows (bpf/clock.bpf.c): a
         // per-thread clock costs the target at each of its context switches. One event per thread that
         // samples nothing then follows the processes' mappings, threads and children.
         let clock_filter = if opts.cpu {
-            ClockFilter::load(&mut objects.clock, opts.stack_bytes, opts.frequency).ok()
+            crate::phases::time("load eBPF: clock filter", || {
+                // Only tracked processes said to run Go get goroutine stacks: a launched command that is not
+                // Go (its children are not marked Go either) needs no ring for them.
+                let go = !launched || go.iter().any(|&g| g);
+                ClockFilter::load(&mut objects.clock, opts.stack_bytes, opts.frequency, go).ok()
+            })
         } else {
             None
         };
@@ -461,6 +476,7 @@ impl<'obj> Sources<'obj> {
             stack_bytes: event_base.stack_bytes,
             ring_bytes: ring_bytes(EVENT_RING_PAGES),
             first_id,
+            keyed: false,
         };
         let call_stacks = callers_period.map(|period| {
             let slot = sample_types.len();
@@ -483,10 +499,14 @@ impl<'obj> Sources<'obj> {
                 ebpf_ids.push((ALLOC_SAMPLE_IDS + i as u64, streams.len()));
                 streams.push(Stream::Alloc { slot, probe: i, size: *size });
             }
-            stacks(ao.period, ALLOC_SAMPLE_IDS)
+            // Counts are exact per stack key in the kernel; samples only name the keys' stacks, so the
+            // period is the longest gap between two samples of a key (not rounded to a prime).
+            StackSampling { period: ao.period.max(1), keyed: true, ..stacks(1, ALLOC_SAMPLE_IDS) }
         });
         let mut probe = match &opts.syscalls {
-            Some(_) => Some(SyscallProbe::load(&mut objects.syscalls, trace)?),
+            Some(_) => Some(crate::phases::time("load eBPF: syscall counters", || {
+                SyscallProbe::load(&mut objects.syscalls, trace)
+            })?),
             None => None,
         };
         let mut alloc_sites = match &opts.alloc {
@@ -496,7 +516,9 @@ impl<'obj> Sources<'obj> {
                     .zip(&objects.nesting.tails)
                     .map(|((p, s), (role, _))| (bpf_size_code(*s), p.site.stack_delta, *role as u32))
                     .collect();
-                let p = CallProbe::load(&mut objects.alloc_obj, false, false, Some(&codes), alloc_stacks)?;
+                let p = crate::phases::time("load eBPF: allocation probes", || {
+                    CallProbe::load(&mut objects.alloc_obj, false, false, Some(&codes), alloc_stacks)
+                })?;
                 for &pid in pids {
                     p.track(pid, launched)?;
                 }
@@ -505,11 +527,20 @@ impl<'obj> Sources<'obj> {
             None => None,
         };
         let mut calls = match &opts.calls {
-            Some(c) => {
-                Some(CallProbe::load(&mut objects.calls, c.latency, c.follow_children, None, call_stacks)?)
-            }
+            Some(c) => Some(crate::phases::time("load eBPF: call counters", || {
+                CallProbe::load(&mut objects.calls, c.latency, c.follow_children, None, call_stacks)
+            })?),
             None => None,
         };
+        // What a hit of the per-call probes costs on this kernel and CPU, measured with the run's program.
+        let hit_cost = match calls.as_mut().or(alloc_sites.as_mut()) {
+            Some(p) => crate::phases::time("measure the probe hit cost", || p.measure_hits()),
+            None => None,
+        };
+        if let (Some(a), Some(_)) = (alloc_sites.as_mut(), calls.as_ref()) {
+            // The allocation program's time per run is the run's from here on too.
+            a.mark_stats();
+        }
         let offcpu = match (&opts.offcpu, offcpu_slot) {
             (Some(oo), Some(slot)) => {
                 // Off-CPU samples come from eBPF, not from an event: the stream goes after the events'
@@ -522,7 +553,9 @@ impl<'obj> Sources<'obj> {
                     kernel_stack: opts.kernel,
                     ring_bytes: ring_bytes(opts.ring_pages),
                 };
-                let mut p = OffCpuProbe::load(&mut objects.offcpu, &cfg)?;
+                let mut p = crate::phases::time("load eBPF: off-CPU", || {
+                    OffCpuProbe::load(&mut objects.offcpu, &cfg)
+                })?;
                 for (&pid, &go) in pids.iter().zip(&go) {
                     p.track(pid, launched, go)?;
                 }
@@ -547,10 +580,13 @@ impl<'obj> Sources<'obj> {
                 f.track(pid, launched, go)?;
             }
         }
+        let warmed = crate::phases::time("wait for perf's task hooks", || warm.map(|w| w.join()));
         if !ev.cfgs.is_empty() {
-            open_all(&mut ev, pids, launched, notes)?;
+            crate::phases::time("open perf events", || open_all(&mut ev, pids, launched, notes))?;
         }
+        drop(warmed);
         ev.ids.extend(ebpf_ids);
+        let attach_t0 = std::time::Instant::now();
         if opts.cpu && ev.clock() != Some(Clock::CpuClock) {
             sample_types[1] = SampleType { name: "cycles".into(), unit: "count".into() };
         }
@@ -578,7 +614,15 @@ impl<'obj> Sources<'obj> {
             sample_types
                 .push(SampleType { name: sample_types::ALLOC_SITE_BYTES.into(), unit: "bytes".into() });
         }
-        let exits = ExitWatch::load(&mut objects.exits).ok();
+        crate::phases::add("attach probes", attach_t0.elapsed());
+        // How attached targets end (a launched command is whyslow's child: its wait status says).
+        let exits = match launched {
+            true => None,
+            false => {
+                crate::phases::time("load eBPF: exit watch", || ExitWatch::load(&mut objects.exits).ok())
+            }
+        };
+        let attach_t0 = std::time::Instant::now();
         for (w, &pid) in exits.iter().flat_map(|w| pids.iter().map(move |p| (w, p))) {
             w.track(pid, launched)?;
         }
@@ -588,6 +632,7 @@ impl<'obj> Sources<'obj> {
                 notes.extend(p.attach(&alloc_probes, 0..alloc_probes.len(), pid as i32)?);
             }
         }
+        crate::phases::add("attach probes", attach_t0.elapsed());
         Ok(Sources {
             ev,
             syscalls: probe,
@@ -599,6 +644,7 @@ impl<'obj> Sources<'obj> {
             streams,
             sample_types,
             alloc_probes,
+            hit_cost,
         })
     }
 
@@ -611,9 +657,16 @@ impl<'obj> Sources<'obj> {
         latency: bool,
         stacks_period: Option<u64>,
     ) -> (u64, u64) {
-        let cost = |p: Option<&Probe>| match p.map(|p| p.site.execution) {
-            Some(whyslow_symbols::placement::Execution::Emulated) => crate::HIT_COST_EMULATED_NS,
-            _ => crate::HIT_COST_STEPPED_NS,
+        use whyslow_symbols::placement::Execution;
+        // Measured at the start of the run where that worked, with the counting program's time per hit
+        // in the run so far; else the assumed costs.
+        let cost_in = |cp: &CallProbe, p: Option<&Probe>| {
+            let execution = p.map_or(Execution::SingleStepped, |p| p.site.execution);
+            match &self.hit_cost {
+                Some(h) => h.ns(execution, cp.program_ns()).round() as u64,
+                None if execution == Execution::Emulated => crate::HIT_COST_EMULATED_NS,
+                None => crate::HIT_COST_STEPPED_NS,
+            }
         };
         let mut hits = (0, 0);
         let mut add = |n: u64, per: u64| {
@@ -627,13 +680,15 @@ impl<'obj> Sources<'obj> {
         if let Some(cp) = &self.calls {
             // A timed call takes the return probe's trap too.
             let factor = if latency { 2 } else { 1 };
-            cp.counts().iter().for_each(|c| add(c.calls, factor * cost(call_probes.get(c.probe as usize))));
+            cp.counts()
+                .iter()
+                .for_each(|c| add(c.calls, factor * cost_in(cp, call_probes.get(c.probe as usize))));
         }
         if let Some(sites) = &self.alloc_sites {
             sites
                 .site_counts()
                 .iter()
-                .for_each(|s| add(s.calls, cost(self.alloc_probes.get(s.probe as usize))));
+                .for_each(|s| add(s.calls, cost_in(sites, self.alloc_probes.get(s.probe as usize))));
         }
         hits
     }

@@ -178,6 +178,24 @@ pub fn open_event(cfg: &EventConfig, scope: Scope, cpu: i32) -> io::Result<Owned
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// Opens a disabled, non-sampling event on this thread: the kernel's first perf event bound to a task
+/// turns on its context-switch hooks and waits an RCU grace period (about 10 ms) in perf_event_open;
+/// done on a thread of its own while the eBPF programs load, that wait is off the start-up path. Keep
+/// the event open until the real per-task events are open (closing it lets the hooks go a second later).
+pub fn warm_task_events() -> Option<OwnedFd> {
+    let mut attr =
+        b::perf_event_attr { size: std::mem::size_of::<b::perf_event_attr>() as u32, ..Default::default() };
+    attr.type_ = b::PERF_TYPE_SOFTWARE;
+    attr.config = b::PERF_COUNT_SW_DUMMY as u64;
+    attr.set_disabled(1);
+    attr.set_exclude_kernel(1);
+    attr.set_exclude_hv(1);
+    // SAFETY: attr is a fully initialized perf_event_attr owned by this frame; the kernel only reads it.
+    let fd = unsafe { pe::perf_event_open(&mut attr, 0, -1, -1, b::PERF_FLAG_FD_CLOEXEC as u64) };
+    // SAFETY: a non-negative fd was just returned by perf_event_open and is owned by nobody else.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// The id the kernel puts into samples of this event (and of its inherited copies).
 pub fn event_id(fd: &OwnedFd) -> io::Result<u64> {
     let mut id = 0u64;
@@ -309,7 +327,7 @@ impl Drop for Ring {
 }
 
 /// Waits until one of the rings (or another pollable fd) has data or `timeout_ms` passes.
-pub fn poll(rings: &[Ring], extra: Option<i32>, timeout_ms: i32) {
+pub fn poll(rings: &[Ring], extra: impl IntoIterator<Item = i32>, timeout_ms: i32) {
     let mut fds: Vec<libc::pollfd> = rings
         .iter()
         .map(|r| r.fd.as_raw_fd())

@@ -24,6 +24,9 @@ pub struct Gated {
     pub pid: u32,
     go: Option<OwnedFd>,
     exec_error: OwnedFd,
+    /// Readable once the child has exited (pidfd_open): a run waiting for data wakes at the exit at
+    /// once, not at its next poll timeout. None where the kernel has no pidfds (before 5.3).
+    exited: Option<OwnedFd>,
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd), RecordError> {
@@ -73,7 +76,16 @@ impl Gated {
         }
         drop(go_r);
         drop(err_w);
-        Ok(Gated { pid: pid as u32, go: Some(go_w), exec_error: err_r })
+        // SAFETY: pidfd_open takes a pid and flags and returns a new fd (or -1), owned by nobody else.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        // SAFETY: a non-negative result is a new fd that only this OwnedFd closes.
+        let exited = (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) });
+        Ok(Gated { pid: pid as u32, go: Some(go_w), exec_error: err_r, exited })
+    }
+
+    /// An fd that polls readable once the child exited (see `exited`).
+    pub(crate) fn exit_fd(&self) -> Option<i32> {
+        self.exited.as_ref().map(|f| f.as_raw_fd())
     }
 
     /// Lets the child exec; fails when exec itself failed (command not found, not executable).

@@ -60,6 +60,15 @@ pub fn header(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), Rende
             "  (lost: the kernel's buffers filled faster than they were read: record at a lower rate (-F), \
              copy less stack (--stack-size), or follow fewer processes)"
         )?;
+        let alloc = [sample_types::ALLOC_COUNT, sample_types::ALLOC_BYTES];
+        if alloc.contains(&st.name.as_str()) && p.sample_type(sample_types::ALLOC_SITE_COUNT).is_some() {
+            writeln!(
+                w,
+                "  (allocations are counted in the kernel: a lost sample loses a stack, not a count; what no \
+                 sample named stays under {})",
+                whyslow_model::LOST_STACK_FRAME
+            )?;
+        }
     }
     let u = m.unwind;
     // A recording's counters are whatever its file says: their sum must not overflow.

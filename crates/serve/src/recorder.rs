@@ -27,7 +27,7 @@ pub const SCAN_INTERVAL: Duration = Duration::from_millis(250);
 /// How long a process that ended or stopped matching is remembered, so its last window still finds its
 /// targets.
 const GRACE: Duration = Duration::from_secs(120);
-/// Allocations sampled: every Nth call of each allocation function.
+/// Allocation stacks: each copied again at least every Nth call of it (the counts are exact).
 const ALLOC_PERIOD: u64 = 1000;
 /// Syscall entries sampled: every Nth.
 const SYSCALL_PERIOD: u64 = 100;

@@ -22,6 +22,33 @@ impl Kallsyms {
         Self::parse(std::fs::read_to_string("/proc/kallsyms").unwrap_or_default())
     }
 
+    /// The running kernel's table, the image's own symbols from a copy kept for this boot where there is
+    /// one (true: modules and BPF programs, which come and go, are to be looked up in /proc/kallsyms), else
+    /// read from /proc/kallsyms (~0.1 s) and its image symbols copied for the next run (false). The copy
+    /// (`$XDG_CACHE_HOME/whyslow` or `~/.cache/whyslow`, `kallsyms-BOOT_ID`, mode 0600: the addresses
+    /// tell where KASLR put the kernel) is valid for the boot it names only.
+    pub fn load_running() -> (Kallsyms, bool) {
+        let cache = boot_cache_path();
+        if let Some(k) = cache.as_ref().and_then(|p| std::fs::read_to_string(p).ok()).map(Self::parse) {
+            if !k.is_empty() && k.core.is_some() {
+                return (k, true);
+            }
+        }
+        let text = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
+        if let Some(path) = cache {
+            // Lines of the image: no `[module]` after the name. Hidden addresses (all zero) are not kept.
+            let image: String = text
+                .lines()
+                .filter(|l| l.split_ascii_whitespace().nth(3).is_none() && !l.starts_with("0000000000000000"))
+                .flat_map(|l| [l, "\n"])
+                .collect();
+            if !image.is_empty() {
+                let _ = save_private(&path, image.as_bytes());
+            }
+        }
+        (Self::parse(text), false)
+    }
+
     /// perf's copy of the table of the kernel with this build id (hex), if it has one.
     pub fn from_perf_cache(build_id: &str) -> Option<Kallsyms> {
         if build_id.is_empty() || !build_id.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -101,6 +128,35 @@ impl Kallsyms {
     }
 }
 
+/// Where the image symbols of this boot's kernel are kept (None without a boot id or a home).
+fn boot_cache_path() -> Option<PathBuf> {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let boot = boot.trim();
+    if boot.is_empty() || !boot.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
+        return None;
+    }
+    let dir = match std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
+        Some(d) => PathBuf::from(d),
+        None => PathBuf::from(std::env::var_os("HOME")?).join(".cache"),
+    };
+    Some(dir.join("whyslow").join(format!("kallsyms-{boot}")))
+}
+
+/// Writes `bytes` to `path` readable by its owner only, atomically (a temporary file renamed).
+fn save_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let dir = path.parent().ok_or(std::io::ErrorKind::InvalidInput)?;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    let tmp = dir.join(format!(".kallsyms-{}", std::process::id()));
+    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+    f.write_all(bytes)?;
+    drop(f);
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,5 +176,27 @@ mod tests {
         assert!(k.in_core_text(0xffff0015) && !k.in_core_text(0xffff9004));
         // Past the image's text, below every module: code the table does not name (a BPF program).
         assert_eq!(k.lookup(0xffff0050), None);
+    }
+
+    /// The running kernel's table read twice: the second time from this boot's copy of the image's
+    /// symbols, which names the image's text as /proc/kallsyms does.
+    #[test]
+    fn the_running_kernels_image_symbols_are_kept_for_the_boot() {
+        let dir = tempfile::tempdir().unwrap();
+        // No other test of this crate reads XDG_CACHE_HOME.
+        std::env::set_var("XDG_CACHE_HOME", dir.path());
+        let (first, _) = Kallsyms::load_running();
+        let (again, from_copy) = Kallsyms::load_running();
+        if first.is_empty() || first.core.is_none() {
+            return; // addresses hidden here (kptr_restrict): nothing to keep
+        }
+        assert!(from_copy);
+        let path = boot_cache_path().unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        let (s, e) = first.core.unwrap();
+        for a in [s, s + (e - s) / 3, e - 1] {
+            assert_eq!(first.lookup(a), again.lookup(a), "{a:#x}");
+        }
     }
 }

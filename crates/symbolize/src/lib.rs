@@ -258,7 +258,7 @@ impl Prefetch {
 fn kernel_table(build_id: &str) -> (Kallsyms, bool) {
     match Kallsyms::from_perf_cache(build_id) {
         Some(k) => (k, true),
-        None => (Kallsyms::load(), false),
+        None => Kallsyms::load_running(),
     }
 }
 
@@ -349,7 +349,7 @@ pub fn symbolize_with(raw: RawRecording, prefetch: Prefetch) -> Profile {
         Some((id, load)) => load.join().unwrap_or_else(|_| kernel_table(&id)),
         None => match recorded.filter(|k| !k.build_id.is_empty()) {
             Some(k) => kernel_table(&k.build_id),
-            None => (Kallsyms::load(), false),
+            None => Kallsyms::load_running(),
         },
     })
 }

@@ -5,7 +5,7 @@
 
 use super::calls_skel::{CallsSkel, CallsSkelBuilder, OpenCallsSkel};
 use super::{check_btf, classify, quiet_libbpf, u32_at, u64_at};
-use crate::calls::Probe;
+use crate::calls::{HitCost, Probe};
 use crate::RecordError;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, UprobeMultiOpts};
@@ -38,7 +38,7 @@ const DROP_MAP: u32 = 0;
 const DROP_RING: u32 = 1;
 const STACK_MAX: u32 = 16384;
 /// Where a sample's stack copy starts (bpf/calls.bpf.c, `struct ws_sample`).
-const USTACK_OFFSET: usize = 80;
+const USTACK_OFFSET: usize = 104;
 
 /// Stacks of every `period`th call of each probe (per CPU), `stack_bytes` of user stack each, as
 /// samples with event id `first_id + probe`, through a ring of `ring_bytes`.
@@ -48,11 +48,21 @@ pub struct StackSampling {
     pub stack_bytes: u32,
     pub ring_bytes: usize,
     pub first_id: u64,
+    /// Allocation stacks: one sample per (call site, stack id) key at its 1st, 2nd, 4th, ... hit and at
+    /// least every `period`th after, each carrying its key (in `Sample::raw`, see [`StackCount`]) and
+    /// the hits it stands for (its period), instead of every `period`th call.
+    pub keyed: bool,
 }
+
+/// Calls and requested bytes of one allocation function from one call site and stack id, counted in the
+/// kernel (bpf/calls.bpf.c `stack_counts`).
+pub use whyslow_convert::StackCount;
 
 /// Loaded call counters; the links detach when dropped.
 pub struct CallProbe<'obj> {
     skel: CallsSkel<'obj>,
+    /// The entry program's (run time ns, runs) when the hit cost was measured: its runs since are the run's.
+    stats_at: Option<(u64, u64)>,
     /// The probes' links, each with the process it is for (-1: every process mapping the file).
     links: Vec<(i32, Link)>,
     latency: bool,
@@ -73,17 +83,18 @@ fn decode(b: &[u8], s: &StackSampling) -> Option<Timed> {
         si: u64_at(b, 64),
         dx: u64_at(b, 72),
     };
+    let (ret, stack, weight) = (u64_at(b, 80), u64_at(b, 88), u64_at(b, 96));
     let sample = Sample {
         pid: u32_at(b, 8),
         tid: u32_at(b, 12),
         id: s.first_id + u64::from(u32_at(b, 16)),
-        period: s.period,
+        period: if s.keyed { weight } else { s.period },
         kernel: Vec::new(),
         user: Vec::new(),
         regs: Some(regs),
         stack: b[USTACK_OFFSET..USTACK_OFFSET + bytes].to_vec(),
         goroutine: None,
-        raw: Vec::new(),
+        raw: if s.keyed { [ret.to_ne_bytes(), stack.to_ne_bytes()].concat() } else { Vec::new() },
     };
     Some(Timed { time: u64_at(b, 0), record: Record::Sample(sample) })
 }
@@ -112,6 +123,7 @@ impl<'obj> CallProbe<'obj> {
             ro.sites = size_args.is_some();
             if let Some(st) = &stacks {
                 ro.sample_period = st.period;
+                ro.keyed_stacks = st.keyed && size_args.is_some();
                 ro.stack_bytes = st.stack_bytes.min(STACK_MAX);
             }
         }
@@ -134,7 +146,52 @@ impl<'obj> CallProbe<'obj> {
             let value = [how.to_ne_bytes(), stack_delta.to_ne_bytes(), role.to_ne_bytes(), [0; 4]].concat();
             skel.maps.size_arg.update(&key, &value, MapFlags::ANY).map_err(|e| classify("size args", e))?;
         }
-        Ok(CallProbe { skel, links, latency, samples })
+        Ok(CallProbe { skel, stats_at: None, links, latency, samples })
+    }
+
+    /// Measures what a hit of this program's probe costs here (see `calibrate`): whyslow's own two
+    /// calibration functions probed for its own process, each called with and without the probe. About
+    /// 5 ms; the probe's removal (a grace period) happens on a thread of its own.
+    pub fn measure_hits(&mut self) -> Option<HitCost> {
+        use super::calibrate;
+        use std::os::fd::AsFd;
+        let (path, [emulated, stepped]) = calibrate::sites()?;
+        let stats = calibrate::enable_stats();
+        let prog = &self.skel.progs.on_entry;
+        let without = calibrate::time_calls(100, 5);
+        let opts = UprobeMultiOpts {
+            offsets: vec![emulated as usize, stepped as usize],
+            cookies: vec![0, 0],
+            retprobe: false,
+            ..Default::default()
+        };
+        let link = prog.attach_uprobe_multi_with_opts(std::process::id() as i32, &path, "", opts).ok()?;
+        let before = stats.then(|| calibrate::program_stats(&prog.as_fd())).flatten();
+        let with = calibrate::time_calls(100, 5);
+        let after = stats.then(|| calibrate::program_stats(&prog.as_fd())).flatten();
+        std::thread::spawn(move || drop(link));
+        self.stats_at = after;
+        let program_ns = match (before, after) {
+            (Some(b), Some(a)) if a.1 > b.1 => (a.0 - b.0) as f64 / (a.1 - b.1) as f64,
+            _ => 0.0,
+        };
+        Some(calibrate::hit_cost(without, with, program_ns))
+    }
+
+    /// Counts the entry program's runs from now on as the run's (see [`CallProbe::program_ns`]).
+    pub fn mark_stats(&mut self) {
+        use std::os::fd::AsFd;
+        if super::calibrate::enable_stats() {
+            self.stats_at = super::calibrate::program_stats(&self.skel.progs.on_entry.as_fd());
+        }
+    }
+
+    /// The entry program's time per run since the hit cost was measured (None: no runs, or no stats).
+    pub fn program_ns(&self) -> Option<f64> {
+        use std::os::fd::AsFd;
+        let (t0, n0) = self.stats_at?;
+        let (t, n) = super::calibrate::program_stats(&self.skel.progs.on_entry.as_fd())?;
+        (n > n0).then(|| t.saturating_sub(t0) as f64 / (n - n0) as f64)
     }
 
     /// Counts the calls of process `pid` (of a `launched` command from its exec on).
@@ -245,6 +302,23 @@ impl<'obj> CallProbe<'obj> {
                 pid: u32::from_ne_bytes(k[0..4].try_into().expect("key")),
                 probe: u32::from_ne_bytes(k[4..8].try_into().expect("key")),
                 ret: u64_at(&k, 8),
+                calls: u64_at(&v, 0),
+                bytes: u64_at(&v, 8),
+            });
+        }
+        out
+    }
+
+    /// The counts per (call site, stack id) of allocation stacks sampled by key.
+    pub fn stack_counts(&self) -> Vec<StackCount> {
+        let mut out = Vec::new();
+        for k in self.skel.maps.stack_counts.keys() {
+            let Ok(Some(v)) = self.skel.maps.stack_counts.lookup(&k, MapFlags::ANY) else { continue };
+            out.push(StackCount {
+                pid: u32::from_ne_bytes(k[0..4].try_into().expect("key")),
+                probe: u32::from_ne_bytes(k[4..8].try_into().expect("key")),
+                ret: u64_at(&k, 8),
+                stack: u64_at(&k, 16),
                 calls: u64_at(&v, 0),
                 bytes: u64_at(&v, 8),
             });

@@ -39,11 +39,13 @@ pub struct ClockFilter<'obj> {
 }
 
 impl<'obj> ClockFilter<'obj> {
-    /// `stack_bytes`: the user stack each sample copies; `frequency`: samples per second and CPU.
+    /// `stack_bytes`: the user stack each sample copies; `frequency`: samples per second and CPU; `go`:
+    /// whether a Go program may be tracked (goroutine stacks need a ring; none is written otherwise).
     pub fn load(
         obj: &'obj mut MaybeUninit<OpenObject>,
         stack_bytes: u32,
         frequency: u64,
+        go: bool,
     ) -> Result<Self, RecordError> {
         check_btf()?;
         quiet_libbpf();
@@ -55,7 +57,11 @@ impl<'obj> ClockFilter<'obj> {
         // A quarter second of goroutine stacks should every sample have one (drained every 100 ms); the
         // whole ring counts in resident memory, twice (it is mapped twice).
         let cpus = crate::sys::online_cpus().len() as u64;
-        let ring = (frequency * cpus * GO_STACK_MAX / 4).next_power_of_two().clamp(1 << 18, 1 << 22);
+        // Without Go, one page: the 4 MB ring took a third of loading this program (mapping and zeroing).
+        let ring = match go {
+            true => (frequency * cpus * GO_STACK_MAX / 4).next_power_of_two().clamp(1 << 18, 1 << 22),
+            false => 4096,
+        };
         open.maps.goroutines.set_max_entries(ring as u32).map_err(|e| classify("ring buffer", e))?;
         let mut skel = open.load().map_err(|e| classify("load", e))?;
         // Attaches the fork and exec hooks; the filter itself is attached to each event by the caller.

@@ -1,6 +1,7 @@
 //! The eBPF sources: generated skeletons (see build.rs) behind safe wrappers. Only this module touches
 //! libbpf. Programs detach when the wrapper is dropped, on every exit path.
 
+mod calibrate;
 mod calls;
 mod clock;
 mod exits;
