@@ -101,7 +101,9 @@ pub fn decode(bytes: &[u8], path: &Path) -> Result<Profile, FileError> {
 /// Earlier formats, read field by field: postcard writes a struct as its fields one after another, so
 /// a format that differs in one type is the current one with that type read in its old shape.
 mod older {
-    use crate::{CallStat, Frame, Metadata, Module, Profile, Sample, SampleType, StackNode, SyscallStat, Thread};
+    use crate::{
+        CallStat, Frame, Metadata, Module, Profile, Sample, SampleType, StackNode, SyscallStat, Thread,
+    };
     use serde::de::DeserializeOwned;
 
     fn take<T: DeserializeOwned>(bytes: &mut &[u8]) -> postcard::Result<T> {
@@ -125,7 +127,12 @@ mod older {
         let modules: Vec<ModuleV6> = take(b)?;
         let modules = modules
             .into_iter()
-            .map(|m| Module { path: m.path, build_id: m.build_id, producers: m.producers, symbols: String::new() })
+            .map(|m| Module {
+                path: m.path,
+                build_id: m.build_id,
+                producers: m.producers,
+                symbols: String::new(),
+            })
             .collect();
         let frames: Vec<Frame> = take(b)?;
         let stacks: Vec<StackNode> = take(b)?;
@@ -134,7 +141,18 @@ mod older {
         let samples: Vec<Sample> = take(b)?;
         let syscalls: Vec<SyscallStat> = take(b)?;
         let calls: Vec<CallStat> = take(b)?;
-        Ok(Profile { meta, strings, modules, frames, stacks, threads, sample_types, samples, syscalls, calls })
+        Ok(Profile {
+            meta,
+            strings,
+            modules,
+            frames,
+            stacks,
+            threads,
+            sample_types,
+            samples,
+            syscalls,
+            calls,
+        })
     }
 }
 

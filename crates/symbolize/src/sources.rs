@@ -131,7 +131,8 @@ pub(crate) fn plan(path: &str, shown: &str, debuginfod: Option<&Client>) -> Resu
         }
     }
     if chosen.is_none() && !build_id.is_empty() {
-        if let Some(client) = debuginfod.filter(|_| unix_now() >= SERVERS_DOWN_UNTIL.load(Ordering::Relaxed)) {
+        if let Some(client) = debuginfod.filter(|_| unix_now() >= SERVERS_DOWN_UNTIL.load(Ordering::Relaxed))
+        {
             if let Some(say) = PROGRESS.get() {
                 say(&format!("fetching the debug file of {shown} (build id {build_id}) from debuginfod"));
             }
@@ -160,9 +161,12 @@ pub(crate) fn plan(path: &str, shown: &str, debuginfod: Option<&Client>) -> Resu
     Ok(chosen)
 }
 
+/// What names one file as it is: device, inode, size, modification time.
+type FileIdentity = (u64, u64, u64, i64);
+
 /// Plans by file, made once per file as it is (a path reused by another file is planned again).
 #[derive(Default)]
-pub(crate) struct Plans(HashMap<String, ((u64, u64, u64, i64), Arc<Plan>)>);
+pub(crate) struct Plans(HashMap<String, (FileIdentity, Arc<Plan>)>);
 
 impl Plans {
     pub fn get(&mut self, path: &str, shown: &str, debuginfod: Option<&Client>) -> Result<Arc<Plan>, String> {
