@@ -243,7 +243,7 @@ reload_nginx() {
 }
 
 api() { curl -sf --max-time 10 "http://$ADDR$1" "${@:2}"; }
-add_target() { api /api/v1/targets -X POST -d "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])'; }
+add_target() { api /api/v1/targets -X POST -H 'Content-Type: application/json' -d "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])'; }
 # Starts the agent on a port of its choosing with the two targets.
 start_agent() {
   : >"$1.log"

@@ -856,6 +856,19 @@ pub fn serve(a: crate::ServeArgs) -> Result<()> {
     };
     let token = match &a.token_file {
         Some(path) => {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(path)
+                .with_context(|| format!("cannot read {}", path.display()))?
+                .permissions()
+                .mode();
+            // As ssh does with private keys: a secret others can read is no secret.
+            if mode & 0o077 != 0 {
+                bail!(
+                    "{} is readable or writable by others (mode {:o}): chmod 600 it",
+                    path.display(),
+                    mode & 0o777
+                );
+            }
             let t =
                 std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
             let t = t.trim().to_string();
@@ -878,6 +891,7 @@ pub fn serve(a: crate::ServeArgs) -> Result<()> {
         push: push_options(&a.push)?,
         push_labels: labels(&a.push.labels)?,
         push_per_process: a.push.per_process,
+        allow_hosts: a.allow_hosts,
     };
     Ok(whyslow_serve::run(opts)?)
 }

@@ -142,6 +142,7 @@ pub fn run(shared: Arc<Shared>) {
         let t0 = Instant::now();
         m.reap(&shared);
         m.manage(&shared);
+        shared.manager_beat_ns.store(now_ns(), Ordering::Relaxed);
         std::thread::sleep(SCAN_INTERVAL.saturating_sub(t0.elapsed()));
     }
     let Manager { mut sessions, windows: wtx, .. } = m;
@@ -292,7 +293,7 @@ impl Manager {
         // Stored once they are followed and listed: a store busy with a window holds up neither.
         drop(tracked);
         if !new.is_empty() {
-            let store = shared.store.lock().expect("store lock");
+            let mut store = shared.store.lock().expect("store lock");
             for view in &new {
                 let _ = store.saw_process(view, now);
             }
@@ -459,25 +460,28 @@ fn window_worker(shared: Arc<Shared>, rx: Receiver<Window>) {
         let mut rows = Vec::new();
         for (root, part) in &parts {
             let Some(t) = tracked.get(root) else { continue };
-            // The targets of the root and of the processes it covers.
+            // The targets of the root and of the processes it covers: one row refers to them all.
             let mut ids: Vec<i64> =
                 tracked.values().filter(|x| x.root == *root).flat_map(|x| x.targets.clone()).collect();
             ids.sort_unstable();
             ids.dedup();
-            for id in ids {
-                rows.push((id, t.view.clone(), part));
+            rows.push((ids, t.view.clone(), part));
+        }
+        let refs: Vec<(&[i64], &ProcessView, &whyslow_model::Profile)> =
+            rows.iter().map(|(ids, v, p)| (ids.as_slice(), v, *p)).collect();
+        let stored = shared.store.lock().expect("store lock").add_windows(&refs);
+        shared.store_result(&stored);
+        match stored {
+            Ok(removed) => {
+                shared.counters.windows.fetch_add(refs.len() as u64, Ordering::Relaxed);
+                shared.counters.windows_removed.fetch_add(removed, Ordering::Relaxed);
+            }
+            Err(e) => {
+                eprintln!("whyslow serve: {} windows lost: {e}", refs.len());
+                // Windows lost, not failed cycles.
+                shared.counters.store_errors.fetch_add(refs.len() as u64, Ordering::Relaxed);
             }
         }
-        let refs: Vec<(i64, &ProcessView, &whyslow_model::Profile)> =
-            rows.iter().map(|(id, v, p)| (*id, v, *p)).collect();
-        let stored = shared.store.lock().expect("store lock").add_windows(&refs);
-        match stored {
-            Ok(()) => shared.counters.windows.fetch_add(refs.len() as u64, Ordering::Relaxed),
-            Err(e) => {
-                eprintln!("whyslow serve: {e}");
-                shared.counters.store_errors.fetch_add(1, Ordering::Relaxed)
-            }
-        };
         // A window's symbolizing, splitting and compressing allocate and free megabytes at once, and glibc
         // keeps freed pages inside its arenas: after 5 minutes with process churn one arena held 31.7 MB
         // of which 15.1 MB were in use. Hand the free pages back after every window.
