@@ -3,7 +3,8 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export PATH="$PATH:/usr/local/go/bin:$HOME/.cargo/bin:$ROOT/bench/.tools/bin"
-WHYSLOW="$ROOT/target/release/whyslow"
+# WHYSLOW=path runs another build (a debug one: its CPU figures are not release figures).
+WHYSLOW="${WHYSLOW:-$ROOT/target/release/whyslow}"
 W="$ROOT/tests/workloads/bin"
 OUT=$(mktemp -d /tmp/whyslow-bench.XXXXXX)
 trap 'rm -rf "$OUT"' EXIT

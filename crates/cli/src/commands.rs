@@ -846,7 +846,7 @@ pub fn serve(a: crate::ServeArgs) -> Result<()> {
     let retention = whyslow_serve::timespec::duration_ns(&a.retention)
         .filter(|&n| n > 0)
         .ok_or_else(|| anyhow!("--retention '{}' is not a duration like 30m, 12h or 7d", a.retention))?;
-    let targets = match &a.config {
+    let mut targets = match &a.config {
         Some(path) => {
             let text =
                 std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
@@ -854,6 +854,15 @@ pub fn serve(a: crate::ServeArgs) -> Result<()> {
         }
         None => Vec::new(),
     };
+    if a.all {
+        if targets.iter().any(|t| t.name.as_deref() == Some(whyslow_serve::ALL_TARGET)) {
+            bail!(
+                "--all defines the target '{}': the config file has one of that name",
+                whyslow_serve::ALL_TARGET
+            );
+        }
+        targets.push(whyslow_serve::all_target());
+    }
     let token = match &a.token_file {
         Some(path) => {
             use std::os::unix::fs::PermissionsExt;

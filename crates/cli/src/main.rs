@@ -402,6 +402,10 @@ pub struct ServeArgs {
     /// (repeatable); other names are refused (DNS rebinding).
     #[arg(long = "allow-host", value_name = "NAME")]
     pub allow_hosts: Vec<String>,
+    /// Profile every process of the host (a target named all-processes matching all, on-CPU at 19 Hz,
+    /// labelled by each process's systemd unit, container and pod), with or without other targets.
+    #[arg(long)]
+    pub all: bool,
     /// Periodic files may only be written under this directory (default: DATA_DIR/output).
     #[arg(long)]
     pub output_root: Option<PathBuf>,

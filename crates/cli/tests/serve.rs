@@ -696,6 +696,8 @@ fn cross_site_and_rebinding_requests_are_refused() {
 /// is refused at once, not waited for; the window a process is recorded with is shown.
 #[test]
 fn small_hardening_items() {
+    // It starts cpu_split, which other tests' targets match.
+    let _x = exclusive();
     let dir = tmp();
     let token = dir.path().join("token");
     std::fs::write(&token, "0123456789abcdef0123\n").unwrap();
@@ -746,4 +748,125 @@ fn small_hardening_items() {
     assert_eq!(p["window_s"], 1, "{p}");
     assert_eq!(p["targets"].as_array().unwrap().len(), 2, "{p}");
     w.wait().unwrap();
+}
+
+/// A cgroup v2 directory made for a test, removed when dropped (after its processes ended).
+struct Cgroup(std::path::PathBuf);
+
+impl Cgroup {
+    /// `/sys/fs/cgroup[/unified]/REL`, or None where cgroup v2 cannot be written here.
+    fn make(rel: &str) -> Option<Cgroup> {
+        let root = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
+            .into_iter()
+            .map(Path::new)
+            .find(|r| r.join("cgroup.procs").exists() && r.join("cgroup.controllers").exists())?;
+        let dir = root.join(rel.trim_start_matches('/'));
+        std::fs::create_dir_all(&dir).ok()?;
+        Some(Cgroup(dir))
+    }
+
+    /// Starts `cpu_split SECS` inside the cgroup (the shell moves itself in, then execs: the agent sees the
+    /// exec and reads the new cgroup).
+    fn spawn_split(&self, secs: &str) -> Child {
+        let script = format!(
+            "echo $$ > {}/cgroup.procs && exec {} {secs}",
+            self.0.display(),
+            workload("cpu_split").display()
+        );
+        std::process::Command::new("sh").args(["-c", &script]).stdout(Stdio::null()).spawn().unwrap()
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.0).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// Beyond issue 32: `serve --all` defines a target of every process at 19 Hz, kept by name.
+#[test]
+fn serve_all_defines_a_target_of_every_process() {
+    // Its agent samples every process, the other tests' workloads too.
+    let _x = exclusive();
+    let dir = tmp();
+    let a = Agent::start(dir.path(), &["--all"]);
+    let (_, t) = a.get("/api/v1/targets");
+    assert_eq!(t.as_array().unwrap().len(), 1, "{t}");
+    assert_eq!(t[0]["name"], "all-processes", "{t}");
+    assert_eq!(
+        (t[0]["match"]["all"].clone(), t[0]["frequency"].clone()),
+        (Value::Bool(true), 19.into()),
+        "{t}"
+    );
+    assert!(a.stop().success());
+    // Restarted with --all again, the target is the same one (not a second).
+    let a = Agent::start(dir.path(), &["--all"]);
+    assert_eq!(a.get("/api/v1/targets").1, t);
+    // An API target of every process gets 19 Hz too unless it names a frequency.
+    let (code, v) = a.post("/api/v1/targets", r#"{"match":{"all":true,"comm":"^zz_none$"}}"#);
+    assert_eq!((code, &v["frequency"]), (201, &Value::from(19)), "{v}");
+}
+
+/// Beyond issue 32: processes are labelled by their cgroup: the systemd unit and the container id are
+/// listed, and select the windows of those processes only. The target matches every process of
+/// /system.slice (all, narrowed by cgroup): the test's own processes (its large debug binaries, whose
+/// symbolization would only slow the test) are left out.
+#[test]
+fn processes_are_labelled_and_selected_by_their_cgroup() {
+    // It starts cpu_split, which other tests' targets match.
+    let _x = exclusive();
+    let me = std::process::id();
+    let unit = format!("wstest-{me}.service");
+    let id = format!("{me:064x}");
+    let (Some(svc), Some(ctr)) = (
+        Cgroup::make(&format!("system.slice/{unit}")),
+        Cgroup::make(&format!("system.slice/docker-{id}.scope")),
+    ) else {
+        eprintln!("no writable cgroup v2 here: skipped");
+        return;
+    };
+    let dir = tmp();
+    let a = Agent::start(dir.path(), &[]);
+    let (code, t) = a.post(
+        "/api/v1/targets",
+        r#"{"name":"system","match":{"all":true,"cgroup":"/system.slice"},"frequency":99,"window_s":1}"#,
+    );
+    assert_eq!(code, 201, "{t}");
+    let mut in_unit = svc.spawn_split("3");
+    let mut in_container = ctr.spawn_split("3");
+    let (pu, pc) = (u64::from(in_unit.id()), u64::from(in_container.id()));
+    let listed = wait_for(10, "both processes listed with their cgroup labels", || {
+        let (_, v) = a.get("/api/v1/processes");
+        let v = v.as_array()?.clone();
+        let find = |pid: u64| v.iter().find(|p| p["pid"] == pid && p["comm"] == "cpu_split").cloned();
+        let (u, c) = (find(pu)?, find(pc)?);
+        (u["labels"]["unit"] == unit.as_str() && c["labels"]["container_id"] == id.as_str()).then_some((u, c))
+    });
+    assert_eq!(listed.1["labels"].get("unit"), None, "a container's scope is not a unit: {}", listed.1);
+    assert!(in_unit.wait().unwrap().success() && in_container.wait().unwrap().success());
+    for (selector, pid, other) in [(format!("unit={unit}"), pu, pc), (format!("container_id={id}"), pc, pu)] {
+        let r = wait_for(30, &format!("samples of {selector}"), || {
+            let (code, r) = a.get(&format!("/api/v1/profile?selector={selector}&type=cpu&from=now-5m"));
+            (code == 200 && r["total_samples"].as_i64()? >= 30).then_some(r)
+        });
+        let pids: Vec<u64> =
+            r["threads"].as_array().unwrap().iter().map(|t| t["pid"].as_u64().unwrap()).collect();
+        assert!(pids.iter().all(|&p| p == pid) && !pids.contains(&other), "{selector}: {pids:?}");
+        // At most 99 samples per CPU second of a 3 s single-threaded run, with 20% slack.
+        assert!(
+            r["total_samples"].as_f64().unwrap() <= 99.0 * 3.0 * 1.2,
+            "{selector}: {}",
+            r["total_samples"]
+        );
+    }
+    // Target labels and process labels combine; a unit nobody runs in has no windows.
+    let (code, e) = a.get(&format!("/api/v1/profile?selector=unit={unit},container_id={id}&from=now-5m"));
+    assert_eq!(code, 404, "{e}");
+    let (code, e) = a.get("/api/v1/profile?selector=unit=nothing-here.service&from=now-5m");
+    assert_eq!(code, 404, "{e}");
 }

@@ -569,6 +569,7 @@ async fn processes(
                 "comm": t.view.comm,
                 "cmdline": t.view.cmdline,
                 "cgroup": t.view.cgroup,
+                "labels": crate::cgroup::labels(&t.view.cgroup),
                 "targets": t.targets,
                 "sources": t.key.name(),
                 // Recorded once for all its targets: with the shortest window any of them asks for.
@@ -582,18 +583,37 @@ async fn processes(
     Ok(json(StatusCode::OK, &serde_json::Value::Array(list)))
 }
 
-/// The targets a query names: `target=ID[,ID]` or `selector=label=value[,label=value]`.
-fn selected(s: &Shared, q: &BTreeMap<String, String>) -> Result<Vec<i64>, ApiError> {
+/// What a query names: targets, and optionally labels of the processes' cgroups (unit, container_id,
+/// pod_uid) their windows must carry.
+#[derive(Clone)]
+struct Selection {
+    targets: Vec<i64>,
+    process_labels: Vec<(String, String)>,
+}
+
+/// The targets a query names: `target=ID[,ID]` or `selector=label=value[,label=value]`, where a label is
+/// a target's label or one of a process's cgroup labels (`unit=nginx.service`, `container_id=`,
+/// `pod_uid=`: the windows of those processes, in any target).
+fn selected(s: &Shared, q: &BTreeMap<String, String>) -> Result<Selection, ApiError> {
     match (q.get("target"), q.get("selector")) {
         (Some(_), Some(_)) => Err(ApiError::bad("give target or selector, not both")),
-        (Some(t), None) => t.split(',').map(|id| target_id(id.trim(), s)).collect(),
+        (Some(t), None) => Ok(Selection {
+            targets: t.split(',').map(|id| target_id(id.trim(), s)).collect::<Result<_, _>>()?,
+            process_labels: Vec::new(),
+        }),
         (None, Some(sel)) => {
             let mut want = Vec::new();
+            let mut process_labels = Vec::new();
             for pair in sel.split(',') {
                 let (k, v) = pair
                     .split_once('=')
                     .ok_or_else(|| ApiError::bad(format!("selector '{pair}' is not label=value")))?;
-                want.push((k.trim(), v.trim()));
+                let (k, v) = (k.trim(), v.trim());
+                if crate::cgroup::LABELS.contains(&k) {
+                    process_labels.push((k.to_string(), v.to_string()));
+                } else {
+                    want.push((k, v));
+                }
             }
             let ids: Vec<i64> = s
                 .targets
@@ -606,7 +626,7 @@ fn selected(s: &Shared, q: &BTreeMap<String, String>) -> Result<Vec<i64>, ApiErr
             if ids.is_empty() {
                 return Err(ApiError::not_found(format!("no target has the labels {sel}")));
             }
-            Ok(ids)
+            Ok(Selection { targets: ids, process_labels })
         }
         (None, None) => Err(ApiError::bad("name the targets: target=ID or selector=label=value")),
     }
@@ -630,8 +650,8 @@ const MAX_QUERY_BYTES: u64 = 512 << 20;
 
 /// The samples of `targets` in [from, until): the stored windows overlapping it, merged, without the
 /// samples of time slices outside it.
-fn load(s: &Shared, targets: &[i64], from: u64, until: u64) -> Result<Profile, ApiError> {
-    let mut p = load_windows(s, targets, from, until)?;
+fn load(s: &Shared, sel: &Selection, from: u64, until: u64) -> Result<Profile, ApiError> {
+    let mut p = load_windows(s, sel, from, until)?;
     p.retain_time(from, until);
     Ok(p)
 }
@@ -662,11 +682,26 @@ impl ThreadFilter {
 }
 
 /// Every stored window of `targets` overlapping [from, until), merged into one profile.
-fn load_windows(s: &Shared, targets: &[i64], from: u64, until: u64) -> Result<Profile, ApiError> {
-    let rows = s.store.lock().expect("store lock").windows(targets, from, until)?;
+fn load_windows(s: &Shared, sel: &Selection, from: u64, until: u64) -> Result<Profile, ApiError> {
+    let mut rows = s.store.lock().expect("store lock").windows(&sel.targets, from, until)?;
+    if !sel.process_labels.is_empty() {
+        rows.retain(|w| {
+            let l = crate::cgroup::labels(&w.cgroup);
+            sel.process_labels.iter().all(|(k, v)| l.get(k.as_str()) == Some(v))
+        });
+    }
     if rows.is_empty() {
-        let ids = targets.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
-        return Err(ApiError::not_found(format!("no recorded windows of target {ids} in the range (yet)")));
+        let ids = join(&sel.targets);
+        let of = match sel.process_labels.is_empty() {
+            true => String::new(),
+            false => {
+                let l: Vec<String> = sel.process_labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                format!(" with {}", l.join(","))
+            }
+        };
+        return Err(ApiError::not_found(format!(
+            "no recorded windows of target {ids}{of} in the range (yet)"
+        )));
     }
     if rows.iter().map(|w| w.bytes).sum::<u64>() > MAX_QUERY_BYTES {
         return Err(ApiError(
@@ -750,7 +785,7 @@ async fn profile(
                 "application/json"
             }
             _ => {
-                let title = format!("target {} ({})", join(&targets), p.sample_types[v].name);
+                let title = format!("target {} ({})", join(&targets.targets), p.sample_types[v].name);
                 let o = whyslow_render::flamegraph::FlameOptions { title, subtitle: None, reverse: false };
                 whyslow_render::flamegraph::svg(&mut out, &p, v, &o)?;
                 "image/svg+xml"
@@ -793,7 +828,7 @@ async fn doctor(
     blocking(move || {
         let mut p = load(&s, &targets, from, until)?;
         only.apply(&mut p);
-        let d = whyslow_analyze::doctor::diagnose(&p, &format!("target {}", join(&targets)));
+        let d = whyslow_analyze::doctor::diagnose(&p, &format!("target {}", join(&targets.targets)));
         let mut out = Vec::new();
         whyslow_render::doctor::json(&mut out, &p, &d).map_err(internal)?;
         Ok(bytes("application/json", out))
@@ -822,7 +857,10 @@ async fn diff(
     let targets = selected(&s, &q)?;
     // The after range may come from other targets (two recordings opened by `whyslow view`).
     let after_targets = match q.get("after_target") {
-        Some(t) => t.split(',').map(|id| target_id(id.trim(), &s)).collect::<Result<Vec<_>, _>>()?,
+        Some(t) => Selection {
+            targets: t.split(',').map(|id| target_id(id.trim(), &s)).collect::<Result<Vec<_>, _>>()?,
+            process_labels: targets.process_labels.clone(),
+        },
         None => targets.clone(),
     };
     for k in ["before_from", "before_until", "after_from", "after_until"] {
@@ -851,7 +889,7 @@ async fn diff(
         let (sb, sa) = (whyslow_analyze::diff::Side::new(&b, vb), whyslow_analyze::diff::Side::new(&a, va));
         let mut out = Vec::new();
         if format == "svg" {
-            let title = format!("target {}: after vs before", join(&targets));
+            let title = format!("target {}: after vs before", join(&targets.targets));
             let o = whyslow_render::diff::DiffFlameOptions { title, negate: false, shares_only: false };
             whyslow_render::diff::svg(&mut out, sb, sa, &o)?;
             return Ok(bytes("image/svg+xml", out));

@@ -9,6 +9,7 @@
 //! files). Only this crate knows HTTP.
 
 mod api;
+pub mod cgroup;
 mod housekeeping;
 mod metrics;
 mod procs;
@@ -350,6 +351,16 @@ fn run_with(opts: ServeOptions, record: bool, on_listen: impl FnOnce(SocketAddr)
     served.map_err(|source| ServeError::Listen { addr, source })
 }
 
+/// The name of the target `whyslow serve --all` defines.
+pub const ALL_TARGET: &str = "all-processes";
+
+/// The target of every process (`--all`): on-CPU samples at [`spec::ALL_FREQUENCY`], kept by name like
+/// a config file's targets.
+pub fn all_target() -> TargetSpec {
+    TargetSpec::from_json(format!(r#"{{"name":"{ALL_TARGET}","match":{{"all":true}}}}"#).as_bytes())
+        .expect("the all-processes target is valid")
+}
+
 /// Parses a config file (TOML): server settings are the command line's; `[[target]]` tables are
 /// target definitions as the API takes them.
 pub fn parse_config(text: &str) -> Result<Vec<TargetSpec>, ServeError> {
@@ -357,20 +368,29 @@ pub fn parse_config(text: &str) -> Result<Vec<TargetSpec>, ServeError> {
     #[serde(deny_unknown_fields)]
     struct Config {
         #[serde(default)]
-        target: Vec<TargetSpec>,
+        target: Vec<toml::Table>,
     }
     let c: Config =
         toml::from_str(text).map_err(|e| ServeError::Config(e.to_string().trim().replace('\n', " ")))?;
-    for (i, t) in c.target.iter().enumerate() {
+    let mut targets = Vec::with_capacity(c.target.len());
+    for (i, t) in c.target.into_iter().enumerate() {
+        // Through JSON, so a table means what the API's body means (defaults included).
+        let spec = serde_json::to_value(&t)
+            .map_err(|e| spec::SpecError::Syntax(e.to_string()))
+            .and_then(TargetSpec::from_value)
+            .map_err(|e| ServeError::Config(format!("target {}: {e}", i + 1)))?;
+        targets.push(spec);
+    }
+    for (i, t) in targets.iter().enumerate() {
         t.check().map_err(|e| ServeError::Config(format!("target {}: {e}", i + 1)))?;
         // Config targets are kept in the store by name: two of one name would overwrite each other.
         if let Some(n) = &t.name {
-            if c.target[..i].iter().any(|o| o.name.as_ref() == Some(n)) {
+            if targets[..i].iter().any(|o| o.name.as_ref() == Some(n)) {
                 return Err(ServeError::Config(format!("target {}: the name '{n}' is used twice", i + 1)));
             }
         }
     }
-    Ok(c.target)
+    Ok(targets)
 }
 
 #[cfg(test)]
@@ -388,6 +408,15 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("bogus"));
+        // Names key config targets: one name twice is refused.
+        let twice = "[[target]]\nname = \"a\"\n[target.match]\ncomm = \"x\"\n".repeat(2);
+        assert!(super::parse_config(&twice).unwrap_err().to_string().contains("used twice"));
+        // A target of every process samples at 19 Hz unless told otherwise.
+        let all = super::parse_config("[[target]]\n[target.match]\nall = true\n").unwrap();
+        assert_eq!((all[0].matcher.all, all[0].frequency), (true, 19));
+        let all = super::parse_config("[[target]]\nfrequency = 49\n[target.match]\nall = true\n").unwrap();
+        assert_eq!(all[0].frequency, 49);
+        assert_eq!(super::all_target().frequency, 19);
         // The example shipped with the systemd unit.
         let shipped = super::parse_config(include_str!("../../../dist/whyslow.toml")).unwrap();
         assert_eq!(shipped[0].matcher.comm.as_deref(), Some("^nginx"));

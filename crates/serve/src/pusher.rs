@@ -71,7 +71,7 @@ pub fn run(s: Arc<Shared>, o: PushOptions) {
                 continue;
             }
         };
-        let labels = labels(&s, &targets, row.pid, &comm);
+        let labels = labels(&s, &targets, row.pid, &comm, &row.cgroup);
         let result = sender.send(&labels, &profile);
         let mut stats = s.push_stats.lock().expect("stats lock");
         let st = stats.entry(name.clone()).or_default();
@@ -123,11 +123,13 @@ pub fn run(s: Arc<Shared>, o: PushOptions) {
     }
 }
 
-/// The series labels of a window: the name of the first of its targets that has one (else the process
-/// name) as the service, its targets' labels (the first target's value where they differ) and the
-/// agent's `--push-label`s, the process name and the host; the pid only when asked for (one series per
-/// process). A window is pushed once, however many targets it belongs to.
-fn labels(s: &Shared, targets: &[i64], pid: u32, comm: &str) -> whyslow_push::Labels {
+/// The series labels of a window: as the service, the name of the first of its targets that has one
+/// (targets of every process aside: they name no service), else the process's systemd unit, else the
+/// process name; its targets' labels (the first target's value where they differ), the agent's
+/// `--push-label`s, the process's cgroup labels (unit, container_id, pod_uid), the process name and the
+/// host; the pid only when asked for (one series per process). A window is pushed once, however many
+/// targets it belongs to.
+fn labels(s: &Shared, targets: &[i64], pid: u32, comm: &str, cgroup: &str) -> whyslow_push::Labels {
     let specs: Vec<crate::spec::TargetSpec> = {
         let all = s.targets.read().expect("targets lock");
         targets.iter().filter_map(|t| all.get(t).cloned()).collect()
@@ -140,8 +142,16 @@ fn labels(s: &Shared, targets: &[i64], pid: u32, comm: &str) -> whyslow_push::La
             }
         }
     }
+    let from_cgroup = crate::cgroup::labels(cgroup);
+    for (k, v) in &from_cgroup {
+        if !extra.iter().any(|(e, _)| e == k) {
+            extra.push((k.to_string(), v.clone()));
+        }
+    }
+    let named = specs.iter().filter(|t| !t.matcher.all).find_map(|t| t.name.clone());
+    let unit = from_cgroup.get(crate::cgroup::UNIT).cloned();
     whyslow_push::Labels {
-        service: specs.iter().find_map(|t| t.name.clone()).unwrap_or_else(|| {
+        service: named.or(unit).unwrap_or_else(|| {
             if comm.is_empty() {
                 format!("target-{}", targets.first().copied().unwrap_or(0))
             } else {

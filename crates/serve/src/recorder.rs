@@ -446,11 +446,13 @@ fn window_worker(shared: Arc<Shared>, rx: Receiver<Window>) {
         // A process is this session's only if it is followed under the session's key: a child forked
         // from a followed parent inherits the parent's events, and when other targets match the child
         // too (another key), its own session records it: what it inherited here would count it twice.
+        // Each followed process is stored as itself (its pid, cgroup and targets), whether its events
+        // are its own or inherited; a child no target matches goes with its nearest followed ancestor.
         let owner = |pid: u32| {
             let mut p = pid;
             for _ in 0..64 {
                 if let Some(t) = tracked.get(&p) {
-                    return (t.key == w.key).then_some(t.root);
+                    return (t.key == w.key).then_some(p);
                 }
                 p = parents.get(&p)?.0;
             }
@@ -458,11 +460,9 @@ fn window_worker(shared: Arc<Shared>, rx: Receiver<Window>) {
         };
         let parts = whyslow_analyze::diff::split(&profile, owner);
         let mut rows = Vec::new();
-        for (root, part) in &parts {
-            let Some(t) = tracked.get(root) else { continue };
-            // The targets of the root and of the processes it covers: one row refers to them all.
-            let mut ids: Vec<i64> =
-                tracked.values().filter(|x| x.root == *root).flat_map(|x| x.targets.clone()).collect();
+        for (pid, part) in &parts {
+            let Some(t) = tracked.get(pid) else { continue };
+            let mut ids = t.targets.clone();
             ids.sort_unstable();
             ids.dedup();
             rows.push((ids, t.view.clone(), part));

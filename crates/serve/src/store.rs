@@ -43,6 +43,8 @@ pub struct WindowRow {
     pub start_ns: u64,
     pub end_ns: u64,
     pub bytes: u64,
+    /// The process's cgroup v2 path when the window was cut (its unit, container, pod: see cgroup.rs).
+    pub cgroup: String,
 }
 
 const SCHEMA: &str = "
@@ -68,7 +70,8 @@ CREATE TABLE IF NOT EXISTS windows(
     end_ns INTEGER NOT NULL,
     types TEXT NOT NULL,
     bytes INTEGER NOT NULL,
-    profile BLOB NOT NULL
+    profile BLOB NOT NULL,
+    cgroup TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS push_cursors(
     backend TEXT PRIMARY KEY,
@@ -137,6 +140,14 @@ impl Store {
             .prepare("SELECT 1 FROM pragma_table_info('windows') WHERE name = 'target'")
             .and_then(|mut st| st.exists([]))
             .map_err(sql)?;
+        let has_cgroup = conn
+            .prepare("SELECT 1 FROM pragma_table_info('windows') WHERE name = 'cgroup'")
+            .and_then(|mut st| st.exists([]))
+            .map_err(sql)?;
+        if !has_cgroup {
+            conn.execute_batch("ALTER TABLE windows ADD COLUMN cgroup TEXT NOT NULL DEFAULT ''")
+                .map_err(sql)?;
+        }
         if old_layout {
             conn.execute_batch(&format!(
                 "BEGIN; {TARGETS_SCHEMA}
@@ -361,8 +372,8 @@ impl Store {
                 let types =
                     profile.sample_types.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(",");
                 tx.execute(
-                    "INSERT INTO windows(pid, start_ticks, start_ns, end_ns, types, bytes, profile)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    "INSERT INTO windows(pid, start_ticks, start_ns, end_ns, types, bytes, profile, cgroup)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                     params![
                         p.pid,
                         p.start_ticks as i64,
@@ -370,7 +381,8 @@ impl Store {
                         sql_time(end),
                         types,
                         blob.len() as i64,
-                        blob
+                        blob,
+                        p.cgroup
                     ],
                 )?;
                 let id = tx.last_insert_rowid();
@@ -396,7 +408,7 @@ impl Store {
         let mut st = self
             .conn
             .prepare(
-                "SELECT w.id, w.pid, w.start_ns, w.end_ns, w.bytes FROM window_targets t
+                "SELECT w.id, w.pid, w.start_ns, w.end_ns, w.bytes, w.cgroup FROM window_targets t
                  JOIN windows w ON w.id = t.window
                  WHERE t.target = ?1 AND t.start_ns < ?2 AND w.end_ns > ?3",
             )
@@ -496,11 +508,11 @@ impl Store {
         let next = self
             .conn
             .query_row(
-                "SELECT w.id, w.pid, w.start_ns, w.end_ns, w.bytes, COALESCE(p.comm, '')
+                "SELECT w.id, w.pid, w.start_ns, w.end_ns, w.bytes, w.cgroup, COALESCE(p.comm, '')
                  FROM windows w LEFT JOIN processes p ON p.pid = w.pid AND p.start_ticks = w.start_ticks
                  WHERE w.id > ?1 ORDER BY w.id LIMIT 1",
                 params![after],
-                |r| Ok((window_row(r)?, r.get::<_, String>(5)?)),
+                |r| Ok((window_row(r)?, r.get::<_, String>(6)?)),
             )
             .optional()
             .map_err(|e| self.sql(e))?;
@@ -541,7 +553,7 @@ impl Store {
     }
 }
 
-/// A window from the columns `id, pid, start_ns, end_ns, bytes`, in that order.
+/// A window from the columns `id, pid, start_ns, end_ns, bytes, cgroup`, in that order.
 fn window_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<WindowRow> {
     Ok(WindowRow {
         id: r.get(0)?,
@@ -549,6 +561,7 @@ fn window_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<WindowRow> {
         start_ns: r.get::<_, i64>(2)? as u64,
         end_ns: r.get::<_, i64>(3)? as u64,
         bytes: r.get::<_, i64>(4)? as u64,
+        cgroup: r.get(5)?,
     })
 }
 
