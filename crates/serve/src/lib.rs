@@ -114,6 +114,8 @@ pub struct Counters {
     pub connections_open: AtomicU64,
     pub connections_refused: AtomicU64,
     pub connections_timed_out: AtomicU64,
+    /// Times the symbolizer's caches were dropped to bound the agent's memory.
+    pub symbolizer_resets: AtomicU64,
 }
 
 impl Counters {

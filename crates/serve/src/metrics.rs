@@ -124,6 +124,12 @@ pub fn render(s: &Shared) -> Result<String, crate::api::ApiError> {
         c.connections_timed_out.load(Ordering::Relaxed),
     );
     o.one(
+        "whyslow_symbolizer_resets_total",
+        "counter",
+        "Times the symbolizer's caches (files read, symbols, debug information) were dropped to bound memory.",
+        c.symbolizer_resets.load(Ordering::Relaxed),
+    );
+    o.one(
         "whyslow_files_written_total",
         "counter",
         "Periodic SVG and folded files written.",
