@@ -301,7 +301,8 @@ def live_processes(whyslow, bindir, out):
         assert m, line
         url = f"http://{m.group(1)}/"
         req = urllib.request.Request(url + "api/v1/targets", method="POST", data=json.dumps(
-            {"match": {"cmdline": "cpu_split 5.0417"}, "sources": ["cpu"], "window_s": 1}).encode())
+            {"match": {"cmdline": "cpu_split 5.0417"}, "sources": ["cpu"], "window_s": 1}).encode(),
+            headers={"Content-Type": "application/json"})
         urllib.request.urlopen(req).read()
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM)

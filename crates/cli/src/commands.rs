@@ -969,7 +969,7 @@ pub fn serve(a: crate::ServeArgs) -> Result<()> {
     let retention = whyslow_serve::timespec::duration_ns(&a.retention)
         .filter(|&n| n > 0)
         .ok_or_else(|| anyhow!("--retention '{}' is not a duration like 30m, 12h or 7d", a.retention))?;
-    let targets = match &a.config {
+    let mut targets = match &a.config {
         Some(path) => {
             let text =
                 std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
@@ -977,8 +977,30 @@ pub fn serve(a: crate::ServeArgs) -> Result<()> {
         }
         None => Vec::new(),
     };
+    if a.all {
+        if targets.iter().any(|t| t.name.as_deref() == Some(whyslow_serve::ALL_TARGET)) {
+            bail!(
+                "--all defines the target '{}': the config file has one of that name",
+                whyslow_serve::ALL_TARGET
+            );
+        }
+        targets.push(whyslow_serve::all_target());
+    }
     let token = match &a.token_file {
         Some(path) => {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(path)
+                .with_context(|| format!("cannot read {}", path.display()))?
+                .permissions()
+                .mode();
+            // As ssh does with private keys: a secret others can read is no secret.
+            if mode & 0o077 != 0 {
+                bail!(
+                    "{} is readable or writable by others (mode {:o}): chmod 600 it",
+                    path.display(),
+                    mode & 0o777
+                );
+            }
             let t =
                 std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
             let t = t.trim().to_string();
@@ -1001,6 +1023,7 @@ pub fn serve(a: crate::ServeArgs) -> Result<()> {
         push: push_options(&a.push)?,
         push_labels: labels(&a.push.labels)?,
         push_per_process: a.push.per_process,
+        allow_hosts: a.allow_hosts,
     };
     Ok(whyslow_serve::run(opts)?)
 }

@@ -473,9 +473,18 @@ pub struct ServeArgs {
     /// Remove windows (and periodic files) older than this: 30m, 12h, 7d.
     #[arg(long, default_value = "7d")]
     pub retention: String,
-    /// Keep the stored profiles under this size: 500MiB, 1GiB (oldest windows go first).
+    /// Keep the store's files (database and its log) under this size: 500MiB, 1GiB (oldest windows go
+    /// first).
     #[arg(long, default_value = "1GiB")]
     pub max_disk: String,
+    /// A host name requests may use in their Host header besides IP addresses and localhost
+    /// (repeatable); other names are refused (DNS rebinding).
+    #[arg(long = "allow-host", value_name = "NAME")]
+    pub allow_hosts: Vec<String>,
+    /// Profile every process of the host (a target named all-processes matching all, on-CPU at 19 Hz,
+    /// labelled by each process's systemd unit, container and pod), with or without other targets.
+    #[arg(long)]
+    pub all: bool,
     /// Periodic files may only be written under this directory (default: DATA_DIR/output).
     #[arg(long)]
     pub output_root: Option<PathBuf>,

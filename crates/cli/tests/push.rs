@@ -363,7 +363,7 @@ impl Agent {
         let (method, b) = body.map_or(("GET", ""), |b| ("POST", b));
         write!(
             s,
-            "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{b}",
+            "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{b}",
             b.len()
         )
         .unwrap();

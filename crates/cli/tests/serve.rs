@@ -15,6 +15,8 @@ struct Agent {
     child: Child,
     addr: String,
     token: Option<String>,
+    /// What the agent printed before the line saying where it listens.
+    early: Vec<String>,
 }
 
 impl Agent {
@@ -28,23 +30,30 @@ impl Agent {
             .spawn()
             .expect("start whyslow serve");
         let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let first = lines.next().expect("serve prints where it listens").unwrap();
-        let addr = first
-            .split("http://")
-            .nth(1)
-            .and_then(|r| r.split(' ').next())
-            .unwrap_or_else(|| panic!("{first}"));
+        let mut early = Vec::new();
+        let addr = loop {
+            let line = lines.next().unwrap_or_else(|| panic!("serve ended: {early:?}")).unwrap();
+            if let Some(a) = line.split("listening on http://").nth(1).and_then(|r| r.split(' ').next()) {
+                break a.to_string();
+            }
+            early.push(line);
+        };
         // Keep draining stderr so the agent never blocks on it.
         std::thread::spawn(move || lines.for_each(|l| eprintln!("serve: {}", l.unwrap_or_default())));
-        Agent { child, addr: addr.to_string(), token: None }
+        Agent { child, addr, token: None, early }
     }
 
-    /// (status, body) of one request.
+    /// (status, body) of one request; a body is sent as JSON.
     fn req(&self, method: &str, path: &str, body: &[u8]) -> (u16, Vec<u8>) {
+        let ct = if body.is_empty() { "" } else { "Content-Type: application/json\r\n" };
+        self.req_with(method, path, &format!("Host: {}\r\n{ct}", self.addr), body)
+    }
+
+    /// (status, body) of one request with the given header lines (each ending in CRLF; Host included).
+    fn req_with(&self, method: &str, path: &str, headers: &str, body: &[u8]) -> (u16, Vec<u8>) {
         let auth = self.token.as_ref().map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
         let head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n{auth}Content-Length: {}\r\n\r\n",
-            self.addr,
+            "{method} {path} HTTP/1.1\r\n{headers}Connection: close\r\n{auth}Content-Length: {}\r\n\r\n",
             body.len()
         );
         raw(&self.addr, &[head.as_bytes(), body].concat())
@@ -365,6 +374,7 @@ fn bad_input_is_refused_with_json_errors_and_metrics_parse() {
     let dir = tmp();
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, "0123456789abcdef0123\n").unwrap();
+    std::fs::set_permissions(&token_file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let mut a = Agent::start(&dir.path().join("d"), &["--token-file", token_file.to_str().unwrap()]);
     assert_eq!(a.get("/api/v1/targets").0, 401, "no token");
     a.token = Some("0123456789abcdef0124".into());
@@ -419,7 +429,7 @@ fn bad_input_is_refused_with_json_errors_and_metrics_parse() {
     // Random and mutated requests: never a 5xx, never a dropped connection, the agent stays up.
     let seeds: Vec<&[u8]> = vec![
         // Nothing a mutation makes of these matches a process: no such name, a pid above pid_max.
-        b"POST /api/v1/targets HTTP/1.1\r\nContent-Length: 31\r\n\r\n{\"match\":{\"comm\":\"^zz_never$\"}}",
+        b"POST /api/v1/targets HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 31\r\n\r\n{\"match\":{\"comm\":\"^zz_never$\"}}",
         b"GET /api/v1/profile?target=1&from=now-1h&type=cpu&format=svg HTTP/1.1\r\n\r\n",
         b"PATCH /api/v1/targets/1 HTTP/1.1\r\nContent-Length: 17\r\n\r\n{\"window_s\": 5 }",
         b"PUT /flamegraph HTTP/1.1\r\nContent-Length: 49\r\n\r\njson={\"snoopers\":{\"proc_id\":[4194305]},\"state\":1}",
@@ -518,4 +528,345 @@ fn serving_beyond_loopback_needs_a_token() {
     assert!(err.contains("--token-file"), "{err}");
     let out = whyslow().args(["serve", "--retention", "soon"]).output().unwrap();
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--retention"));
+}
+
+/// Open descriptors of a process.
+fn fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0)
+}
+
+fn metric(a: &Agent, name: &str) -> f64 {
+    let (code, body) = a.req("GET", "/metrics", b"");
+    assert_eq!(code, 200);
+    let text = String::from_utf8(body).unwrap();
+    let line = text.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_else(|| panic!("{name}"));
+    line.split(' ').nth(1).unwrap().parse().unwrap()
+}
+
+/// Issue 32 #1 (slowloris): connections that never finish their headers are capped per client (the rest
+/// closed at once, counted) and closed after the header timeout; the agent's descriptors stay bounded and
+/// it answers again once they are gone.
+#[test]
+fn slow_clients_are_capped_and_disconnected() {
+    let dir = tmp();
+    let a = Agent::start(dir.path(), &[]);
+    assert_eq!(a.get("/healthz").0, 200);
+    let before = fds(a.child.id());
+    let mut slow = Vec::new();
+    for _ in 0..300 {
+        let mut s = TcpStream::connect(&a.addr).unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ").unwrap();
+        slow.push(s);
+    }
+    // The agent holds at most its per-client cap (32) of them, whatever the test does meanwhile.
+    std::thread::sleep(Duration::from_millis(500));
+    let held = fds(a.child.id());
+    assert!(held <= before + 32 + 4, "{before} descriptors before, {held} with 300 slow clients");
+    // Every connection ends: those over the cap at once, the others at the header timeout (10 s). The
+    // bound here only catches a connection that is never closed.
+    let t0 = Instant::now();
+    let mut refused = 0;
+    for s in &mut slow {
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        let mut buf = Vec::new();
+        let _ = s.read_to_end(&mut buf);
+        refused += usize::from(buf.starts_with(b"HTTP/1.1 503"));
+        assert!(t0.elapsed() < Duration::from_secs(60), "a slow connection is still open after 60 s");
+    }
+    eprintln!("all 300 slow connections closed after {:?}; {refused} told 503", t0.elapsed());
+    assert_eq!(a.get("/healthz").0, 200);
+    let refused_total = metric(&a, "whyslow_http_connections_refused_total");
+    let timed_out = metric(&a, "whyslow_http_header_timeouts_total");
+    assert!((266.0..=300.0).contains(&refused_total), "refused {refused_total}");
+    assert!(timed_out >= 300.0 - refused_total, "timed out {timed_out}, refused {refused_total}");
+    assert!(fds(a.child.id()) <= before + 2, "descriptors back to {before}: {}", fds(a.child.id()));
+}
+
+/// Issue 32 #4: a second agent on the same data directory exits non-zero, naming the lock and the first.
+#[test]
+fn a_second_agent_on_one_data_dir_is_refused() {
+    let dir = tmp();
+    let a = Agent::start(dir.path(), &[]);
+    let out =
+        whyslow().args(["serve", "--listen", "127.0.0.1:0", "--data-dir"]).arg(dir.path()).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("locked") && err.contains(&format!("pid {}", a.child.id())), "{err}");
+    // Once the first is gone, the directory is free.
+    assert!(a.stop().success());
+    let b = Agent::start(dir.path(), &[]);
+    assert_eq!(b.get("/healthz").0, 200);
+}
+
+/// Issue 32 #3: a store that fails its integrity check is moved aside and a new one started, saying so;
+/// /healthz reports the store.
+#[test]
+fn a_corrupt_store_is_moved_aside_not_half_loaded() {
+    let dir = tmp();
+    let a = Agent::start(dir.path(), &[]);
+    for i in 0..300 {
+        let body =
+            format!(r#"{{"name":"t{i}","match":{{"comm":"^{}$"}},"state":"stopped"}}"#, "x".repeat(200));
+        assert_eq!(a.post("/api/v1/targets", &body).0, 201);
+    }
+    assert!(a.stop().success());
+    let db = dir.path().join("whyslow.db");
+    let mut bytes = std::fs::read(&db).unwrap();
+    assert!(bytes.len() > 8 * 4096, "{} bytes", bytes.len());
+    for b in &mut bytes[4 * 4096..6 * 4096] {
+        *b = 0x5a;
+    }
+    std::fs::write(&db, &bytes).unwrap();
+    let a = Agent::start(dir.path(), &[]);
+    let said = a.early.join("\n");
+    assert!(said.contains("corrupt") && said.contains("moved it to"), "{said}");
+    let aside: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("whyslow.db.corrupt-"))
+        .collect();
+    assert_eq!(aside.len(), 1, "the damaged file is kept aside");
+    let (code, h) = a.get("/healthz");
+    assert_eq!((code, &h["store"]["ok"]), (200, &Value::Bool(true)), "{h}");
+    assert_eq!(a.get("/api/v1/targets").1, serde_json::json!([]));
+    assert_eq!(a.post("/api/v1/targets", r#"{"match":{"comm":"^x$"}}"#).0, 201);
+    assert_eq!(a.get("/api/v1/targets").1.as_array().unwrap().len(), 1);
+}
+
+/// Issue 32 #5: a web page cannot drive the API: writes need a JSON content type, foreign origins are
+/// refused, and a Host that is not an address of the agent (DNS rebinding) is refused.
+#[test]
+fn cross_site_and_rebinding_requests_are_refused() {
+    let dir = tmp();
+    let a = Agent::start(dir.path(), &["--allow-host", "profiler.internal"]);
+    let port = a.addr.rsplit(':').next().unwrap().to_string();
+    let body = br#"{"match":{"comm":"^x$"}}"#;
+    let host = format!("Host: {}\r\n", a.addr);
+    let cases: Vec<(String, &str, &str, u16)> = vec![
+        // A form or text/plain POST (no preflight in a browser).
+        (format!("{host}Content-Type: text/plain\r\n"), "POST", "/api/v1/targets", 415),
+        (
+            format!("{host}Content-Type: application/x-www-form-urlencoded\r\n"),
+            "POST",
+            "/api/v1/targets",
+            415,
+        ),
+        (host.clone(), "POST", "/api/v1/targets", 415),
+        // A foreign page, whatever the content type.
+        (
+            format!("{host}Content-Type: application/json\r\nOrigin: http://evil.example\r\n"),
+            "POST",
+            "/api/v1/targets",
+            403,
+        ),
+        (
+            format!("{host}Content-Type: text/plain\r\nOrigin: http://evil.example\r\n"),
+            "POST",
+            "/api/v1/targets",
+            403,
+        ),
+        (format!("{host}Origin: null\r\n"), "DELETE", "/api/v1/targets/1", 403),
+        // DNS rebinding: the page's name, now resolving to 127.0.0.1.
+        (format!("Host: evil.example:{port}\r\n"), "GET", "/api/v1/targets", 403),
+        (
+            format!("Host: evil.example:{port}\r\nContent-Type: application/json\r\n"),
+            "POST",
+            "/api/v1/targets",
+            403,
+        ),
+    ];
+    for (headers, method, path, want) in &cases {
+        let send: &[u8] = if *method == "POST" { body } else { b"" };
+        let (code, b) = a.req_with(method, path, headers, send);
+        let text = String::from_utf8_lossy(&b);
+        assert_eq!(code, *want, "{method} {path} with {headers:?}: {text}");
+        assert!(serde_json::from_slice::<Value>(&b).is_ok_and(|v| v["error"].is_string()), "{text}");
+    }
+    assert_eq!(a.get("/api/v1/targets").1, serde_json::json!([]), "nothing was created");
+    // The agent's own page (same origin), addresses, localhost and allowed names are served.
+    let own = format!("{host}Content-Type: application/json\r\nOrigin: http://{}\r\n", a.addr);
+    assert_eq!(a.req_with("POST", "/api/v1/targets", &own, body).0, 201);
+    for h in [format!("localhost:{port}"), format!("[::1]:{port}"), format!("profiler.internal:{port}")] {
+        assert_eq!(a.req_with("GET", "/api/v1/targets", &format!("Host: {h}\r\n"), b"").0, 200, "{h}");
+    }
+}
+
+/// Issue 32 #7: a token file others can read is refused; target names are unique; a huge Content-Length
+/// is refused at once, not waited for; the window a process is recorded with is shown.
+#[test]
+fn small_hardening_items() {
+    // It starts cpu_split, which other tests' targets match.
+    let _x = exclusive();
+    let dir = tmp();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "0123456789abcdef0123\n").unwrap();
+    std::fs::set_permissions(&token, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let out = whyslow()
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path().join("d"))
+        .arg("--token-file")
+        .arg(&token)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.trim().lines().count() == 1, "{err}");
+    assert!(err.contains("chmod 600") && err.contains("644"), "{err}");
+
+    let a = Agent::start(&dir.path().join("d"), &[]);
+    let (code, _) =
+        a.post("/api/v1/targets", r#"{"name":"web","match":{"comm":"^cpu_split$"},"window_s":5}"#);
+    assert_eq!(code, 201);
+    let (code, e) = a.post("/api/v1/targets", r#"{"name":"web","match":{"comm":"^other$"}}"#);
+    assert_eq!(code, 409, "{e}");
+    let (code, two) =
+        a.post("/api/v1/targets", r#"{"name":"web2","match":{"cmdline":"cpu_split"},"window_s":1}"#);
+    assert_eq!(code, 201);
+    let (code, e) = {
+        let (c, b) = a.req("PATCH", &format!("/api/v1/targets/{}", two["id"]), br#"{"name":"web"}"#);
+        (c, String::from_utf8_lossy(&b).to_string())
+    };
+    assert_eq!(code, 409, "{e}");
+    // 100 MB announced, 1 byte sent: refused before the body, not after a wait for the rest.
+    let mut s = TcpStream::connect(&a.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(
+        s,
+        "POST /api/v1/targets HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: 100000000\r\n\r\n{{",
+        a.addr
+    )
+    .unwrap();
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).expect("an answer before the body");
+    assert_eq!(&head, b"HTTP/1.1 413");
+    // A process matched by both targets is recorded once, with the shorter window: shown, not silent.
+    let mut w = spawn_split("3");
+    let p = wait_for(5, "the workload in /processes", || {
+        let (_, v) = a.get("/api/v1/processes");
+        v.as_array()?.iter().find(|p| p["pid"] == w.id()).cloned()
+    });
+    assert_eq!(p["window_s"], 1, "{p}");
+    assert_eq!(p["targets"].as_array().unwrap().len(), 2, "{p}");
+    w.wait().unwrap();
+}
+
+/// A cgroup v2 directory made for a test, removed when dropped (after its processes ended).
+struct Cgroup(std::path::PathBuf);
+
+impl Cgroup {
+    /// `/sys/fs/cgroup[/unified]/REL`, or None where cgroup v2 cannot be written here.
+    fn make(rel: &str) -> Option<Cgroup> {
+        let root = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
+            .into_iter()
+            .map(Path::new)
+            .find(|r| r.join("cgroup.procs").exists() && r.join("cgroup.controllers").exists())?;
+        let dir = root.join(rel.trim_start_matches('/'));
+        std::fs::create_dir_all(&dir).ok()?;
+        Some(Cgroup(dir))
+    }
+
+    /// Starts `cpu_split SECS` inside the cgroup (the shell moves itself in, then execs: the agent sees the
+    /// exec and reads the new cgroup).
+    fn spawn_split(&self, secs: &str) -> Child {
+        let script = format!(
+            "echo $$ > {}/cgroup.procs && exec {} {secs}",
+            self.0.display(),
+            workload("cpu_split").display()
+        );
+        std::process::Command::new("sh").args(["-c", &script]).stdout(Stdio::null()).spawn().unwrap()
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.0).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// Beyond issue 32: `serve --all` defines a target of every process at 19 Hz, kept by name.
+#[test]
+fn serve_all_defines_a_target_of_every_process() {
+    // Its agent samples every process, the other tests' workloads too.
+    let _x = exclusive();
+    let dir = tmp();
+    let a = Agent::start(dir.path(), &["--all"]);
+    let (_, t) = a.get("/api/v1/targets");
+    assert_eq!(t.as_array().unwrap().len(), 1, "{t}");
+    assert_eq!(t[0]["name"], "all-processes", "{t}");
+    assert_eq!(
+        (t[0]["match"]["all"].clone(), t[0]["frequency"].clone()),
+        (Value::Bool(true), 19.into()),
+        "{t}"
+    );
+    assert!(a.stop().success());
+    // Restarted with --all again, the target is the same one (not a second).
+    let a = Agent::start(dir.path(), &["--all"]);
+    assert_eq!(a.get("/api/v1/targets").1, t);
+    // An API target of every process gets 19 Hz too unless it names a frequency.
+    let (code, v) = a.post("/api/v1/targets", r#"{"match":{"all":true,"comm":"^zz_none$"}}"#);
+    assert_eq!((code, &v["frequency"]), (201, &Value::from(19)), "{v}");
+}
+
+/// Beyond issue 32: processes are labelled by their cgroup: the systemd unit and the container id are
+/// listed, and select the windows of those processes only. The target matches every process of
+/// /system.slice (all, narrowed by cgroup): the test's own processes (its large debug binaries, whose
+/// symbolization would only slow the test) are left out.
+#[test]
+fn processes_are_labelled_and_selected_by_their_cgroup() {
+    // It starts cpu_split, which other tests' targets match.
+    let _x = exclusive();
+    let me = std::process::id();
+    let unit = format!("wstest-{me}.service");
+    let id = format!("{me:064x}");
+    let (Some(svc), Some(ctr)) = (
+        Cgroup::make(&format!("system.slice/{unit}")),
+        Cgroup::make(&format!("system.slice/docker-{id}.scope")),
+    ) else {
+        eprintln!("no writable cgroup v2 here: skipped");
+        return;
+    };
+    let dir = tmp();
+    let a = Agent::start(dir.path(), &[]);
+    let (code, t) = a.post(
+        "/api/v1/targets",
+        r#"{"name":"system","match":{"all":true,"cgroup":"/system.slice"},"frequency":99,"window_s":1}"#,
+    );
+    assert_eq!(code, 201, "{t}");
+    let mut in_unit = svc.spawn_split("3");
+    let mut in_container = ctr.spawn_split("3");
+    let (pu, pc) = (u64::from(in_unit.id()), u64::from(in_container.id()));
+    let listed = wait_for(10, "both processes listed with their cgroup labels", || {
+        let (_, v) = a.get("/api/v1/processes");
+        let v = v.as_array()?.clone();
+        let find = |pid: u64| v.iter().find(|p| p["pid"] == pid && p["comm"] == "cpu_split").cloned();
+        let (u, c) = (find(pu)?, find(pc)?);
+        (u["labels"]["unit"] == unit.as_str() && c["labels"]["container_id"] == id.as_str()).then_some((u, c))
+    });
+    assert_eq!(listed.1["labels"].get("unit"), None, "a container's scope is not a unit: {}", listed.1);
+    assert!(in_unit.wait().unwrap().success() && in_container.wait().unwrap().success());
+    for (selector, pid, other) in [(format!("unit={unit}"), pu, pc), (format!("container_id={id}"), pc, pu)] {
+        let r = wait_for(30, &format!("samples of {selector}"), || {
+            let (code, r) = a.get(&format!("/api/v1/profile?selector={selector}&type=cpu&from=now-5m"));
+            (code == 200 && r["total_samples"].as_i64()? >= 30).then_some(r)
+        });
+        let pids: Vec<u64> =
+            r["threads"].as_array().unwrap().iter().map(|t| t["pid"].as_u64().unwrap()).collect();
+        assert!(pids.iter().all(|&p| p == pid) && !pids.contains(&other), "{selector}: {pids:?}");
+        // At most 99 samples per CPU second of a 3 s single-threaded run, with 20% slack.
+        assert!(
+            r["total_samples"].as_f64().unwrap() <= 99.0 * 3.0 * 1.2,
+            "{selector}: {}",
+            r["total_samples"]
+        );
+    }
+    // Target labels and process labels combine; a unit nobody runs in has no windows.
+    let (code, e) = a.get(&format!("/api/v1/profile?selector=unit={unit},container_id={id}&from=now-5m"));
+    assert_eq!(code, 404, "{e}");
+    let (code, e) = a.get("/api/v1/profile?selector=unit=nothing-here.service&from=now-5m");
+    assert_eq!(code, 404, "{e}");
 }

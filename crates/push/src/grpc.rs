@@ -77,9 +77,10 @@ impl Client {
     }
 }
 
-/// Retry what may succeed later (OTLP's retryable codes, and RESOURCE_EXHAUSTED: a collector applying
-/// back-pressure); refuse what the server will answer the same way again (INVALID_ARGUMENT,
-/// UNAUTHENTICATED, PERMISSION_DENIED, UNIMPLEMENTED, ...).
+/// Refuse only what the server says is malformed (INVALID_ARGUMENT): the window is dropped. Everything
+/// else may succeed later and is retried with the queue kept: OTLP's retryable codes, RESOURCE_EXHAUSTED
+/// (back-pressure), and UNAUTHENTICATED, PERMISSION_DENIED, NOT_FOUND, UNIMPLEMENTED (rotated
+/// credentials, a proxy, a collector being redeployed) which are outages, not verdicts on the data.
 fn classify(url: &str, s: &Status) -> PushError {
     let m = format!("{url}: gRPC {:?} ({}): {}", s.code(), s.code() as i32, s.message().trim());
     // A status made here from a local error (connect, TLS, client timeout, reset stream): the server
@@ -88,14 +89,8 @@ fn classify(url: &str, s: &Status) -> PushError {
         return PushError::Retry(m);
     }
     match s.code() {
-        Code::Unavailable
-        | Code::ResourceExhausted
-        | Code::DeadlineExceeded
-        | Code::Aborted
-        | Code::Cancelled
-        | Code::OutOfRange
-        | Code::DataLoss => PushError::Retry(m),
-        _ => PushError::Refused(m),
+        Code::InvalidArgument => PushError::Refused(m),
+        _ => PushError::Retry(m),
     }
 }
 
@@ -106,19 +101,23 @@ mod tests {
     #[test]
     fn server_codes_split_into_retry_and_refused_and_no_answer_is_retried() {
         let retry = |s: Status| matches!(classify("u", &s), PushError::Retry(_));
-        for code in [Code::Unavailable, Code::ResourceExhausted, Code::DeadlineExceeded, Code::Aborted] {
-            assert!(retry(Status::new(code, "x")), "{code:?}");
-        }
+        // Issue 32 #6: credentials, permissions and missing services are outages: the queue is kept.
         for code in [
-            Code::InvalidArgument,
+            Code::Unavailable,
+            Code::ResourceExhausted,
+            Code::DeadlineExceeded,
+            Code::Aborted,
             Code::Unauthenticated,
             Code::PermissionDenied,
+            Code::NotFound,
             Code::Unimplemented,
             Code::Internal,
             Code::Unknown,
         ] {
-            assert!(!retry(Status::new(code, "x")), "{code:?}");
+            assert!(retry(Status::new(code, "x")), "{code:?}");
         }
+        // Only a request the server calls malformed is dropped.
+        assert!(!retry(Status::new(Code::InvalidArgument, "x")));
         // An Unknown status tonic made from a local failure carries it as its source.
         let local = Status::from_error(Box::new(std::io::Error::other("connection reset")));
         assert_eq!(local.code(), Code::Unknown);

@@ -299,6 +299,16 @@ impl Sender {
     }
 }
 
+/// Only what the backend says is malformed is refused (dropped, never sent again): 400, 413, 422. Every
+/// other status is an outage to wait out with the queue kept: 401/403 (credentials rotated), 404 (a
+/// proxy or a path not deployed yet), 408/429, 5xx.
+pub fn classify_http(code: u16, m: String) -> PushError {
+    match code {
+        400 | 413 | 422 => PushError::Refused(m),
+        _ => PushError::Retry(m),
+    }
+}
+
 fn call(req: ureq::Request, body: &[u8]) -> Result<ureq::Response, PushError> {
     let url = req.url().to_string();
     match req.send_bytes(body) {
@@ -306,11 +316,7 @@ fn call(req: ureq::Request, body: &[u8]) -> Result<ureq::Response, PushError> {
         Err(ureq::Error::Status(code, resp)) => {
             let text: String = resp.into_string().unwrap_or_default().chars().take(300).collect();
             let m = format!("{url}: HTTP {code}: {}", text.trim());
-            if code >= 500 || code == 408 || code == 429 {
-                Err(PushError::Retry(m))
-            } else {
-                Err(PushError::Refused(m))
-            }
+            Err(classify_http(code, m))
         }
         Err(e) => Err(PushError::Retry(format!("{url}: {e}"))),
     }
@@ -355,6 +361,18 @@ fn uuid() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 32 #6: 401/403/404 are outages (kept and retried); only 400/413/422 drop the window.
+    #[test]
+    fn only_malformed_requests_are_refused() {
+        let refused = |code| matches!(classify_http(code, String::new()), PushError::Refused(_));
+        for code in [400, 413, 422] {
+            assert!(refused(code), "{code}");
+        }
+        for code in [401, 403, 404, 405, 408, 409, 429, 500, 502, 503] {
+            assert!(!refused(code), "{code}");
+        }
+    }
 
     #[test]
     fn backends_parse_and_base64_matches_rfc_4648() {

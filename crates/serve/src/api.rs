@@ -13,7 +13,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 use whyslow_model::Profile;
 use whyslow_render::RenderError;
 
@@ -40,7 +42,11 @@ impl IntoResponse for ApiError {
 
 impl From<crate::store::StoreError> for ApiError {
     fn from(e: crate::store::StoreError) -> Self {
-        ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+        let code = match e {
+            crate::store::StoreError::Full { .. } => StatusCode::INSUFFICIENT_STORAGE,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        ApiError(code, e.to_string())
     }
 }
 
@@ -74,6 +80,60 @@ fn bytes(content_type: &'static str, body: Vec<u8>) -> Response {
     (StatusCode::OK, [(header::CONTENT_TYPE, content_type)], body).into_response()
 }
 
+/// A client that has not sent a request's headers within this long (from connecting, or from its last
+/// answer on a kept-alive connection) is disconnected: slow or idle clients cannot hold connections.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// A request body must arrive within this long.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections open at once, in all and from one address. The rest are closed at once (and counted), so
+/// the descriptors recording needs are never taken by clients.
+pub const MAX_CONNECTIONS: usize = 256;
+pub const MAX_CONNECTIONS_PER_CLIENT: usize = 32;
+/// Descriptors kept back from connections for recording (perf events, eBPF maps, files, the store).
+const RESERVED_FDS: u64 = 512;
+
+/// Connections open now, in all and by client address.
+#[derive(Default)]
+struct Conns {
+    total: usize,
+    by_client: std::collections::HashMap<std::net::IpAddr, usize>,
+}
+
+/// One admitted connection: counted until dropped.
+struct Admitted(Arc<Shared>, Arc<std::sync::Mutex<Conns>>, std::net::IpAddr);
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        let mut c = self.1.lock().expect("conns lock");
+        c.total -= 1;
+        if let Some(n) = c.by_client.get_mut(&self.2) {
+            *n -= 1;
+            if *n == 0 {
+                c.by_client.remove(&self.2);
+            }
+        }
+        self.0.counters.connections_open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The connection cap: the configured one, lowered so that RESERVED_FDS descriptors stay free under the
+/// descriptor limit (raised to its hard maximum first).
+fn connection_cap() -> usize {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit read and write the struct given.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
+            let raised = libc::rlimit { rlim_cur: r.rlim_max.min(1 << 20), rlim_max: r.rlim_max };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                r = raised;
+            }
+        }
+    }
+    let open = std::fs::read_dir("/proc/self/fd").map(|d| d.count() as u64).unwrap_or(64);
+    let room = r.rlim_cur.saturating_sub(open + RESERVED_FDS) as usize;
+    MAX_CONNECTIONS.min(room.max(8))
+}
+
 pub async fn serve(shared: Arc<Shared>, listener: std::net::TcpListener) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::from_std(listener)?;
     let max_body = shared.opts.max_body;
@@ -96,26 +156,182 @@ pub async fn serve(shared: Arc<Shared>, listener: std::net::TcpListener) -> std:
         .layer(middleware::from_fn_with_state(shared.clone(), guard))
         .layer(DefaultBodyLimit::max(max_body))
         .with_state(shared.clone());
-    let stop = async move {
-        while !shared.stopping() {
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        }
-    };
-    axum::serve(listener, app).with_graceful_shutdown(stop).await
+    let cap = connection_cap();
+    let per_client = MAX_CONNECTIONS_PER_CLIENT.min(cap);
+    let conns = Arc::new(std::sync::Mutex::new(Conns::default()));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {
+                if shared.stopping() { break } else { continue }
+            }
+        };
+        let (stream, peer) = match accepted {
+            Ok(a) => a,
+            // Out of descriptors (or another transient failure): wait instead of spinning.
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let admitted = {
+            let mut c = conns.lock().expect("conns lock");
+            let mine = c.by_client.get(&peer.ip()).copied().unwrap_or(0);
+            (c.total < cap && mine < per_client).then(|| {
+                c.total += 1;
+                *c.by_client.entry(peer.ip()).or_default() += 1;
+                Admitted(shared.clone(), conns.clone(), peer.ip())
+            })
+        };
+        let Some(admitted) = admitted else {
+            shared.counters.connections_refused.fetch_add(1, Ordering::Relaxed);
+            // Told why when the socket takes it at once; closed either way.
+            let _ = stream.try_write(
+                b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: 37\r\n\r\n{\"error\": \"too many connections\"}\r\n\r\n",
+            );
+            drop(stream);
+            continue;
+        };
+        shared.counters.connections_open.fetch_add(1, Ordering::Relaxed);
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let mut stop = stop_rx.clone();
+        let s = shared.clone();
+        tokio::spawn(async move {
+            let _admitted = admitted;
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            tokio::pin!(conn);
+            let ended = tokio::select! {
+                r = conn.as_mut() => r,
+                _ = stop.changed() => {
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            };
+            if ended.is_err_and(|e| e.is_timeout()) {
+                s.counters.connections_timed_out.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+    }
+    let _ = stop_tx.send(true);
+    // Answers in flight finish (a few seconds at most); idle connections close now.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while conns.lock().expect("conns lock").total > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
 }
 
-/// Every request: the bearer token when one is configured (not for /healthz), and the status counted.
+/// The host part of a `Host` header or an origin's authority (brackets of an IPv6 address removed).
+fn host_name(authority: &str) -> &str {
+    if let Some(rest) = authority.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or(rest);
+    }
+    authority.rsplit_once(':').map_or(authority, |(h, port)| {
+        if port.chars().all(|c| c.is_ascii_digit()) {
+            h
+        } else {
+            authority
+        }
+    })
+}
+
+/// Whether a request may name this host: an IP address (a page's own origin, never a rebound name),
+/// `localhost`, or a name given with --allow-host. Any other name may be a DNS-rebinding page.
+fn host_allowed(s: &Shared, host: &str) -> bool {
+    let name = host_name(host);
+    name.parse::<std::net::IpAddr>().is_ok()
+        || name.eq_ignore_ascii_case("localhost")
+        || s.opts.allow_hosts.iter().any(|h| h.eq_ignore_ascii_case(name))
+}
+
+/// Why a request is refused before it reaches its handler (403/415/413/408), or None.
+fn screen(s: &Shared, req: &Request) -> Option<ApiError> {
+    let h = req.headers();
+    let host = h.get(header::HOST).and_then(|v| v.to_str().ok());
+    if let Some(host) = host {
+        if !host_allowed(s, host) {
+            return Some(ApiError(
+                StatusCode::FORBIDDEN,
+                format!("Host '{host}' is not this agent (name it with --allow-host to use it)"),
+            ));
+        }
+    }
+    // A browser names the page that sent a request: only the agent's own pages (its UI) may.
+    if let Some(origin) = h.get(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or("");
+        let authority = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://"));
+        if authority.is_none_or(|a| Some(a) != host) {
+            return Some(ApiError(
+                StatusCode::FORBIDDEN,
+                format!("requests from other origins ('{origin}') are refused"),
+            ));
+        }
+    }
+    let method = req.method();
+    let writes = *method == axum::http::Method::POST || *method == axum::http::Method::PATCH;
+    if writes && req.uri().path().starts_with("/api/") {
+        let ct = h.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+        let mime = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+        if !(mime == "application/json" || mime == "application/merge-patch+json") {
+            return Some(ApiError(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                format!(
+                    "writes take Content-Type: application/json, not '{ct}' (curl: -H 'Content-Type: application/json')"
+                ),
+            ));
+        }
+    }
+    let length = h.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
+    if length.is_some_and(|n| n > s.opts.max_body as u64) {
+        return Some(ApiError(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the body is larger than {} bytes", s.opts.max_body),
+        ));
+    }
+    None
+}
+
+/// Every request: the Host, Origin, content type and size screened, the bearer token when one is
+/// configured (not for /healthz and the UI's files), the body read within [`BODY_TIMEOUT`], and the
+/// status counted.
 async fn guard(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
     // The UI's static files hold no data (the page asks for the token and sends it with its API calls).
     let path = req.uri().path();
     let open = path == "/healthz" || path == "/" || path.starts_with("/ui/");
-    let res = match &s.opts.token {
-        Some(token) if !open && !authorized(req.headers(), token) => ApiError(
-            StatusCode::UNAUTHORIZED,
-            "missing or wrong bearer token (Authorization: Bearer ...)".into(),
-        )
-        .into_response(),
-        _ => next.run(req).await,
+    let res = if let Some(refused) = screen(&s, &req) {
+        refused.into_response()
+    } else {
+        match &s.opts.token {
+            Some(token) if !open && !authorized(req.headers(), token) => ApiError(
+                StatusCode::UNAUTHORIZED,
+                "missing or wrong bearer token (Authorization: Bearer ...)".into(),
+            )
+            .into_response(),
+            _ => {
+                let (parts, body) = req.into_parts();
+                let read =
+                    tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, s.opts.max_body)).await;
+                match read {
+                    Ok(Ok(bytes)) => {
+                        next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await
+                    }
+                    Ok(Err(_)) => ApiError(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        format!("the body is larger than {} bytes or was cut", s.opts.max_body),
+                    )
+                    .into_response(),
+                    Err(_) => ApiError(
+                        StatusCode::REQUEST_TIMEOUT,
+                        format!("the body did not arrive within {} s", BODY_TIMEOUT.as_secs()),
+                    )
+                    .into_response(),
+                }
+            }
+        }
     };
     s.counters.request(res.status().as_u16());
     res
@@ -185,9 +401,27 @@ async fn ui_asset(Path(file): Path<String>) -> ApiResult {
     ui_file(&file)
 }
 
+/// Cheap (no store query, no lock held for long) and open: the store's last write and the recorder's
+/// last scan, 503 when either is failing.
 async fn healthz(State(s): State<Arc<Shared>>) -> Response {
     let tracked = s.tracked.lock().expect("tracked lock").values().filter(|t| t.gone_ns.is_none()).count();
-    json(StatusCode::OK, &serde_json::json!({ "status": "ok", "tracked_processes": tracked }))
+    let store_error = s.store_error.lock().expect("store error lock").clone();
+    let beat = s.manager_beat_ns.load(Ordering::Relaxed);
+    // No manager (whyslow view) is not a failure; a manager that has not scanned for 10 s is.
+    let recorder_ok = beat == 0 || now_ns().saturating_sub(beat) < 10_000_000_000;
+    let ok = store_error.is_none() && recorder_ok;
+    let body = serde_json::json!({
+        "status": if ok { "ok" } else { "failing" },
+        "store": { "ok": store_error.is_none(), "error": store_error },
+        "recorder": {
+            "ok": recorder_ok,
+            "last_scan_unix_ns": beat,
+            "session_errors": s.counters.session_errors.load(Ordering::Relaxed),
+            "follow_errors": s.counters.follow_errors.load(Ordering::Relaxed),
+        },
+        "tracked_processes": tracked,
+    });
+    json(if ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }, &body)
 }
 
 async fn metrics(State(s): State<Arc<Shared>>) -> ApiResult {
@@ -242,8 +476,21 @@ async fn list_targets(
     Ok(json(StatusCode::OK, &serde_json::Value::Array(list)))
 }
 
+/// A name another target has already (names key config targets, files and pushed series): 409.
+fn name_taken(s: &Shared, spec: &TargetSpec, except: Option<i64>) -> Result<(), ApiError> {
+    let Some(name) = &spec.name else { return Ok(()) };
+    let t = s.targets.read().expect("targets lock");
+    match t.iter().find(|(id, o)| Some(**id) != except && o.name.as_ref() == Some(name)) {
+        Some((id, _)) => {
+            Err(ApiError(StatusCode::CONFLICT, format!("target {id} is named '{name}' already")))
+        }
+        None => Ok(()),
+    }
+}
+
 async fn add_target(State(s): State<Arc<Shared>>, b: Result<Bytes, BytesRejection>) -> ApiResult {
     let spec = TargetSpec::from_json(&body(b)?)?;
+    name_taken(&s, &spec, None)?;
     let id = s.store.lock().expect("store lock").add_target(&spec, now_ns())?;
     let v = target_json(id, &spec);
     s.targets.write().expect("targets lock").insert(id, spec);
@@ -272,6 +519,7 @@ async fn patch_target(
     let mut v = serde_json::to_value(&current).expect("a spec serializes");
     merge_patch(&mut v, &patch);
     let spec = TargetSpec::from_json(&serde_json::to_vec(&v).expect("a value serializes"))?;
+    name_taken(&s, &spec, Some(id))?;
     if !s.store.lock().expect("store lock").update_target(id, &spec)? {
         return Err(ApiError::not_found(format!("no target {id}")));
     }
@@ -321,8 +569,12 @@ async fn processes(
                 "comm": t.view.comm,
                 "cmdline": t.view.cmdline,
                 "cgroup": t.view.cgroup,
+                "labels": crate::cgroup::labels(&t.view.cgroup),
                 "targets": t.targets,
                 "sources": t.key.name(),
+                // Recorded once for all its targets: with the shortest window any of them asks for.
+                "window_s": t.key.window_s,
+                "frequency": t.key.frequency,
                 "followed": if t.root == t.view.pid { "directly".to_string() } else { format!("inherited from {}", t.root) },
                 "since_unix_ns": t.since_ns,
             })
@@ -331,18 +583,37 @@ async fn processes(
     Ok(json(StatusCode::OK, &serde_json::Value::Array(list)))
 }
 
-/// The targets a query names: `target=ID[,ID]` or `selector=label=value[,label=value]`.
-fn selected(s: &Shared, q: &BTreeMap<String, String>) -> Result<Vec<i64>, ApiError> {
+/// What a query names: targets, and optionally labels of the processes' cgroups (unit, container_id,
+/// pod_uid) their windows must carry.
+#[derive(Clone)]
+struct Selection {
+    targets: Vec<i64>,
+    process_labels: Vec<(String, String)>,
+}
+
+/// The targets a query names: `target=ID[,ID]` or `selector=label=value[,label=value]`, where a label is
+/// a target's label or one of a process's cgroup labels (`unit=nginx.service`, `container_id=`,
+/// `pod_uid=`: the windows of those processes, in any target).
+fn selected(s: &Shared, q: &BTreeMap<String, String>) -> Result<Selection, ApiError> {
     match (q.get("target"), q.get("selector")) {
         (Some(_), Some(_)) => Err(ApiError::bad("give target or selector, not both")),
-        (Some(t), None) => t.split(',').map(|id| target_id(id.trim(), s)).collect(),
+        (Some(t), None) => Ok(Selection {
+            targets: t.split(',').map(|id| target_id(id.trim(), s)).collect::<Result<_, _>>()?,
+            process_labels: Vec::new(),
+        }),
         (None, Some(sel)) => {
             let mut want = Vec::new();
+            let mut process_labels = Vec::new();
             for pair in sel.split(',') {
                 let (k, v) = pair
                     .split_once('=')
                     .ok_or_else(|| ApiError::bad(format!("selector '{pair}' is not label=value")))?;
-                want.push((k.trim(), v.trim()));
+                let (k, v) = (k.trim(), v.trim());
+                if crate::cgroup::LABELS.contains(&k) {
+                    process_labels.push((k.to_string(), v.to_string()));
+                } else {
+                    want.push((k, v));
+                }
             }
             let ids: Vec<i64> = s
                 .targets
@@ -355,7 +626,7 @@ fn selected(s: &Shared, q: &BTreeMap<String, String>) -> Result<Vec<i64>, ApiErr
             if ids.is_empty() {
                 return Err(ApiError::not_found(format!("no target has the labels {sel}")));
             }
-            Ok(ids)
+            Ok(Selection { targets: ids, process_labels })
         }
         (None, None) => Err(ApiError::bad("name the targets: target=ID or selector=label=value")),
     }
@@ -379,8 +650,8 @@ const MAX_QUERY_BYTES: u64 = 512 << 20;
 
 /// The samples of `targets` in [from, until): the stored windows overlapping it, merged, without the
 /// samples of time slices outside it.
-fn load(s: &Shared, targets: &[i64], from: u64, until: u64) -> Result<Profile, ApiError> {
-    let mut p = load_windows(s, targets, from, until)?;
+fn load(s: &Shared, sel: &Selection, from: u64, until: u64) -> Result<Profile, ApiError> {
+    let mut p = load_windows(s, sel, from, until)?;
     p.retain_time(from, until);
     Ok(p)
 }
@@ -411,11 +682,26 @@ impl ThreadFilter {
 }
 
 /// Every stored window of `targets` overlapping [from, until), merged into one profile.
-fn load_windows(s: &Shared, targets: &[i64], from: u64, until: u64) -> Result<Profile, ApiError> {
-    let rows = s.store.lock().expect("store lock").windows(targets, from, until)?;
+fn load_windows(s: &Shared, sel: &Selection, from: u64, until: u64) -> Result<Profile, ApiError> {
+    let mut rows = s.store.lock().expect("store lock").windows(&sel.targets, from, until)?;
+    if !sel.process_labels.is_empty() {
+        rows.retain(|w| {
+            let l = crate::cgroup::labels(&w.cgroup);
+            sel.process_labels.iter().all(|(k, v)| l.get(k.as_str()) == Some(v))
+        });
+    }
     if rows.is_empty() {
-        let ids = targets.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
-        return Err(ApiError::not_found(format!("no recorded windows of target {ids} in the range (yet)")));
+        let ids = join(&sel.targets);
+        let of = match sel.process_labels.is_empty() {
+            true => String::new(),
+            false => {
+                let l: Vec<String> = sel.process_labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                format!(" with {}", l.join(","))
+            }
+        };
+        return Err(ApiError::not_found(format!(
+            "no recorded windows of target {ids}{of} in the range (yet)"
+        )));
     }
     if rows.iter().map(|w| w.bytes).sum::<u64>() > MAX_QUERY_BYTES {
         return Err(ApiError(
@@ -499,7 +785,7 @@ async fn profile(
                 "application/json"
             }
             _ => {
-                let title = format!("target {} ({})", join(&targets), p.sample_types[v].name);
+                let title = format!("target {} ({})", join(&targets.targets), p.sample_types[v].name);
                 let o = whyslow_render::flamegraph::FlameOptions { title, subtitle: None, reverse: false };
                 whyslow_render::flamegraph::svg(&mut out, &p, v, &o)?;
                 "image/svg+xml"
@@ -542,7 +828,7 @@ async fn doctor(
     blocking(move || {
         let mut p = load(&s, &targets, from, until)?;
         only.apply(&mut p);
-        let d = whyslow_analyze::doctor::diagnose(&p, &format!("target {}", join(&targets)));
+        let d = whyslow_analyze::doctor::diagnose(&p, &format!("target {}", join(&targets.targets)));
         let mut out = Vec::new();
         whyslow_render::doctor::json(&mut out, &p, &d).map_err(internal)?;
         Ok(bytes("application/json", out))
@@ -571,7 +857,10 @@ async fn diff(
     let targets = selected(&s, &q)?;
     // The after range may come from other targets (two recordings opened by `whyslow view`).
     let after_targets = match q.get("after_target") {
-        Some(t) => t.split(',').map(|id| target_id(id.trim(), &s)).collect::<Result<Vec<_>, _>>()?,
+        Some(t) => Selection {
+            targets: t.split(',').map(|id| target_id(id.trim(), &s)).collect::<Result<Vec<_>, _>>()?,
+            process_labels: targets.process_labels.clone(),
+        },
         None => targets.clone(),
     };
     for k in ["before_from", "before_until", "after_from", "after_until"] {
@@ -600,7 +889,7 @@ async fn diff(
         let (sb, sa) = (whyslow_analyze::diff::Side::new(&b, vb), whyslow_analyze::diff::Side::new(&a, va));
         let mut out = Vec::new();
         if format == "svg" {
-            let title = format!("target {}: after vs before", join(&targets));
+            let title = format!("target {}: after vs before", join(&targets.targets));
             let o = whyslow_render::diff::DiffFlameOptions { title, negate: false, shares_only: false };
             whyslow_render::diff::svg(&mut out, sb, sa, &o)?;
             return Ok(bytes("image/svg+xml", out));
@@ -630,7 +919,7 @@ async fn get_flamegraph(State(s): State<Arc<Shared>>) -> Response {
 /// stackprobe's `PUT /flamegraph`: replaces the targets an earlier PUT defined.
 async fn put_flamegraph(State(s): State<Arc<Shared>>, b: Result<Bytes, BytesRejection>) -> ApiResult {
     let specs = spec::from_stackprobe(&body(b)?)?;
-    let store = s.store.lock().expect("store lock");
+    let mut store = s.store.lock().expect("store lock");
     let mut targets = s.targets.write().expect("targets lock");
     let old: Vec<i64> = targets
         .iter()

@@ -52,7 +52,8 @@ pub fn run(s: std::sync::Arc<Shared>) {
 
 fn retain(s: &Shared, now: u64) {
     let cutoff = now.saturating_sub(s.opts.retention.as_nanos() as u64);
-    match s.store.lock().expect("store lock").retain(cutoff, s.opts.max_disk) {
+    let r = s.store.lock().expect("store lock").retain(cutoff);
+    match r {
         Ok(n) => {
             s.counters.windows_removed.fetch_add(n, Ordering::Relaxed);
         }

@@ -9,6 +9,7 @@
 //! files). Only this crate knows HTTP.
 
 mod api;
+pub mod cgroup;
 mod housekeeping;
 mod metrics;
 mod procs;
@@ -53,6 +54,8 @@ pub struct ServeOptions {
     pub push_labels: Vec<(String, String)>,
     /// A `pid` label on pushed series (one series per process).
     pub push_per_process: bool,
+    /// Host names (besides IP addresses and `localhost`) requests may name in their `Host` header.
+    pub allow_hosts: Vec<String>,
 }
 
 impl ServeOptions {
@@ -70,6 +73,7 @@ impl ServeOptions {
             push: Vec::new(),
             push_labels: Vec::new(),
             push_per_process: false,
+            allow_hosts: Vec::new(),
         }
     }
 }
@@ -90,6 +94,8 @@ pub enum ServeError {
     Store(#[from] store::StoreError),
     #[error("{0}")]
     Config(String),
+    #[error("another whyslow serve{holder} uses {dir}: {lock} is locked (one agent per data directory)")]
+    Locked { dir: PathBuf, lock: PathBuf, holder: String },
 }
 
 /// Counters behind /metrics.
@@ -104,6 +110,12 @@ pub struct Counters {
     pub session_errors: AtomicU64,
     pub files_written: AtomicU64,
     requests: Mutex<BTreeMap<u16, u64>>,
+    /// HTTP connections open now, refused (over a cap), and closed for sending their headers too slowly.
+    pub connections_open: AtomicU64,
+    pub connections_refused: AtomicU64,
+    pub connections_timed_out: AtomicU64,
+    /// Times the symbolizer's caches were dropped to bound the agent's memory.
+    pub symbolizer_resets: AtomicU64,
 }
 
 impl Counters {
@@ -129,11 +141,74 @@ pub struct Shared {
     counters: Arc<Counters>,
     push_stats: Mutex<BTreeMap<String, pusher::PushStats>>,
     stopping: AtomicBool,
+    /// The last store failure (None: the last write succeeded), for /healthz.
+    store_error: Mutex<Option<String>>,
+    /// When the manager last finished a scan (0: no manager), for /healthz.
+    pub(crate) manager_beat_ns: AtomicU64,
 }
 
 impl Shared {
     fn stopping(&self) -> bool {
         self.stopping.load(Ordering::SeqCst) || whyslow_record::signals::stop_requested()
+    }
+
+    /// Notes how the last store write went (for /healthz).
+    fn store_result<T>(&self, r: &Result<T, store::StoreError>) {
+        *self.store_error.lock().expect("store error lock") = r.as_ref().err().map(|e| e.to_string());
+    }
+}
+
+/// The data directory's lock (an flock held while the agent runs): two agents on one store would each
+/// see only the targets they added and record the same processes twice.
+struct DirLock(#[allow(dead_code)] std::fs::File);
+
+fn lock_dir(dir: &std::path::Path) -> Result<DirLock, ServeError> {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    let lock = dir.join("whyslow.lock");
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&lock)
+        .map_err(|source| ServeError::Dir { path: lock.clone(), source })?;
+    // SAFETY: flock on a descriptor this function owns; no pointers.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let pid = std::fs::read_to_string(&lock).unwrap_or_default();
+        let holder = match pid.trim() {
+            "" => String::new(),
+            p => format!(" (pid {p})"),
+        };
+        return Err(ServeError::Locked { dir: dir.to_path_buf(), lock, holder });
+    }
+    let _ = f.set_len(0);
+    let _ = write!(f, "{}", std::process::id());
+    Ok(DirLock(f))
+}
+
+/// Opens the store; one that fails its integrity check is moved aside (`whyslow.db.corrupt-UNIXSECONDS`,
+/// with its log) and a new one started, saying so: a half-readable store would serve some targets and
+/// fail on others while /healthz said ok.
+fn open_store(dir: &std::path::Path) -> Result<Store, ServeError> {
+    match Store::open(dir) {
+        Err(store::StoreError::Damaged { path, what }) => {
+            let aside = path.with_extension(format!("db.corrupt-{}", now_ns() / 1_000_000_000));
+            for suffix in ["", "-wal", "-shm"] {
+                let from = PathBuf::from(format!("{}{suffix}", path.display()));
+                if from.exists() {
+                    let to = PathBuf::from(format!("{}{suffix}", aside.display()));
+                    std::fs::rename(&from, &to).map_err(|source| ServeError::Dir { path: to, source })?;
+                }
+            }
+            eprintln!(
+                "whyslow serve: the store {} is corrupt ({what}); moved it to {} and started an empty one",
+                path.display(),
+                aside.display()
+            );
+            Ok(Store::open(dir)?)
+        }
+        other => Ok(other?),
     }
 }
 
@@ -180,7 +255,11 @@ fn run_with(opts: ServeOptions, record: bool, on_listen: impl FnOnce(SocketAddr)
     for dir in [&opts.data_dir, &opts.output_root] {
         std::fs::create_dir_all(dir).map_err(|source| ServeError::Dir { path: dir.clone(), source })?;
     }
-    let store = Store::open(&opts.data_dir)?;
+    let lock = lock_dir(&opts.data_dir)?;
+    let mut store = open_store(&opts.data_dir)?;
+    if record {
+        store.set_budget(opts.max_disk)?;
+    }
     let mut stored: BTreeMap<i64, TargetSpec> = store.targets()?.into_iter().collect();
     for spec in &opts.targets {
         spec.check().map_err(|e| ServeError::Config(format!("config target: {e}")))?;
@@ -211,6 +290,8 @@ fn run_with(opts: ServeOptions, record: bool, on_listen: impl FnOnce(SocketAddr)
         counters: Arc::new(Counters::default()),
         push_stats: Mutex::new(BTreeMap::new()),
         stopping: AtomicBool::new(false),
+        store_error: Mutex::new(None),
+        manager_beat_ns: AtomicU64::new(0),
     });
     let pushers: Vec<_> = shared
         .opts
@@ -258,9 +339,28 @@ fn run_with(opts: ServeOptions, record: bool, on_listen: impl FnOnce(SocketAddr)
         let _ = t.join();
     }
     if record {
-        eprintln!("whyslow serve: stopped; windows flushed to {}", shared.opts.data_dir.display());
+        match shared.store_error.lock().expect("store error lock").as_deref() {
+            None => {
+                eprintln!("whyslow serve: stopped; windows flushed to {}", shared.opts.data_dir.display())
+            }
+            Some(e) => eprintln!(
+                "whyslow serve: stopped; the last windows could not be stored ({} lost in all): {e}",
+                shared.counters.store_errors.load(Ordering::Relaxed)
+            ),
+        }
     }
+    drop(lock);
     served.map_err(|source| ServeError::Listen { addr, source })
+}
+
+/// The name of the target `whyslow serve --all` defines.
+pub const ALL_TARGET: &str = "all-processes";
+
+/// The target of every process (`--all`): on-CPU samples at [`spec::ALL_FREQUENCY`], kept by name like
+/// a config file's targets.
+pub fn all_target() -> TargetSpec {
+    TargetSpec::from_json(format!(r#"{{"name":"{ALL_TARGET}","match":{{"all":true}}}}"#).as_bytes())
+        .expect("the all-processes target is valid")
 }
 
 /// Parses a config file (TOML): server settings are the command line's; `[[target]]` tables are
@@ -270,14 +370,29 @@ pub fn parse_config(text: &str) -> Result<Vec<TargetSpec>, ServeError> {
     #[serde(deny_unknown_fields)]
     struct Config {
         #[serde(default)]
-        target: Vec<TargetSpec>,
+        target: Vec<toml::Table>,
     }
     let c: Config =
         toml::from_str(text).map_err(|e| ServeError::Config(e.to_string().trim().replace('\n', " ")))?;
-    for (i, t) in c.target.iter().enumerate() {
-        t.check().map_err(|e| ServeError::Config(format!("target {}: {e}", i + 1)))?;
+    let mut targets = Vec::with_capacity(c.target.len());
+    for (i, t) in c.target.into_iter().enumerate() {
+        // Through JSON, so a table means what the API's body means (defaults included).
+        let spec = serde_json::to_value(&t)
+            .map_err(|e| spec::SpecError::Syntax(e.to_string()))
+            .and_then(TargetSpec::from_value)
+            .map_err(|e| ServeError::Config(format!("target {}: {e}", i + 1)))?;
+        targets.push(spec);
     }
-    Ok(c.target)
+    for (i, t) in targets.iter().enumerate() {
+        t.check().map_err(|e| ServeError::Config(format!("target {}: {e}", i + 1)))?;
+        // Config targets are kept in the store by name: two of one name would overwrite each other.
+        if let Some(n) = &t.name {
+            if targets[..i].iter().any(|o| o.name.as_ref() == Some(n)) {
+                return Err(ServeError::Config(format!("target {}: the name '{n}' is used twice", i + 1)));
+            }
+        }
+    }
+    Ok(targets)
 }
 
 #[cfg(test)]
@@ -295,6 +410,15 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("bogus"));
+        // Names key config targets: one name twice is refused.
+        let twice = "[[target]]\nname = \"a\"\n[target.match]\ncomm = \"x\"\n".repeat(2);
+        assert!(super::parse_config(&twice).unwrap_err().to_string().contains("used twice"));
+        // A target of every process samples at 19 Hz unless told otherwise.
+        let all = super::parse_config("[[target]]\n[target.match]\nall = true\n").unwrap();
+        assert_eq!((all[0].matcher.all, all[0].frequency), (true, 19));
+        let all = super::parse_config("[[target]]\nfrequency = 49\n[target.match]\nall = true\n").unwrap();
+        assert_eq!(all[0].frequency, 49);
+        assert_eq!(super::all_target().frequency, 19);
         // The example shipped with the systemd unit.
         let shipped = super::parse_config(include_str!("../../../dist/whyslow.toml")).unwrap();
         assert_eq!(shipped[0].matcher.comm.as_deref(), Some("^nginx"));

@@ -78,7 +78,7 @@ pub fn render(s: &Shared) -> Result<String, crate::api::ApiError> {
     o.one(
         "whyslow_windows_stored_total",
         "counter",
-        "Windows stored (one per target and process).",
+        "Windows stored (one per process, whatever the number of targets it belongs to).",
         c.windows.load(Ordering::Relaxed),
     );
     o.one(
@@ -90,7 +90,7 @@ pub fn render(s: &Shared) -> Result<String, crate::api::ApiError> {
     o.one(
         "whyslow_store_errors_total",
         "counter",
-        "Windows the store failed to write.",
+        "Windows lost because the store failed to write them.",
         c.store_errors.load(Ordering::Relaxed),
     );
     o.one(
@@ -104,6 +104,30 @@ pub fn render(s: &Shared) -> Result<String, crate::api::ApiError> {
         "counter",
         "Recording sessions that failed to start.",
         c.session_errors.load(Ordering::Relaxed),
+    );
+    o.one(
+        "whyslow_http_connections",
+        "gauge",
+        "HTTP connections open now.",
+        c.connections_open.load(Ordering::Relaxed),
+    );
+    o.one(
+        "whyslow_http_connections_refused_total",
+        "counter",
+        "HTTP connections closed at once: over the cap in all or from one address.",
+        c.connections_refused.load(Ordering::Relaxed),
+    );
+    o.one(
+        "whyslow_http_header_timeouts_total",
+        "counter",
+        "HTTP connections closed because a request's headers did not arrive in time.",
+        c.connections_timed_out.load(Ordering::Relaxed),
+    );
+    o.one(
+        "whyslow_symbolizer_resets_total",
+        "counter",
+        "Times the symbolizer's caches (files read, symbols, debug information) were dropped to bound memory.",
+        c.symbolizer_resets.load(Ordering::Relaxed),
     );
     o.one(
         "whyslow_files_written_total",

@@ -1,9 +1,10 @@
 //! Delivery of stored windows to push backends. The store is the queue: each backend has a cursor (the
 //! last window it got), so an outage loses nothing (windows are sent late, in order, with their own
 //! timestamps), memory stays bounded whatever the outage (one window at a time is read), and what
-//! retention removes before a backend got it is counted as dropped. Failures worth retrying back off
-//! exponentially with jitter (1 s to 5 min); a refusal (a 4xx other than 408/429, a gRPC status such as
-//! INVALID_ARGUMENT) drops that window with the reason logged and counted, instead of retrying it forever.
+//! retention removes before a backend got it is counted as dropped. Failures back off exponentially with
+//! jitter (1 s to 5 min), logged at most once a minute; 401/403/404 are outages too (rotated
+//! credentials, a proxy). Only a refusal of the data itself (400/413/422, gRPC INVALID_ARGUMENT) drops
+//! that window with the reason logged and counted, instead of retrying it forever.
 //! Profiles an OTLP backend accepted without keeping (a partial success) are logged and counted too.
 
 use crate::{now_ns, Shared};
@@ -31,6 +32,7 @@ pub struct PushStats {
 }
 
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
+const LOG_EVERY: Duration = Duration::from_secs(60);
 
 pub fn run(s: Arc<Shared>, o: PushOptions) {
     let name = o.backend.name();
@@ -43,9 +45,13 @@ pub fn run(s: Arc<Shared>, o: PushOptions) {
     };
     let mut sender = Sender::new(&o.backend, &o.auth);
     let mut backoff = Duration::from_secs(1);
+    // Failures are logged at most once a minute (with how many were not): an outage of hours is a few
+    // lines, not one per attempt.
+    let mut last_log: Option<std::time::Instant> = None;
+    let mut unlogged = 0u64;
     while !s.stopping() {
         let next = s.store.lock().expect("store lock").next_window(cursor);
-        let (row, comm) = match next {
+        let (row, comm, targets) = match next {
             Ok(Some(n)) => n,
             Ok(None) => {
                 sleep(&s, Duration::from_millis(500));
@@ -65,7 +71,7 @@ pub fn run(s: Arc<Shared>, o: PushOptions) {
                 continue;
             }
         };
-        let labels = labels(&s, row.target, row.pid, &comm);
+        let labels = labels(&s, &targets, row.pid, &comm, &row.cgroup);
         let result = sender.send(&labels, &profile);
         let mut stats = s.push_stats.lock().expect("stats lock");
         let st = stats.entry(name.clone()).or_default();
@@ -90,7 +96,20 @@ pub fn run(s: Arc<Shared>, o: PushOptions) {
             Err(PushError::Retry(m)) => {
                 st.failures += 1;
                 drop(stats);
-                eprintln!("whyslow serve: push to {name} failed, retrying in {} s: {m}", backoff.as_secs());
+                if last_log.is_none_or(|t| t.elapsed() >= LOG_EVERY) {
+                    let more = match unlogged {
+                        0 => String::new(),
+                        n => format!(" ({n} more failures since the last line)"),
+                    };
+                    eprintln!(
+                        "whyslow serve: push to {name} failed, retrying in {} s, queue kept: {m}{more}",
+                        backoff.as_secs()
+                    );
+                    last_log = Some(std::time::Instant::now());
+                    unlogged = 0;
+                } else {
+                    unlogged += 1;
+                }
                 sleep(&s, jitter(backoff));
                 backoff = (backoff * 2).min(MAX_BACKOFF);
                 continue;
@@ -104,19 +123,37 @@ pub fn run(s: Arc<Shared>, o: PushOptions) {
     }
 }
 
-/// The series labels of a window: the target's name (else the process name) as the service, the
-/// target's labels and the agent's `--push-label`s, the process name and the host; the pid only when
-/// asked for (one series per process).
-fn labels(s: &Shared, target: i64, pid: u32, comm: &str) -> whyslow_push::Labels {
-    let spec = s.targets.read().expect("targets lock").get(&target).cloned();
+/// The series labels of a window: as the service, the name of the first of its targets that has one
+/// (targets of every process aside: they name no service), else the process's systemd unit, else the
+/// process name; its targets' labels (the first target's value where they differ), the agent's
+/// `--push-label`s, the process's cgroup labels (unit, container_id, pod_uid), the process name and the
+/// host; the pid only when asked for (one series per process). A window is pushed once, however many
+/// targets it belongs to.
+fn labels(s: &Shared, targets: &[i64], pid: u32, comm: &str, cgroup: &str) -> whyslow_push::Labels {
+    let specs: Vec<crate::spec::TargetSpec> = {
+        let all = s.targets.read().expect("targets lock");
+        targets.iter().filter_map(|t| all.get(t).cloned()).collect()
+    };
     let mut extra: Vec<(String, String)> = s.opts.push_labels.clone();
-    if let Some(t) = &spec {
-        extra.extend(t.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+    for t in &specs {
+        for (k, v) in &t.labels {
+            if !extra.iter().any(|(e, _)| e == k) {
+                extra.push((k.clone(), v.clone()));
+            }
+        }
     }
+    let from_cgroup = crate::cgroup::labels(cgroup);
+    for (k, v) in &from_cgroup {
+        if !extra.iter().any(|(e, _)| e == k) {
+            extra.push((k.to_string(), v.clone()));
+        }
+    }
+    let named = specs.iter().filter(|t| !t.matcher.all).find_map(|t| t.name.clone());
+    let unit = from_cgroup.get(crate::cgroup::UNIT).cloned();
     whyslow_push::Labels {
-        service: spec.and_then(|t| t.name).unwrap_or_else(|| {
+        service: named.or(unit).unwrap_or_else(|| {
             if comm.is_empty() {
-                format!("target-{target}")
+                format!("target-{}", targets.first().copied().unwrap_or(0))
             } else {
                 comm.to_string()
             }

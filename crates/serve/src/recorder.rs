@@ -142,6 +142,7 @@ pub fn run(shared: Arc<Shared>) {
         let t0 = Instant::now();
         m.reap(&shared);
         m.manage(&shared);
+        shared.manager_beat_ns.store(now_ns(), Ordering::Relaxed);
         std::thread::sleep(SCAN_INTERVAL.saturating_sub(t0.elapsed()));
     }
     let Manager { mut sessions, windows: wtx, .. } = m;
@@ -292,7 +293,7 @@ impl Manager {
         // Stored once they are followed and listed: a store busy with a window holds up neither.
         drop(tracked);
         if !new.is_empty() {
-            let store = shared.store.lock().expect("store lock");
+            let mut store = shared.store.lock().expect("store lock");
             for view in &new {
                 let _ = store.saw_process(view, now);
             }
@@ -432,6 +433,12 @@ fn window_worker(shared: Arc<Shared>, rx: Receiver<Window>) {
     // Debug files fetched from debuginfod are the agent's, under its data directory.
     let debug_files = shared.opts.data_dir.join("debuginfod");
     let mut symbolizer = whyslow_symbolize::Resident::caching_debug_files_in(&debug_files);
+    // The resident symbolizer keeps every file it read (its parsed symbols and debug information, the
+    // file mapped): with a whole host, or churn through many binaries, that grows without bound (a debug
+    // build of the agent reached 532 MB in 30 s of `serve --all` on a machine compiling Rust). When the
+    // agent has grown SYMBOLIZER_MEMORY over what it took after the last reset, the caches are dropped
+    // and rebuilt from what the next windows need.
+    let mut base_rss = crate::metrics::own_usage().1;
     for w in rx {
         for &(child, parent) in &w.raw.forks {
             parents.insert(child, (parent, Instant::now()));
@@ -445,11 +452,13 @@ fn window_worker(shared: Arc<Shared>, rx: Receiver<Window>) {
         // A process is this session's only if it is followed under the session's key: a child forked
         // from a followed parent inherits the parent's events, and when other targets match the child
         // too (another key), its own session records it: what it inherited here would count it twice.
+        // Each followed process is stored as itself (its pid, cgroup and targets), whether its events
+        // are its own or inherited; a child no target matches goes with its nearest followed ancestor.
         let owner = |pid: u32| {
             let mut p = pid;
             for _ in 0..64 {
                 if let Some(t) = tracked.get(&p) {
-                    return (t.key == w.key).then_some(t.root);
+                    return (t.key == w.key).then_some(p);
                 }
                 p = parents.get(&p)?.0;
             }
@@ -457,31 +466,43 @@ fn window_worker(shared: Arc<Shared>, rx: Receiver<Window>) {
         };
         let parts = whyslow_analyze::diff::split(&profile, owner);
         let mut rows = Vec::new();
-        for (root, part) in &parts {
-            let Some(t) = tracked.get(root) else { continue };
-            // The targets of the root and of the processes it covers.
-            let mut ids: Vec<i64> =
-                tracked.values().filter(|x| x.root == *root).flat_map(|x| x.targets.clone()).collect();
+        for (pid, part) in &parts {
+            let Some(t) = tracked.get(pid) else { continue };
+            let mut ids = t.targets.clone();
             ids.sort_unstable();
             ids.dedup();
-            for id in ids {
-                rows.push((id, t.view.clone(), part));
+            rows.push((ids, t.view.clone(), part));
+        }
+        let refs: Vec<(&[i64], &ProcessView, &whyslow_model::Profile)> =
+            rows.iter().map(|(ids, v, p)| (ids.as_slice(), v, *p)).collect();
+        let stored = shared.store.lock().expect("store lock").add_windows(&refs);
+        shared.store_result(&stored);
+        match stored {
+            Ok(removed) => {
+                shared.counters.windows.fetch_add(refs.len() as u64, Ordering::Relaxed);
+                shared.counters.windows_removed.fetch_add(removed, Ordering::Relaxed);
+            }
+            Err(e) => {
+                eprintln!("whyslow serve: {} windows lost: {e}", refs.len());
+                // Windows lost, not failed cycles.
+                shared.counters.store_errors.fetch_add(refs.len() as u64, Ordering::Relaxed);
             }
         }
-        let refs: Vec<(i64, &ProcessView, &whyslow_model::Profile)> =
-            rows.iter().map(|(id, v, p)| (*id, v, *p)).collect();
-        let stored = shared.store.lock().expect("store lock").add_windows(&refs);
-        match stored {
-            Ok(()) => shared.counters.windows.fetch_add(refs.len() as u64, Ordering::Relaxed),
-            Err(e) => {
-                eprintln!("whyslow serve: {e}");
-                shared.counters.store_errors.fetch_add(1, Ordering::Relaxed)
-            }
-        };
         // A window's symbolizing, splitting and compressing allocate and free megabytes at once, and glibc
         // keeps freed pages inside its arenas: after 5 minutes with process churn one arena held 31.7 MB
         // of which 15.1 MB were in use. Hand the free pages back after every window.
         // SAFETY: malloc_trim takes no pointers.
         unsafe { libc::malloc_trim(0) };
+        let rss = crate::metrics::own_usage().1;
+        if rss > base_rss + SYMBOLIZER_MEMORY {
+            symbolizer = whyslow_symbolize::Resident::caching_debug_files_in(&debug_files);
+            // SAFETY: malloc_trim takes no pointers.
+            unsafe { libc::malloc_trim(0) };
+            shared.counters.symbolizer_resets.fetch_add(1, Ordering::Relaxed);
+            base_rss = crate::metrics::own_usage().1.min(rss);
+        }
     }
 }
+
+/// How much the agent may grow through the symbolizer's caches before they are dropped.
+const SYMBOLIZER_MEMORY: u64 = 48 << 20;

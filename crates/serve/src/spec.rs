@@ -48,6 +48,9 @@ pub struct Match {
     /// cgroup v2 path prefix (`/system.slice/nginx.service`, a container's cgroup).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cgroup: Option<String>,
+    /// Every process of the host (kernel threads and the agent aside); other criteria still narrow it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub all: bool,
 }
 
 /// Periodic flame graph and folded files of a target, as stackprobe writes them.
@@ -106,6 +109,20 @@ fn default_sources() -> Vec<SourceKind> {
 fn default_frequency() -> u64 {
     99
 }
+
+/// The frequency of a target that matches every process when it names none: what Parca's agent and the
+/// OpenTelemetry profiler sample a whole host at (a prime, so it does not beat with periodic work).
+pub const ALL_FREQUENCY: u64 = 19;
+
+/// A definition as parsed (JSON or TOML, as a JSON value): a target of every process without a
+/// frequency gets [`ALL_FREQUENCY`] instead of the usual default.
+fn with_defaults(mut v: serde_json::Value) -> serde_json::Value {
+    let all = v.pointer("/match/all") == Some(&serde_json::Value::Bool(true));
+    if let Some(o) = v.as_object_mut().filter(|o| all && !o.contains_key("frequency")) {
+        o.insert("frequency".into(), ALL_FREQUENCY.into());
+    }
+    v
+}
 fn default_window() -> u64 {
     10
 }
@@ -117,17 +134,24 @@ const REGEX_SIZE_LIMIT: usize = 1 << 20;
 impl TargetSpec {
     /// Parses and checks a definition from JSON.
     pub fn from_json(body: &[u8]) -> Result<Self, SpecError> {
-        let spec: TargetSpec = serde_json::from_slice(body).map_err(|e| SpecError::Syntax(e.to_string()))?;
+        let v: serde_json::Value =
+            serde_json::from_slice(body).map_err(|e| SpecError::Syntax(e.to_string()))?;
+        let spec = Self::from_value(v)?;
         spec.check()?;
         Ok(spec)
+    }
+
+    /// A definition from a parsed value (not checked).
+    pub fn from_value(v: serde_json::Value) -> Result<Self, SpecError> {
+        serde_json::from_value(with_defaults(v)).map_err(|e| SpecError::Syntax(e.to_string()))
     }
 
     /// Everything serde cannot check: a criterion present, the regex, ranges, label names, the output dir.
     pub fn check(&self) -> Result<(), SpecError> {
         let bad = |m: String| Err(SpecError::Invalid(m));
         let m = &self.matcher;
-        if m.comm.is_none() && m.cmdline.is_none() && m.pids.is_empty() && m.cgroup.is_none() {
-            return bad("match needs at least one of comm, cmdline, pids, cgroup".into());
+        if m.comm.is_none() && m.cmdline.is_none() && m.pids.is_empty() && m.cgroup.is_none() && !m.all {
+            return bad("match needs at least one of comm, cmdline, pids, cgroup, all".into());
         }
         if let Some(re) = &m.comm {
             compile(re)?;

@@ -1,7 +1,14 @@
 //! The embedded store: SQLite in WAL mode in the data directory. Targets, the processes seen, and one row
-//! per (target, process, window) holding that window's profile (every sample type of the process's
-//! sources) in the recording file format (gzip + CRC). Each window is one transaction, so a SIGKILL loses
+//! per (process, window) holding that window's profile (every sample type of the process's sources) in
+//! the recording file format (gzip + CRC); `window_targets` says which targets each window belongs to, so
+//! a process matched by many targets is stored once. Each window is one transaction, so a SIGKILL loses
 //! at most the window in flight and never leaves a half-written row.
+//!
+//! Disk: the files (database, log, shared memory) stay within the budget given to [`Store::set_budget`].
+//! The log is checkpointed every budget/8 and truncated to that size; room is made before a window is
+//! written (the oldest windows go, and the pages they free are reused), and a write that finds the disk
+//! full frees room and is tried once more, so a full disk recovers by itself. A store that fails its
+//! integrity check at open is reported as [`StoreError::Damaged`], never half-loaded.
 
 use crate::spec::{ProcessView, TargetSpec};
 use rusqlite::{params, Connection, OptionalExtension};
@@ -14,22 +21,30 @@ pub enum StoreError {
     Sql { path: PathBuf, source: rusqlite::Error },
     #[error("store {path}: a stored window is unreadable: {what}")]
     Corrupt { path: PathBuf, what: String },
+    /// The database file itself fails SQLite's integrity check (or is not a database).
+    #[error("store {path} is damaged: {what}")]
+    Damaged { path: PathBuf, what: String },
+    #[error("store {path}: the disk is full (even after removing old windows)")]
+    Full { path: PathBuf },
 }
 
 pub struct Store {
     conn: Connection,
     path: PathBuf,
+    /// Bytes the store's files may take (u64::MAX: no limit).
+    budget: u64,
 }
 
 /// A stored window's identity, without its profile.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WindowRow {
     pub id: i64,
-    pub target: i64,
     pub pid: u32,
     pub start_ns: u64,
     pub end_ns: u64,
     pub bytes: u64,
+    /// The process's cgroup v2 path when the window was cut (its unit, container, pod: see cgroup.rs).
+    pub cgroup: String,
 }
 
 const SCHEMA: &str = "
@@ -49,16 +64,15 @@ CREATE TABLE IF NOT EXISTS processes(
 );
 CREATE TABLE IF NOT EXISTS windows(
     id INTEGER PRIMARY KEY,
-    target INTEGER NOT NULL,
     pid INTEGER NOT NULL,
     start_ticks INTEGER NOT NULL,
     start_ns INTEGER NOT NULL,
     end_ns INTEGER NOT NULL,
     types TEXT NOT NULL,
     bytes INTEGER NOT NULL,
-    profile BLOB NOT NULL
+    profile BLOB NOT NULL,
+    cgroup TEXT NOT NULL DEFAULT ''
 );
-CREATE INDEX IF NOT EXISTS windows_by_target ON windows(target, start_ns);
 CREATE TABLE IF NOT EXISTS push_cursors(
     backend TEXT PRIMARY KEY,
     last_id INTEGER NOT NULL,
@@ -67,102 +81,324 @@ CREATE TABLE IF NOT EXISTS push_cursors(
 CREATE INDEX IF NOT EXISTS windows_by_time ON windows(start_ns);
 ";
 
+/// Which targets each window belongs to (created after a store of the first layout, one row per target
+/// and window, is migrated).
+const TARGETS_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS window_targets(
+    target INTEGER NOT NULL,
+    start_ns INTEGER NOT NULL,
+    window INTEGER NOT NULL,
+    PRIMARY KEY(target, start_ns, window)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS window_targets_by_window ON window_targets(window);
+CREATE TRIGGER IF NOT EXISTS window_gone AFTER DELETE ON windows
+BEGIN DELETE FROM window_targets WHERE window = old.id; END;
+";
+
+/// Whether a SQLite failure says the file is not a sound database.
+fn is_damage(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase)
+    )
+}
+
+fn is_full(e: &rusqlite::Error) -> bool {
+    e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull)
+}
+
 impl Store {
-    /// Opens (creating) `dir/whyslow.db`.
+    /// Opens (creating) `dir/whyslow.db`, after an integrity check of an existing one.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
         let path = dir.join("whyslow.db");
-        let sql = |source| StoreError::Sql { path: path.clone(), source };
+        let damaged = |what: String| StoreError::Damaged { path: path.clone(), what };
+        let sql = |source: rusqlite::Error| {
+            if is_damage(&source) {
+                StoreError::Damaged { path: path.clone(), what: source.to_string() }
+            } else {
+                StoreError::Sql { path: path.clone(), source }
+            }
+        };
         let conn = Connection::open(&path).map_err(sql)?;
+        // New stores give back the pages of removed windows on request (incremental_vacuum): a budget
+        // lowered below what the file takes can still be met.
+        conn.pragma_update(None, "auto_vacuum", "INCREMENTAL").map_err(sql)?;
         conn.pragma_update(None, "journal_mode", "WAL").map_err(sql)?;
         conn.pragma_update(None, "synchronous", "NORMAL").map_err(sql)?;
         conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(sql)?;
+        let check: Vec<String> = {
+            let mut st = conn.prepare("PRAGMA quick_check(5)").map_err(sql)?;
+            let rows = st.query_map([], |r| r.get::<_, String>(0)).map_err(sql)?;
+            rows.collect::<Result<_, _>>().map_err(sql)?
+        };
+        if check != ["ok"] {
+            return Err(damaged(check.join("; ")));
+        }
         conn.execute_batch(SCHEMA).map_err(sql)?;
-        Ok(Store { conn, path })
+        // The first layout kept one row per (target, window): its target column becomes window_targets.
+        let old_layout = conn
+            .prepare("SELECT 1 FROM pragma_table_info('windows') WHERE name = 'target'")
+            .and_then(|mut st| st.exists([]))
+            .map_err(sql)?;
+        let has_cgroup = conn
+            .prepare("SELECT 1 FROM pragma_table_info('windows') WHERE name = 'cgroup'")
+            .and_then(|mut st| st.exists([]))
+            .map_err(sql)?;
+        if !has_cgroup {
+            conn.execute_batch("ALTER TABLE windows ADD COLUMN cgroup TEXT NOT NULL DEFAULT ''")
+                .map_err(sql)?;
+        }
+        if old_layout {
+            conn.execute_batch(&format!(
+                "BEGIN; {TARGETS_SCHEMA}
+                 INSERT INTO window_targets(target, start_ns, window) SELECT target, start_ns, id FROM windows;
+                 DROP INDEX IF EXISTS windows_by_target;
+                 ALTER TABLE windows DROP COLUMN target;
+                 COMMIT;"
+            ))
+            .map_err(sql)?;
+        } else {
+            conn.execute_batch(TARGETS_SCHEMA).map_err(sql)?;
+        }
+        // Every target definition must parse (a store of a newer version is not half-loaded either).
+        {
+            let mut st = conn.prepare("SELECT id, spec FROM targets").map_err(sql)?;
+            let rows =
+                st.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))).map_err(sql)?;
+            for row in rows {
+                let (id, json) = row.map_err(sql)?;
+                if let Err(e) = serde_json::from_str::<TargetSpec>(&json) {
+                    return Err(damaged(format!("target {id} does not parse: {e}")));
+                }
+            }
+        }
+        Ok(Store { conn, path, budget: u64::MAX })
+    }
+
+    /// Keeps the store's files within `bytes`: the log is checkpointed every eighth of it and truncated
+    /// to that size, and windows are written only where they fit (see [`Store::make_room`]).
+    pub fn set_budget(&mut self, bytes: u64) -> Result<(), StoreError> {
+        self.budget = bytes;
+        let page = self.pragma("page_size")?.max(512) as u64;
+        let log = (bytes / 8).min(4 << 20);
+        let pages = (log / page).clamp(4, 1000) as i64;
+        self.conn.pragma_update(None, "wal_autocheckpoint", pages).map_err(|e| self.sql(e))?;
+        self.conn.pragma_update(None, "journal_size_limit", log as i64).map_err(|e| self.sql(e))?;
+        self.make_room(0)?;
+        Ok(())
+    }
+
+    fn pragma(&self, name: &str) -> Result<i64, StoreError> {
+        self.conn.query_row(&format!("PRAGMA {name}"), [], |r| r.get(0)).map_err(|e| self.sql(e))
+    }
+
+    /// Bytes the live pages of the database take (pages on the free list are reused before the file
+    /// grows).
+    fn live_bytes(&self) -> Result<u64, StoreError> {
+        let (count, free, page) =
+            (self.pragma("page_count")?, self.pragma("freelist_count")?, self.pragma("page_size")?);
+        Ok(((count - free).max(0) * page) as u64)
+    }
+
+    /// Removes the oldest windows until `incoming` more bytes fit in the budget (the database's live pages
+    /// within three quarters of it, the rest for the log), gives back free pages while the file is larger
+    /// than that, and truncates the log. Returns the windows removed.
+    pub fn make_room(&mut self, incoming: u64) -> Result<u64, StoreError> {
+        if self.budget == u64::MAX {
+            return Ok(0);
+        }
+        let limit = self.budget / 4 * 3;
+        let mut removed = 0;
+        loop {
+            let live = self.live_bytes()?;
+            // Page overhead: a blob takes whole pages plus its row.
+            let need = incoming + incoming / 8;
+            if live + need <= limit {
+                break;
+            }
+            let excess = live + need - limit;
+            let n = self.remove_oldest(excess)?;
+            if n == 0 {
+                break;
+            }
+            removed += n;
+        }
+        // A file larger than the limit (an older store, a lower budget) gives its free pages back.
+        let page = self.pragma("page_size")?.max(512) as u64;
+        let step = (self.budget / 8 / page).max(4);
+        for _ in 0..10_000 {
+            let file = std::fs::metadata(&self.path).map(|m| m.len()).unwrap_or(0);
+            if file <= limit || self.pragma("freelist_count")? == 0 || self.pragma("auto_vacuum")? != 2 {
+                break;
+            }
+            self.conn
+                .execute_batch(&format!("PRAGMA incremental_vacuum({step})"))
+                .map_err(|e| self.sql(e))?;
+            self.checkpoint()?;
+        }
+        self.checkpoint()?;
+        Ok(removed)
+    }
+
+    /// Copies the log into the database and truncates it.
+    pub fn checkpoint(&self) -> Result<(), StoreError> {
+        self.conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(())).map_err(|e| self.sql(e))
+    }
+
+    /// Removes the oldest windows whose bytes add up to `bytes` (at least one); returns how many.
+    fn remove_oldest(&mut self, bytes: u64) -> Result<u64, StoreError> {
+        let path = self.path.clone();
+        let sql = |source| StoreError::Sql { path: path.clone(), source };
+        let tx = self.conn.transaction().map_err(sql)?;
+        let cut: Option<(i64, i64)> = {
+            let mut st =
+                tx.prepare("SELECT start_ns, id, bytes FROM windows ORDER BY start_ns, id").map_err(sql)?;
+            let mut rows = st.query([]).map_err(sql)?;
+            let mut sum = 0u64;
+            let mut cut = None;
+            while let Some(r) = rows.next().map_err(sql)? {
+                cut = Some((r.get(0).map_err(sql)?, r.get(1).map_err(sql)?));
+                sum += r.get::<_, i64>(2).map_err(sql)? as u64;
+                if sum >= bytes {
+                    break;
+                }
+            }
+            cut
+        };
+        let Some((s, i)) = cut else { return Ok(0) };
+        tx.execute(
+            "UPDATE push_cursors SET dropped = dropped + (SELECT COUNT(*) FROM windows
+             WHERE (start_ns < ?1 OR (start_ns = ?1 AND id <= ?2)) AND id > push_cursors.last_id)",
+            params![s, i],
+        )
+        .map_err(sql)?;
+        let n = tx
+            .execute("DELETE FROM windows WHERE start_ns < ?1 OR (start_ns = ?1 AND id <= ?2)", params![s, i])
+            .map_err(sql)? as u64;
+        tx.commit().map_err(sql)?;
+        Ok(n)
+    }
+
+    /// Runs a write; one that finds the disk full frees room (a quarter of the windows, the log) and is
+    /// tried once more.
+    fn write<T>(
+        &mut self,
+        mut f: impl FnMut(&mut Connection) -> rusqlite::Result<T>,
+    ) -> Result<T, StoreError> {
+        match f(&mut self.conn) {
+            Err(e) if is_full(&e) => {
+                let (windows, bytes) = self.usage()?;
+                if windows > 0 {
+                    let _ = self.remove_oldest((bytes / 4).max(1));
+                }
+                let _ = self.checkpoint();
+                f(&mut self.conn).map_err(|e| {
+                    if is_full(&e) {
+                        StoreError::Full { path: self.path.clone() }
+                    } else {
+                        self.sql(e)
+                    }
+                })
+            }
+            r => r.map_err(|e| self.sql(e)),
+        }
     }
 
     fn sql(&self, source: rusqlite::Error) -> StoreError {
         StoreError::Sql { path: self.path.clone(), source }
     }
 
-    pub fn add_target(&self, spec: &TargetSpec, now_ns: u64) -> Result<i64, StoreError> {
+    pub fn add_target(&mut self, spec: &TargetSpec, now_ns: u64) -> Result<i64, StoreError> {
         let json = serde_json::to_string(spec).expect("a spec serializes");
-        self.conn
-            .execute("INSERT INTO targets(spec, created_ns) VALUES (?1, ?2)", params![json, now_ns as i64])
-            .map_err(|e| self.sql(e))?;
-        Ok(self.conn.last_insert_rowid())
+        self.write(|c| {
+            c.execute("INSERT INTO targets(spec, created_ns) VALUES (?1, ?2)", params![json, now_ns as i64])?;
+            Ok(c.last_insert_rowid())
+        })
     }
 
     /// Replaces target `id`'s definition; false when there is no such target.
-    pub fn update_target(&self, id: i64, spec: &TargetSpec) -> Result<bool, StoreError> {
+    pub fn update_target(&mut self, id: i64, spec: &TargetSpec) -> Result<bool, StoreError> {
         let json = serde_json::to_string(spec).expect("a spec serializes");
-        let n = self
-            .conn
-            .execute("UPDATE targets SET spec = ?1 WHERE id = ?2", params![json, id])
-            .map_err(|e| self.sql(e))?;
+        let n = self.write(|c| c.execute("UPDATE targets SET spec = ?1 WHERE id = ?2", params![json, id]))?;
         Ok(n == 1)
     }
 
     /// Deletes target `id` (its windows stay until retention removes them); false when there is none.
-    pub fn delete_target(&self, id: i64) -> Result<bool, StoreError> {
-        let n =
-            self.conn.execute("DELETE FROM targets WHERE id = ?1", params![id]).map_err(|e| self.sql(e))?;
+    pub fn delete_target(&mut self, id: i64) -> Result<bool, StoreError> {
+        let n = self.write(|c| c.execute("DELETE FROM targets WHERE id = ?1", params![id]))?;
         Ok(n == 1)
     }
 
-    /// Every target, by id. A row whose definition no longer parses is skipped.
+    /// Every target, by id.
     pub fn targets(&self) -> Result<Vec<(i64, TargetSpec)>, StoreError> {
         let mut st =
             self.conn.prepare("SELECT id, spec FROM targets ORDER BY id").map_err(|e| self.sql(e))?;
         let rows = st
             .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))
-            .map_err(|e| self.sql(e))?
-            .filter_map(Result::ok)
-            .filter_map(|(id, json)| Some((id, serde_json::from_str(&json).ok()?)))
-            .collect();
-        Ok(rows)
+            .map_err(|e| self.sql(e))?;
+        let mut out = Vec::new();
+        for r in rows {
+            let (id, json) = r.map_err(|e| self.sql(e))?;
+            let spec = serde_json::from_str(&json).map_err(|e| StoreError::Damaged {
+                path: self.path.clone(),
+                what: format!("target {id} does not parse: {e}"),
+            })?;
+            out.push((id, spec));
+        }
+        Ok(out)
     }
 
-    pub fn saw_process(&self, p: &ProcessView, now_ns: u64) -> Result<(), StoreError> {
-        self.conn
-            .execute(
+    pub fn saw_process(&mut self, p: &ProcessView, now_ns: u64) -> Result<(), StoreError> {
+        self.write(|c| {
+            c.execute(
                 "INSERT INTO processes(pid, start_ticks, comm, cmdline, first_ns, last_ns) VALUES (?1, ?2, ?3, ?4, ?5, ?5)
                  ON CONFLICT(pid, start_ticks) DO UPDATE SET last_ns = ?5, comm = ?3",
                 params![p.pid, p.start_ticks as i64, p.comm, p.cmdline, now_ns as i64],
             )
-            .map_err(|e| self.sql(e))?;
+        })?;
         Ok(())
     }
 
-    /// Stores the windows of one cut in one transaction: (target, process, profile) each.
-    pub fn add_windows(&mut self, rows: &[(i64, &ProcessView, &Profile)]) -> Result<(), StoreError> {
-        let path = self.path.clone();
-        let sql = |source| StoreError::Sql { path: path.clone(), source };
-        let tx = self.conn.transaction().map_err(sql)?;
-        for (target, p, profile) in rows {
-            let blob = whyslow_model::file::encode(profile);
-            let start = profile.meta.start_unix_ns;
-            let end = start + profile.meta.duration_ns;
-            let types = profile.sample_types.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(",");
-            tx.execute(
-                "INSERT INTO windows(target, pid, start_ticks, start_ns, end_ns, types, bytes, profile)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                params![
-                    target,
-                    p.pid,
-                    p.start_ticks as i64,
-                    sql_time(start),
-                    sql_time(end),
-                    types,
-                    blob.len() as i64,
-                    blob
-                ],
-            )
-            .map_err(sql)?;
-        }
-        tx.commit().map_err(sql)
+    /// Stores the windows of one cut in one transaction, each once: (the targets it belongs to, process,
+    /// profile). Room is made first within the budget. Returns the windows removed to make room.
+    pub fn add_windows(&mut self, rows: &[(&[i64], &ProcessView, &Profile)]) -> Result<u64, StoreError> {
+        let blobs: Vec<Vec<u8>> = rows.iter().map(|(_, _, p)| whyslow_model::file::encode(p)).collect();
+        let removed = self.make_room(blobs.iter().map(|b| b.len() as u64).sum())?;
+        self.write(|c| {
+            let tx = c.transaction()?;
+            for ((targets, p, profile), blob) in rows.iter().zip(&blobs) {
+                let start = profile.meta.start_unix_ns;
+                let end = start + profile.meta.duration_ns;
+                let types =
+                    profile.sample_types.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(",");
+                tx.execute(
+                    "INSERT INTO windows(pid, start_ticks, start_ns, end_ns, types, bytes, profile, cgroup)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                    params![
+                        p.pid,
+                        p.start_ticks as i64,
+                        sql_time(start),
+                        sql_time(end),
+                        types,
+                        blob.len() as i64,
+                        blob,
+                        p.cgroup
+                    ],
+                )?;
+                let id = tx.last_insert_rowid();
+                for t in targets.iter() {
+                    tx.execute(
+                        "INSERT OR IGNORE INTO window_targets(target, start_ns, window) VALUES (?1, ?2, ?3)",
+                        params![t, sql_time(start), id],
+                    )?;
+                }
+            }
+            tx.commit()
+        })?;
+        Ok(removed)
     }
 
-    /// Windows of `targets` overlapping [from, until), oldest first.
+    /// Windows of `targets` overlapping [from, until), oldest first, each once.
     pub fn windows(
         &self,
         targets: &[i64],
@@ -172,20 +408,22 @@ impl Store {
         let mut st = self
             .conn
             .prepare(
-                "SELECT id, target, pid, start_ns, end_ns, bytes FROM windows
-                 WHERE target = ?1 AND end_ns > ?2 AND start_ns < ?3 ORDER BY start_ns, id",
+                "SELECT w.id, w.pid, w.start_ns, w.end_ns, w.bytes, w.cgroup FROM window_targets t
+                 JOIN windows w ON w.id = t.window
+                 WHERE t.target = ?1 AND t.start_ns < ?2 AND w.end_ns > ?3",
             )
             .map_err(|e| self.sql(e))?;
         let mut out = Vec::new();
         for &t in targets {
             let rows = st
-                .query_map(params![t, sql_time(from_ns), sql_time(until_ns)], window_row)
+                .query_map(params![t, sql_time(until_ns), sql_time(from_ns)], window_row)
                 .map_err(|e| self.sql(e))?;
             for r in rows {
                 out.push(r.map_err(|e| self.sql(e))?);
             }
         }
         out.sort_by_key(|w| (w.start_ns, w.id));
+        out.dedup_by_key(|w| w.id);
         Ok(out)
     }
 
@@ -193,7 +431,8 @@ impl Store {
     pub fn span(&self, id: i64) -> Result<(u64, u64, u64), StoreError> {
         self.conn
             .query_row(
-                "SELECT COUNT(*), COALESCE(MIN(start_ns), 0), COALESCE(MAX(end_ns), 0) FROM windows WHERE target = ?1",
+                "SELECT COUNT(*), COALESCE(MIN(w.start_ns), 0), COALESCE(MAX(w.end_ns), 0)
+                 FROM window_targets t JOIN windows w ON w.id = t.window WHERE t.target = ?1",
                 params![id],
                 |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64, r.get::<_, i64>(2)? as u64)),
             )
@@ -222,67 +461,25 @@ impl Store {
             .map_err(|e| self.sql(e))
     }
 
-    /// Removes windows that ended before `older_than_ns`, then the oldest until the stored profiles take
-    /// at most `max_bytes`; forgets processes last seen before the cutoff. Returns the windows removed.
-    pub fn retain(&mut self, older_than_ns: u64, max_bytes: u64) -> Result<u64, StoreError> {
-        let path = self.path.clone();
-        let sql = |source| StoreError::Sql { path: path.clone(), source };
-        let tx = self.conn.transaction().map_err(sql)?;
-        // Windows a backend never got count as dropped for it.
-        tx.execute(
-            "UPDATE push_cursors SET dropped = dropped +
-             (SELECT COUNT(*) FROM windows WHERE end_ns < ?1 AND id > push_cursors.last_id)",
-            params![sql_time(older_than_ns)],
-        )
-        .map_err(sql)?;
-        let mut removed = tx
-            .execute("DELETE FROM windows WHERE end_ns < ?1", params![sql_time(older_than_ns)])
-            .map_err(sql)? as u64;
-        tx.execute("DELETE FROM processes WHERE last_ns < ?1", params![sql_time(older_than_ns)])
-            .map_err(sql)?;
-        let total: i64 =
-            tx.query_row("SELECT COALESCE(SUM(bytes), 0) FROM windows", [], |r| r.get(0)).map_err(sql)?;
-        if total as u64 > max_bytes {
-            // The newest windows whose bytes fit stay; every older one goes.
-            let mut st =
-                tx.prepare("SELECT id, bytes FROM windows ORDER BY start_ns DESC, id DESC").map_err(sql)?;
-            let rows: Vec<(i64, i64)> = st
-                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-                .map_err(sql)?
-                .filter_map(Result::ok)
-                .collect();
-            drop(st);
-            let mut kept = 0u64;
-            let mut cut = None;
-            for (id, bytes) in rows {
-                kept += bytes as u64;
-                if kept > max_bytes {
-                    cut = Some(id);
-                    break;
-                }
-            }
-            if let Some(id) = cut {
-                let (s, i): (i64, i64) = tx
-                    .query_row("SELECT start_ns, id FROM windows WHERE id = ?1", params![id], |r| {
-                        Ok((r.get(0)?, r.get(1)?))
-                    })
-                    .map_err(sql)?;
-                tx.execute(
-                    "UPDATE push_cursors SET dropped = dropped + (SELECT COUNT(*) FROM windows
-                     WHERE (start_ns < ?1 OR (start_ns = ?1 AND id <= ?2)) AND id > push_cursors.last_id)",
-                    params![s, i],
-                )
-                .map_err(sql)?;
-                removed += tx
-                    .execute(
-                        "DELETE FROM windows WHERE start_ns < ?1 OR (start_ns = ?1 AND id <= ?2)",
-                        params![s, i],
-                    )
-                    .map_err(sql)? as u64;
-            }
-        }
-        tx.commit().map_err(sql)?;
-        Ok(removed)
+    /// Removes windows that ended before `older_than_ns` and forgets processes last seen before it, then
+    /// keeps the files within the budget (oldest windows first) and truncates the log. Returns the
+    /// windows removed.
+    pub fn retain(&mut self, older_than_ns: u64) -> Result<u64, StoreError> {
+        let cutoff = sql_time(older_than_ns);
+        let removed = self.write(|c| {
+            let tx = c.transaction()?;
+            // Windows a backend never got count as dropped for it.
+            tx.execute(
+                "UPDATE push_cursors SET dropped = dropped +
+                 (SELECT COUNT(*) FROM windows WHERE end_ns < ?1 AND id > push_cursors.last_id)",
+                params![cutoff],
+            )?;
+            let removed = tx.execute("DELETE FROM windows WHERE end_ns < ?1", params![cutoff])? as u64;
+            tx.execute("DELETE FROM processes WHERE last_ns < ?1", params![cutoff])?;
+            tx.commit()?;
+            Ok(removed)
+        })?;
+        Ok(removed + self.make_room(0)?)
     }
 
     /// The last window pushed to `backend`; a backend seen for the first time starts at the newest
@@ -299,25 +496,37 @@ impl Store {
             .map_err(|e| self.sql(e))
     }
 
-    pub fn set_push_cursor(&self, backend: &str, id: i64) -> Result<(), StoreError> {
-        self.conn
-            .execute("UPDATE push_cursors SET last_id = ?2 WHERE backend = ?1", params![backend, id])
-            .map_err(|e| self.sql(e))?;
+    pub fn set_push_cursor(&mut self, backend: &str, id: i64) -> Result<(), StoreError> {
+        self.write(|c| {
+            c.execute("UPDATE push_cursors SET last_id = ?2 WHERE backend = ?1", params![backend, id])
+        })?;
         Ok(())
     }
 
-    /// The oldest stored window after `id`, with its process's name.
-    pub fn next_window(&self, after: i64) -> Result<Option<(WindowRow, String)>, StoreError> {
-        self.conn
+    /// The oldest stored window after `id`, with its process's name and the targets it belongs to.
+    pub fn next_window(&self, after: i64) -> Result<Option<(WindowRow, String, Vec<i64>)>, StoreError> {
+        let next = self
+            .conn
             .query_row(
-                "SELECT w.id, w.target, w.pid, w.start_ns, w.end_ns, w.bytes, COALESCE(p.comm, '')
+                "SELECT w.id, w.pid, w.start_ns, w.end_ns, w.bytes, w.cgroup, COALESCE(p.comm, '')
                  FROM windows w LEFT JOIN processes p ON p.pid = w.pid AND p.start_ticks = w.start_ticks
                  WHERE w.id > ?1 ORDER BY w.id LIMIT 1",
                 params![after],
-                |r| Ok((window_row(r)?, r.get(6)?)),
+                |r| Ok((window_row(r)?, r.get::<_, String>(6)?)),
             )
             .optional()
-            .map_err(|e| self.sql(e))
+            .map_err(|e| self.sql(e))?;
+        let Some((row, comm)) = next else { return Ok(None) };
+        let mut st = self
+            .conn
+            .prepare("SELECT target FROM window_targets WHERE window = ?1 ORDER BY target")
+            .map_err(|e| self.sql(e))?;
+        let targets = st
+            .query_map(params![row.id], |r| r.get(0))
+            .map_err(|e| self.sql(e))?
+            .collect::<Result<Vec<i64>, _>>()
+            .map_err(|e| self.sql(e))?;
+        Ok(Some((row, comm, targets)))
     }
 
     /// Windows waiting for `backend`, and those retention removed before it got them.
@@ -334,9 +543,9 @@ impl Store {
             .map_err(|e| self.sql(e))
     }
 
-    /// Bytes the database files take on disk (main file and WAL).
+    /// Bytes the database files take on disk (main file, log and shared memory).
     pub fn disk_bytes(&self) -> u64 {
-        ["", "-wal"]
+        ["", "-wal", "-shm"]
             .iter()
             .filter_map(|s| std::fs::metadata(format!("{}{s}", self.path.display())).ok())
             .map(|m| m.len())
@@ -344,15 +553,15 @@ impl Store {
     }
 }
 
-/// A window from the columns `id, target, pid, start_ns, end_ns, bytes`, in that order.
+/// A window from the columns `id, pid, start_ns, end_ns, bytes, cgroup`, in that order.
 fn window_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<WindowRow> {
     Ok(WindowRow {
         id: r.get(0)?,
-        target: r.get(1)?,
-        pid: r.get(2)?,
-        start_ns: r.get::<_, i64>(3)? as u64,
-        end_ns: r.get::<_, i64>(4)? as u64,
-        bytes: r.get::<_, i64>(5)? as u64,
+        pid: r.get(1)?,
+        start_ns: r.get::<_, i64>(2)? as u64,
+        end_ns: r.get::<_, i64>(3)? as u64,
+        bytes: r.get::<_, i64>(4)? as u64,
+        cgroup: r.get(5)?,
     })
 }
 
@@ -378,6 +587,25 @@ mod tests {
         b.finish()
     }
 
+    /// A profile whose encoded form is about `frames` x 24 bytes that do not compress.
+    fn big_profile(start_ns: u64, frames: usize, seed: u64) -> Profile {
+        let meta = Metadata { start_unix_ns: start_ns, duration_ns: 10, ..Default::default() };
+        let mut b =
+            ProfileBuilder::new(meta, vec![SampleType { name: "cpu".into(), unit: "samples".into() }]);
+        let m = b.module("/bin/x", "");
+        let t = b.thread(1, 1, "x");
+        let mut x = seed | 1;
+        for _ in 0..frames {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let f = b.frame(&format!("f{x:016x}{:08x}", x >> 11), m, "", FrameKind::User);
+            let s = b.stack(&[f]);
+            b.add_sample(s, t, &[1]);
+        }
+        b.finish()
+    }
+
     #[test]
     fn targets_and_windows_survive_reopening_and_retention_keeps_the_newest() {
         let dir = tempfile::tempdir().unwrap();
@@ -389,7 +617,7 @@ mod tests {
             s.saw_process(&p, 1).unwrap();
             for i in 0..10u64 {
                 let prof = profile(100 * i, i as i64 + 1);
-                s.add_windows(&[(1, &p, &prof)]).unwrap();
+                s.add_windows(&[(&[1], &p, &prof)]).unwrap();
             }
         }
         let mut s = Store::open(dir.path()).unwrap();
@@ -400,12 +628,9 @@ mod tests {
         // Windows 3..=8 overlap [305, 805).
         assert_eq!(s.windows(&[1], 305, 805).unwrap().len(), 6);
         // Age: windows ending before 300 go (0, 1, 2 end at 10, 110, 210).
-        assert_eq!(s.retain(300, u64::MAX).unwrap(), 3);
-        // Size: keep the newest that fit in three windows' bytes.
-        let newest3: u64 = w[7..].iter().map(|w| w.bytes).sum();
-        assert_eq!(s.retain(0, newest3).unwrap(), 4);
+        assert_eq!(s.retain(300).unwrap(), 3);
         let left: Vec<u64> = s.windows(&[1], 0, u64::MAX).unwrap().iter().map(|w| w.start_ns).collect();
-        assert_eq!(left, [700, 800, 900]);
+        assert_eq!(left, [300, 400, 500, 600, 700, 800, 900]);
         assert!(s.delete_target(1).unwrap() && !s.delete_target(1).unwrap());
     }
 
@@ -415,7 +640,7 @@ mod tests {
         let mut s = Store::open(dir.path()).unwrap();
         let p = ProcessView { pid: 1, comm: "x".into(), start_ticks: 5, ..Default::default() };
         s.saw_process(&p, 1).unwrap();
-        let add = |s: &mut Store, i: u64| s.add_windows(&[(1, &p, &profile(100 * i, 1))]).unwrap();
+        let add = |s: &mut Store, i: u64| s.add_windows(&[(&[1, 2], &p, &profile(100 * i, 1))]).unwrap();
         add(&mut s, 0);
         // History is not pushed: a new backend starts after window 1.
         assert_eq!(s.push_cursor("b").unwrap(), 1);
@@ -423,12 +648,148 @@ mod tests {
             add(&mut s, i);
         }
         assert_eq!(s.push_queue("b").unwrap(), (4, 0));
-        let (next, comm) = s.next_window(1).unwrap().unwrap();
-        assert_eq!((next.id, next.start_ns, comm.as_str()), (2, 100, "x"));
+        let (next, comm, targets) = s.next_window(1).unwrap().unwrap();
+        assert_eq!((next.id, next.start_ns, comm.as_str(), targets), (2, 100, "x", vec![1, 2]));
         s.set_push_cursor("b", 2).unwrap();
         // Windows 1-3 end before 310: window 3 was never pushed.
-        s.retain(310, u64::MAX).unwrap();
+        s.retain(310).unwrap();
         assert_eq!(s.push_queue("b").unwrap(), (2, 1));
         assert_eq!(s.next_window(2).unwrap().unwrap().0.id, 4);
+    }
+
+    /// Issue 32 #9: a process's window matched by many targets is one row, found through each target.
+    #[test]
+    fn a_window_of_many_targets_is_stored_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(dir.path()).unwrap();
+        let p = ProcessView { pid: 1, comm: "x".into(), start_ticks: 5, ..Default::default() };
+        let targets: Vec<i64> = (1..=1000).collect();
+        let prof = big_profile(100, 200, 7);
+        s.add_windows(&[(&targets, &p, &prof)]).unwrap();
+        let (windows, bytes) = s.usage().unwrap();
+        assert_eq!(windows, 1);
+        assert_eq!(bytes, whyslow_model::file::encode(&prof).len() as u64);
+        for t in [1, 500, 1000] {
+            assert_eq!(s.windows(&[t], 0, u64::MAX).unwrap().len(), 1, "target {t}");
+        }
+        // Asked for several targets at once, the window is still one.
+        assert_eq!(s.windows(&[1, 2, 3], 0, u64::MAX).unwrap().len(), 1);
+        assert!(s.windows(&[1001], 0, u64::MAX).unwrap().is_empty());
+        // Retention removes the window and what refers to it.
+        s.retain(u64::MAX).unwrap();
+        assert_eq!(s.span(1).unwrap().0, 0);
+    }
+
+    /// Issue 32 #2: with a budget, the files (database, log, shared memory) stay within it while windows
+    /// keep coming: the log is checkpointed and truncated, and the oldest windows make room.
+    #[test]
+    fn the_files_stay_within_the_budget_log_included() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(dir.path()).unwrap();
+        let budget = 1 << 20;
+        s.set_budget(budget).unwrap();
+        let p = ProcessView { pid: 1, comm: "x".into(), start_ticks: 5, ..Default::default() };
+        let mut most = 0;
+        for i in 0..300u64 {
+            // ~12 KB per window: 300 of them are 3.6 MB, over three times the budget.
+            let prof = big_profile(1000 * i, 500, i);
+            s.add_windows(&[(&[1], &p, &prof)]).unwrap();
+            if i % 10 == 0 {
+                s.retain(0).unwrap();
+            }
+            most = most.max(s.disk_bytes());
+            assert!(s.disk_bytes() <= budget, "window {i}: files take {} bytes", s.disk_bytes());
+        }
+        // The newest windows are kept, and enough of them to use the budget.
+        let left = s.windows(&[1], 0, u64::MAX).unwrap();
+        assert_eq!(left.last().unwrap().start_ns, 299_000);
+        let (_, bytes) = s.usage().unwrap();
+        assert!(bytes > budget / 3, "{bytes} bytes of windows kept");
+        eprintln!("most on disk: {most} of {budget}; {} windows kept, {bytes} bytes", left.len());
+    }
+
+    /// Issue 32 #2: a store whose log already grew past the budget (an older agent) is brought back
+    /// within it when the budget is set.
+    #[test]
+    fn an_existing_oversized_store_is_shrunk_to_the_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = ProcessView { pid: 1, comm: "x".into(), start_ticks: 5, ..Default::default() };
+        {
+            let mut s = Store::open(dir.path()).unwrap();
+            for i in 0..100u64 {
+                s.add_windows(&[(&[1], &p, &big_profile(1000 * i, 500, i))]).unwrap();
+            }
+            assert!(s.disk_bytes() > 1 << 20);
+        }
+        let mut s = Store::open(dir.path()).unwrap();
+        s.set_budget(1 << 20).unwrap();
+        assert!(s.disk_bytes() <= 1 << 20, "{} bytes", s.disk_bytes());
+        assert!(!s.windows(&[1], 0, u64::MAX).unwrap().is_empty());
+    }
+
+    /// Issue 32 #3: a damaged file is reported as such at open (not half-loaded).
+    #[test]
+    fn a_damaged_store_is_refused_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut s = Store::open(dir.path()).unwrap();
+            for i in 0..300 {
+                let spec = TargetSpec::from_json(
+                    format!(r#"{{"name":"t{i}","match":{{"comm":"^{}$"}}}}"#, "x".repeat(200)).as_bytes(),
+                )
+                .unwrap();
+                s.add_target(&spec, 1).unwrap();
+            }
+            s.checkpoint().unwrap();
+        }
+        let path = dir.path().join("whyslow.db");
+        let mut bytes = std::fs::read(&path).unwrap();
+        assert!(bytes.len() > 8 * 4096);
+        // Garbage over the middle pages (the b-tree's leaves and interior pages).
+        for b in &mut bytes[4 * 4096..6 * 4096] {
+            *b = 0x5a;
+        }
+        std::fs::write(&path, &bytes).unwrap();
+        match Store::open(dir.path()) {
+            Err(StoreError::Damaged { what, .. }) => assert!(!what.is_empty()),
+            Err(e) => panic!("not reported as damaged: {e}"),
+            Ok(s) => panic!("opened; {} targets", s.targets().map(|t| t.len()).unwrap_or(0)),
+        }
+        // Not a database at all.
+        std::fs::write(&path, vec![7u8; 8192]).unwrap();
+        assert!(matches!(Store::open(dir.path()), Err(StoreError::Damaged { .. })));
+    }
+
+    /// A store of the first layout (one row per target and window) is migrated: its windows stay
+    /// reachable through their targets.
+    #[test]
+    fn a_store_of_the_first_layout_is_migrated() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let c = Connection::open(dir.path().join("whyslow.db")).unwrap();
+            c.execute_batch(
+                "CREATE TABLE windows(id INTEGER PRIMARY KEY, target INTEGER NOT NULL, pid INTEGER NOT NULL,
+                 start_ticks INTEGER NOT NULL, start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL,
+                 types TEXT NOT NULL, bytes INTEGER NOT NULL, profile BLOB NOT NULL);
+                 CREATE INDEX windows_by_target ON windows(target, start_ns);",
+            )
+            .unwrap();
+            let blob = whyslow_model::file::encode(&profile(100, 3));
+            for target in [1, 2] {
+                c.execute(
+                    "INSERT INTO windows(target, pid, start_ticks, start_ns, end_ns, types, bytes, profile)
+                     VALUES (?1, 1, 5, 100, 110, 'cpu', ?2, ?3)",
+                    params![target, blob.len() as i64, blob],
+                )
+                .unwrap();
+            }
+        }
+        let s = Store::open(dir.path()).unwrap();
+        let w = s.windows(&[2], 0, u64::MAX).unwrap();
+        assert_eq!(w.iter().map(|w| w.id).collect::<Vec<_>>(), [2]);
+        assert_eq!(s.profile(2).unwrap().unwrap().total(0), 3);
+        drop(s);
+        // Opening again finds the new layout.
+        assert_eq!(Store::open(dir.path()).unwrap().windows(&[1], 0, u64::MAX).unwrap().len(), 1);
     }
 }

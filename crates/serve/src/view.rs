@@ -62,7 +62,7 @@ fn fill(dir: &Path, files: Vec<ViewFile>) -> Result<(), ServeError> {
             cgroup: String::new(),
             start_ticks: 0,
         };
-        store.add_windows(&[(id, &process, &f.profile)])?;
+        store.add_windows(&[(&[id], &process, &f.profile)])?;
     }
     Ok(())
 }
