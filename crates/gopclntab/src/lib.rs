@@ -276,7 +276,13 @@ impl GoTable {
     /// `None` outside every function or when the records for `addr` are corrupt. Callers symbolizing a
     /// return address should pass `addr - 1`, so the call instruction is looked up.
     pub fn frames(&self, addr: u64) -> Option<Vec<Frame<'_>>> {
-        let (func, end) = self.locate(addr)?;
+        let Some((func, end)) = self.locate(addr) else {
+            // Past where a function's pc tables stop but before the next one begins: code those tables
+            // do not describe (seen in runtime.cgoSigtramp, which a signal can interrupt), named only.
+            let func = self.row_at(addr)?;
+            let name = self.name(func.field(FUNC_NAME_OFF)?)?;
+            return Some(vec![Frame { name, file: None, line: 0, inlined: false }]);
+        };
         let physical = self.name(func.field(FUNC_NAME_OFF)?)?;
         // The inline tree, when the function has one and we can read it.
         let inline =
@@ -334,13 +340,12 @@ impl GoTable {
         })
     }
 
-    /// The function containing `addr` and its end.
-    fn locate(&self, addr: u64) -> Option<(FuncRef<'_>, u64)> {
+    /// The function table row `addr` falls in (up to the next row's entry, padding included).
+    fn row_at(&self, addr: u64) -> Option<FuncRef<'_>> {
         let off = u32::try_from(addr.checked_sub(self.text_start)?).ok()?;
         if off >= self.entry_off(self.nfunc)? {
             return None;
         }
-        // The last row whose entry is at or before `off`.
         let (mut lo, mut hi) = (0, self.nfunc);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
@@ -350,7 +355,12 @@ impl GoTable {
                 hi = mid;
             }
         }
-        let func = self.func(lo.checked_sub(1)?)?;
+        self.func(lo.checked_sub(1)?)
+    }
+
+    /// The function containing `addr` and its end.
+    fn locate(&self, addr: u64) -> Option<(FuncRef<'_>, u64)> {
+        let func = self.row_at(addr)?;
         let end = self.end(&func);
         (addr < end).then_some((func, end))
     }
