@@ -46,6 +46,14 @@ echo "start-up cost ($RUNS interleaved runs, medians; $WHYSLOW)"
 show true "true (the fixed cost)"
 show tz "tzstat $TZ_CALLS (one stat of /etc/localtime per call)"
 show cpu "fixed_work $ROUNDS (CPU-bound)"
+# CPU time (perf stat's task-clock) of the fixed cost: on a machine shared with other work, wall time
+# mostly measures the wait for a CPU.
+cpu_ms() { perf stat -x, -e task-clock -r "$RUNS" "$@" 2>&1 >/dev/null | awk -F, '/task-clock/ { printf "%.1f", $1 }'; }
+echo "CPU time of the fixed cost (perf stat -r $RUNS, task-clock ms):"
+printf "  %-26s %8s ms\n" "whyslow syscalls -- true" "$(cpu_ms "$WHYSLOW" syscalls -- "$TRUE")"
+printf "  %-26s %8s ms\n" "whyslow record -- true" "$(cpu_ms "$WHYSLOW" record -q -o "$OUT/w.data" -- "$TRUE")"
+printf "  %-26s %8s ms\n" "strace -c -f true" "$(cpu_ms strace -c -f -o "$OUT/strace.txt" "$TRUE")"
+printf "  %-26s %8s ms\n" "perf record -g true" "$(cpu_ms perf record -q -F 999 -g -o "$OUT/perf.data" -- "$TRUE")"
 echo "where the time goes (one run each, -v):"
 "$WHYSLOW" syscalls -v -- "$TRUE" 2>&1 >/dev/null | sed 's/^/  syscalls -- true: /' | grep -v "time per phase"
 "$WHYSLOW" record -v -q -o "$OUT/w.data" -- "$FIXED" 10 2>&1 | grep -v "wrote\|time per phase" \

@@ -42,8 +42,10 @@ pub struct Options {
     pub duration: Option<Duration>,
     /// CPU sampling frequency (Hz).
     pub frequency: u64,
-    /// Sample the stack of every Nth syscall and of every Nth call of each allocation function.
+    /// Sample the stack of every Nth syscall.
     pub stacks_period: u64,
+    /// Copy each allocation stack at least every Nth call of it (allocations are counted exactly; see
+    /// [`AllocOptions::period`]).
     pub alloc_period: u64,
     /// Phase 2 length when the whole duration is not given and the target keeps running.
     pub calls_duration: Duration,

@@ -128,8 +128,10 @@ impl<'obj> CallProbe<'obj> {
             }
         }
         open.progs.on_return.set_autoload(latency);
-        if let Some(st) = &stacks {
-            super::RecordRing::size(&mut open.maps.samples, st.ring_bytes)?;
+        match &stacks {
+            Some(st) => super::RecordRing::size(&mut open.maps.samples, st.ring_bytes)?,
+            // No stacks are sent: one page, not 4 MB mapped and zeroed at load.
+            None => open.maps.samples.set_max_entries(4096).map_err(|e| classify("ring buffer", e))?,
         }
         let skel = open.load().map_err(|e| classify("load", e))?;
         let samples = match stacks {

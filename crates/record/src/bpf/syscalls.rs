@@ -74,6 +74,10 @@ impl<'obj> SyscallProbe<'obj> {
         if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
             ro.tracing = !trace.is_empty();
         }
+        if trace.is_empty() {
+            // Nothing is traced: one page, not 4 MB mapped and zeroed at load.
+            open.maps.events.set_max_entries(4096).map_err(|e| classify("ring buffer", e))?;
+        }
         let skel = open.load().map_err(|e| classify("load", e))?;
         for &nr in trace.iter().filter(|&&nr| nr < MAX_SYSCALL) {
             let idx = syscall_name(nr).map_or(&[][..], string_args);
