@@ -159,7 +159,7 @@ pub fn record(a: RecordArgs) -> Result<()> {
             (raw?, None)
         }
     };
-    remember_outcome(&raw.meta);
+    remember_outcome(&raw.meta, a.target.duration);
     if let Some((out, ready_after)) = &load_run {
         show_load(out, *ready_after, raw.meta.exit_code)?;
     }
@@ -288,10 +288,13 @@ fn remember_killed(meta: &whyslow_model::Metadata) {
     }
 }
 
-/// [`remember_killed`], and the launched command's status to pass through.
-fn remember_outcome(meta: &whyslow_model::Metadata) {
+/// [`remember_killed`], and the launched command's status to pass through: only when it ended by
+/// itself, not when whyslow stopped it (Ctrl-C or SIGTERM to whyslow, or the end of `-d`).
+fn remember_outcome(meta: &whyslow_model::Metadata, duration_s: Option<f64>) {
     remember_killed(meta);
-    if let Some(code) = meta.exit_code.filter(|&c| c != 0) {
+    let stopped_by_us =
+        signals::stop_requested() || duration_s.is_some_and(|d| meta.duration_ns as f64 / 1e9 >= d - 0.05);
+    if let Some(code) = meta.exit_code.filter(|&c| c != 0 && !stopped_by_us) {
         let _ = EXITED.set(code);
     }
 }
@@ -522,7 +525,7 @@ pub fn syscalls(a: SyscallsArgs) -> Result<()> {
         last: Duration::ZERO,
     };
     let raw = whyslow_record::record(&opts, &mut view)?;
-    remember_outcome(&raw.meta);
+    remember_outcome(&raw.meta, a.target.duration);
     let profile = phases::time("symbolize", || whyslow_symbolize::symbolize(raw));
     let reported = std::time::Instant::now();
     let rows = whyslow_analyze::syscall_summary(&profile, a.per_thread);
@@ -713,7 +716,7 @@ pub fn calls(a: CallsArgs) -> Result<()> {
     } else {
         whyslow_record::record(&opts, &mut Attached { what: "calls" })?
     };
-    remember_outcome(&raw.meta);
+    remember_outcome(&raw.meta, a.target.duration);
     let mut profile = whyslow_symbolize::symbolize(raw);
     profile.meta.notes.extend(res.notes.iter().cloned());
     let rows = whyslow_analyze::call_summary(&profile);

