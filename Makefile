@@ -37,6 +37,7 @@ bench: build workloads
 	bench/import_perfdata.sh
 	bench/push_cost.sh
 	bench/serve_overhead.sh
+	bench/serve_all.sh
 
 clean:
 	cargo clean

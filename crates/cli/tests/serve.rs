@@ -913,9 +913,20 @@ fn a_full_disk_is_reported_and_recovers_by_itself() {
     // Fill the disk.
     let filler = fs.0.join("filler");
     {
+        // Never more than the tmpfs holds, should the mount not be where it is expected.
+        // SAFETY: statfs is plain data, for which all zeroes is a valid value.
+        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+        let path = std::ffi::CString::new(fs.0.to_str().unwrap()).unwrap();
+        // SAFETY: statfs writes the struct given; the path is a NUL-terminated string.
+        assert_eq!(unsafe { libc::statfs(path.as_ptr(), &mut st) }, 0);
+        assert_eq!(st.f_type, libc::TMPFS_MAGIC, "{} is not the tmpfs", fs.0.display());
         let mut f = std::fs::File::create(&filler).unwrap();
         let block = vec![0x5au8; 64 << 10];
-        while f.write_all(&block).is_ok() {}
+        for _ in 0..64 {
+            if f.write_all(&block).is_err() {
+                break;
+            }
+        }
         let _ = f.sync_all();
     }
     wait_for(30, "lost windows counted", || (metric(&a, "whyslow_store_errors_total") >= 1.0).then_some(()));
