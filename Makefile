@@ -46,6 +46,7 @@ bench: build workloads
 	bench/import_perfdata.sh
 	bench/push_cost.sh
 	bench/serve_overhead.sh
+	bench/serve_all.sh
 
 # The binary, its man pages and shell completions under $(PREFIX).
 install: build

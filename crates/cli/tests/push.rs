@@ -402,6 +402,14 @@ impl Agent {
     }
 }
 
+/// A test that fails leaves no agent behind (it would hold the test's output open).
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 fn metric(text: &str, name: &str) -> f64 {
     text.lines()
         .find(|l| l.starts_with(name))
@@ -463,6 +471,29 @@ fn serve_pushes_every_window_in_order_through_an_outage() {
         })
         .collect();
     assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
+    agent.stop();
+}
+
+/// Issue 32 #6: 401, 403 and 404 are outages (rotated credentials, a proxy): the windows are kept and
+/// retried, every one arrives, none is counted refused.
+#[test]
+fn serve_keeps_the_queue_through_401_403_404() {
+    let _x = exclusive();
+    let dir = tmp();
+    let srv = Server::start(|n| match n {
+        0 => 401,
+        1 => 403,
+        2 => 404,
+        _ => 200,
+    });
+    let agent = Agent::start(dir.path(), &format!("pyroscope={}", srv.url));
+    let text = agent.drain(|| true, || srv.requests().iter().filter(|(_, c)| *c == 200).count());
+    let stored = metric(&text, "whyslow_windows_stored_total");
+    let codes: Vec<u16> = srv.requests().iter().map(|(_, c)| *c).collect();
+    assert_eq!(&codes[..3], [401, 403, 404]);
+    assert_eq!(codes.iter().filter(|&&c| c == 200).count() as f64, stored, "every window arrived: {codes:?}");
+    assert!(text.contains("result=\"refused\"} 0"), "{text}");
+    assert_eq!(metric(&text, "whyslow_push_failures_total{"), 3.0, "{text}");
     agent.stop();
 }
 

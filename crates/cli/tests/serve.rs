@@ -870,3 +870,79 @@ fn processes_are_labelled_and_selected_by_their_cgroup() {
     let (code, e) = a.get("/api/v1/profile?selector=unit=nothing-here.service&from=now-5m");
     assert_eq!(code, 404, "{e}");
 }
+
+/// A tmpfs of `size` mounted at `dir`, unmounted when dropped; None where mounting is not allowed.
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &Path, size: &str) -> Option<Tmpfs> {
+        std::fs::create_dir_all(dir).ok()?;
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .ok()?
+            .success();
+        ok.then(|| Tmpfs(dir.to_path_buf()))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Issue 32 #2 and #7 on a real full disk: windows that cannot be written are counted as lost windows,
+/// /healthz says the store fails, the API answers 507 (never 500), and once there is room again the agent
+/// stores windows by itself and /healthz is ok.
+#[test]
+fn a_full_disk_is_reported_and_recovers_by_itself() {
+    let _x = exclusive();
+    let dir = tmp();
+    let Some(fs) = Tmpfs::mount(&dir.path().join("small"), "2m") else {
+        eprintln!("cannot mount a tmpfs here: skipped");
+        return;
+    };
+    let a = Agent::start(&fs.0.join("d"), &["--max-disk", "64MiB"]);
+    let (code, t) =
+        a.post("/api/v1/targets", r#"{"match":{"comm":"^cpu_split$"},"frequency":999,"window_s":1}"#);
+    assert_eq!(code, 201, "{t}");
+    let mut w = spawn_split("20");
+    wait_for(15, "a stored window", || (metric(&a, "whyslow_windows_stored_total") >= 1.0).then_some(()));
+    // Fill the disk.
+    let filler = fs.0.join("filler");
+    {
+        // Never more than the tmpfs holds, should the mount not be where it is expected.
+        // SAFETY: statfs is plain data, for which all zeroes is a valid value.
+        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+        let path = std::ffi::CString::new(fs.0.to_str().unwrap()).unwrap();
+        // SAFETY: statfs writes the struct given; the path is a NUL-terminated string.
+        assert_eq!(unsafe { libc::statfs(path.as_ptr(), &mut st) }, 0);
+        assert_eq!(st.f_type, libc::TMPFS_MAGIC, "{} is not the tmpfs", fs.0.display());
+        let mut f = std::fs::File::create(&filler).unwrap();
+        let block = vec![0x5au8; 64 << 10];
+        for _ in 0..64 {
+            if f.write_all(&block).is_err() {
+                break;
+            }
+        }
+        let _ = f.sync_all();
+    }
+    wait_for(30, "lost windows counted", || (metric(&a, "whyslow_store_errors_total") >= 1.0).then_some(()));
+    let (code, h) = a.get("/healthz");
+    assert_eq!((code, &h["store"]["ok"]), (503, &Value::Bool(false)), "{h}");
+    let (code, e) = a.post("/api/v1/targets", r#"{"match":{"comm":"^never$"}}"#);
+    assert!(code == 201 || code == 507, "POST on a full disk: {code} {e}");
+    // Room again: the next windows are stored without help.
+    std::fs::remove_file(&filler).unwrap();
+    let stored = metric(&a, "whyslow_windows_stored_total");
+    wait_for(30, "windows stored again", || {
+        (metric(&a, "whyslow_windows_stored_total") > stored && a.get("/healthz").0 == 200).then_some(())
+    });
+    let (code, e) = a.req("DELETE", "/api/v1/targets/1", b"");
+    assert_eq!(code, 204, "{}", String::from_utf8_lossy(&e));
+    let _ = w.kill();
+    let _ = w.wait();
+    assert!(a.stop().success());
+}
