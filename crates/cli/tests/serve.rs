@@ -548,6 +548,8 @@ fn metric(a: &Agent, name: &str) -> f64 {
 /// it answers again once they are gone.
 #[test]
 fn slow_clients_are_capped_and_disconnected() {
+    // Its load (hundreds of connections or requests) would skew the tests that count samples.
+    let _x = exclusive();
     let dir = tmp();
     let a = Agent::start(dir.path(), &[]);
     assert_eq!(a.get("/healthz").0, 200);
@@ -585,6 +587,8 @@ fn slow_clients_are_capped_and_disconnected() {
 /// Issue 32 #4: a second agent on the same data directory exits non-zero, naming the lock and the first.
 #[test]
 fn a_second_agent_on_one_data_dir_is_refused() {
+    // Its load (hundreds of connections or requests) would skew the tests that count samples.
+    let _x = exclusive();
     let dir = tmp();
     let a = Agent::start(dir.path(), &[]);
     let out =
@@ -603,6 +607,8 @@ fn a_second_agent_on_one_data_dir_is_refused() {
 /// /healthz reports the store.
 #[test]
 fn a_corrupt_store_is_moved_aside_not_half_loaded() {
+    // Its load (hundreds of connections or requests) would skew the tests that count samples.
+    let _x = exclusive();
     let dir = tmp();
     let a = Agent::start(dir.path(), &[]);
     for i in 0..300 {
@@ -638,6 +644,8 @@ fn a_corrupt_store_is_moved_aside_not_half_loaded() {
 /// refused, and a Host that is not an address of the agent (DNS rebinding) is refused.
 #[test]
 fn cross_site_and_rebinding_requests_are_refused() {
+    // Its load (hundreds of connections or requests) would skew the tests that count samples.
+    let _x = exclusive();
     let dir = tmp();
     let a = Agent::start(dir.path(), &["--allow-host", "profiler.internal"]);
     let port = a.addr.rsplit(':').next().unwrap().to_string();
