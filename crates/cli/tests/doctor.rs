@@ -605,3 +605,58 @@ fn redis_under_load_is_diagnosed_within_the_budget() {
         .sum();
     assert!(writes > 0, "{:#}", rec["syscalls"]);
 }
+
+/// The finding `rule` of a report (panics with the report when it is not there).
+fn finding_of<'a>(report: &'a Value, rule: &str) -> &'a Value {
+    let all = report["findings"].as_array().unwrap();
+    all.iter().find(|f| f["id"] == rule).unwrap_or_else(|| panic!("no {rule}: {report:#}"))
+}
+
+fn evidence_of(f: &Value) -> Vec<String> {
+    f["evidence"].as_array().unwrap().iter().map(|e| e.as_str().unwrap().to_string()).collect()
+}
+
+/// The text report shows every evidence line of the JSON one, numbers included (the text wraps lines:
+/// both are compared with runs of white space made one space).
+fn assert_text_shows_evidence(text: &str, f: &Value) {
+    let squash = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    let flat = squash(text);
+    for e in evidence_of(f) {
+        assert!(flat.contains(&squash(&e)), "evidence {e:?} not in the text report:\n{text}");
+    }
+}
+
+/// A number in an evidence line, right before `unit` (e.g. " bytes per call").
+fn number_before(line: &str, unit: &str) -> f64 {
+    let head = &line[..line.find(unit).unwrap_or_else(|| panic!("{unit:?} not in {line:?}"))];
+    let start = head.rfind(|c: char| !(c.is_ascii_digit() || c == '.')).map_or(0, |i| i + 1);
+    head[start..].parse().unwrap_or_else(|_| panic!("no number before {unit:?} in {line:?}"))
+}
+
+/// tiny-reads: doctor_loader reads a file one byte per read(2) (the fixed variant through a FILE*). The
+/// program controls the bytes per call of its own reads: 1 (one read per pass returns 0 at the end of the
+/// file, of 300 KB); the dynamic loader's few reads of libraries at startup (hundreds of bytes each) add a
+/// little when the counters' budget cuts their window short. The reads are named by the function that
+/// makes them; the text shows the JSON's evidence.
+#[test]
+fn tiny_reads() {
+    check_rule("tiny-reads", "doctor_loader", "doctor_loader", &["fixed"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (report, text, _) = doctor_saved(dir.path(), "doctor_loader", &[]);
+    let f = finding_of(&report, "tiny-reads");
+    let evidence = evidence_of(f);
+    let per_call = number_before(&evidence[0], " bytes per call");
+    assert!((1.0..2.0).contains(&per_call), "{evidence:?}");
+    assert!(evidence.iter().any(|e| e.starts_with("issued from: next_char")), "{evidence:?}");
+    assert!(evidence.iter().any(|e| e.contains("they read from a file")), "{evidence:?}");
+    assert!(evidence[1].starts_with(&format!("{:.1}% of CPU time", f["impact_pct"].as_f64().unwrap())));
+    assert!(f["fix"].as_str().unwrap().contains("FILE*"), "{f:#}");
+    assert_text_shows_evidence(&text, f);
+}
+
+/// The same on the binary as shipped, stripped: the syscall counters and the kernel's frames need no
+/// symbols of the program.
+#[test]
+fn tiny_reads_on_a_stripped_binary() {
+    check_rule("tiny-reads", "doctor_loader_stripped", "doctor_loader_stripped", &["fixed"]);
+}

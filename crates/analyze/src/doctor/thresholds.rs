@@ -14,6 +14,11 @@ pub const SMALL_WRITES_PCT: f64 = 5.0;
 /// small-writes on a socket answering one request per write: the share of CPU in the per-call part of
 /// the path (what only pipelining clients or a batching protocol would save) worth that change.
 pub const SMALL_REPLIES_PCT: f64 = 10.0;
+/// tiny-reads: read-family calls per second bringing at most this many bytes per call on average, and
+/// the share of CPU in the read path worth acting on.
+pub const TINY_READS_RATE: f64 = 1000.0;
+pub const TINY_READ_BYTES: f64 = 64.0;
+pub const TINY_READS_PCT: f64 = 5.0;
 /// alloc-churn: CPU share in the allocator.
 pub const ALLOC_CPU_PCT: f64 = 10.0;
 /// excess-copying: CPU share in memcpy/memmove and string copy/append.

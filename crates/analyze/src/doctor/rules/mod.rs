@@ -12,6 +12,7 @@ mod redundant_calls;
 mod reflection_dispatch;
 mod small_writes;
 mod tiny_container_lookups;
+mod tiny_reads;
 mod tz_stat_storm;
 mod unoptimized_build;
 
@@ -21,10 +22,11 @@ use super::{Confidence, Finding, Verdict};
 
 pub type Rule = fn(&Facts) -> Verdict;
 
-pub const ALL: [(&str, Rule); 13] = [
+pub const ALL: [(&str, Rule); 14] = [
     ("tz-stat-storm", tz_stat_storm::check),
     ("hot-logging", hot_logging::check),
     ("small-writes", small_writes::check),
+    ("tiny-reads", tiny_reads::check),
     ("alloc-churn", alloc_churn::check),
     ("excess-copying", excess_copying::check),
     ("protobuf-reflection", protobuf_reflection::check),
