@@ -660,3 +660,28 @@ fn tiny_reads() {
 fn tiny_reads_on_a_stripped_binary() {
     check_rule("tiny-reads", "doctor_loader_stripped", "doctor_loader_stripped", &["fixed"]);
 }
+
+/// repeated-lookups: doctor_resolver calls getaddrinfo before every request (fixed: once). The sampled
+/// syscall stacks name the library call and its caller; glibc's reads of /etc/hosts through its stdio
+/// buffer are not tiny-reads (the buffer got all the file had).
+#[test]
+fn repeated_lookups() {
+    check_rule("repeated-lookups", "doctor_resolver", "doctor_resolver", &["fixed"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (report, text, _) = doctor_saved(dir.path(), "doctor_resolver", &[]);
+    assert_eq!(ids(&report).first().map(String::as_str), Some("repeated-lookups"), "{report:#}");
+    assert!(!ids(&report).contains(&"tiny-reads".to_string()), "{report:#}");
+    let f = finding_of(&report, "repeated-lookups");
+    let evidence = evidence_of(f);
+    assert!(evidence[1].contains("inside getaddrinfo, called from: resolve"), "{evidence:?}");
+    let impact = f["impact_pct"].as_f64().unwrap();
+    assert!(evidence[2].starts_with(&format!("{impact:.1}% of CPU time is spent in getaddrinfo")));
+    assert!(f["title"].as_str().unwrap().starts_with("name resolution"), "{f:#}");
+    assert_text_shows_evidence(&text, f);
+}
+
+/// Stripped, the program's own frames have no names, but getaddrinfo is libc's (its dynamic symbols).
+#[test]
+fn repeated_lookups_on_a_stripped_binary() {
+    check_rule("repeated-lookups", "doctor_resolver_stripped", "doctor_resolver_stripped", &["fixed"]);
+}

@@ -468,6 +468,32 @@ impl<'a> Facts<'a> {
         (self.matching(|v| if is_call(v) { v.syscalls } else { 0 }, all, pred), all)
     }
 
+    /// For the sampled stacks of the syscalls `names`: the library function user code called to make
+    /// them (the frame right below the innermost user-code frame, when it is neither user code nor the
+    /// kernel), with that user-code frame and the stacks through both, largest first; and the number of
+    /// all sampled stacks of those syscalls. A syscall made from user code itself has no library call.
+    pub fn syscall_library_calls(&self, names: &[&str]) -> (Vec<(String, String, i64)>, i64) {
+        let mut by: HashMap<(usize, usize), i64> = HashMap::new();
+        let mut all = 0;
+        for v in &self.views {
+            let Some((&leaf, above)) = v.funcs.split_last() else { continue };
+            if v.syscalls == 0 || self.modules[leaf] != "[syscall]" || !names.contains(&self.names[leaf]) {
+                continue;
+            }
+            all += v.syscalls;
+            let Some(site) = above.iter().rposition(|&f| self.func(f).is_user_code()) else { continue };
+            if let Some(&call) = above.get(site + 1).filter(|&&f| !self.kernel[f]) {
+                *by.entry((call, above[site])).or_default() += v.syscalls;
+            }
+        }
+        let mut out: Vec<(String, String, i64)> = by
+            .into_iter()
+            .map(|((call, site), x)| (self.names[call].to_string(), self.names[site].to_string(), x))
+            .collect();
+        out.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)).then(a.1.cmp(&b.1)));
+        (out, all)
+    }
+
     /// Exact counters of these syscalls merged over threads.
     pub fn syscall(&self, names: &[&str]) -> SyscallStat {
         let mut total = SyscallStat::default();

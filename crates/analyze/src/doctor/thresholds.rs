@@ -4,6 +4,11 @@
 /// tz-stat-storm: stat-family syscalls per second, and the CPU share under glibc's time-zone file reader.
 pub const TZ_STAT_RATE: f64 = 1000.0;
 pub const TZ_CPU_PCT: f64 = 2.0;
+/// repeated-lookups: open/stat-family syscalls per second, the share of their sampled stacks inside one
+/// library call, and the CPU share in that call worth acting on.
+pub const LOOKUPS_RATE: f64 = 1000.0;
+pub const LOOKUPS_STACKS_PCT: f64 = 50.0;
+pub const LOOKUPS_CPU_PCT: f64 = 5.0;
 /// hot-logging: CPU share under formatting/logging functions.
 pub const LOGGING_CPU_PCT: f64 = 10.0;
 /// small-writes: write-family calls per second, with at most this many bytes per call on average.

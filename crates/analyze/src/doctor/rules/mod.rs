@@ -10,6 +10,7 @@ mod lock_contention;
 mod protobuf_reflection;
 mod redundant_calls;
 mod reflection_dispatch;
+mod repeated_lookups;
 mod small_writes;
 mod tiny_container_lookups;
 mod tiny_reads;
@@ -22,8 +23,9 @@ use super::{Confidence, Finding, Verdict};
 
 pub type Rule = fn(&Facts) -> Verdict;
 
-pub const ALL: [(&str, Rule); 14] = [
+pub const ALL: [(&str, Rule); 15] = [
     ("tz-stat-storm", tz_stat_storm::check),
+    ("repeated-lookups", repeated_lookups::check),
     ("hot-logging", hot_logging::check),
     ("small-writes", small_writes::check),
     ("tiny-reads", tiny_reads::check),

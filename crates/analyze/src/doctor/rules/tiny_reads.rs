@@ -39,6 +39,16 @@ fn in_read(f: &Func) -> bool {
     }
 }
 
+/// The function of a buffered reader that refills its buffer with one read.
+fn is_buffer_fill(f: &Func) -> bool {
+    !f.kernel
+        && (named(f.plain(), &["underflow", "uflow"], &[])
+            || (f.name.contains("_IO_") && (f.name.ends_with("underflow") || f.name.ends_with("uflow")))
+            || f.name.contains("BufReader") && f.name.contains("fill_buf")
+            || f.name == "bufio.(*Reader).fill"
+            || f.name == "bufio.(*Scanner).Scan")
+}
+
 /// What the reads come from, by the kernel functions under them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Source {
@@ -109,6 +119,13 @@ pub fn check(f: &Facts) -> Verdict {
     // reads as writes on a socket is request/reply, which small-writes judges.
     let writes = f.syscall(&["write", "writev", "sendto", "sendmsg"]).calls;
     if src.is_some_and(|s| s.0 == Source::Socket) && writes * 2 >= r.calls {
+        return Verdict::Clear;
+    }
+    // A buffered reader (stdio, BufReader, bufio) that gets a few bytes per read got all there was: the
+    // file is small (getaddrinfo reading /etc/hosts) or the pipe had little in it. A buffer is no fix;
+    // a small file read again and again is repeated-lookups'.
+    let (buffered, all) = f.syscall_stacks(&READS, &is_buffer_fill);
+    if all > 0 && buffered.value * 2 > all {
         return Verdict::Clear;
     }
     let path = f.cpu(&in_read);
@@ -230,5 +247,20 @@ mod tests {
         };
         assert!(x.title.contains("socket") && x.fix.contains("recv into a large buffer"), "{x:?}");
         assert_eq!(fired(super::check, &with_reads(&sock, 1_000_000, 3_000_000, 1_000_000)), None);
+    }
+
+    /// A stdio stream whose buffer fills with a few bytes read all the file had (getaddrinfo's
+    /// /etc/hosts): not a missing buffer.
+    #[test]
+    fn quiet_when_a_buffered_reader_gets_all_there_is() {
+        let mut p = crate::doctor::facts::test_profile::with_syscalls(
+            &FILE,
+            &[(
+                "main;resolve;lib:getaddrinfo;lib:fgets;lib:_IO_new_file_underflow;lib:__read_nocancel;read",
+                9,
+            )],
+        );
+        p.syscalls = with_reads(&FILE, 2_000_000, 2_000_000 * 20, 0).syscalls;
+        assert_eq!(fired(super::check, &p), None);
     }
 }
