@@ -685,3 +685,120 @@ fn repeated_lookups() {
 fn repeated_lookups_on_a_stripped_binary() {
     check_rule("repeated-lookups", "doctor_resolver_stripped", "doctor_resolver_stripped", &["fixed"]);
 }
+
+/// A cgroup with a CPU quota, made for one test and removed after it (its processes ended first): cgroup
+/// v1's cpu controller where it is mounted (this VM), else cgroup v2's cpu.max. None when neither can be
+/// made (not root, no cpu controller): the test says so and checks nothing.
+struct QuotaCgroup {
+    dir: std::path::PathBuf,
+    version: u8,
+}
+
+impl QuotaCgroup {
+    fn new(name: &str, quota_us: u64, period_us: u64) -> Option<QuotaCgroup> {
+        let name = format!("whyslow-test-{name}-{}", std::process::id());
+        let v1 = std::path::Path::new("/sys/fs/cgroup/cpu");
+        let v2 = std::path::Path::new("/sys/fs/cgroup");
+        let made = if v1.join("cpu.cfs_quota_us").exists() {
+            let dir = v1.join(&name);
+            std::fs::create_dir(&dir).ok()?;
+            let cg = QuotaCgroup { dir, version: 1 };
+            std::fs::write(cg.dir.join("cpu.cfs_period_us"), period_us.to_string()).ok()?;
+            std::fs::write(cg.dir.join("cpu.cfs_quota_us"), quota_us.to_string()).ok()?;
+            cg
+        } else {
+            let controllers = std::fs::read_to_string(v2.join("cgroup.controllers")).ok()?;
+            if !controllers.split_whitespace().any(|c| c == "cpu") {
+                return None;
+            }
+            let _ = std::fs::write(v2.join("cgroup.subtree_control"), "+cpu");
+            let dir = v2.join(&name);
+            std::fs::create_dir(&dir).ok()?;
+            let cg = QuotaCgroup { dir, version: 2 };
+            std::fs::write(cg.dir.join("cpu.max"), format!("{quota_us} {period_us}")).ok()?;
+            cg
+        };
+        Some(made)
+    }
+
+    /// Moves process `pid` (all its threads) into the cgroup.
+    fn enter(&self, pid: u32) {
+        std::fs::write(self.dir.join("cgroup.procs"), pid.to_string()).unwrap();
+    }
+
+    /// The cgroup's own nr_throttled, read by the test.
+    fn nr_throttled(&self) -> u64 {
+        let stat = std::fs::read_to_string(self.dir.join("cpu.stat")).unwrap();
+        stat.lines().find_map(|l| l.strip_prefix("nr_throttled ")?.parse().ok()).unwrap()
+    }
+}
+
+impl Drop for QuotaCgroup {
+    fn drop(&mut self) {
+        // Empty by now (the workload was killed and reaped); a cgroup with processes cannot be removed.
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// Runs doctor_crunch in `cg` and `doctor -p` on it for 4 s: (JSON report, text of the saved recording).
+fn doctor_in_cgroup(cg: &QuotaCgroup, dir: &std::path::Path) -> (Value, String) {
+    let mut target = std::process::Command::new(workload("doctor_crunch"))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    cg.enter(target.id());
+    let data = dir.join("crunch.data");
+    let out = whyslow()
+        .args(["doctor", "--format", "json", "-d", "4", "-p", &target.id().to_string(), "-o"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let _ = target.kill();
+    target.wait().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    (serde_json::from_slice(&out.stdout).unwrap(), ok(&["doctor", data.to_str().unwrap()]))
+}
+
+/// cpu-throttling: doctor_crunch (a worker per CPU) in a cgroup with a quota of 0.2 CPU is throttled,
+/// and the doctor says the quota, not the machine, is the limit, with the cgroup's own numbers: the
+/// quota as the test set it, throttled periods no more than the cgroup counted over its life. In a cgroup
+/// with a quota of 3 CPUs (more than the workers can use on this host) nothing is raised.
+#[test]
+fn cpu_throttling() {
+    let Some(bad) = QuotaCgroup::new("bad", 20_000, 100_000) else {
+        println!("cpu_throttling: cannot make a cgroup with a CPU quota here (not root?); nothing checked");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (report, text) = doctor_in_cgroup(&bad, dir.path());
+    let found = ids(&report);
+    let rank = found.iter().position(|id| id == "cpu-throttling");
+    assert!(rank.is_some_and(|r| r < 3), "cpu-throttling not in the top 3: {found:?}\n{report:#}");
+    let f = finding_of(&report, "cpu-throttling");
+    let evidence = evidence_of(f);
+    let files = match bad.version {
+        1 => "cpu.cfs_quota_us 20000 per cpu.cfs_period_us 100000",
+        _ => "cpu.max \"20000 100000\"",
+    };
+    assert!(
+        evidence[0].starts_with(&format!(
+            "cgroup {} (v{}) allows 0.20 CPU: {files}",
+            bad.dir.display(),
+            bad.version
+        )),
+        "{evidence:?}"
+    );
+    // "throttled in T of P periods (S%): X s throttled in the W s run (I%)"
+    let line = &evidence[1];
+    let t = number_before(line, " of ");
+    let p = number_before(line, " periods");
+    assert!(t <= p && t <= bad.nr_throttled() as f64, "{line}");
+    let run_share = number_before(&line[line.rfind('(').unwrap()..], "%)");
+    assert_eq!(run_share, f["impact_pct"].as_f64().unwrap(), "{line}");
+    assert_text_shows_evidence(&text, f);
+    drop(bad);
+
+    let Some(fixed) = QuotaCgroup::new("fixed", 300_000, 100_000) else { panic!("second cgroup") };
+    let (report, _) = doctor_in_cgroup(&fixed, dir.path());
+    assert!(!ids(&report).contains(&"cpu-throttling".to_string()), "{report:#}");
+}

@@ -207,6 +207,77 @@ pub struct Metadata {
     pub calls_duration_ns: u64,
     /// Target processes a signal ended during the run (not the stop at its end).
     pub killed: Vec<Killed>,
+    /// What the target's cgroup and the kernel's accounting said over the run (CPU quota and throttling,
+    /// memory pressure, run-queue delay); None where nothing was read (imports, recordings before format 8).
+    pub target_env: Option<TargetEnv>,
+}
+
+/// The target's surroundings over a run: what slows it without showing in its stacks. Counters are
+/// differences between a reading at the start and one at the end, over `window_ns`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TargetEnv {
+    pub window_ns: u64,
+    /// CPUs online on the host.
+    pub host_cpus: u32,
+    pub cpu_quota: Option<CpuQuota>,
+    pub memory: Option<MemoryPressure>,
+    pub run_queue: Option<RunQueue>,
+    /// What could not be read, as (`cpu-quota`, `memory` or `run-queue`, why).
+    pub unavailable: Vec<(String, String)>,
+}
+
+/// The CPU limit of the target's cgroup (or of the ancestor with the tightest one) and its throttling.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CpuQuota {
+    /// The cgroup's directory (`/sys/fs/cgroup/cpu/docker/ab12`).
+    pub cgroup: String,
+    /// 1 or 2.
+    pub version: u8,
+    /// Run time allowed per period, µs; None: no limit.
+    pub quota_us: Option<u64>,
+    pub period_us: u64,
+    /// Periods with runnable tasks, those that hit the quota, and the time throttled (µs).
+    pub periods: u64,
+    pub throttled_periods: u64,
+    pub throttled_us: u64,
+    /// CPU time the cgroup's tasks used (µs), when the cgroup counts it.
+    pub usage_us: Option<u64>,
+    /// Time some task of the cgroup waited for a CPU (cpu.pressure `some`, µs; cgroup v2 with PSI).
+    pub pressure_some_us: Option<u64>,
+}
+
+impl CpuQuota {
+    /// The quota in CPUs (0.2 for 20000 of 100000 µs).
+    pub fn cpus(&self) -> Option<f64> {
+        self.quota_us.map(|q| q as f64 / self.period_us.max(1) as f64)
+    }
+}
+
+/// Memory pressure on the target: its processes' major page faults and the memory stall time.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryPressure {
+    /// Major faults of the target processes alive at the end (page reads from disk or swap).
+    pub major_faults: u64,
+    /// Pages swapped in on the whole host (/proc/vmstat pswpin).
+    pub host_swap_ins: Option<u64>,
+    /// memory.pressure `some` and `full` stall time (µs), and where it was read (the target's cgroup,
+    /// else the host's /proc/pressure/memory).
+    pub pressure_some_us: Option<u64>,
+    pub pressure_full_us: Option<u64>,
+    pub pressure_of: String,
+}
+
+/// The target's threads' time waiting on a run queue (/proc/PID/task/TID/schedstat), of the threads
+/// alive at the end.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunQueue {
+    pub threads: u32,
+    /// CPUs the target may run on (its affinity mask).
+    pub cpus: u32,
+    pub run_ns: u64,
+    pub wait_ns: u64,
+    /// The busiest other processes over the run, as (pid, name, CPU ns).
+    pub others: Vec<(u32, String, u64)>,
 }
 
 impl Metadata {

@@ -162,6 +162,8 @@ pub struct Session<'a> {
     per_call_stopped: Option<Duration>,
     /// CPU time of the target processes at the start, for the probe budget.
     cpu_at_start: u64,
+    /// The target's cgroup, memory and scheduler counters at the start.
+    env: Option<crate::target_env::EnvStart>,
 }
 
 impl<'a> Session<'a> {
@@ -204,6 +206,7 @@ impl<'a> Session<'a> {
         }
         let start_unix_ns = unix_now_ns();
         let cpu_at_start = pids.iter().map(|&p| target::cpu_time_ns(p)).sum();
+        let env = Some(crate::target_env::start(std::path::Path::new("/"), &pids));
         c.set_origin(sys::monotonic_ns());
         observer.started(&pids);
         let t0 = Instant::now();
@@ -236,6 +239,7 @@ impl<'a> Session<'a> {
             last_release_check: t0,
             per_call_stopped: None,
             cpu_at_start,
+            env,
         })
     }
 
@@ -420,6 +424,7 @@ impl<'a> Session<'a> {
             unwind: counters.unwind,
             exit_code: self.exit_code,
             killed: self.killed.clone(),
+            target_env: None,
             hostname: read_trim("/proc/sys/kernel/hostname"),
             kernel_release: read_trim("/proc/sys/kernel/osrelease"),
             notes: self.notes.clone(),
@@ -507,6 +512,8 @@ impl<'a> Session<'a> {
         }
         let duration = self.window_t0.elapsed();
         let mut meta = self.metadata(duration, counters);
+        // Read while a launched command is still running (it is stopped below).
+        meta.target_env = self.env.take().map(|e| e.finish(&self.pids));
         meta.lost_events = lost_events;
         // Lost samples of this last window only (the earlier ones went with their windows).
         meta.lost_samples = counters.lost - self.lost_before;

@@ -71,6 +71,8 @@ pub(crate) enum Verdict {
     Clear,
     /// The profile lacks the data this rule needs (e.g. call counts, off-CPU time).
     NeedsData(&'static str),
+    /// The run could not read what the rule needs, and why (no cgroup access, no schedstat).
+    Unchecked(String),
 }
 
 /// Runs every rule; findings sorted by impact (then id, for a stable order). `recording` is the file the
@@ -85,6 +87,7 @@ pub fn diagnose(p: &Profile, recording: &str) -> Diagnosis {
             Verdict::Found(x) => findings.push(x),
             Verdict::Clear => {}
             Verdict::NeedsData(what) => skipped.push(format!("{id}: needs {what}")),
+            Verdict::Unchecked(why) => skipped.push(format!("{id}: {why}")),
         }
     }
     findings.sort_by(|a, b| b.impact_pct.total_cmp(&a.impact_pct).then(a.id.cmp(b.id)));

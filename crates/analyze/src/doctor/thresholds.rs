@@ -48,6 +48,10 @@ pub const LOCK_WALL_PCT: f64 = 5.0;
 /// in all (a short run that syncs a few times is fine however large its share).
 pub const BLOCKING_IO_WALL_PCT: f64 = 10.0;
 pub const BLOCKING_IO_MIN_MS: f64 = 100.0;
+/// cpu-throttling: share of the cgroup's periods that hit the quota, and share of the run it spent
+/// throttled.
+pub const THROTTLED_PERIODS_PCT: f64 = 20.0;
+pub const THROTTLED_WALL_PCT: f64 = 10.0;
 
 /// A thread idle (waiting for work) for at least this share of its time is summarized as idle.
 pub const IDLE_THREAD_PCT: f64 = 90.0;

@@ -3,6 +3,7 @@
 
 mod alloc_churn;
 mod blocking_io;
+mod cpu_throttling;
 mod excess_copying;
 mod gc_pressure;
 mod hot_logging;
@@ -23,7 +24,7 @@ use super::{Confidence, Finding, Verdict};
 
 pub type Rule = fn(&Facts) -> Verdict;
 
-pub const ALL: [(&str, Rule); 15] = [
+pub const ALL: [(&str, Rule); 16] = [
     ("tz-stat-storm", tz_stat_storm::check),
     ("repeated-lookups", repeated_lookups::check),
     ("hot-logging", hot_logging::check),
@@ -39,6 +40,7 @@ pub const ALL: [(&str, Rule); 15] = [
     ("unoptimized-build", unoptimized_build::check),
     ("lock-contention", lock_contention::check),
     ("blocking-io", blocking_io::check),
+    ("cpu-throttling", cpu_throttling::check),
 ];
 
 /// The words of a finding that do not depend on the numbers.
