@@ -802,3 +802,23 @@ fn cpu_throttling() {
     let (report, _) = doctor_in_cgroup(&fixed, dir.path());
     assert!(!ids(&report).contains(&"cpu-throttling".to_string()), "{report:#}");
 }
+
+/// memory-pressure: doctor_pager looks pages up in a mapped 32 MB file whose pages it evicts after every
+/// pass (as a memory limit below the working set would): each lookup of an evicted page is a major fault
+/// that waits for the disk. The count comes from the target's /proc entry, read before the ended command
+/// is reaped; one pass is about 1800 distinct pages, and the program makes at least one. The waits are
+/// not blocking-io's too. Fixed (the index copied to the heap once): nothing.
+#[test]
+fn memory_pressure() {
+    check_rule("memory-pressure", "doctor_pager", "doctor_pager", &["fixed"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (report, text, _) = doctor_saved(dir.path(), "doctor_pager", &[]);
+    assert!(!ids(&report).contains(&"blocking-io".to_string()), "{report:#}");
+    let f = finding_of(&report, "memory-pressure");
+    let evidence = evidence_of(f);
+    assert!(evidence[0].starts_with(&format!("{:.1}% of the threads'", f["impact_pct"].as_f64().unwrap())));
+    assert!(evidence.iter().any(|e| e.starts_with("faulting code: lookup (")), "{evidence:?}");
+    let faults = evidence.iter().find(|e| e.contains("major page faults by the target")).unwrap();
+    assert!(number_before(faults, " major page faults") >= 1000.0, "{faults}");
+    assert_text_shows_evidence(&text, f);
+}

@@ -164,6 +164,8 @@ pub struct Session<'a> {
     cpu_at_start: u64,
     /// The target's cgroup, memory and scheduler counters at the start.
     env: Option<crate::target_env::EnvStart>,
+    /// Its end reading, when taken early (a launched command ended before the run).
+    env_end: Option<whyslow_model::TargetEnv>,
 }
 
 impl<'a> Session<'a> {
@@ -240,6 +242,7 @@ impl<'a> Session<'a> {
             per_call_stopped: None,
             cpu_at_start,
             env,
+            env_end: None,
         })
     }
 
@@ -324,6 +327,12 @@ impl<'a> Session<'a> {
             return Some(End::Stopped);
         }
         if let Some(g) = &self.gate {
+            if target::ended_unreaped(g.pid) {
+                // The end reading of the surroundings, while the ended command's /proc entry is there.
+                if let Some(e) = self.env.take() {
+                    self.env_end = Some(e.finish(&self.pids));
+                }
+            }
             if let Some(status) = try_wait(g.pid) {
                 self.exit_code = Some(exit_code_of(status));
                 self.killed.extend(Killed::from_wait_status(g.pid, status));
@@ -513,7 +522,7 @@ impl<'a> Session<'a> {
         let duration = self.window_t0.elapsed();
         let mut meta = self.metadata(duration, counters);
         // Read while a launched command is still running (it is stopped below).
-        meta.target_env = self.env.take().map(|e| e.finish(&self.pids));
+        meta.target_env = self.env_end.take().or_else(|| self.env.take().map(|e| e.finish(&self.pids)));
         meta.lost_events = lost_events;
         // Lost samples of this last window only (the earlier ones went with their windows).
         meta.lost_samples = counters.lost - self.lost_before;

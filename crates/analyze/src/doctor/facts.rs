@@ -357,11 +357,22 @@ impl<'a> Facts<'a> {
     }
 
     fn matching(&self, value: impl Fn(&View) -> i64, total: i64, pred: &dyn Fn(&Func) -> bool) -> Match {
+        self.matching_except(value, total, pred, &|_| false)
+    }
+
+    /// As `matching`, leaving out the stacks through a function `except` matches.
+    fn matching_except(
+        &self,
+        value: impl Fn(&View) -> i64,
+        total: i64,
+        pred: &dyn Fn(&Func) -> bool,
+        except: &dyn Fn(&Func) -> bool,
+    ) -> Match {
         let mut m = Match::default();
         let (mut entries, mut sites): (HashMap<usize, i64>, HashMap<usize, i64>) = Default::default();
         for v in &self.views {
             let x = value(v);
-            if x == 0 {
+            if x == 0 || v.funcs.iter().any(|&f| except(&self.func(f))) {
                 continue;
             }
             let Some(i) = v.funcs.iter().position(|&f| pred(&self.func(f))) else { continue };
@@ -394,6 +405,13 @@ impl<'a> Facts<'a> {
     pub fn blocked(&self, pred: &dyn Fn(&Func) -> bool) -> Match {
         let value = |v: &View| if v.wait == Wait::Blocked && !v.instrumentation { v.off } else { 0 };
         self.matching(value, self.wall_total, pred)
+    }
+
+    /// As [`Facts::blocked`], leaving out the stacks through a function `except` matches (time another
+    /// rule owns).
+    pub fn blocked_except(&self, pred: &dyn Fn(&Func) -> bool, except: &dyn Fn(&Func) -> bool) -> Match {
+        let value = |v: &View| if v.wait == Wait::Blocked && !v.instrumentation { v.off } else { 0 };
+        self.matching_except(value, self.wall_total, pred, except)
     }
 
     /// The threads' time by state (ns), None without CPU time in ns and off-CPU time.

@@ -52,6 +52,10 @@ pub const BLOCKING_IO_MIN_MS: f64 = 100.0;
 /// throttled.
 pub const THROTTLED_PERIODS_PCT: f64 = 20.0;
 pub const THROTTLED_WALL_PCT: f64 = 10.0;
+/// memory-pressure: share of the threads' working time blocked in page faults reading from disk or
+/// swap, and at least this much blocked time in all.
+pub const MEMORY_WALL_PCT: f64 = 5.0;
+pub const MEMORY_MIN_MS: f64 = 100.0;
 
 /// A thread idle (waiting for work) for at least this share of its time is summarized as idle.
 pub const IDLE_THREAD_PCT: f64 = 90.0;
