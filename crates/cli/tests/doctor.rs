@@ -822,3 +822,22 @@ fn memory_pressure() {
     assert!(number_before(faults, " major page faults") >= 1000.0, "{faults}");
     assert_text_shows_evidence(&text, f);
 }
+
+/// cpu-oversubscription: doctor_pool runs 4 workers per CPU on a fixed amount of work; fixed, one per
+/// CPU. What the program controls: how many threads want a CPU, so the bad run's average demand is above
+/// 1.5 per CPU and the fixed run's at most 1 per CPU however busy the machine is (other processes' load
+/// makes threads wait, not want more CPUs: the fixed run gets the contention line, never the finding).
+#[test]
+fn cpu_oversubscription() {
+    check_rule("cpu-oversubscription", "doctor_pool", "doctor_pool", &["fixed"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (report, text, _) = doctor_saved(dir.path(), "doctor_pool", &[]);
+    let f = finding_of(&report, "cpu-oversubscription");
+    let evidence = evidence_of(f);
+    let impact = f["impact_pct"].as_f64().unwrap();
+    assert!(evidence[0].starts_with(&format!("the threads waited for a CPU {impact:.1}%")), "{evidence:?}");
+    let demand = number_before(&evidence[1], " threads wanted a CPU");
+    let cpus = number_before(&evidence[1], " CPUs the target may use");
+    assert!(demand >= 1.5 * cpus && demand <= 4.0 * cpus + 0.1, "{evidence:?}");
+    assert_text_shows_evidence(&text, f);
+}

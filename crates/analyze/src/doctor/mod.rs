@@ -63,6 +63,9 @@ pub struct Diagnosis {
     pub wall: Option<WallSplit>,
     /// Threads that mostly waited for work (one summary line, never findings or hot paths).
     pub idle_threads: Vec<IdleThread>,
+    /// When the target waited for a CPU without wanting more CPUs than it has: the other processes that
+    /// took them (one line), else None.
+    pub cpu_contention: Option<String>,
 }
 
 /// What a rule says about a profile.
@@ -98,6 +101,7 @@ pub fn diagnose(p: &Profile, recording: &str) -> Diagnosis {
         instrumentation_pct: f.instrumentation_pct(),
         wall: f.wall_split(),
         idle_threads: f.idle_threads(),
+        cpu_contention: rules::cpu_oversubscription::contention(&f),
     }
 }
 

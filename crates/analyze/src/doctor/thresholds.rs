@@ -52,6 +52,10 @@ pub const BLOCKING_IO_MIN_MS: f64 = 100.0;
 /// throttled.
 pub const THROTTLED_PERIODS_PCT: f64 = 20.0;
 pub const THROTTLED_WALL_PCT: f64 = 10.0;
+/// cpu-oversubscription: share of the threads' working time waiting for a CPU, and threads wanting a
+/// CPU on average, as a multiple of the CPUs the target may use.
+pub const OVERSUB_WAIT_PCT: f64 = 20.0;
+pub const OVERSUB_DEMAND_RATIO: f64 = 1.5;
 /// memory-pressure: share of the threads' working time blocked in page faults reading from disk or
 /// swap, and at least this much blocked time in all.
 pub const MEMORY_WALL_PCT: f64 = 5.0;

@@ -3,6 +3,7 @@
 
 mod alloc_churn;
 pub(crate) mod blocking_io;
+pub(crate) mod cpu_oversubscription;
 mod cpu_throttling;
 mod excess_copying;
 mod gc_pressure;
@@ -25,7 +26,7 @@ use super::{Confidence, Finding, Verdict};
 
 pub type Rule = fn(&Facts) -> Verdict;
 
-pub const ALL: [(&str, Rule); 17] = [
+pub const ALL: [(&str, Rule); 18] = [
     ("tz-stat-storm", tz_stat_storm::check),
     ("repeated-lookups", repeated_lookups::check),
     ("hot-logging", hot_logging::check),
@@ -43,6 +44,7 @@ pub const ALL: [(&str, Rule); 17] = [
     ("blocking-io", blocking_io::check),
     ("cpu-throttling", cpu_throttling::check),
     ("memory-pressure", memory_pressure::check),
+    ("cpu-oversubscription", cpu_oversubscription::check),
 ];
 
 /// The words of a finding that do not depend on the numbers.
