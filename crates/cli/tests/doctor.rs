@@ -26,7 +26,8 @@ fn ids(report: &Value) -> Vec<String> {
 }
 
 /// The bad variant (no argument) ranks `rule` in the top 3; the fixed one (`fixed`) does not raise it.
-fn check_rule(rule: &str, bad: &str, fixed: &str, fixed_args: &[&str]) {
+/// Returns the bad variant's report.
+fn check_rule(rule: &str, bad: &str, fixed: &str, fixed_args: &[&str]) -> Value {
     let report = doctor(bad, &[], &[]);
     let found = ids(&report);
     let rank = found.iter().position(|id| id == rule);
@@ -39,11 +40,25 @@ fn check_rule(rule: &str, bad: &str, fixed: &str, fixed_args: &[&str]) {
     let clean = ids(&doctor(fixed, fixed_args, &[]));
     assert!(!clean.contains(&rule.to_string()), "{rule} raised on the fixed variant of {fixed}: {clean:?}");
     println!("{rule}: bad {found:?} (rank {}), fixed {clean:?}", rank.unwrap() + 1);
+    report
+}
+
+/// The finding names the Go runtime's settings first: recognised from the program's own functions
+/// (.gopclntab's names on a stripped build).
+fn assert_go_gc_advice(report: &Value) {
+    let f = finding_of(report, "gc-pressure");
+    assert!(f["fix"].as_str().unwrap().starts_with("Go: GOGC="), "{f:#}");
+    assert!(f["fix"].as_str().unwrap().contains("GOMEMLIMIT"), "{f:#}");
+    let evidence = evidence_of(f);
+    assert!(
+        evidence.last().unwrap().starts_with("recognised as Go by its functions runtime."),
+        "{evidence:?}"
+    );
 }
 
 #[test]
 fn tz_stat_storm() {
-    check_rule("tz-stat-storm", "doctor_tzlog", "doctor_tzlog", &["fixed"]);
+    let _ = check_rule("tz-stat-storm", "doctor_tzlog", "doctor_tzlog", &["fixed"]);
 }
 
 #[test]
@@ -101,14 +116,16 @@ fn reflection_dispatch() {
 
 #[test]
 fn gc_pressure() {
-    check_rule("gc-pressure", "doctor_gogc", "doctor_gogc", &["fixed"]);
+    let report = check_rule("gc-pressure", "doctor_gogc", "doctor_gogc", &["fixed"]);
+    assert_go_gc_advice(&report);
 }
 
 /// The same on the build production ships (`-ldflags="-s -w"`, stripped): its names, its allocators'
 /// probes and its stacks come from .gopclntab.
 #[test]
 fn gc_pressure_on_stripped_go() {
-    check_rule("gc-pressure", "doctor_gogc_stripped", "doctor_gogc_stripped", &["fixed"]);
+    let report = check_rule("gc-pressure", "doctor_gogc_stripped", "doctor_gogc_stripped", &["fixed"]);
+    assert_go_gc_advice(&report);
 }
 
 #[test]
@@ -179,6 +196,14 @@ fn blocking_io_in_sqlite3() {
     let bad = run(false);
     assert_eq!(ids(&bad).first().map(String::as_str), Some("blocking-io"), "{bad:#}");
     assert!(bad["findings"][0]["impact_pct"].as_f64().unwrap() > 30.0, "{bad:#}");
+    // Recognised as SQLite by libsqlite3's functions: its settings come first.
+    let fix = bad["findings"][0]["fix"].as_str().unwrap();
+    assert!(
+        fix.starts_with("SQLite: wrap many statements in one transaction") && fix.contains("WAL"),
+        "{fix}"
+    );
+    let evidence = evidence_of(&bad["findings"][0]);
+    assert!(evidence.last().unwrap().starts_with("recognised as SQLite by its functions"), "{evidence:?}");
     let good = run(true);
     assert!(!ids(&good).contains(&"blocking-io".to_string()), "{good:#}");
 }

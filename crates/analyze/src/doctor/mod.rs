@@ -5,6 +5,7 @@
 
 mod facts;
 mod rules;
+pub mod software;
 pub mod thresholds;
 
 pub use facts::{Facts, IdleThread, WallSplit};
@@ -93,6 +94,7 @@ pub fn diagnose(p: &Profile, recording: &str) -> Diagnosis {
             Verdict::Unchecked(why) => skipped.push(format!("{id}: {why}")),
         }
     }
+    software::advise(&f, &mut findings);
     findings.sort_by(|a, b| b.impact_pct.total_cmp(&a.impact_pct).then(a.id.cmp(b.id)));
     Diagnosis {
         findings,

@@ -23,12 +23,9 @@ const TEXT: Text = Text {
     shrinks: "the time waiting for a CPU (`whyslow report --type offcpu`)",
 };
 
-/// A Go program: the runtime's own functions are in its stacks (stripped ones too: .gopclntab names them).
+/// A Go program (recognised by its runtime's functions; stripped ones too: .gopclntab names them).
 fn is_go(f: &Facts) -> bool {
-    (0..f.p.frames.len() as u32).any(|i| {
-        let n = f.p.frame_name(i);
-        n == "runtime.mstart" || n == "runtime.goexit" || n == "runtime.main"
-    })
+    crate::doctor::software::recognise(f).is_some_and(|r| r.known.name == "Go")
 }
 
 fn files(q: &CpuQuota) -> String {
