@@ -226,6 +226,53 @@ pub struct TargetEnv {
     pub unavailable: Vec<(String, String)>,
 }
 
+impl TargetEnv {
+    /// Adds the readings of a following window (an agent's next window, another run of the command):
+    /// counters and windows add up; the limits, CPUs and other processes stay the first's; a counter one
+    /// side lacks, or of another cgroup, is dropped rather than made up.
+    pub fn add(&mut self, o: &TargetEnv) {
+        fn sum(a: &mut Option<u64>, b: Option<u64>) {
+            *a = a.zip(b).map(|(a, b)| a + b);
+        }
+        self.window_ns += o.window_ns;
+        self.cpu_quota = match (self.cpu_quota.take(), &o.cpu_quota) {
+            (Some(mut a), Some(b)) if a.cgroup == b.cgroup && a.quota_us == b.quota_us => {
+                a.periods += b.periods;
+                a.throttled_periods += b.throttled_periods;
+                a.throttled_us += b.throttled_us;
+                sum(&mut a.usage_us, b.usage_us);
+                sum(&mut a.pressure_some_us, b.pressure_some_us);
+                Some(a)
+            }
+            _ => None,
+        };
+        self.memory = match (self.memory.take(), &o.memory) {
+            (Some(mut a), Some(b)) if a.pressure_of == b.pressure_of => {
+                a.major_faults += b.major_faults;
+                sum(&mut a.host_swap_ins, b.host_swap_ins);
+                sum(&mut a.pressure_some_us, b.pressure_some_us);
+                sum(&mut a.pressure_full_us, b.pressure_full_us);
+                Some(a)
+            }
+            _ => None,
+        };
+        self.run_queue = match (self.run_queue.take(), &o.run_queue) {
+            (Some(mut a), Some(b)) => {
+                a.run_ns += b.run_ns;
+                a.wait_ns += b.wait_ns;
+                a.threads = a.threads.max(b.threads);
+                Some(a)
+            }
+            _ => None,
+        };
+        for u in &o.unavailable {
+            if !self.unavailable.contains(u) {
+                self.unavailable.push(u.clone());
+            }
+        }
+    }
+}
+
 /// The CPU limit of the target's cgroup (or of the ancestor with the tightest one) and its throttling.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CpuQuota {
@@ -786,6 +833,31 @@ impl ProfileBuilder {
 
 #[cfg(test)]
 mod tests {
+
+    /// Two windows' readings add up; another cgroup's quota counters are dropped, not mixed.
+    #[test]
+    fn target_env_windows_add_up() {
+        let q = |periods, throttled| crate::CpuQuota {
+            cgroup: "/sys/fs/cgroup/cpu/app".into(),
+            quota_us: Some(20_000),
+            period_us: 100_000,
+            periods,
+            throttled_periods: throttled,
+            throttled_us: throttled * 80_000,
+            usage_us: Some(periods * 20_000),
+            ..Default::default()
+        };
+        let env = |w, quota| crate::TargetEnv { window_ns: w, cpu_quota: Some(quota), ..Default::default() };
+        let mut a = env(1_000_000_000, q(10, 9));
+        a.add(&env(2_000_000_000, q(20, 20)));
+        let sum = a.cpu_quota.clone().unwrap();
+        assert_eq!((a.window_ns, sum.periods, sum.throttled_periods), (3_000_000_000, 30, 29));
+        assert_eq!((sum.throttled_us, sum.usage_us), (2_320_000, Some(600_000)));
+        let mut other = q(5, 5);
+        other.cgroup = "/sys/fs/cgroup/cpu/other".into();
+        a.add(&env(1, other));
+        assert_eq!(a.cpu_quota, None);
+    }
     use super::*;
 
     #[test]

@@ -407,6 +407,10 @@ impl<'a> Session<'a> {
         let n = self.c.counters();
         raw.meta = self.metadata(self.window_t0.elapsed(), n);
         raw.meta.lost_samples = n.lost - self.lost_before;
+        // Each window carries its surroundings' readings (an agent's doctor checks quotas too).
+        let pids = self.pids.clone();
+        raw.meta.target_env = self.env.take().map(|e| e.finish(&pids));
+        self.env = Some(crate::target_env::start(std::path::Path::new("/"), &pids));
         self.lost_before = n.lost;
         self.window_t0 = Instant::now();
         self.start_unix_ns = unix_now_ns();
