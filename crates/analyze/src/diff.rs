@@ -255,7 +255,7 @@ pub fn diff(before: Side, after: Side, shares_only: bool) -> Diff {
 /// One profile holding the samples of all `profiles` (several runs of one command): frames, modules and
 /// threads are re-interned, values are summed by sample type name (the first profile's types, then those
 /// only later ones have). Metadata is the first profile's, with durations, lost counts and unwinding
-/// statistics summed.
+/// statistics summed, and the target's surroundings added up where every profile has them.
 pub fn merge(profiles: &[&Profile]) -> Profile {
     let Some(first) = profiles.first() else { return Profile::default() };
     let mut types = first.sample_types.clone();
@@ -272,6 +272,13 @@ pub fn merge(profiles: &[&Profile]) -> Profile {
         meta.unwind.complete += p.meta.unwind.complete;
         meta.unwind.partial += p.meta.unwind.partial;
         meta.target_pids.extend(&p.meta.target_pids);
+        meta.target_env = match (meta.target_env.take(), &p.meta.target_env) {
+            (Some(mut a), Some(b)) => {
+                a.add(b);
+                Some(a)
+            }
+            _ => None,
+        };
     }
     for n in profiles.iter().flat_map(|p| &p.meta.notes) {
         if !meta.notes.contains(n) {

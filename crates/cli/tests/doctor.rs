@@ -26,7 +26,8 @@ fn ids(report: &Value) -> Vec<String> {
 }
 
 /// The bad variant (no argument) ranks `rule` in the top 3; the fixed one (`fixed`) does not raise it.
-fn check_rule(rule: &str, bad: &str, fixed: &str, fixed_args: &[&str]) {
+/// Returns the bad variant's report.
+fn check_rule(rule: &str, bad: &str, fixed: &str, fixed_args: &[&str]) -> Value {
     let report = doctor(bad, &[], &[]);
     let found = ids(&report);
     let rank = found.iter().position(|id| id == rule);
@@ -39,11 +40,25 @@ fn check_rule(rule: &str, bad: &str, fixed: &str, fixed_args: &[&str]) {
     let clean = ids(&doctor(fixed, fixed_args, &[]));
     assert!(!clean.contains(&rule.to_string()), "{rule} raised on the fixed variant of {fixed}: {clean:?}");
     println!("{rule}: bad {found:?} (rank {}), fixed {clean:?}", rank.unwrap() + 1);
+    report
+}
+
+/// The finding names the Go runtime's settings first: recognised from the program's own functions
+/// (.gopclntab's names on a stripped build).
+fn assert_go_gc_advice(report: &Value) {
+    let f = finding_of(report, "gc-pressure");
+    assert!(f["fix"].as_str().unwrap().starts_with("Go: GOGC="), "{f:#}");
+    assert!(f["fix"].as_str().unwrap().contains("GOMEMLIMIT"), "{f:#}");
+    let evidence = evidence_of(f);
+    assert!(
+        evidence.last().unwrap().starts_with("recognised as Go by its functions runtime."),
+        "{evidence:?}"
+    );
 }
 
 #[test]
 fn tz_stat_storm() {
-    check_rule("tz-stat-storm", "doctor_tzlog", "doctor_tzlog", &["fixed"]);
+    let _ = check_rule("tz-stat-storm", "doctor_tzlog", "doctor_tzlog", &["fixed"]);
 }
 
 #[test]
@@ -101,14 +116,16 @@ fn reflection_dispatch() {
 
 #[test]
 fn gc_pressure() {
-    check_rule("gc-pressure", "doctor_gogc", "doctor_gogc", &["fixed"]);
+    let report = check_rule("gc-pressure", "doctor_gogc", "doctor_gogc", &["fixed"]);
+    assert_go_gc_advice(&report);
 }
 
 /// The same on the build production ships (`-ldflags="-s -w"`, stripped): its names, its allocators'
 /// probes and its stacks come from .gopclntab.
 #[test]
 fn gc_pressure_on_stripped_go() {
-    check_rule("gc-pressure", "doctor_gogc_stripped", "doctor_gogc_stripped", &["fixed"]);
+    let report = check_rule("gc-pressure", "doctor_gogc_stripped", "doctor_gogc_stripped", &["fixed"]);
+    assert_go_gc_advice(&report);
 }
 
 #[test]
@@ -179,6 +196,14 @@ fn blocking_io_in_sqlite3() {
     let bad = run(false);
     assert_eq!(ids(&bad).first().map(String::as_str), Some("blocking-io"), "{bad:#}");
     assert!(bad["findings"][0]["impact_pct"].as_f64().unwrap() > 30.0, "{bad:#}");
+    // Recognised as SQLite by libsqlite3's functions: its settings come first.
+    let fix = bad["findings"][0]["fix"].as_str().unwrap();
+    assert!(
+        fix.starts_with("SQLite: wrap many statements in one transaction") && fix.contains("WAL"),
+        "{fix}"
+    );
+    let evidence = evidence_of(&bad["findings"][0]);
+    assert!(evidence.last().unwrap().starts_with("recognised as SQLite by its functions"), "{evidence:?}");
     let good = run(true);
     assert!(!ids(&good).contains(&"blocking-io".to_string()), "{good:#}");
 }
@@ -653,4 +678,240 @@ fn fail_on_gates_on_findings() {
     let out = common::run(&["doctor", data, "--fail-on", "tz-stat-strom"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("did you mean: tz-stat-storm"));
+}
+
+/// The finding `rule` of a report (panics with the report when it is not there).
+fn finding_of<'a>(report: &'a Value, rule: &str) -> &'a Value {
+    let all = report["findings"].as_array().unwrap();
+    all.iter().find(|f| f["id"] == rule).unwrap_or_else(|| panic!("no {rule}: {report:#}"))
+}
+
+fn evidence_of(f: &Value) -> Vec<String> {
+    f["evidence"].as_array().unwrap().iter().map(|e| e.as_str().unwrap().to_string()).collect()
+}
+
+/// The text report shows every evidence line of the JSON one, numbers included (the text wraps lines:
+/// both are compared with runs of white space made one space).
+fn assert_text_shows_evidence(text: &str, f: &Value) {
+    let squash = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    let flat = squash(text);
+    for e in evidence_of(f) {
+        assert!(flat.contains(&squash(&e)), "evidence {e:?} not in the text report:\n{text}");
+    }
+}
+
+/// A number in an evidence line, right before `unit` (e.g. " bytes per call").
+fn number_before(line: &str, unit: &str) -> f64 {
+    let head = &line[..line.find(unit).unwrap_or_else(|| panic!("{unit:?} not in {line:?}"))];
+    let start = head.rfind(|c: char| !(c.is_ascii_digit() || c == '.')).map_or(0, |i| i + 1);
+    head[start..].parse().unwrap_or_else(|_| panic!("no number before {unit:?} in {line:?}"))
+}
+
+/// tiny-reads: doctor_loader reads a file one byte per read(2) (the fixed variant through a FILE*). The
+/// program controls the bytes per call of its own reads: 1 (one read per pass returns 0 at the end of the
+/// file, of 300 KB); the dynamic loader's few reads of libraries at startup (hundreds of bytes each) add a
+/// little when the counters' budget cuts their window short. The reads are named by the function that
+/// makes them; the text shows the JSON's evidence.
+#[test]
+fn tiny_reads() {
+    check_rule("tiny-reads", "doctor_loader", "doctor_loader", &["fixed"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (report, text, _) = doctor_saved(dir.path(), "doctor_loader", &[]);
+    let f = finding_of(&report, "tiny-reads");
+    let evidence = evidence_of(f);
+    let per_call = number_before(&evidence[0], " bytes per call");
+    assert!((1.0..2.0).contains(&per_call), "{evidence:?}");
+    assert!(evidence.iter().any(|e| e.starts_with("issued from: next_char")), "{evidence:?}");
+    assert!(evidence.iter().any(|e| e.contains("they read from a file")), "{evidence:?}");
+    assert!(evidence[1].starts_with(&format!("{:.1}% of CPU time", f["impact_pct"].as_f64().unwrap())));
+    assert!(f["fix"].as_str().unwrap().contains("FILE*"), "{f:#}");
+    assert_text_shows_evidence(&text, f);
+}
+
+/// The same on the binary as shipped, stripped: the syscall counters and the kernel's frames need no
+/// symbols of the program.
+#[test]
+fn tiny_reads_on_a_stripped_binary() {
+    check_rule("tiny-reads", "doctor_loader_stripped", "doctor_loader_stripped", &["fixed"]);
+}
+
+/// repeated-lookups: doctor_resolver calls getaddrinfo before every request (fixed: once). The sampled
+/// syscall stacks name the library call and its caller; glibc's reads of /etc/hosts through its stdio
+/// buffer are not tiny-reads (the buffer got all the file had).
+#[test]
+fn repeated_lookups() {
+    check_rule("repeated-lookups", "doctor_resolver", "doctor_resolver", &["fixed"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (report, text, _) = doctor_saved(dir.path(), "doctor_resolver", &[]);
+    assert_eq!(ids(&report).first().map(String::as_str), Some("repeated-lookups"), "{report:#}");
+    assert!(!ids(&report).contains(&"tiny-reads".to_string()), "{report:#}");
+    let f = finding_of(&report, "repeated-lookups");
+    let evidence = evidence_of(f);
+    assert!(evidence[1].contains("inside getaddrinfo, called from: resolve"), "{evidence:?}");
+    let impact = f["impact_pct"].as_f64().unwrap();
+    assert!(evidence[2].starts_with(&format!("{impact:.1}% of CPU time is spent in getaddrinfo")));
+    assert!(f["title"].as_str().unwrap().starts_with("name resolution"), "{f:#}");
+    assert_text_shows_evidence(&text, f);
+}
+
+/// Stripped, the program's own frames have no names, but getaddrinfo is libc's (its dynamic symbols).
+#[test]
+fn repeated_lookups_on_a_stripped_binary() {
+    check_rule("repeated-lookups", "doctor_resolver_stripped", "doctor_resolver_stripped", &["fixed"]);
+}
+
+/// A cgroup with a CPU quota, made for one test and removed after it (its processes ended first): cgroup
+/// v1's cpu controller where it is mounted (this VM), else cgroup v2's cpu.max. None when neither can be
+/// made (not root, no cpu controller): the test says so and checks nothing.
+struct QuotaCgroup {
+    dir: std::path::PathBuf,
+    version: u8,
+}
+
+impl QuotaCgroup {
+    fn new(name: &str, quota_us: u64, period_us: u64) -> Option<QuotaCgroup> {
+        let name = format!("whyslow-test-{name}-{}", std::process::id());
+        let v1 = std::path::Path::new("/sys/fs/cgroup/cpu");
+        let v2 = std::path::Path::new("/sys/fs/cgroup");
+        let made = if v1.join("cpu.cfs_quota_us").exists() {
+            let dir = v1.join(&name);
+            std::fs::create_dir(&dir).ok()?;
+            let cg = QuotaCgroup { dir, version: 1 };
+            std::fs::write(cg.dir.join("cpu.cfs_period_us"), period_us.to_string()).ok()?;
+            std::fs::write(cg.dir.join("cpu.cfs_quota_us"), quota_us.to_string()).ok()?;
+            cg
+        } else {
+            let controllers = std::fs::read_to_string(v2.join("cgroup.controllers")).ok()?;
+            if !controllers.split_whitespace().any(|c| c == "cpu") {
+                return None;
+            }
+            let _ = std::fs::write(v2.join("cgroup.subtree_control"), "+cpu");
+            let dir = v2.join(&name);
+            std::fs::create_dir(&dir).ok()?;
+            let cg = QuotaCgroup { dir, version: 2 };
+            std::fs::write(cg.dir.join("cpu.max"), format!("{quota_us} {period_us}")).ok()?;
+            cg
+        };
+        Some(made)
+    }
+
+    /// Moves process `pid` (all its threads) into the cgroup.
+    fn enter(&self, pid: u32) {
+        std::fs::write(self.dir.join("cgroup.procs"), pid.to_string()).unwrap();
+    }
+
+    /// The cgroup's own nr_throttled, read by the test.
+    fn nr_throttled(&self) -> u64 {
+        let stat = std::fs::read_to_string(self.dir.join("cpu.stat")).unwrap();
+        stat.lines().find_map(|l| l.strip_prefix("nr_throttled ")?.parse().ok()).unwrap()
+    }
+}
+
+impl Drop for QuotaCgroup {
+    fn drop(&mut self) {
+        // Empty by now (the workload was killed and reaped); a cgroup with processes cannot be removed.
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// Runs doctor_crunch in `cg` and `doctor -p` on it for 4 s: (JSON report, text of the saved recording).
+fn doctor_in_cgroup(cg: &QuotaCgroup, dir: &std::path::Path) -> (Value, String) {
+    let mut target = std::process::Command::new(workload("doctor_crunch"))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    cg.enter(target.id());
+    let data = dir.join("crunch.data");
+    let out = whyslow()
+        .args(["doctor", "--format", "json", "-d", "4", "-p", &target.id().to_string(), "-o"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let _ = target.kill();
+    target.wait().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    (serde_json::from_slice(&out.stdout).unwrap(), ok(&["doctor", data.to_str().unwrap()]))
+}
+
+/// cpu-throttling: doctor_crunch (a worker per CPU) in a cgroup with a quota of 0.2 CPU is throttled,
+/// and the doctor says the quota, not the machine, is the limit, with the cgroup's own numbers: the
+/// quota as the test set it, throttled periods no more than the cgroup counted over its life. In a cgroup
+/// with a quota of 3 CPUs (more than the workers can use on this host) nothing is raised.
+#[test]
+fn cpu_throttling() {
+    let Some(bad) = QuotaCgroup::new("bad", 20_000, 100_000) else {
+        println!("cpu_throttling: cannot make a cgroup with a CPU quota here (not root?); nothing checked");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (report, text) = doctor_in_cgroup(&bad, dir.path());
+    let found = ids(&report);
+    let rank = found.iter().position(|id| id == "cpu-throttling");
+    assert!(rank.is_some_and(|r| r < 3), "cpu-throttling not in the top 3: {found:?}\n{report:#}");
+    let f = finding_of(&report, "cpu-throttling");
+    let evidence = evidence_of(f);
+    let files = match bad.version {
+        1 => "cpu.cfs_quota_us 20000 per cpu.cfs_period_us 100000",
+        _ => "cpu.max \"20000 100000\"",
+    };
+    assert!(
+        evidence[0].starts_with(&format!(
+            "cgroup {} (v{}) allows 0.20 CPU: {files}",
+            bad.dir.display(),
+            bad.version
+        )),
+        "{evidence:?}"
+    );
+    // "throttled in T of P periods (S%): X s throttled in the W s run (I%)"
+    let line = &evidence[1];
+    let t = number_before(line, " of ");
+    let p = number_before(line, " periods");
+    assert!(t <= p && t <= bad.nr_throttled() as f64, "{line}");
+    let run_share = number_before(&line[line.rfind('(').unwrap()..], "%)");
+    assert_eq!(run_share, f["impact_pct"].as_f64().unwrap(), "{line}");
+    assert_text_shows_evidence(&text, f);
+    drop(bad);
+
+    let Some(fixed) = QuotaCgroup::new("fixed", 300_000, 100_000) else { panic!("second cgroup") };
+    let (report, _) = doctor_in_cgroup(&fixed, dir.path());
+    assert!(!ids(&report).contains(&"cpu-throttling".to_string()), "{report:#}");
+}
+
+/// memory-pressure: doctor_pager looks pages up in a mapped 32 MB file whose pages it evicts after every
+/// pass (as a memory limit below the working set would): each lookup of an evicted page is a major fault
+/// that waits for the disk. The count comes from the target's /proc entry, read before the ended command
+/// is reaped; one pass is about 1800 distinct pages, and the program makes at least one. The waits are
+/// not blocking-io's too. Fixed (the index copied to the heap once): nothing.
+#[test]
+fn memory_pressure() {
+    check_rule("memory-pressure", "doctor_pager", "doctor_pager", &["fixed"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (report, text, _) = doctor_saved(dir.path(), "doctor_pager", &[]);
+    assert!(!ids(&report).contains(&"blocking-io".to_string()), "{report:#}");
+    let f = finding_of(&report, "memory-pressure");
+    let evidence = evidence_of(f);
+    assert!(evidence[0].starts_with(&format!("{:.1}% of the threads'", f["impact_pct"].as_f64().unwrap())));
+    assert!(evidence.iter().any(|e| e.starts_with("faulting code: lookup (")), "{evidence:?}");
+    let faults = evidence.iter().find(|e| e.contains("major page faults by the target")).unwrap();
+    assert!(number_before(faults, " major page faults") >= 1000.0, "{faults}");
+    assert_text_shows_evidence(&text, f);
+}
+
+/// cpu-oversubscription: doctor_pool runs 4 workers per CPU on a fixed amount of work; fixed, one per
+/// CPU. What the program controls: how many threads want a CPU, so the bad run's average demand is above
+/// 1.5 per CPU and the fixed run's at most 1 per CPU however busy the machine is (other processes' load
+/// makes threads wait, not want more CPUs: the fixed run gets the contention line, never the finding).
+#[test]
+fn cpu_oversubscription() {
+    check_rule("cpu-oversubscription", "doctor_pool", "doctor_pool", &["fixed"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (report, text, _) = doctor_saved(dir.path(), "doctor_pool", &[]);
+    let f = finding_of(&report, "cpu-oversubscription");
+    let evidence = evidence_of(f);
+    let impact = f["impact_pct"].as_f64().unwrap();
+    assert!(evidence[0].starts_with(&format!("the threads waited for a CPU {impact:.1}%")), "{evidence:?}");
+    let demand = number_before(&evidence[1], " threads wanted a CPU");
+    let cpus = number_before(&evidence[1], " CPUs the target may use");
+    assert!(demand >= 1.5 * cpus && demand <= 4.0 * cpus + 0.1, "{evidence:?}");
+    assert_text_shows_evidence(&text, f);
 }

@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 8] = b"WHYSLOW\0";
-pub const FORMAT_VERSION: u32 = 7;
+pub const FORMAT_VERSION: u32 = 8;
 /// The oldest format this build still reads (converting it on load).
 pub const OLDEST_READ: u32 = 6;
 const HEADER_LEN: usize = 8 + 4 + 8 + 4;
@@ -90,6 +90,7 @@ pub fn decode(bytes: &[u8], path: &Path) -> Result<Profile, FileError> {
     }
     let decoded = match version {
         6 => older::decode_v6(&raw),
+        7 => older::decode_v7(&raw),
         _ => postcard::from_bytes(&raw),
     };
     let profile: Profile =
@@ -102,7 +103,8 @@ pub fn decode(bytes: &[u8], path: &Path) -> Result<Profile, FileError> {
 /// a format that differs in one type is the current one with that type read in its old shape.
 mod older {
     use crate::{
-        CallStat, Frame, Metadata, Module, Profile, Sample, SampleType, StackNode, SyscallStat, Thread,
+        CallStat, Frame, Killed, Metadata, Module, Profile, Sample, SampleType, StackNode, SyscallStat,
+        Thread, UnwindStats,
     };
     use serde::de::DeserializeOwned;
 
@@ -120,9 +122,72 @@ mod older {
         producers: Vec<String>,
     }
 
+    /// Formats 6 and 7: the metadata had no `target_env`.
+    #[derive(serde::Deserialize)]
+    struct MetadataV7 {
+        tool_version: String,
+        command: Vec<String>,
+        target_pids: Vec<u32>,
+        event: String,
+        frequency_hz: u64,
+        start_unix_ns: u64,
+        duration_ns: u64,
+        lost_samples: u64,
+        lost_events: u64,
+        unwind: UnwindStats,
+        exit_code: Option<i32>,
+        hostname: String,
+        kernel_release: String,
+        notes: Vec<String>,
+        syscalls_duration_ns: u64,
+        calls_duration_ns: u64,
+        killed: Vec<Killed>,
+    }
+
+    fn take_meta_v7(b: &mut &[u8]) -> postcard::Result<Metadata> {
+        let m: MetadataV7 = take(b)?;
+        Ok(Metadata {
+            tool_version: m.tool_version,
+            command: m.command,
+            target_pids: m.target_pids,
+            event: m.event,
+            frequency_hz: m.frequency_hz,
+            start_unix_ns: m.start_unix_ns,
+            duration_ns: m.duration_ns,
+            lost_samples: m.lost_samples,
+            lost_events: m.lost_events,
+            unwind: m.unwind,
+            exit_code: m.exit_code,
+            hostname: m.hostname,
+            kernel_release: m.kernel_release,
+            notes: m.notes,
+            syscalls_duration_ns: m.syscalls_duration_ns,
+            calls_duration_ns: m.calls_duration_ns,
+            killed: m.killed,
+            target_env: None,
+        })
+    }
+
+    /// Format 7: the current layout but for the metadata.
+    pub fn decode_v7(mut b: &[u8]) -> postcard::Result<Profile> {
+        let b = &mut b;
+        Ok(Profile {
+            meta: take_meta_v7(b)?,
+            strings: take(b)?,
+            modules: take(b)?,
+            frames: take(b)?,
+            stacks: take(b)?,
+            threads: take(b)?,
+            sample_types: take(b)?,
+            samples: take(b)?,
+            syscalls: take(b)?,
+            calls: take(b)?,
+        })
+    }
+
     pub fn decode_v6(mut b: &[u8]) -> postcard::Result<Profile> {
         let b = &mut b;
-        let meta: Metadata = take(b)?;
+        let meta = take_meta_v7(b)?;
         let strings: Vec<String> = take(b)?;
         let modules: Vec<ModuleV6> = take(b)?;
         let modules = modules
@@ -215,7 +280,7 @@ mod tests {
         let mut newer = std::fs::read(dir.join(format!("format{FORMAT_VERSION}.data"))).unwrap();
         newer[8..12].copy_from_slice(&(FORMAT_VERSION + 1).to_le_bytes());
         let e = decode(&newer, Path::new("x.data")).unwrap_err().to_string();
-        assert!(e.contains(&format!("format {}", FORMAT_VERSION + 1)) && e.contains("reads 6 to 7"), "{e}");
+        assert!(e.contains(&format!("format {}", FORMAT_VERSION + 1)) && e.contains("reads 6 to 8"), "{e}");
     }
 
     #[test]

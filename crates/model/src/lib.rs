@@ -212,6 +212,124 @@ pub struct Metadata {
     pub calls_duration_ns: u64,
     /// Target processes a signal ended during the run (not the stop at its end).
     pub killed: Vec<Killed>,
+    /// What the target's cgroup and the kernel's accounting said over the run (CPU quota and throttling,
+    /// memory pressure, run-queue delay); None where nothing was read (imports, recordings before format 8).
+    pub target_env: Option<TargetEnv>,
+}
+
+/// The target's surroundings over a run: what slows it without showing in its stacks. Counters are
+/// differences between a reading at the start and one at the end, over `window_ns`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TargetEnv {
+    pub window_ns: u64,
+    /// CPUs online on the host.
+    pub host_cpus: u32,
+    pub cpu_quota: Option<CpuQuota>,
+    pub memory: Option<MemoryPressure>,
+    pub run_queue: Option<RunQueue>,
+    /// What could not be read, as (`cpu-quota`, `memory` or `run-queue`, why).
+    pub unavailable: Vec<(String, String)>,
+}
+
+impl TargetEnv {
+    /// Adds the readings of a following window (an agent's next window, another run of the command):
+    /// counters and windows add up; the limits, CPUs and other processes stay the first's; a counter one
+    /// side lacks, or of another cgroup, is dropped rather than made up.
+    pub fn add(&mut self, o: &TargetEnv) {
+        fn sum(a: &mut Option<u64>, b: Option<u64>) {
+            *a = a.zip(b).map(|(a, b)| a + b);
+        }
+        self.window_ns += o.window_ns;
+        self.cpu_quota = match (self.cpu_quota.take(), &o.cpu_quota) {
+            (Some(mut a), Some(b)) if a.cgroup == b.cgroup && a.quota_us == b.quota_us => {
+                a.periods += b.periods;
+                a.throttled_periods += b.throttled_periods;
+                a.throttled_us += b.throttled_us;
+                sum(&mut a.usage_us, b.usage_us);
+                sum(&mut a.pressure_some_us, b.pressure_some_us);
+                Some(a)
+            }
+            _ => None,
+        };
+        self.memory = match (self.memory.take(), &o.memory) {
+            (Some(mut a), Some(b)) if a.pressure_of == b.pressure_of => {
+                a.major_faults += b.major_faults;
+                sum(&mut a.host_swap_ins, b.host_swap_ins);
+                sum(&mut a.pressure_some_us, b.pressure_some_us);
+                sum(&mut a.pressure_full_us, b.pressure_full_us);
+                Some(a)
+            }
+            _ => None,
+        };
+        self.run_queue = match (self.run_queue.take(), &o.run_queue) {
+            (Some(mut a), Some(b)) => {
+                a.run_ns += b.run_ns;
+                a.wait_ns += b.wait_ns;
+                a.threads = a.threads.max(b.threads);
+                Some(a)
+            }
+            _ => None,
+        };
+        for u in &o.unavailable {
+            if !self.unavailable.contains(u) {
+                self.unavailable.push(u.clone());
+            }
+        }
+    }
+}
+
+/// The CPU limit of the target's cgroup (or of the ancestor with the tightest one) and its throttling.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CpuQuota {
+    /// The cgroup's directory (`/sys/fs/cgroup/cpu/docker/ab12`).
+    pub cgroup: String,
+    /// 1 or 2.
+    pub version: u8,
+    /// Run time allowed per period, µs; None: no limit.
+    pub quota_us: Option<u64>,
+    pub period_us: u64,
+    /// Periods with runnable tasks, those that hit the quota, and the time throttled (µs).
+    pub periods: u64,
+    pub throttled_periods: u64,
+    pub throttled_us: u64,
+    /// CPU time the cgroup's tasks used (µs), when the cgroup counts it.
+    pub usage_us: Option<u64>,
+    /// Time some task of the cgroup waited for a CPU (cpu.pressure `some`, µs; cgroup v2 with PSI).
+    pub pressure_some_us: Option<u64>,
+}
+
+impl CpuQuota {
+    /// The quota in CPUs (0.2 for 20000 of 100000 µs).
+    pub fn cpus(&self) -> Option<f64> {
+        self.quota_us.map(|q| q as f64 / self.period_us.max(1) as f64)
+    }
+}
+
+/// Memory pressure on the target: its processes' major page faults and the memory stall time.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryPressure {
+    /// Major faults of the target processes alive at the end (page reads from disk or swap).
+    pub major_faults: u64,
+    /// Pages swapped in on the whole host (/proc/vmstat pswpin).
+    pub host_swap_ins: Option<u64>,
+    /// memory.pressure `some` and `full` stall time (µs), and where it was read (the target's cgroup,
+    /// else the host's /proc/pressure/memory).
+    pub pressure_some_us: Option<u64>,
+    pub pressure_full_us: Option<u64>,
+    pub pressure_of: String,
+}
+
+/// The target's threads' time waiting on a run queue (/proc/PID/task/TID/schedstat), of the threads
+/// alive at the end.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunQueue {
+    pub threads: u32,
+    /// CPUs the target may run on (its affinity mask).
+    pub cpus: u32,
+    pub run_ns: u64,
+    pub wait_ns: u64,
+    /// The busiest other processes over the run, as (pid, name, CPU ns).
+    pub others: Vec<(u32, String, u64)>,
 }
 
 impl Metadata {
@@ -720,6 +838,31 @@ impl ProfileBuilder {
 
 #[cfg(test)]
 mod tests {
+
+    /// Two windows' readings add up; another cgroup's quota counters are dropped, not mixed.
+    #[test]
+    fn target_env_windows_add_up() {
+        let q = |periods, throttled| crate::CpuQuota {
+            cgroup: "/sys/fs/cgroup/cpu/app".into(),
+            quota_us: Some(20_000),
+            period_us: 100_000,
+            periods,
+            throttled_periods: throttled,
+            throttled_us: throttled * 80_000,
+            usage_us: Some(periods * 20_000),
+            ..Default::default()
+        };
+        let env = |w, quota| crate::TargetEnv { window_ns: w, cpu_quota: Some(quota), ..Default::default() };
+        let mut a = env(1_000_000_000, q(10, 9));
+        a.add(&env(2_000_000_000, q(20, 20)));
+        let sum = a.cpu_quota.clone().unwrap();
+        assert_eq!((a.window_ns, sum.periods, sum.throttled_periods), (3_000_000_000, 30, 29));
+        assert_eq!((sum.throttled_us, sum.usage_us), (2_320_000, Some(600_000)));
+        let mut other = q(5, 5);
+        other.cgroup = "/sys/fs/cgroup/cpu/other".into();
+        a.add(&env(1, other));
+        assert_eq!(a.cpu_quota, None);
+    }
     use super::*;
 
     #[test]

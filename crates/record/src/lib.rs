@@ -17,6 +17,7 @@ pub mod signals;
 mod sources;
 mod sys;
 pub mod target;
+mod target_env;
 
 pub use bpf::syscall_numbers;
 pub use session::{record, End, Observer, Progress, Session};

@@ -164,6 +164,10 @@ pub struct Session<'a> {
     per_call_stopped: Option<Duration>,
     /// CPU time of the target processes at the start, for the probe budget.
     cpu_at_start: u64,
+    /// The target's cgroup, memory and scheduler counters at the start.
+    env: Option<crate::target_env::EnvStart>,
+    /// Its end reading, when taken early (a launched command ended before the run).
+    env_end: Option<whyslow_model::TargetEnv>,
 }
 
 impl<'a> Session<'a> {
@@ -207,6 +211,7 @@ impl<'a> Session<'a> {
         }
         let start_unix_ns = unix_now_ns();
         let cpu_at_start = pids.iter().map(|&p| target::cpu_time_ns(p)).sum();
+        let env = Some(crate::target_env::start(std::path::Path::new("/"), &pids));
         c.set_origin(sys::monotonic_ns());
         observer.started(&pids);
         let t0 = Instant::now();
@@ -239,6 +244,8 @@ impl<'a> Session<'a> {
             last_release_check: t0,
             per_call_stopped: None,
             cpu_at_start,
+            env,
+            env_end: None,
         })
     }
 
@@ -331,6 +338,12 @@ impl<'a> Session<'a> {
             return Some(End::Stopped);
         }
         if let Some(g) = &self.gate {
+            if target::ended_unreaped(g.pid) {
+                // The end reading of the surroundings, while the ended command's /proc entry is there.
+                if let Some(e) = self.env.take() {
+                    self.env_end = Some(e.finish(&self.pids));
+                }
+            }
             if let Some(status) = try_wait(g.pid) {
                 self.exit_code = Some(exit_code_of(status));
                 self.killed.extend(Killed::from_wait_status(g.pid, status));
@@ -409,6 +422,10 @@ impl<'a> Session<'a> {
         let n = self.c.counters();
         raw.meta = self.metadata(self.window_t0.elapsed(), n);
         raw.meta.lost_samples = n.lost - self.lost_before;
+        // Each window carries its surroundings' readings (an agent's doctor checks quotas too).
+        let pids = self.pids.clone();
+        raw.meta.target_env = self.env.take().map(|e| e.finish(&pids));
+        self.env = Some(crate::target_env::start(std::path::Path::new("/"), &pids));
         self.lost_before = n.lost;
         self.window_t0 = Instant::now();
         self.start_unix_ns = unix_now_ns();
@@ -435,6 +452,7 @@ impl<'a> Session<'a> {
             unwind: counters.unwind,
             exit_code: self.exit_code,
             killed: self.killed.clone(),
+            target_env: None,
             hostname: read_trim("/proc/sys/kernel/hostname"),
             kernel_release: read_trim("/proc/sys/kernel/osrelease"),
             notes: self.notes.clone(),
@@ -529,6 +547,8 @@ impl<'a> Session<'a> {
         }
         let duration = self.window_t0.elapsed();
         let mut meta = self.metadata(duration, counters);
+        // Read while a launched command is still running (it is stopped below).
+        meta.target_env = self.env_end.take().or_else(|| self.env.take().map(|e| e.finish(&self.pids)));
         meta.lost_events = lost_events;
         // Lost samples of this last window only (the earlier ones went with their windows).
         meta.lost_samples = counters.lost - self.lost_before;

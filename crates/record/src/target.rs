@@ -294,6 +294,18 @@ pub(crate) fn try_wait(pid: u32) -> Option<i32> {
     (r == pid as i32).then_some(st)
 }
 
+/// Whether launched child `pid` ended, without reaping it: its /proc entry (fault counts, the main
+/// thread's schedstat) stays readable until [`try_wait`] reaps it.
+pub(crate) fn ended_unreaped(pid: u32) -> bool {
+    // SAFETY: an all-zero siginfo_t is a valid value; waitid only writes into the one we own.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; WNOWAIT leaves the child waitable.
+    let r =
+        unsafe { libc::waitid(libc::P_PID, pid, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT) };
+    // SAFETY: si_pid is set by waitid when a child was found (0 otherwise, from the zeroed value).
+    r == 0 && unsafe { info.si_pid() } == pid as i32
+}
+
 pub(crate) fn exit_code_of(st: i32) -> i32 {
     if libc::WIFEXITED(st) {
         libc::WEXITSTATUS(st)

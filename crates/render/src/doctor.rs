@@ -70,6 +70,10 @@ pub fn text(w: &mut impl Write, p: &Profile, d: &Diagnosis) -> std::io::Result<(
     if let Some(split) = &d.wall {
         wall(w, split)?;
     }
+    if let Some(c) = &d.cpu_contention {
+        wrap(w, "waiting for a CPU: ", c, 110)?;
+        writeln!(w)?;
+    }
     if !d.idle_threads.is_empty() {
         idle(w, &d.idle_threads)?;
     }
@@ -205,6 +209,7 @@ struct Json<'a> {
     instrumentation_pct: f64,
     wall: Option<&'a WallSplit>,
     idle_threads: &'a [IdleThread],
+    cpu_contention: Option<&'a str>,
     /// Which numbers are sampled and which are exact, over which window.
     measured: Vec<String>,
     lost_events: u64,
@@ -223,6 +228,7 @@ pub fn json(w: &mut impl Write, p: &Profile, d: &Diagnosis) -> std::io::Result<(
         instrumentation_pct: (d.instrumentation_pct * 10.0).round() / 10.0,
         wall: d.wall.as_ref(),
         idle_threads: &d.idle_threads,
+        cpu_contention: d.cpu_contention.as_deref(),
         measured: measured(p),
         lost_events: p.meta.lost_samples + p.meta.lost_events,
         killed: &p.meta.killed,

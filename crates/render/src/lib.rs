@@ -93,6 +93,7 @@ pub(crate) mod fixture {
             syscalls_duration_ns: 0,
             calls_duration_ns: 0,
             killed: Vec::new(),
+            target_env: None,
         };
         let types = vec![
             SampleType { name: "cpu".into(), unit: "samples".into() },

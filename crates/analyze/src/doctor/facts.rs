@@ -357,11 +357,22 @@ impl<'a> Facts<'a> {
     }
 
     fn matching(&self, value: impl Fn(&View) -> i64, total: i64, pred: &dyn Fn(&Func) -> bool) -> Match {
+        self.matching_except(value, total, pred, &|_| false)
+    }
+
+    /// As `matching`, leaving out the stacks through a function `except` matches.
+    fn matching_except(
+        &self,
+        value: impl Fn(&View) -> i64,
+        total: i64,
+        pred: &dyn Fn(&Func) -> bool,
+        except: &dyn Fn(&Func) -> bool,
+    ) -> Match {
         let mut m = Match::default();
         let (mut entries, mut sites): (HashMap<usize, i64>, HashMap<usize, i64>) = Default::default();
         for v in &self.views {
             let x = value(v);
-            if x == 0 {
+            if x == 0 || v.funcs.iter().any(|&f| except(&self.func(f))) {
                 continue;
             }
             let Some(i) = v.funcs.iter().position(|&f| pred(&self.func(f))) else { continue };
@@ -394,6 +405,13 @@ impl<'a> Facts<'a> {
     pub fn blocked(&self, pred: &dyn Fn(&Func) -> bool) -> Match {
         let value = |v: &View| if v.wait == Wait::Blocked && !v.instrumentation { v.off } else { 0 };
         self.matching(value, self.wall_total, pred)
+    }
+
+    /// As [`Facts::blocked`], leaving out the stacks through a function `except` matches (time another
+    /// rule owns).
+    pub fn blocked_except(&self, pred: &dyn Fn(&Func) -> bool, except: &dyn Fn(&Func) -> bool) -> Match {
+        let value = |v: &View| if v.wait == Wait::Blocked && !v.instrumentation { v.off } else { 0 };
+        self.matching_except(value, self.wall_total, pred, except)
     }
 
     /// The threads' time by state (ns), None without CPU time in ns and off-CPU time.
@@ -466,6 +484,32 @@ impl<'a> Facts<'a> {
         };
         let all: i64 = self.views.iter().filter(|v| is_call(v)).map(|v| v.syscalls).sum();
         (self.matching(|v| if is_call(v) { v.syscalls } else { 0 }, all, pred), all)
+    }
+
+    /// For the sampled stacks of the syscalls `names`: the library function user code called to make
+    /// them (the frame right below the innermost user-code frame, when it is neither user code nor the
+    /// kernel), with that user-code frame and the stacks through both, largest first; and the number of
+    /// all sampled stacks of those syscalls. A syscall made from user code itself has no library call.
+    pub fn syscall_library_calls(&self, names: &[&str]) -> (Vec<(String, String, i64)>, i64) {
+        let mut by: HashMap<(usize, usize), i64> = HashMap::new();
+        let mut all = 0;
+        for v in &self.views {
+            let Some((&leaf, above)) = v.funcs.split_last() else { continue };
+            if v.syscalls == 0 || self.modules[leaf] != "[syscall]" || !names.contains(&self.names[leaf]) {
+                continue;
+            }
+            all += v.syscalls;
+            let Some(site) = above.iter().rposition(|&f| self.func(f).is_user_code()) else { continue };
+            if let Some(&call) = above.get(site + 1).filter(|&&f| !self.kernel[f]) {
+                *by.entry((call, above[site])).or_default() += v.syscalls;
+            }
+        }
+        let mut out: Vec<(String, String, i64)> = by
+            .into_iter()
+            .map(|((call, site), x)| (self.names[call].to_string(), self.names[site].to_string(), x))
+            .collect();
+        out.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)).then(a.1.cmp(&b.1)));
+        (out, all)
     }
 
     /// Exact counters of these syscalls merged over threads.

@@ -96,6 +96,7 @@ mod tests {
             instrumentation_pct: 0.0,
             wall: None,
             idle_threads: Vec::new(),
+            cpu_contention: None,
         };
         let ids = |f: FailOn| f.matching(&d).iter().map(|f| f.id).collect::<Vec<_>>();
         assert_eq!(ids(FailOn::Any), ["small-writes", "tz-stat-storm"]);

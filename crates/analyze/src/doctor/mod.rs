@@ -6,6 +6,7 @@
 mod facts;
 mod fail_on;
 mod rules;
+pub mod software;
 pub mod thresholds;
 
 pub use facts::{Facts, IdleThread, WallSplit};
@@ -65,6 +66,9 @@ pub struct Diagnosis {
     pub wall: Option<WallSplit>,
     /// Threads that mostly waited for work (one summary line, never findings or hot paths).
     pub idle_threads: Vec<IdleThread>,
+    /// When the target waited for a CPU without wanting more CPUs than it has: the other processes that
+    /// took them (one line), else None.
+    pub cpu_contention: Option<String>,
 }
 
 /// What a rule says about a profile.
@@ -73,6 +77,8 @@ pub(crate) enum Verdict {
     Clear,
     /// The profile lacks the data this rule needs (e.g. call counts, off-CPU time).
     NeedsData(&'static str),
+    /// The run could not read what the rule needs, and why (no cgroup access, no schedstat).
+    Unchecked(String),
 }
 
 /// Runs every rule; findings sorted by impact (then id, for a stable order). `recording` is the file the
@@ -87,8 +93,10 @@ pub fn diagnose(p: &Profile, recording: &str) -> Diagnosis {
             Verdict::Found(x) => findings.push(x),
             Verdict::Clear => {}
             Verdict::NeedsData(what) => skipped.push(format!("{id}: needs {what}")),
+            Verdict::Unchecked(why) => skipped.push(format!("{id}: {why}")),
         }
     }
+    software::advise(&f, &mut findings);
     findings.sort_by(|a, b| b.impact_pct.total_cmp(&a.impact_pct).then(a.id.cmp(b.id)));
     Diagnosis {
         findings,
@@ -97,6 +105,7 @@ pub fn diagnose(p: &Profile, recording: &str) -> Diagnosis {
         instrumentation_pct: f.instrumentation_pct(),
         wall: f.wall_split(),
         idle_threads: f.idle_threads(),
+        cpu_contention: rules::cpu_oversubscription::contention(&f),
     }
 }
 

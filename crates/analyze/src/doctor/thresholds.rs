@@ -4,6 +4,11 @@
 /// tz-stat-storm: stat-family syscalls per second, and the CPU share under glibc's time-zone file reader.
 pub const TZ_STAT_RATE: f64 = 1000.0;
 pub const TZ_CPU_PCT: f64 = 2.0;
+/// repeated-lookups: open/stat-family syscalls per second, the share of their sampled stacks inside one
+/// library call, and the CPU share in that call worth acting on.
+pub const LOOKUPS_RATE: f64 = 1000.0;
+pub const LOOKUPS_STACKS_PCT: f64 = 50.0;
+pub const LOOKUPS_CPU_PCT: f64 = 5.0;
 /// hot-logging: CPU share under formatting/logging functions.
 pub const LOGGING_CPU_PCT: f64 = 10.0;
 /// small-writes: write-family calls per second, with at most this many bytes per call on average.
@@ -14,6 +19,11 @@ pub const SMALL_WRITES_PCT: f64 = 5.0;
 /// small-writes on a socket answering one request per write: the share of CPU in the per-call part of
 /// the path (what only pipelining clients or a batching protocol would save) worth that change.
 pub const SMALL_REPLIES_PCT: f64 = 10.0;
+/// tiny-reads: read-family calls per second bringing at most this many bytes per call on average, and
+/// the share of CPU in the read path worth acting on.
+pub const TINY_READS_RATE: f64 = 1000.0;
+pub const TINY_READ_BYTES: f64 = 64.0;
+pub const TINY_READS_PCT: f64 = 5.0;
 /// alloc-churn: CPU share in the allocator.
 pub const ALLOC_CPU_PCT: f64 = 10.0;
 /// excess-copying: CPU share in memcpy/memmove and string copy/append.
@@ -38,6 +48,18 @@ pub const LOCK_WALL_PCT: f64 = 5.0;
 /// in all (a short run that syncs a few times is fine however large its share).
 pub const BLOCKING_IO_WALL_PCT: f64 = 10.0;
 pub const BLOCKING_IO_MIN_MS: f64 = 100.0;
+/// cpu-throttling: share of the cgroup's periods that hit the quota, and share of the run it spent
+/// throttled.
+pub const THROTTLED_PERIODS_PCT: f64 = 20.0;
+pub const THROTTLED_WALL_PCT: f64 = 10.0;
+/// cpu-oversubscription: share of the threads' working time waiting for a CPU, and threads wanting a
+/// CPU on average, as a multiple of the CPUs the target may use.
+pub const OVERSUB_WAIT_PCT: f64 = 20.0;
+pub const OVERSUB_DEMAND_RATIO: f64 = 1.5;
+/// memory-pressure: share of the threads' working time blocked in page faults reading from disk or
+/// swap, and at least this much blocked time in all.
+pub const MEMORY_WALL_PCT: f64 = 5.0;
+pub const MEMORY_MIN_MS: f64 = 100.0;
 
 /// A thread idle (waiting for work) for at least this share of its time is summarized as idle.
 pub const IDLE_THREAD_PCT: f64 = 90.0;

@@ -1,5 +1,5 @@
 //! blocking-io: wall time blocked in fsync/fdatasync or in file reads and writes waiting for the disk
-//! (e.g. a database committing every statement).
+//! (e.g. a database committing every statement). Waits inside page faults are memory-pressure's.
 
 use super::{named, share_rule, Share, Text};
 use crate::doctor::facts::{Facts, Func};
@@ -65,7 +65,12 @@ pub fn check(f: &Facts) -> Verdict {
     share_rule(
         f,
         &TEXT,
-        Share { min_value, extra: &syncs, ..Share::blocked(&is_disk_wait, BLOCKING_IO_WALL_PCT) },
+        Share {
+            min_value,
+            extra: &syncs,
+            except: &super::memory_pressure::is_fault_entry,
+            ..Share::blocked(&is_disk_wait, BLOCKING_IO_WALL_PCT)
+        },
     )
 }
 

@@ -2,16 +2,21 @@
 //! "too much CPU under these functions" rule and the wording of evidence and verification.
 
 mod alloc_churn;
-mod blocking_io;
+pub(crate) mod blocking_io;
+pub(crate) mod cpu_oversubscription;
+mod cpu_throttling;
 mod excess_copying;
 mod gc_pressure;
 mod hot_logging;
 mod lock_contention;
+pub(crate) mod memory_pressure;
 mod protobuf_reflection;
 mod redundant_calls;
 mod reflection_dispatch;
+mod repeated_lookups;
 mod small_writes;
 mod tiny_container_lookups;
+mod tiny_reads;
 mod tz_stat_storm;
 mod unoptimized_build;
 
@@ -21,10 +26,12 @@ use super::{Confidence, Finding, Verdict};
 
 pub type Rule = fn(&Facts) -> Verdict;
 
-pub const ALL: [(&str, Rule); 13] = [
+pub const ALL: [(&str, Rule); 18] = [
     ("tz-stat-storm", tz_stat_storm::check),
+    ("repeated-lookups", repeated_lookups::check),
     ("hot-logging", hot_logging::check),
     ("small-writes", small_writes::check),
+    ("tiny-reads", tiny_reads::check),
     ("alloc-churn", alloc_churn::check),
     ("excess-copying", excess_copying::check),
     ("protobuf-reflection", protobuf_reflection::check),
@@ -35,6 +42,9 @@ pub const ALL: [(&str, Rule); 13] = [
     ("unoptimized-build", unoptimized_build::check),
     ("lock-contention", lock_contention::check),
     ("blocking-io", blocking_io::check),
+    ("cpu-throttling", cpu_throttling::check),
+    ("memory-pressure", memory_pressure::check),
+    ("cpu-oversubscription", cpu_oversubscription::check),
 ];
 
 /// The words of a finding that do not depend on the numbers.
@@ -113,6 +123,8 @@ pub struct Share<'a> {
     pub confidence: Confidence,
     /// Evidence lines beyond where the time went and who called it.
     pub extra: &'a dyn Fn(&Facts) -> Vec<String>,
+    /// Stacks through a function this matches are another rule's (blocked time only).
+    pub except: &'a dyn Fn(&Func) -> bool,
 }
 
 impl<'a> Share<'a> {
@@ -124,6 +136,7 @@ impl<'a> Share<'a> {
             min_value: 0,
             confidence: Confidence::High,
             extra: &|_| Vec::new(),
+            except: &|_| false,
         }
     }
 
@@ -138,7 +151,7 @@ pub fn share_rule(f: &Facts, t: &Text, s: Share) -> Verdict {
     let (m, total, of) = match s.blocked {
         true if !f.has_offcpu() => return Verdict::NeedsData("off-CPU time (record --offcpu)"),
         false if !f.has_cpu() => return Verdict::NeedsData("CPU samples"),
-        true => (f.blocked(s.pred), f.wall_total, "wall"),
+        true => (f.blocked_except(s.pred, s.except), f.wall_total, "wall"),
         false => (f.cpu(s.pred), f.cpu_total, "cpu"),
     };
     if m.pct < s.min_pct || m.value < s.min_value {

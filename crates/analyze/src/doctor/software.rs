@@ -1,0 +1,249 @@
+//! Advice that knows the software: when the target is a known server or runtime (PostgreSQL,
+//! MySQL/MariaDB, Redis, nginx, SQLite inside a program, a Go program), a finding's fix names that
+//! software's settings and their trade-offs before the general advice. Recognised from the functions in
+//! the profile (the binary's own symbols, dynamic symbols of stripped builds, Go's .gopclntab), never from
+//! the command's name: a renamed binary is recognised, a script called `postgres` is not.
+
+use super::facts::Facts;
+use super::Finding;
+
+/// A known software, recognised by functions only it has.
+pub struct Known {
+    pub name: &'static str,
+    /// Functions of its own (exact names, or prefixes ending in `(` for C++ signatures).
+    markers: &'static [&'static str],
+    /// (rule id, advice) pairs.
+    advice: &'static [(&'static str, &'static str)],
+}
+
+const POSTGRES_CPU: &str = "PostgreSQL: keep the active backends near the CPUs it may use: a pooler \
+    (PgBouncer in transaction mode) in front of a lower max_connections, and max_parallel_workers(_per_gather) \
+    within the CPUs or quota";
+
+pub const KNOWN: [Known; 6] = [
+    Known {
+        name: "PostgreSQL",
+        markers: &["PostgresMain", "PostmasterMain", "XLogFlush", "exec_simple_query", "standard_ExecutorRun"],
+        advice: &[
+            (
+                "blocking-io",
+                "PostgreSQL: each commit waits for its WAL flush (XLogFlush -> fdatasync). Batch statements into \
+                 fewer transactions; set synchronous_commit = off where losing the last few hundred ms of commits \
+                 on a crash is acceptable (no corruption; per transaction with SET LOCAL); with many concurrent \
+                 clients commit_delay (e.g. 1000 us) with commit_siblings (e.g. 5) groups their flushes; check \
+                 wal_sync_method with pg_test_fsync. Never fsync = off",
+            ),
+            ("cpu-throttling", POSTGRES_CPU),
+            ("cpu-oversubscription", POSTGRES_CPU),
+            (
+                "memory-pressure",
+                "PostgreSQL: shared_buffers plus work_mem (per sort or hash, per backend) times the connections \
+                 must fit the memory limit: lower work_mem or max_connections, or raise the limit",
+            ),
+        ],
+    },
+    Known {
+        name: "MySQL/MariaDB",
+        markers: &["mysql_execute_command(", "dispatch_command(", "do_command(", "handle_connection"],
+        advice: &[(
+            "blocking-io",
+            "MySQL/MariaDB: innodb_flush_log_at_trx_commit = 2 flushes the redo log once a second (up to a second \
+             of commits lost if the host crashes, not if only mysqld does); sync_binlog = 0 or N likewise for \
+             the binary log; binlog_group_commit_sync_delay groups concurrent commits; batch statements into \
+             transactions",
+        )],
+    },
+    Known {
+        name: "Redis",
+        markers: &["aeProcessEvents", "aeMain", "readQueryFromClient", "serverCron"],
+        advice: &[
+            (
+                "blocking-io",
+                "Redis: appendfsync always fsyncs the AOF on every write; appendfsync everysec (the default) loses \
+                 at most about a second of writes on a crash, no leaves flushing to the OS; \
+                 no-appendfsync-on-rewrite yes avoids stalls while the AOF is rewritten",
+            ),
+            (
+                "small-writes",
+                "Redis: replies go out one write per command: clients that pipeline (or use MULTI/EXEC, MGET/MSET) \
+                 get them batched; io-threads spreads many connections' reads and writes",
+            ),
+            (
+                "memory-pressure",
+                "Redis: set maxmemory below the memory limit with a maxmemory-policy that evicts, and keep the \
+                 server out of swap (its latency depends on RAM)",
+            ),
+        ],
+    },
+    Known {
+        name: "nginx",
+        markers: &["ngx_worker_process_cycle", "ngx_process_events_and_timers", "ngx_http_process_request"],
+        advice: &[
+            (
+                "small-writes",
+                "nginx: buffer the access log (access_log ... buffer=64k flush=5s) or turn it off where not \
+                 needed; sendfile on with tcp_nopush on for files",
+            ),
+            ("blocking-io", "nginx: access_log ... buffer=64k flush=5s; aio threads for large files on slow disks"),
+            (
+                "repeated-lookups",
+                "nginx: open_file_cache (with open_file_cache_valid) keeps descriptors and stat results; a \
+                 resolver with valid= caches upstream names",
+            ),
+            (
+                "cpu-throttling",
+                "nginx: worker_processes auto counts the host's CPUs, not the quota: set worker_processes to the \
+                 quota in CPUs",
+            ),
+            ("cpu-oversubscription", "nginx: worker_processes no higher than the CPUs it may use"),
+        ],
+    },
+    Known {
+        name: "SQLite",
+        markers: &["sqlite3_step", "sqlite3VdbeExec", "sqlite3_exec", "sqlite3PagerCommitPhaseOne"],
+        advice: &[(
+            "blocking-io",
+            "SQLite: wrap many statements in one transaction (BEGIN ... COMMIT: one sync per transaction); \
+             PRAGMA journal_mode=WAL with PRAGMA synchronous=NORMAL syncs at checkpoints instead of every commit \
+             (a power loss may drop the last commits, never corrupts)",
+        )],
+    },
+    Known {
+        name: "Go",
+        markers: &["runtime.goexit", "runtime.mstart", "runtime.main"],
+        advice: &[
+            (
+                "gc-pressure",
+                "Go: GOGC=200..400 trades heap for fewer collections; GOMEMLIMIT (e.g. 90% of the container's \
+                 memory limit) lets GOGC be raised, even to off, without running out of memory; reuse buffers \
+                 (sync.Pool) on the hot path",
+            ),
+            (
+                "cpu-oversubscription",
+                "Go: GOMAXPROCS no higher than the CPUs the program may use (Go 1.25 and later honour a cgroup \
+                 quota themselves)",
+            ),
+            (
+                "memory-pressure",
+                "Go: GOMEMLIMIT below the memory limit makes the GC collect harder before the kernel starts \
+                 evicting pages",
+            ),
+        ],
+    },
+];
+
+/// What the profile's functions say the target is: the software, its marker functions seen (up to 3),
+/// and the module they are in.
+pub struct Recognised {
+    pub known: &'static Known,
+    pub functions: Vec<String>,
+    pub module: String,
+}
+
+fn is_marker(name: &str, markers: &[&str]) -> bool {
+    markers.iter().any(|m| if m.ends_with('(') { name.starts_with(m) } else { name == *m })
+}
+
+/// The known software the profile is of, if any: the first in [`KNOWN`] (servers before the runtimes and
+/// libraries they may embed) with one of its functions among the profile's frames.
+pub fn recognise(f: &Facts) -> Option<Recognised> {
+    let p = f.p;
+    for known in &KNOWN {
+        let mut functions: Vec<String> = Vec::new();
+        let mut module = String::new();
+        for i in 0..p.frames.len() as u32 {
+            let name = p.frame_name(i);
+            if is_marker(name, known.markers) && !functions.iter().any(|x| x == name) {
+                if module.is_empty() {
+                    module = p.frame_module(i).to_string();
+                }
+                functions.push(name.split('(').next().unwrap_or(name).to_string());
+            }
+        }
+        if !functions.is_empty() {
+            functions.sort();
+            functions.truncate(3);
+            return Some(Recognised { known, functions, module });
+        }
+    }
+    None
+}
+
+/// Puts the software's own advice before the general fix of each finding it has advice for, with one
+/// evidence line saying how it was recognised.
+pub fn advise(f: &Facts, findings: &mut [Finding]) {
+    let Some(r) = recognise(f) else { return };
+    for x in findings.iter_mut() {
+        let Some((_, advice)) = r.known.advice.iter().find(|(id, _)| *id == x.id) else { continue };
+        x.fix = format!("{advice}. In general: {}", x.fix);
+        let module = std::path::Path::new(&r.module)
+            .file_name()
+            .map_or(String::new(), |m| format!(" in {}", m.to_string_lossy()));
+        x.evidence.push(format!(
+            "recognised as {} by its functions {}{module}",
+            r.known.name,
+            r.functions.join(", ")
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::doctor::facts::test_profile::profile;
+    use crate::doctor::{diagnose, Facts};
+
+    /// A PostgreSQL backend committing one statement at a time: blocking-io gets its settings first.
+    #[test]
+    fn postgres_commits_get_its_settings() {
+        let p = profile(&[
+            (
+                "PostmasterMain;PostgresMain;exec_simple_query;CommitTransaction;XLogFlush;lib:fdatasync;\
+                 k:__x64_sys_fdatasync;k:file_write_and_wait_range",
+                0,
+                700_000_000,
+            ),
+            ("PostmasterMain;PostgresMain;exec_simple_query;standard_ExecutorRun", 300_000_000, 0),
+        ]);
+        assert_eq!(super::recognise(&Facts::new(&p)).unwrap().known.name, "PostgreSQL");
+        let d = diagnose(&p, "x.data");
+        let io = d.findings.iter().find(|x| x.id == "blocking-io").unwrap();
+        assert!(io.fix.starts_with("PostgreSQL: each commit waits") && io.fix.contains("synchronous_commit"));
+        assert!(io.fix.contains("commit_delay") && io.fix.contains(". In general: batch durable writes"));
+        assert_eq!(
+            io.evidence.last().unwrap(),
+            "recognised as PostgreSQL by its functions PostgresMain, PostmasterMain, XLogFlush in app"
+        );
+    }
+
+    #[test]
+    fn redis_nginx_mysql_go_and_nothing() {
+        let name = |stacks: &[(&str, i64, i64)]| {
+            super::recognise(&Facts::new(&profile(stacks))).map(|r| r.known.name)
+        };
+        assert_eq!(name(&[("main;aeMain;aeProcessEvents;readQueryFromClient", 1, 0)]), Some("Redis"));
+        assert_eq!(
+            name(&[("main;ngx_worker_process_cycle;ngx_process_events_and_timers", 1, 0)]),
+            Some("nginx")
+        );
+        assert_eq!(
+            name(&[("handle_connection;do_command(THD*);dispatch_command(THD*, COM_DATA const*)", 1, 0)]),
+            Some("MySQL/MariaDB")
+        );
+        assert_eq!(name(&[("runtime.goexit;main.work", 1, 0)]), Some("Go"));
+        // A program named after a server but without its functions is not it.
+        assert_eq!(name(&[("main;redis_like_loop;postgres_helper", 1, 0)]), None);
+    }
+
+    /// Go under gc-pressure: GOGC and GOMEMLIMIT, with their trade-offs, before the general advice.
+    #[test]
+    fn go_gc_pressure_names_gogc_and_gomemlimit() {
+        let p = profile(&[
+            ("runtime.goexit;main.main;main.build;runtime.mallocgc", 40, 0),
+            ("runtime.goexit;runtime.gcBgMarkWorker;runtime.gcDrain", 30, 0),
+            ("runtime.goexit;main.main;main.work", 30, 0),
+        ]);
+        let d = diagnose(&p, "x.data");
+        let gc = d.findings.iter().find(|x| x.id == "gc-pressure").expect("gc-pressure");
+        assert!(gc.fix.starts_with("Go: GOGC=") && gc.fix.contains("GOMEMLIMIT"), "{}", gc.fix);
+    }
+}
