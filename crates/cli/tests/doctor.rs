@@ -796,8 +796,8 @@ impl QuotaCgroup {
     }
 
     /// Moves process `pid` (all its threads) into the cgroup.
-    fn enter(&self, pid: u32) {
-        std::fs::write(self.dir.join("cgroup.procs"), pid.to_string()).unwrap();
+    fn enter(&self, pid: u32) -> std::io::Result<()> {
+        std::fs::write(self.dir.join("cgroup.procs"), pid.to_string())
     }
 
     /// The cgroup's own nr_throttled, read by the test.
@@ -820,7 +820,12 @@ fn doctor_in_cgroup(cg: &QuotaCgroup, dir: &std::path::Path) -> (Value, String) 
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    cg.enter(target.id());
+    if let Err(e) = cg.enter(target.id()) {
+        // Never leave the workload (it runs until killed) behind a failed test.
+        let _ = target.kill();
+        let _ = target.wait();
+        panic!("cannot move doctor_crunch into {}: {e}", cg.dir.display());
+    }
     let data = dir.join("crunch.data");
     let out = whyslow()
         .args(["doctor", "--format", "json", "-d", "4", "-p", &target.id().to_string(), "-o"])
