@@ -65,10 +65,12 @@ pub struct JitUpdate {
 }
 
 /// How often (event time) a process is asked again for JIT symbols while an address of it is unknown:
-/// soon when it publishes them (a function compiled since), rarely when it never did (most anonymous
-/// code is no JIT's that writes a map).
+/// soon when it publishes them (a function compiled since); less often when it has published nothing
+/// yet (most anonymous code is no JIT's that writes a map, but a JIT's map may appear only after its
+/// first samples: node's is written after its first compile, and samples before the map is read stay
+/// unnamed).
 const JIT_ASK_NS: u64 = 10_000_000;
-const NO_JIT_ASK_NS: u64 = 1_000_000_000;
+const NO_JIT_ASK_NS: u64 = 100_000_000;
 
 /// How allocation functions nest, so each allocation is counted once, at the outermost allocator the
 /// program called: glibc's aligned allocators call malloc (for small alignments as a tail jump, so the
