@@ -90,6 +90,9 @@ fn perf_installed() -> bool {
 }
 
 /// `perf record -q -F 999 ARGS -o OUT -- WORKLOAD 2` (two seconds of cpu_split's work).
+/// How long each cpu_split run of the perf.data comparisons lasts (its samples set the shares' error).
+const SPLIT_SECONDS: &str = "3";
+
 fn perf_record(out: &std::path::Path, args: &[&str], workload_name: &str) {
     let st = Command::new("perf")
         .args(["record", "-q", "-F", "999", "-o"])
@@ -97,7 +100,7 @@ fn perf_record(out: &std::path::Path, args: &[&str], workload_name: &str) {
         .args(args)
         .arg("--")
         .arg(workload(workload_name))
-        .arg("2")
+        .arg(SPLIT_SECONDS)
         .stdout(Stdio::null())
         .status()
         .unwrap();
@@ -143,7 +146,7 @@ fn perf_data_three_ways_agree() {
     let dir = tmp();
     let d = dir.path();
     let ours = split_shares(&report_json(
-        &record(d, "ours", &[], &[workload("cpu_split").to_str().unwrap(), "2"]),
+        &record(d, "ours", &[], &[workload("cpu_split").to_str().unwrap(), SPLIT_SECONDS]),
         &[],
     ));
     let perf = |name: &str, args: &[&str], bin: &str| {
@@ -153,8 +156,9 @@ fn perf_data_three_ways_agree() {
     };
     let fp = perf("fp.data", &["-g"], "cpu_split_fp");
     let dwarf = perf("dwarf.data", &["--call-graph", "dwarf,32768"], "cpu_split");
-    // Each run is a sample of ~2000 (+-1.1 points at 60%): each must be within 3 points of the known split,
-    // so two of them agree within 6 (comparing two noisy runs within 3 failed one time in ~20 here).
+    // Each run is a sample of ~3000 (+-0.9 points at 60%): each must be within 3 points of the known split,
+    // so two of them agree within 6 (comparing two noisy runs within 3 failed one time in ~20 here; 2 s
+    // runs of ~2000 samples missed by 0.1 point once: 63.1).
     for (name, r) in [("perf -g", &fp), ("perf dwarf", &dwarf)] {
         let theirs = split_shares(r);
         for (i, want) in [60.0, 30.0, 10.0].into_iter().enumerate() {
