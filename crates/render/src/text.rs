@@ -32,11 +32,11 @@ fn width(header: &str, scale: Scale, values: impl Iterator<Item = i64>) -> usize
     widest.max(header.chars().count().min(NAME_WIDTH))
 }
 
-/// A total of a sample type as words: `1.20s (offcpu)`, `285KiB (alloc-bytes)`, `1000 samples (cpu)`.
-fn amount(total: i64, unit: &str, name: &str) -> String {
+/// An amount of a sample type as words: `1.20s`, `285KiB`, `1000 samples` (counts keep their unit).
+fn amount(value: i64, unit: &str) -> String {
     match Scale::of(unit) {
-        Scale::Count => format!("{total} {unit} ({name})"),
-        scale => format!("{} ({name})", scale.show(total)),
+        Scale::Count => format!("{value} {unit}"),
+        scale => scale.show(value),
     }
 }
 
@@ -48,10 +48,11 @@ pub fn header(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), Rende
     let rate = if m.frequency_hz > 0 { format!(" @ {} Hz", m.frequency_hz) } else { String::new() };
     writeln!(
         w,
-        "  {}{rate}, {:.2} s: {}, {} lost",
+        "  {}{rate}, {:.2} s: {} ({}), {} lost",
         m.event,
         m.duration_ns as f64 / 1e9,
-        amount(p.total(value), &st.unit, &st.name),
+        amount(p.total(value), &st.unit),
+        st.name,
         m.lost_samples
     )?;
     if m.lost_samples > 0 {
@@ -177,10 +178,7 @@ pub fn report(w: &mut impl Write, p: &Profile, o: &ReportOptions) -> Result<(), 
     }
     for t in threads.iter().filter(|t| t.value != 0) {
         let share = pct(t.value, total);
-        let v = match scale {
-            Scale::Count => format!("{} {}", t.value, st.unit),
-            _ => scale.show(t.value),
-        };
+        let v = amount(t.value, &st.unit);
         writeln!(w, "\nthread {} '{}' (pid {}): {v} ({share:.2}%)", t.tid, t.name, t.pid)?;
         let funcs = whyslow_analyze::thread_top_functions(p, o.value, t.pid, t.tid);
         functions_table(w, &funcs, t.value, o.limit.min(10), scale)?;
