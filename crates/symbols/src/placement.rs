@@ -582,4 +582,33 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn code_read_into_memory_across_a_4_gib_line_decodes() {
+        // iced-x86 takes an instruction's length from the low 32 bits of two pointers: bytes that straddle
+        // 0x1_0000_0000 in our address space must decode like any others (a debug build once panicked).
+        const LINE: usize = 1 << 32;
+        // SAFETY: an anonymous private mapping at a hint; MAP_FIXED_NOREPLACE never replaces a mapping,
+        // and the result is checked before use and unmapped at the end.
+        let page = unsafe {
+            libc::mmap(
+                (LINE - 4096) as *mut libc::c_void,
+                8192,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+                -1,
+                0,
+            )
+        };
+        assert_eq!(page as usize, LINE - 4096, "the page below 4 GiB is taken in this process");
+        // SAFETY: the 8192 bytes were just mapped readable and writable, and nothing else refers to them.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(page as *mut u8, 8192) };
+        bytes.fill(0x90); // nop
+        bytes[4094..4099].copy_from_slice(&[0xe8, 0x10, 0, 0, 0]); // a call whose bytes cross the line
+        let (mut entries, mut jumps) = (vec![], vec![]);
+        collect_entries(&bytes[4000..4200], BASE, &mut entries, &mut jumps);
+        // SAFETY: unmaps exactly the mapping made above; `bytes` is not used after this.
+        unsafe { libc::munmap(page, 8192) };
+        assert_eq!(entries, vec![BASE + 94 + 5 + 0x10]);
+    }
 }
