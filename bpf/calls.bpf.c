@@ -54,6 +54,8 @@ struct ws_sample {
 	u64 weight;
 	u8 ustack[STACK_MAX + 2 * PAGE];
 };
+/* Never used: puts struct ws_sample into the skeleton's generated types, whose layout the reader uses. */
+struct ws_sample *ws_sample_layout __attribute__((unused));
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);

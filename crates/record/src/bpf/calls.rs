@@ -3,8 +3,11 @@
 //! stacks of every Nth call, sent by the same program (so removing the probes is removing the links:
 //! one grace period, where a perf event per probe took one each, one after the other).
 
+use super::calls_skel::types::{
+    ws_call_key, ws_call_val, ws_sample as Rec, ws_site_key, ws_site_val, ws_stack_key, ws_stack_val,
+};
 use super::calls_skel::{CallsSkel, CallsSkelBuilder, OpenCallsSkel};
-use super::{check_btf, classify, quiet_libbpf, u32_at, u64_at};
+use super::{check_btf, classify, entries, quiet_libbpf, u32_at, u64_at};
 use crate::calls::{HitCost, Probe};
 use crate::RecordError;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
@@ -38,7 +41,8 @@ const DROP_MAP: u32 = 0;
 const DROP_RING: u32 = 1;
 const STACK_MAX: u32 = 16384;
 /// Where a sample's stack copy starts (bpf/calls.bpf.c, `struct ws_sample`).
-const USTACK_OFFSET: usize = 104;
+const USTACK_OFFSET: usize = std::mem::offset_of!(Rec, ustack);
+const _: () = assert!(std::mem::size_of::<Rec>() - USTACK_OFFSET >= STACK_MAX as usize);
 
 /// Stacks of every `period`th call of each probe (per CPU), `stack_bytes` of user stack each, as
 /// samples with event id `first_id + probe`, through a ring of `ring_bytes`.
@@ -70,25 +74,28 @@ pub struct CallProbe<'obj> {
 }
 
 fn decode(b: &[u8], s: &StackSampling) -> Option<Timed> {
+    use std::mem::offset_of;
     if b.len() < USTACK_OFFSET {
         return None;
     }
-    let bytes = (u32_at(b, 20) as usize).min(b.len() - USTACK_OFFSET);
+    let u64_of = |at| u64_at(b, at);
+    let u32_of = |at| u32_at(b, at);
+    let bytes = (u32_of(offset_of!(Rec, ustack_bytes)) as usize).min(b.len() - USTACK_OFFSET);
     let regs = UserRegs {
-        ip: u64_at(b, 24),
-        sp: u64_at(b, 32),
-        bp: u64_at(b, 40),
-        ax: u64_at(b, 48),
-        di: u64_at(b, 56),
-        si: u64_at(b, 64),
-        dx: u64_at(b, 72),
+        ip: u64_of(offset_of!(Rec, ip)),
+        sp: u64_of(offset_of!(Rec, sp)),
+        bp: u64_of(offset_of!(Rec, bp)),
+        ax: u64_of(offset_of!(Rec, ax)),
+        di: u64_of(offset_of!(Rec, di)),
+        si: u64_of(offset_of!(Rec, si)),
+        dx: u64_of(offset_of!(Rec, dx)),
     };
-    let (ret, stack, weight) = (u64_at(b, 80), u64_at(b, 88), u64_at(b, 96));
+    let (ret, stack) = (u64_of(offset_of!(Rec, ret)), u64_of(offset_of!(Rec, stack)));
     let sample = Sample {
-        pid: u32_at(b, 8),
-        tid: u32_at(b, 12),
-        id: s.first_id + u64::from(u32_at(b, 16)),
-        period: if s.keyed { weight } else { s.period },
+        pid: u32_of(offset_of!(Rec, tgid)),
+        tid: u32_of(offset_of!(Rec, tid)),
+        id: s.first_id + u64::from(u32_of(offset_of!(Rec, probe))),
+        period: if s.keyed { u64_of(offset_of!(Rec, weight)) } else { s.period },
         kernel: Vec::new(),
         user: Vec::new(),
         regs: Some(regs),
@@ -96,7 +103,7 @@ fn decode(b: &[u8], s: &StackSampling) -> Option<Timed> {
         goroutine: None,
         raw: if s.keyed { [ret.to_ne_bytes(), stack.to_ne_bytes()].concat() } else { Vec::new() },
     };
-    Some(Timed { time: u64_at(b, 0), record: Record::Sample(sample) })
+    Some(Timed { time: u64_of(offset_of!(Rec, time)), record: Record::Sample(sample) })
 }
 
 impl<'obj> CallProbe<'obj> {
@@ -297,54 +304,106 @@ impl<'obj> CallProbe<'obj> {
     }
 
     pub fn site_counts(&self) -> Vec<SiteCount> {
-        let mut out = Vec::new();
-        for k in self.skel.maps.site_counts.keys() {
-            let Ok(Some(v)) = self.skel.maps.site_counts.lookup(&k, MapFlags::ANY) else { continue };
-            out.push(SiteCount {
-                pid: u32::from_ne_bytes(k[0..4].try_into().expect("key")),
-                probe: u32::from_ne_bytes(k[4..8].try_into().expect("key")),
-                ret: u64_at(&k, 8),
-                calls: u64_at(&v, 0),
-                bytes: u64_at(&v, 8),
-            });
-        }
-        out
+        entries(&self.skel.maps.site_counts)
+            .into_iter()
+            .map(|(k, v): (ws_site_key, ws_site_val)| SiteCount {
+                pid: k.tgid,
+                probe: k.probe,
+                ret: k.ret,
+                calls: v.calls,
+                bytes: v.bytes,
+            })
+            .collect()
     }
 
     /// The counts per (call site, stack id) of allocation stacks sampled by key.
     pub fn stack_counts(&self) -> Vec<StackCount> {
-        let mut out = Vec::new();
-        for k in self.skel.maps.stack_counts.keys() {
-            let Ok(Some(v)) = self.skel.maps.stack_counts.lookup(&k, MapFlags::ANY) else { continue };
-            out.push(StackCount {
-                pid: u32::from_ne_bytes(k[0..4].try_into().expect("key")),
-                probe: u32::from_ne_bytes(k[4..8].try_into().expect("key")),
-                ret: u64_at(&k, 8),
-                stack: u64_at(&k, 16),
-                calls: u64_at(&v, 0),
-                bytes: u64_at(&v, 8),
-            });
-        }
-        out
+        entries(&self.skel.maps.stack_counts)
+            .into_iter()
+            .map(|(k, v): (ws_stack_key, ws_stack_val)| StackCount {
+                pid: k.tgid,
+                probe: k.probe,
+                ret: k.ret,
+                stack: k.stack,
+                calls: v.calls,
+                bytes: v.bytes,
+            })
+            .collect()
     }
 
     pub fn counts(&self) -> Vec<CallCount> {
-        let mut out = Vec::new();
-        for k in self.skel.maps.counts.keys() {
-            let Ok(Some(v)) = self.skel.maps.counts.lookup(&k, MapFlags::ANY) else { continue };
-            let pid = u32::from_ne_bytes(k[0..4].try_into().expect("key"));
-            let probe = u32::from_ne_bytes(k[4..8].try_into().expect("key"));
-            out.push(CallCount {
-                pid,
-                probe,
+        let mut out: Vec<CallCount> = entries(&self.skel.maps.counts)
+            .into_iter()
+            .map(|(k, v): (ws_call_key, ws_call_val)| CallCount {
+                pid: k.tgid,
+                probe: k.probe,
                 // Subtracting probes may run ahead of the site they correct for a moment: never below 0.
-                calls: (u64_at(&v, 0) as i64).max(0) as u64,
-                total_ns: u64_at(&v, 8),
-                max_ns: u64_at(&v, 16),
-                timed: u64_at(&v, 24),
-            });
-        }
+                calls: (v.calls as i64).max(0) as u64,
+                total_ns: v.total_ns,
+                max_ns: v.max_ns,
+                timed: v.timed,
+            })
+            .collect();
         out.sort_by_key(|c| (c.pid, c.probe));
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::size_of;
+
+    /// The bytes of a C struct as the program writes them (the generated type has the C layout).
+    fn bytes_of<T>(v: &T) -> &[u8] {
+        // SAFETY: the generated types are #[repr(C)] structs of integers with explicit padding fields, so
+        // every byte is initialized; the slice borrows `v` for its lifetime.
+        unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }
+    }
+
+    fn sample() -> Box<Rec> {
+        let mut r = Box::<Rec>::default();
+        (r.time, r.tgid, r.tid, r.probe, r.ustack_bytes) = (7_000, 51, 52, 3, 5);
+        (r.ip, r.sp, r.bp, r.ax, r.di, r.si, r.dx) = (1, 2, 3, 4, 5, 6, 7);
+        (r.ret, r.stack, r.weight) = (0x40_1234, 99, 16);
+        r.ustack[..5].copy_from_slice(&[1, 2, 3, 4, 5]);
+        r
+    }
+
+    fn sampling(keyed: bool) -> StackSampling {
+        StackSampling { period: 1000, stack_bytes: STACK_MAX, ring_bytes: 1 << 20, first_id: 100, keyed }
+    }
+
+    #[test]
+    fn a_keyed_stack_sample_decodes_field_by_field_from_the_c_layout() {
+        let r = sample();
+        let b = &bytes_of(&*r)[..USTACK_OFFSET + 5];
+        let t = decode(b, &sampling(true)).expect("decodes");
+        assert_eq!(t.time, 7_000);
+        let Record::Sample(s) = t.record else { panic!("{:?}", t.record) };
+        assert_eq!((s.pid, s.tid, s.id, s.period), (51, 52, 103, 16), "period: the hits the key stands for");
+        let g = s.regs.expect("regs");
+        assert_eq!([g.ip, g.sp, g.bp, g.ax, g.di, g.si, g.dx], [1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(s.stack, vec![1, 2, 3, 4, 5]);
+        assert_eq!(s.raw, [0x40_1234u64.to_ne_bytes(), 99u64.to_ne_bytes()].concat(), "the key");
+    }
+
+    #[test]
+    fn an_unkeyed_sample_stands_for_its_period_and_short_records_are_refused() {
+        let r = sample();
+        let t = decode(&bytes_of(&*r)[..USTACK_OFFSET + 5], &sampling(false)).expect("decodes");
+        let Record::Sample(s) = t.record else { panic!() };
+        assert_eq!((s.period, s.raw.len()), (1000, 0));
+        assert!(decode(&bytes_of(&*r)[..USTACK_OFFSET - 1], &sampling(false)).is_none());
+    }
+
+    #[test]
+    fn map_entries_read_as_their_c_structs() {
+        let k = ws_stack_key { tgid: 1, probe: 2, ret: 3, stack: 4 };
+        let read: ws_stack_key = super::super::plain(bytes_of(&k));
+        assert_eq!((read.tgid, read.probe, read.ret, read.stack), (1, 2, 3, 4));
+        let short: ws_call_val =
+            super::super::plain(&bytes_of(&ws_call_val { calls: 9, ..Default::default() })[..8]);
+        assert_eq!((short.calls, short.total_ns), (9, 0), "bytes past a short value read as zero");
     }
 }

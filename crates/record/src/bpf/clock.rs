@@ -2,20 +2,21 @@
 //! interrupted a tracked process, and sends the goroutine stack of a Go thread sampled on the runtime's
 //! system stack, which [`ClockFilter::join_goroutines`] adds to its sample.
 
+use super::clock_skel::types::ws_goroutine as Gor;
 use super::clock_skel::{ClockSkel, ClockSkelBuilder, OpenClockSkel};
 use super::{check_btf, classify, quiet_libbpf, u32_at, u64_at};
 use crate::RecordError;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, OpenObject, RingBuffer, RingBufferBuilder};
 use std::cell::RefCell;
-use std::mem::MaybeUninit;
+use std::mem::{offset_of, MaybeUninit};
 use std::os::fd::{AsFd, AsRawFd};
 use std::rc::Rc;
 use std::time::Duration;
 use whyslow_convert::records::{GoroutineStack, Record, Timed};
 
-/// Must match `struct ws_goroutine` in bpf/clock.bpf.c and bpf/go.h.
-const STACK_OFFSET: usize = 24;
+/// Where `struct ws_goroutine`'s stack bytes start (bpf/clock.bpf.c; the generated type has its layout).
+const STACK_OFFSET: usize = offset_of!(Gor, stack);
 const GO_STACK_MAX: u64 = 8192;
 /// The program that runs for a sample sends its goroutine stack within this long after the sample's time
 /// (a few microseconds; a thread's samples are further apart).
@@ -71,12 +72,12 @@ impl<'obj> ClockFilter<'obj> {
         let mut b = RingBufferBuilder::new();
         b.add(&skel.maps.goroutines, move |d: &[u8]| {
             if d.len() >= STACK_OFFSET {
-                let n = (u32_at(d, 12) as usize).min(d.len() - STACK_OFFSET);
+                let n = (u32_at(d, offset_of!(Gor, bytes)) as usize).min(d.len() - STACK_OFFSET);
                 let bytes = d[STACK_OFFSET..STACK_OFFSET + n].to_vec();
                 sink.borrow_mut().push(Goroutine {
-                    time: u64_at(d, 0),
-                    tid: u32_at(d, 8),
-                    bp: u64_at(d, 16),
+                    time: u64_at(d, offset_of!(Gor, time)),
+                    tid: u32_at(d, offset_of!(Gor, tid)),
+                    bp: u64_at(d, offset_of!(Gor, bp)),
                     bytes,
                     waited: 0,
                 });

@@ -151,6 +151,43 @@ fn per_cpu_total(map: &impl libbpf_rs::MapCore, slots: std::ops::Range<u32>) -> 
         .sum()
 }
 
+/// A C struct of the programs, as the skeleton generates it (so its layout is the C one), made only of
+/// integers and arrays of them: every bit pattern is a value.
+///
+/// # Safety
+/// Implement only for `#[repr(C)]` types whose fields are all integers or arrays of integers.
+unsafe trait Plain: Copy + Default {}
+
+// SAFETY: each is a generated #[repr(C)] struct of u32/u64 fields only (bpf/calls.bpf.c).
+unsafe impl Plain for calls_skel::types::ws_site_key {}
+// SAFETY: as above.
+unsafe impl Plain for calls_skel::types::ws_site_val {}
+// SAFETY: as above.
+unsafe impl Plain for calls_skel::types::ws_stack_key {}
+// SAFETY: as above.
+unsafe impl Plain for calls_skel::types::ws_stack_val {}
+// SAFETY: as above.
+unsafe impl Plain for calls_skel::types::ws_call_key {}
+// SAFETY: as above.
+unsafe impl Plain for calls_skel::types::ws_call_val {}
+
+/// A map key or value as its C struct; bytes past the end of a short `b` read as zero.
+fn plain<T: Plain>(b: &[u8]) -> T {
+    let mut v = T::default();
+    let n = b.len().min(std::mem::size_of::<T>());
+    // SAFETY: `v` is a T owned by this frame, at least `n` bytes long; any bytes make a valid T (Plain),
+    // and `b` and `v` do not overlap.
+    unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), (&mut v as *mut T).cast::<u8>(), n) };
+    v
+}
+
+/// Every (key, value) of a hash map, as their C structs (entries deleted meanwhile are skipped).
+fn entries<K: Plain, V: Plain>(map: &impl libbpf_rs::MapCore) -> Vec<(K, V)> {
+    map.keys()
+        .filter_map(|k| Some((plain(&k), plain(&map.lookup(&k, libbpf_rs::MapFlags::ANY).ok()??))))
+        .collect()
+}
+
 /// A native-endian u32 at `at` in a map value or record (0 when it is short).
 fn u32_at(b: &[u8], at: usize) -> u32 {
     b.get(at..at + 4).map_or(0, |s| u32::from_ne_bytes(s.try_into().expect("4 bytes")))

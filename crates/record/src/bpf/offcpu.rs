@@ -2,19 +2,22 @@
 //! switch-out and sends a block only when the thread runs again (sampled below `sample_ns`), so user space
 //! sees a bounded number of records however often the target switches. Load, track, attach, drain.
 
+use super::offcpu_skel::types::ws_block as Block;
 use super::offcpu_skel::{OffcpuSkel, OffcpuSkelBuilder, OpenOffcpuSkel};
 use super::{check_btf, classify, quiet_libbpf, u32_at, u64_at};
 use crate::RecordError;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, OpenObject};
-use std::mem::MaybeUninit;
+use std::mem::{offset_of, size_of, MaybeUninit};
 use std::time::Duration;
 use whyslow_convert::records::{GoroutineStack, Record, Sample, Timed, UserRegs};
 
-/// Must match `struct ws_block` in bpf/offcpu.bpf.c.
+/// Must match STACK_MAX in bpf/offcpu.bpf.c.
 const STACK_MAX: u32 = 16384;
-const KSTACK_OFFSET: usize = 96;
-const USTACK_OFFSET: usize = KSTACK_OFFSET + 64 * 8;
+/// Where `struct ws_block`'s stacks start: its layout is the skeleton's generated type's.
+const KSTACK_OFFSET: usize = offset_of!(Block, kstack);
+const USTACK_OFFSET: usize = offset_of!(Block, ustack);
+const _: () = assert!(size_of::<Block>() - USTACK_OFFSET >= 2 * STACK_MAX as usize);
 const DROP_SLOTS: u32 = 2;
 
 /// How the kernel side samples blocks.
@@ -40,21 +43,30 @@ fn decode(b: &[u8], until: Option<u64>) -> Option<Timed> {
     if b.len() < USTACK_OFFSET {
         return None;
     }
-    let since = u64_at(b, 0);
+    let u32_of = |at| u32_at(b, at);
+    let u64_of = |at| u64_at(b, at);
+    let since = u64_of(offset_of!(Block, since));
     let (time, ns) = match until {
         Some(end) => (end, end.saturating_sub(since)),
-        None => (u64_at(b, 8), u64_at(b, 16)),
+        None => (u64_of(offset_of!(Block, until)), u64_of(offset_of!(Block, ns))),
     };
-    let kbytes = (u32_at(b, 36) as usize).min(USTACK_OFFSET - KSTACK_OFFSET);
-    let ubytes = (u32_at(b, 40) as usize).min(b.len() - USTACK_OFFSET);
-    let gbytes = (u32_at(b, 44) as usize).min(b.len() - USTACK_OFFSET - ubytes);
-    let parked = Some((u64_at(b, 80), u64_at(b, 88))).filter(|&(pc, _)| pc != 0);
-    let goroutine = (gbytes > 0).then(|| GoroutineStack { at: u64_at(b, 72), offset: ubytes, parked });
-    let kernel = (0..kbytes / 8).map(|i| u64_at(b, KSTACK_OFFSET + 8 * i)).filter(|&a| a != 0).collect();
-    let regs = UserRegs { ip: u64_at(b, 48), sp: u64_at(b, 56), bp: u64_at(b, 64), ..Default::default() };
+    let kbytes = (u32_of(offset_of!(Block, kstack_bytes)) as usize).min(USTACK_OFFSET - KSTACK_OFFSET);
+    let ubytes = (u32_of(offset_of!(Block, ustack_bytes)) as usize).min(b.len() - USTACK_OFFSET);
+    let gbytes = (u32_of(offset_of!(Block, go_bytes)) as usize).min(b.len() - USTACK_OFFSET - ubytes);
+    let parked =
+        Some((u64_of(offset_of!(Block, go_pc)), u64_of(offset_of!(Block, go_bp)))).filter(|&(pc, _)| pc != 0);
+    let goroutine =
+        (gbytes > 0).then(|| GoroutineStack { at: u64_of(offset_of!(Block, go_at)), offset: ubytes, parked });
+    let kernel = (0..kbytes / 8).map(|i| u64_of(KSTACK_OFFSET + 8 * i)).filter(|&a| a != 0).collect();
+    let regs = UserRegs {
+        ip: u64_of(offset_of!(Block, ip)),
+        sp: u64_of(offset_of!(Block, sp)),
+        bp: u64_of(offset_of!(Block, bp)),
+        ..Default::default()
+    };
     let sample = Sample {
-        pid: u32_at(b, 24),
-        tid: u32_at(b, 28),
+        pid: u32_of(offset_of!(Block, tgid)),
+        tid: u32_of(offset_of!(Block, tid)),
         id: 0,
         period: 0,
         kernel,
@@ -62,7 +74,7 @@ fn decode(b: &[u8], until: Option<u64>) -> Option<Timed> {
         regs: Some(regs),
         stack: b[USTACK_OFFSET..USTACK_OFFSET + ubytes + gbytes].to_vec(),
         goroutine,
-        raw: u64::from(u32_at(b, 32)).to_ne_bytes().to_vec(),
+        raw: u64::from(u32_of(offset_of!(Block, state))).to_ne_bytes().to_vec(),
     };
     Some(Timed { time, record: Record::OffCpu { sample, ns } })
 }
@@ -115,7 +127,7 @@ impl<'obj> OffCpuProbe<'obj> {
         let map = &self.skel.maps.blocks;
         map.keys()
             .filter_map(|k| map.lookup(&k, MapFlags::ANY).ok().flatten())
-            .filter(|v| u64_at(v, 0) != 0 && u64_at(v, 0) < end)
+            .filter(|v| (1..end).contains(&u64_at(v, offset_of!(Block, since))))
             .filter_map(|v| decode(&v, Some(end)))
             .collect()
     }
@@ -123,5 +135,71 @@ impl<'obj> OffCpuProbe<'obj> {
     /// Blocks lost: those the ring had no room for, and switch-outs no map entry could hold.
     pub fn lost(&self) -> u64 {
         super::per_cpu_total(&self.skel.maps.drops, 0..DROP_SLOTS)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A block as the C side lays it out (the generated type), with `ustack` bytes of stack copied and
+    /// `go` of a goroutine's after them, cut where the program cuts its ring record.
+    fn record(block: &Block, ustack: usize, go: usize) -> Vec<u8> {
+        // SAFETY: Block is a #[repr(C)] struct of integers and integer arrays: every byte is initialized
+        // (the generated Default zeroes the padding-free layout) and may be read as u8.
+        let all =
+            unsafe { std::slice::from_raw_parts((block as *const Block).cast::<u8>(), size_of::<Block>()) };
+        all[..USTACK_OFFSET + ustack + go].to_vec()
+    }
+
+    fn block() -> Box<Block> {
+        let mut b = Box::<Block>::default();
+        (b.since, b.until, b.ns) = (1_000, 5_000, 4_000);
+        (b.tgid, b.tid, b.state) = (41, 42, 2);
+        (b.ip, b.sp, b.bp) = (0x401000, 0x7ffd_0000, 0x7ffd_0040);
+        b.kstack[..3].copy_from_slice(&[0xffff_8000_0000_1000, 0xffff_8000_0000_2000, 0]);
+        b.kstack_bytes = 3 * 8;
+        b.ustack[..4].copy_from_slice(&[1, 2, 3, 4]);
+        b.ustack_bytes = 4;
+        b
+    }
+
+    #[test]
+    fn a_block_decodes_field_by_field_from_the_c_layout() {
+        let b = block();
+        let t = decode(&record(&b, 4, 0), None).expect("decodes");
+        assert_eq!(t.time, 5_000);
+        let Record::OffCpu { sample: s, ns } = t.record else { panic!("{:?}", t.record) };
+        assert_eq!((ns, s.pid, s.tid), (4_000, 41, 42));
+        assert_eq!(s.raw, 2u64.to_ne_bytes().to_vec(), "the thread state");
+        let r = s.regs.expect("regs");
+        assert_eq!((r.ip, r.sp, r.bp), (0x401000, 0x7ffd_0000, 0x7ffd_0040));
+        assert_eq!(s.kernel, vec![0xffff_8000_0000_1000, 0xffff_8000_0000_2000], "zero entries dropped");
+        assert_eq!(s.stack, vec![1, 2, 3, 4]);
+        assert!(s.goroutine.is_none());
+    }
+
+    #[test]
+    fn a_goroutine_stack_follows_the_user_stack_and_in_progress_blocks_end_at_the_run() {
+        let mut b = block();
+        b.ustack[4..7].copy_from_slice(&[9, 9, 9]);
+        (b.go_bytes, b.go_at, b.go_pc, b.go_bp) = (3, 0xc000_1000, 0x46_0000, 0xc000_2000);
+        let t = decode(&record(&b, 4, 3), Some(9_000)).expect("decodes");
+        assert_eq!(t.time, 9_000);
+        let Record::OffCpu { sample: s, ns } = t.record else { panic!("{:?}", t.record) };
+        assert_eq!(ns, 8_000, "from the switch-out to the end of the run");
+        assert_eq!(s.stack, vec![1, 2, 3, 4, 9, 9, 9]);
+        let g = s.goroutine.expect("goroutine");
+        assert_eq!((g.at, g.offset, g.parked), (0xc000_1000, 4, Some((0x46_0000, 0xc000_2000))));
+    }
+
+    #[test]
+    fn lengths_past_the_record_are_cut_to_it_and_short_records_refused() {
+        let mut b = block();
+        b.ustack_bytes = 10_000; // more than the record carries
+        let t = decode(&record(&b, 4, 0), None).expect("decodes");
+        let Record::OffCpu { sample: s, .. } = t.record else { panic!() };
+        assert_eq!(s.stack.len(), 4);
+        assert!(decode(&record(&b, 0, 0)[..USTACK_OFFSET - 1], None).is_none());
     }
 }
