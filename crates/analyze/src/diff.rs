@@ -10,7 +10,9 @@
 use crate::{top_functions, FunctionStat};
 use serde::Serialize;
 use std::collections::HashMap;
-use whyslow_model::{basename, sample_types, Metadata, Profile, ProfileBuilder, SampleType, Thread};
+use whyslow_model::{
+    basename, percent as pct, sample_types, Metadata, Profile, ProfileBuilder, SampleType, Thread,
+};
 
 /// How one side's value turns into seconds.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -172,14 +174,6 @@ fn join<'a, V>(b: &'a HashMap<Key, V>, a: &'a HashMap<Key, V>) -> Vec<(Option<&'
         }
     }
     pairs
-}
-
-fn pct(part: i64, whole: i64) -> f64 {
-    if whole == 0 {
-        0.0
-    } else {
-        100.0 * part as f64 / whole as f64
-    }
 }
 
 /// Per-function deltas from `before` to `after`. In seconds when both sides have a time scale (and

@@ -6,7 +6,7 @@
 use crate::{bounded_sum, source_note, ImportError, ALL_THREADS};
 use whyslow_model::{sample_types, FrameKind, Metadata, Profile, ProfileBuilder, SampleType, NONE};
 
-const NO_STACK: &str = "[no stack]";
+use whyslow_model::NO_STACK_FRAME as NO_STACK;
 
 /// Parses folded text; `sample_type` names its one value type (default `samples`, a count).
 pub fn parse(text: &str, origin: &str, sample_type: Option<&str>) -> Result<Profile, ImportError> {

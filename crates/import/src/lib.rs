@@ -229,14 +229,22 @@ pub fn detect(bytes: &[u8]) -> Option<Format> {
         Some(Format::Recording)
     } else if bytes.starts_with(whyslow_perfdata::MAGIC) {
         Some(Format::PerfData)
-    } else if pprof::parse(bytes).is_ok() {
+    } else {
+        plain_format(bytes, pprof::parse(bytes).is_ok())
+    }
+}
+
+/// The format of content without a magic, `pprof` saying whether it parses as profile.proto: the one
+/// place that orders the guesses (a pprof first, then the text formats).
+fn plain_format(bytes: &[u8], pprof: bool) -> Option<Format> {
+    if pprof {
         Some(Format::Pprof)
+    } else if !is_text(bytes) || bytes.iter().all(|b| b.is_ascii_whitespace()) {
+        None
     } else if perf_script::looks_like(bytes) {
         Some(Format::PerfScript)
-    } else if is_text(bytes) && bytes.iter().any(|b| !b.is_ascii_whitespace()) {
-        Some(Format::Folded)
     } else {
-        None
+        Some(Format::Folded)
     }
 }
 
@@ -246,22 +254,18 @@ fn decode_plain(
     opts: &ImportOptions,
     gzipped: bool,
 ) -> Result<Profile, ImportError> {
-    let pprof_error = match pprof::parse(bytes) {
-        Ok(prof) => return pprof::convert(&prof, origin),
-        Err(e) => e,
-    };
-    if !is_text(bytes) || bytes.iter().all(|b| b.is_ascii_whitespace()) {
+    let parsed = pprof::parse(bytes);
+    let text = || String::from_utf8_lossy(bytes);
+    match (plain_format(bytes, parsed.is_ok()), parsed) {
+        (Some(Format::Pprof), Ok(prof)) => pprof::convert(&prof, origin),
+        (Some(Format::PerfScript), _) => perf_script::parse(&text(), origin),
+        (Some(_), _) /* Folded */ => folded::parse(&text(), origin, opts.folded_type.as_deref()),
         // Binary that is no pprof: after gzip, or when it starts like one, the decoder's word helps.
-        if gzipped || bytes.first().is_some_and(|b| PPROF_TAGS.contains(b)) {
-            return Err(ImportError::Pprof { origin: origin.to_string(), what: pprof_error });
+        (None, Err(what)) if gzipped || bytes.first().is_some_and(|b| PPROF_TAGS.contains(b)) => {
+            Err(ImportError::Pprof { origin: origin.to_string(), what })
         }
-        return Err(ImportError::Unknown { origin: origin.to_string(), detail: String::new() });
+        (None, _) => Err(ImportError::Unknown { origin: origin.to_string(), detail: String::new() }),
     }
-    let text = String::from_utf8_lossy(bytes);
-    if perf_script::looks_like(bytes) {
-        return perf_script::parse(&text, origin);
-    }
-    folded::parse(&text, origin, opts.folded_type.as_deref())
 }
 
 fn gunzip(bytes: &[u8], origin: &str, max: u64) -> Result<Vec<u8>, ImportError> {

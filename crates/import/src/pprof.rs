@@ -16,7 +16,7 @@ use whyslow_model::{basename, FrameKind, Metadata, ProfileBuilder, SampleType, N
 const MAX_DEPTH: usize = 8192;
 
 /// The frame name whyslow's export gives samples without a stack; such a sample gets its empty stack back.
-const NO_STACK: &str = "[no stack]";
+use whyslow_model::NO_STACK_FRAME as NO_STACK;
 
 /// Decodes the protobuf and checks the minimum every pprof writer produces (string 0 is "", at least one
 /// sample type), so arbitrary bytes that happen to parse as protobuf are not taken for a profile.

@@ -20,6 +20,23 @@ pub const PREEMPTED_FRAME: &str = "[waiting for a CPU]";
 /// real, the callers above them are missing. Such stacks are also counted as partial.
 pub const CUT_FRAME: &str = "[stack cut here]";
 
+/// The one frame of a sample that has no frame at all, so its value still shows in stack-based formats.
+pub const NO_STACK_FRAME: &str = "[no stack]";
+
+/// `part` as a percentage of `whole`: 0 when the whole is 0 (or, for a total that cannot be, negative).
+pub fn percent(part: i64, whole: i64) -> f64 {
+    if whole <= 0 {
+        0.0
+    } else {
+        100.0 * part as f64 / whole as f64
+    }
+}
+
+/// Nanoseconds since the Unix epoch by the wall clock (0 if the clock is set before 1970).
+pub fn unix_now_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
 /// Root frame of allocations counted exactly at their call site whose stack no sample named (the ring
 /// buffer had no room for it, or no map for its stack key): the frames under it are the allocator and its
 /// caller.

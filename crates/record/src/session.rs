@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use whyslow_convert::{Converter, FileBytes, Foreign, Host, JitUpdate, ProcessInfo, Stream};
 use whyslow_model::raw::RawRecording;
 use whyslow_model::syscalls::TraceEvent;
-use whyslow_model::{sample_types, CallStat, Killed, Metadata, SampleType, SyscallStat};
+use whyslow_model::{sample_types, unix_now_ns, CallStat, Killed, Metadata, SampleType, SyscallStat};
 
 /// Live counters for a status line.
 #[derive(Debug, Clone, Copy, Default)]
@@ -600,13 +600,6 @@ fn call_stats(mut counts: Vec<CallCount>, probes: &[Probe], first_pid: u32) -> V
             })
         })
         .collect()
-}
-
-fn unix_now_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0)
 }
 
 /// With on-CPU time in ns and off-CPU time, adds `wall`: their sum per sample, so running and blocked

@@ -31,17 +31,7 @@ pub(crate) fn sample_type(p: &Profile, value: usize) -> Result<&SampleType, Rend
     p.sample_types.get(value).ok_or(RenderError::NoSuchValue { index: value, count: p.sample_types.len() })
 }
 
-/// Percentage of `part` in `whole`, 0 when the whole is 0.
-pub(crate) fn pct(part: i64, whole: i64) -> f64 {
-    if whole == 0 {
-        0.0
-    } else {
-        100.0 * part as f64 / whole as f64
-    }
-}
-
-/// Frame name standing for a sample without any frame, so its value still shows in stack-based formats.
-pub(crate) const NO_STACK: &str = "[no stack]";
+pub(crate) use whyslow_model::{percent as pct, NO_STACK_FRAME as NO_STACK};
 
 /// Folded stacks (`root;...;leaf`) with their summed value, sorted, zero values left out. With `annotate`,
 /// kernel frames end in `_[k]` and inlined ones in `_[i]`, the suffixes FlameGraph palettes color by.

@@ -22,6 +22,8 @@ mod view;
 
 pub use view::{view, ViewFile};
 
+pub(crate) use whyslow_model::unix_now_ns as now_ns;
+
 use spec::TargetSpec;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -231,13 +233,6 @@ fn merged(s: &Shared, ids: &[i64]) -> Result<whyslow_model::Profile, store::Stor
         p.meta.duration_ns = end - start;
     }
     Ok(p)
-}
-
-pub fn now_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0)
 }
 
 /// Runs the agent until SIGINT/SIGTERM: then the server stops taking requests, every session flushes its

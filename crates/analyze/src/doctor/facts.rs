@@ -693,13 +693,7 @@ impl<'a> Facts<'a> {
     }
 }
 
-pub fn pct(x: i64, total: i64) -> f64 {
-    if total <= 0 {
-        0.0
-    } else {
-        100.0 * x as f64 / total as f64
-    }
-}
+pub use whyslow_model::percent as pct;
 
 #[cfg(test)]
 mod tests {
