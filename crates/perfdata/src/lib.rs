@@ -13,21 +13,28 @@
 //! parses a sample, so such samples keep the kernel's callchain only.
 
 mod guard;
+mod host;
 mod inplace;
+mod pipeline;
 mod sample;
+mod sections;
+mod tracepoint;
 
+use host::LocalFiles;
 use linux_perf_data::linux_perf_event_reader::{
     ContextSwitchRecord, Endianness, EventRecord, HardwareEventId, PerfEventType, RawData, RawEventRecord,
     RecordType, SamplingPolicy, SoftwareCounterType,
 };
 use linux_perf_data::{PerfFileReader, PerfFileRecord};
+use pipeline::{pipelined, Pages, Parsed};
 use sample::SampleFields;
-use std::cell::RefCell;
-use std::collections::{BTreeSet, HashMap};
-use std::io::{Read, Seek, SeekFrom};
+use sections::{check_sections, data_section, Mapped};
+use std::collections::HashMap;
+use std::io::{Read, Seek};
 use std::path::Path;
+use tracepoint::SwitchFields;
 use whyslow_convert::records::{Record, SampleRef, Timed};
-use whyslow_convert::{Converter, FileBytes, Host, JitUpdate, ProcessInfo, Stream};
+use whyslow_convert::{Converter, Stream};
 use whyslow_model::raw::{RawKernel, RawRecording};
 use whyslow_model::{sample_types as st, Metadata, SampleType};
 
@@ -47,64 +54,6 @@ pub enum PerfDataError {
 const PERF_CONTEXT_MAX: u64 = -4095i64 as u64;
 const PERF_CONTEXT_KERNEL: u64 = -128i64 as u64;
 const PERF_CONTEXT_USER: u64 = -512i64 as u64;
-
-/// The largest object file read for unwinding and symbolizing.
-const MAX_OBJECT_BYTES: u64 = 4 << 30;
-
-/// Files of this machine, checked against the build ids perf recorded.
-struct LocalFiles {
-    build_ids: HashMap<String, Vec<u8>>,
-    missing: RefCell<BTreeSet<String>>,
-    found: RefCell<BTreeSet<String>>,
-}
-
-impl Host for LocalFiles {
-    fn file(&self, _pid: u32, path: &str) -> Option<FileBytes> {
-        // The path comes from the file: read only regular files of a plausible size that are ELF objects
-        // (a corrupt record could name /dev/zero or /proc/kcore).
-        let plausible = std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() <= MAX_OBJECT_BYTES);
-        let bytes = plausible
-            .then(|| FileBytes::map(&std::fs::File::open(path).ok()?).ok())
-            .flatten()
-            .filter(|b| b.starts_with(b"\x7fELF"));
-        let usable = bytes.filter(|b| match self.build_ids.get(path) {
-            Some(want) => build_id(b).is_none_or(|have| &have == want),
-            None => true,
-        });
-        match &usable {
-            Some(_) => self.found.borrow_mut().insert(path.to_string()),
-            // [vdso] and the like are no files: nothing the user could copy.
-            None if path.starts_with('[') => false,
-            None => self.missing.borrow_mut().insert(path.to_string()),
-        };
-        usable
-    }
-
-    fn process(&self, _pid: u32) -> Option<ProcessInfo> {
-        None // everything about the processes is in the file's records
-    }
-
-    /// JIT symbols from the perf map a process left in this machine's /tmp, as `perf report` reads them.
-    fn jit(&self, pid: u32, from: u64, _dump: Option<&str>) -> Option<JitUpdate> {
-        let source = format!("/tmp/{}", whyslow_convert::jit::perf_map_name(pid));
-        let plausible = std::fs::metadata(&source).is_ok_and(|m| m.is_file() && m.len() > from);
-        if from > 0 || !plausible {
-            return None;
-        }
-        let bytes = std::fs::read(&source).ok()?;
-        let (map, stats) = whyslow_convert::JitMap::parse_perf_map(&bytes);
-        Some(JitUpdate { source, map, skipped: stats.skipped as u64, read: bytes.len() as u64 })
-    }
-
-    fn thread_name(&self, _pid: u32, _tid: u32) -> Option<String> {
-        None
-    }
-}
-
-fn build_id(bytes: &[u8]) -> Option<Vec<u8>> {
-    use object::Object;
-    object::File::parse(bytes).ok()?.build_id().ok()?.map(<[u8]>::to_vec)
-}
 
 const SCHED_SWITCH: &str = "sched:sched_switch";
 /// perf's name of the kernel (its build id, its map).
@@ -212,58 +161,6 @@ fn guarded(
     result.unwrap_or_else(|_| Err(PerfDataError::Parse(origin.to_string(), "corrupt record lengths".into())))
 }
 
-/// The whole file in memory or mapped; `map` to give pages back once read.
-#[derive(Clone, Copy)]
-struct Mapped<'a> {
-    bytes: &'a [u8],
-    map: Option<&'a memmap2::Mmap>,
-}
-
-/// Checks that every section the header names lies inside the file: the parser allocates a section's
-/// size before reading it, so a corrupt size would abort the process instead of failing.
-fn check_sections<R: Read + Seek>(file: &mut R) -> Result<(), String> {
-    let len = file.seek(SeekFrom::End(0)).map_err(|e| e.to_string())?;
-    file.seek(SeekFrom::Start(0)).map_err(|e| e.to_string())?;
-    let mut h = [0u8; 104];
-    if file.read_exact(&mut h).is_err() || &h[..8] != MAGIC || u64_le(&h, 8) != 104 {
-        return Ok(()); // not the file layout (pipe mode, other byte order): the parser decides
-    }
-    let inside = |offset: u64, size: u64| offset.checked_add(size).is_some_and(|end| end <= len);
-    let (data_offset, data_size) = (u64_le(&h, 40), u64_le(&h, 48));
-    if !inside(u64_le(&h, 24), u64_le(&h, 32)) || !inside(data_offset, data_size) {
-        return Err("its sections extend past the end of the file (truncated?)".into());
-    }
-    let features: u32 = (0..4).map(|i| u64_le(&h, 72 + 8 * i).count_ones()).sum();
-    let mut table = vec![0u8; features as usize * 16];
-    file.seek(SeekFrom::Start(data_offset + data_size)).map_err(|e| e.to_string())?;
-    file.read_exact(&mut table).map_err(|_| "its feature table is cut off (truncated?)".to_string())?;
-    if table.chunks(16).any(|e| !inside(u64_le(e, 0), u64_le(e, 8))) {
-        return Err("a header section extends past the end of the file (truncated or corrupt)".into());
-    }
-    guard::check_counts(file, &h, &table, len)?;
-    file.seek(SeekFrom::Start(0)).map_err(|e| e.to_string())?;
-    Ok(())
-}
-
-fn u64_le(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
-}
-
-/// Where the records lie in an uncompressed little-endian file with the usual header (not pipe mode).
-fn data_section<'a>(m: &Mapped<'a>, perf_file: &linux_perf_data::PerfFile) -> Option<(&'a [u8], usize)> {
-    let b = m.bytes;
-    if b.len() < 104 || &b[..8] != MAGIC || u64_le(b, 8) != 104 {
-        return None;
-    }
-    if perf_file.features().has_feature(linux_perf_data::Feature::COMPRESSED)
-        || perf_file.features().has_feature(linux_perf_data::Feature::SIMPLEPERF_META_INFO)
-    {
-        return None; // compressed records are inflated, simpleperf's are sorted differently: the crate's reader
-    }
-    let (offset, size) = (usize::try_from(u64_le(b, 40)).ok()?, usize::try_from(u64_le(b, 48)).ok()?);
-    Some((b.get(offset..offset.checked_add(size)?)?, offset))
-}
-
 fn read<R: Read + Seek>(
     mut file: R,
     mapped: Option<Mapped<'_>>,
@@ -302,166 +199,6 @@ fn read<R: Read + Seek>(
         },
     }
     imp.finish(&perf_file, &attrs, shown)
-}
-
-/// A record as the walking thread hands it to the converting one.
-struct Walked<'a> {
-    attr: usize,
-    record: RawEventRecord<'a>,
-    time: Option<u64>,
-    parsed: Parsed<'a>,
-}
-
-/// Records in time order, then (`done`) the offset of the data section before which none is needed any
-/// more.
-struct Batch<'a> {
-    records: Vec<Walked<'a>>,
-    done: Option<usize>,
-}
-
-/// A record parsed: a sample's fields, another record, or a record shorter than its format says.
-enum Parsed<'a> {
-    Sample(SampleFields<'a>),
-    /// Boxed: other records are few (maps, names, forks, exits).
-    Other(Box<EventRecord<'a>>),
-    Malformed,
-}
-
-const BATCH: usize = 256;
-
-/// The walking thread's end of the pipe.
-struct Outbox<'a> {
-    tx: std::sync::mpsc::SyncSender<Batch<'a>>,
-    records: Vec<Walked<'a>>,
-    open: bool,
-}
-
-impl<'a> Outbox<'a> {
-    fn push(&mut self, w: Walked<'a>) {
-        self.records.push(w);
-        if self.records.len() >= BATCH {
-            self.send(None);
-        }
-    }
-
-    fn send(&mut self, done: Option<usize>) {
-        let records = std::mem::replace(&mut self.records, Vec::with_capacity(BATCH));
-        // A converter that stopped (it panicked: the import fails) wants nothing more.
-        self.open = self.open && self.tx.send(Batch { records, done }).is_ok();
-    }
-}
-
-/// Reads the records of `data` on two cores: one thread walks them (headers, the sort into time order,
-/// parsing: the first touch of every page), this one converts them (unwinding, normalizing, adding up)
-/// in the order they come. One thread does both where no second can be started.
-fn pipelined<'a>(
-    data: &'a [u8],
-    layout: &inplace::Layout,
-    imp: &mut Importer,
-    pages: &mut Pages<'_>,
-) -> Result<(), String> {
-    std::thread::scope(|scope| {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Batch<'a>>(16);
-        let walk = move || {
-            let out = RefCell::new(Outbox { tx, records: Vec::with_capacity(BATCH), open: true });
-            let result = inplace::walk(
-                data,
-                layout,
-                |attr, record, time| {
-                    let parsed = Importer::parse(&record);
-                    out.borrow_mut().push(Walked { attr, record, time, parsed });
-                },
-                |upto| out.borrow_mut().send(Some(upto)),
-            );
-            out.borrow_mut().send(None);
-            result
-        };
-        let walker = std::thread::Builder::new().name("perf.data records".into()).spawn_scoped(scope, walk);
-        let Ok(walker) = walker else {
-            return inplace::walk(
-                data,
-                layout,
-                |attr, record, time| imp.handle(attr, &record, time, Importer::parse(&record)),
-                |upto| pages.give_back(upto),
-            );
-        };
-        for Batch { records, done } in rx {
-            for Walked { attr, record, time, parsed } in records {
-                imp.handle(attr, &record, time, parsed);
-            }
-            if let Some(upto) = done {
-                pages.give_back(upto);
-            }
-        }
-        walker.join().unwrap_or_else(|_| Err("corrupt record lengths".into()))
-    })
-}
-
-/// The pages of a mapped file's data section, which starts at `base`.
-struct Pages<'a> {
-    map: Option<&'a memmap2::Mmap>,
-    base: usize,
-    /// Pages below this (absolute) are given back.
-    given_back: usize,
-}
-
-impl Pages<'_> {
-    /// Nothing before `upto` (relative to `base`) is read again: gives those pages back in 16 MB steps.
-    fn give_back(&mut self, upto: usize) {
-        let upto = self.base + upto;
-        let Some(map) = self.map.filter(|_| upto >= self.given_back + (16 << 20)) else { return };
-        // SAFETY: the mapping is read-only, so dropping its pages loses nothing: a later read of them
-        // (none is expected) faults them in from the file again.
-        let _ = unsafe {
-            map.unchecked_advise_range(
-                memmap2::UncheckedAdvice::DontNeed,
-                self.given_back,
-                upto - self.given_back,
-            )
-        };
-        self.given_back = upto;
-    }
-}
-
-/// Offsets in sched:sched_switch's raw record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct SwitchFields {
-    prev_state: usize,
-    next_pid: usize,
-}
-
-impl SwitchFields {
-    /// From the event formats perf saved with the file (HEADER_TRACING_DATA); the layout every kernel
-    /// since 2.6.32 has where the file has none.
-    fn of(perf_file: &linux_perf_data::PerfFile) -> SwitchFields {
-        let formats =
-            perf_file.feature_section_data(linux_perf_data::Feature::TRACING_DATA).unwrap_or_default();
-        let field = |name| tracepoint_field_offset(formats, "sched_switch", name);
-        SwitchFields {
-            prev_state: field("prev_state").unwrap_or(32),
-            next_pid: field("next_pid").unwrap_or(56),
-        }
-    }
-}
-
-/// Offset of `field` in the raw record of tracepoint `event`, from format text as in tracefs
-/// (`\tfield:pid_t next_pid;\toffset:56;\tsize:4;\tsigned:1;`).
-fn tracepoint_field_offset(formats: &[u8], event: &str, field: &str) -> Option<usize> {
-    let marker = format!("name: {event}\n");
-    let at = formats.windows(marker.len()).position(|w| w == marker.as_bytes())? + marker.len();
-    let rest = &formats[at..];
-    let end = rest.windows(10).position(|w| w == b"print fmt:").unwrap_or(rest.len());
-    let text = String::from_utf8_lossy(&rest[..end]);
-    text.lines().find_map(|line| {
-        let decl = line.trim().strip_prefix("field:")?;
-        let (decl, rest) = decl.split_once(';')?;
-        let name = decl.split_whitespace().last()?;
-        let name = name.split('[').next()?;
-        if name != field {
-            return None;
-        }
-        rest.split(';').find_map(|kv| kv.trim().strip_prefix("offset:")).and_then(|o| o.trim().parse().ok())
-    })
 }
 
 /// The state of one import: the converter and what it is fed.
