@@ -1,6 +1,9 @@
 /* main -> run_round -> burn_a/burn_b/burn_c in a 60/30/10 split of CPU time (6:3:1 units of the same
- * loop, shuffled in each round). Usage: cpu_split [SECONDS] (default 3; the deadline is checked between rounds). */
+ * loop, shuffled in each round). Usage: cpu_split [--wall] [SECONDS] (default 3): SECONDS of its own CPU
+ * time, so a profiler gets as many samples of it on a busy machine as on an idle one; with --wall, of wall
+ * time (to end at a known moment). The deadline is checked between rounds. */
 #include <stdlib.h>
+#include <string.h>
 #include "common.h"
 __attribute__((noinline)) void burn_a(int n) { BURN_BODY(n); }
 __attribute__((noinline)) void burn_b(int n) { BURN_BODY(n); }
@@ -23,7 +26,9 @@ __attribute__((noinline)) static void run_round(void) {
     __asm__ volatile("" ::: "memory"); /* keep the calls out of tail position */
 }
 int main(int argc, char **argv) {
-    double secs = argc > 1 ? atof(argv[1]) : 3.0, end = now_s() + secs;
-    while (now_s() < end) run_round();
+    int wall = argc > 1 && strcmp(argv[1], "--wall") == 0;
+    double (*clock)(void) = wall ? now_s : cpu_s;
+    double secs = argc > 1 + wall ? atof(argv[1 + wall]) : 3.0, end = clock() + secs;
+    while (clock() < end) run_round();
     return (int)(sink & 0);
 }

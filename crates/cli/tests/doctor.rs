@@ -495,7 +495,7 @@ fn a_target_that_ends_is_diagnosed_from_what_was_recorded() {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("d.data");
         let mut target = std::process::Command::new(workload("cpu_split"))
-            .arg(life)
+            .args(["--wall", life])
             .stdout(std::process::Stdio::null())
             .spawn()
             .unwrap();

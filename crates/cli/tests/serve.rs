@@ -116,8 +116,13 @@ fn dechunk(mut b: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Polls `f` every 200 ms until it gives Some, up to `secs`.
+/// How many times longer than on an idle machine a wait may take before it fails the test: a deadline
+/// only bounds how long a failure takes to show, and a busy machine (CI, a laptop building) is slower.
+const PATIENCE: u64 = 4;
+
+/// Polls `f` every 200 ms until it gives Some, up to `secs` (times [`PATIENCE`]).
 fn wait_for<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let secs = secs * PATIENCE;
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
         if let Some(v) = f() {
