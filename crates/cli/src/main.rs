@@ -3,7 +3,6 @@
 
 mod commands;
 mod shell;
-mod view;
 
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
@@ -585,7 +584,7 @@ fn main() {
         Command::Compare(a) => commands::compare(a),
         Command::Serve(a) => commands::serve(a),
         Command::Push(a) => commands::push(a),
-        Command::View(a) => view::view(a),
+        Command::View(a) => commands::view(a),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "whyslow", &mut std::io::stdout());
             Ok(())
@@ -611,6 +610,8 @@ fn main() {
                 message = format!("{message}: {cause}");
             }
         }
+        // The libraries name their options as their APIs do; say the flags the user typed.
+        let message = commands::in_flag_words(&e, &message).unwrap_or(message);
         eprintln!("whyslow: error: {message}");
         std::process::exit(1);
     }

@@ -9,6 +9,25 @@ use whyslow_model::Profile;
 const RULE: &str =
     "------ ----------- ----------- --------- --------- ----------- ----------- ----------------";
 
+/// One refresh of a live table: a header saying how far into the run and at what rate, then the table of
+/// `interval` (the counters of the last `secs` seconds, merged over threads).
+pub fn interval_table(
+    w: &mut impl Write,
+    elapsed_s: f64,
+    secs: f64,
+    interval: Vec<whyslow_model::SyscallStat>,
+) -> std::io::Result<()> {
+    let p = Profile { syscalls: interval, ..Default::default() };
+    let calls: u64 = p.syscalls.iter().map(|s| s.calls).sum();
+    writeln!(
+        w,
+        "whyslow syscalls: {elapsed_s:.1} s into the run, last {secs:.1} s: {:.0} calls/s",
+        calls as f64 / secs.max(1e-9)
+    )?;
+    table(w, &p, &whyslow_analyze::syscall_summary(&p, false))?;
+    writeln!(w)
+}
+
 /// The summary table, one block per thread when the rows are per thread. `lost_events` > 0 is shown.
 pub fn table(w: &mut impl Write, p: &Profile, rows: &[SyscallRow]) -> std::io::Result<()> {
     if rows.is_empty() {

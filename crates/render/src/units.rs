@@ -28,6 +28,17 @@ impl Scale {
     }
 }
 
+/// The total of a profile's sample type `value`, for a one-line summary: `1234 samples`, `0.77 s offcpu`
+/// for a time, `2048 bytes alloc-bytes` for another unit.
+pub fn amount(p: &whyslow_model::Profile, value: usize) -> String {
+    let total = p.total(value);
+    match p.sample_types.get(value) {
+        Some(t) if t.unit == "nanoseconds" => format!("{:.2} s {}", total as f64 / 1e9, t.name),
+        Some(t) if t.unit != "samples" => format!("{total} {} {}", t.unit, t.name),
+        _ => format!("{total} samples"),
+    }
+}
+
 /// Three significant digits of `x` (>= 1 in magnitude), without a trailing fraction where none is needed.
 fn three(x: f64) -> String {
     let a = x.abs();
@@ -79,6 +90,28 @@ pub fn bytes(n: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_recordings_amount_is_said_in_its_unit() {
+        use whyslow_model::{Metadata, ProfileBuilder, SampleType};
+        let profile = |unit: &str, name: &str, values: &[i64]| {
+            let mut b = ProfileBuilder::new(
+                Metadata::default(),
+                vec![SampleType { name: name.into(), unit: unit.into() }],
+            );
+            let m = b.module("/bin/app", "");
+            let f = b.frame("main", m, "", whyslow_model::FrameKind::User);
+            let t = b.thread(1, 1, "app");
+            let s = b.stack(&[f]);
+            for v in values {
+                b.add_sample(s, t, &[*v]);
+            }
+            b.finish()
+        };
+        assert_eq!(amount(&profile("samples", "cpu", &[1000, 234]), 0), "1234 samples");
+        assert_eq!(amount(&profile("nanoseconds", "offcpu", &[770_000_000, 4_000_000]), 0), "0.77 s offcpu");
+        assert_eq!(amount(&profile("bytes", "alloc-bytes", &[2048]), 0), "2048 bytes alloc-bytes");
+    }
 
     #[test]
     fn times_and_sizes_read_as_pprof_prints_them() {
