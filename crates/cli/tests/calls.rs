@@ -98,7 +98,7 @@ fn default_set_is_grouped_and_bad_patterns_suggest_names() {
 #[test]
 fn callers_are_the_stacks_of_the_counted_calls() {
     let path = workload("calls");
-    let out = ok(&["calls", "--callers", "malloc", "bump", "--", path.to_str().unwrap(), "400"]);
+    let out = ok(&["calls", "--stacks", "malloc", "bump", "--", path.to_str().unwrap(), "400"]);
     assert!(out.contains("callers (user stacks of every call"), "{out}");
     let kept: u64 = out
         .lines()
@@ -114,7 +114,7 @@ fn callers_are_the_stacks_of_the_counted_calls() {
     assert_eq!(kept + lost, 800, "every counted call is a stack or a counted loss: {out}");
     assert!(out.contains("__libc_start_call_main > main\n"), "malloc and bump are called from main: {out}");
     // The same stacks in JSON: per function, root first, ending in the function.
-    let v = calls_json(&["--callers", "malloc", "--", path.to_str().unwrap(), "300"]);
+    let v = calls_json(&["--stacks", "malloc", "--", path.to_str().unwrap(), "300"]);
     let malloc =
         v["callers"].as_array().unwrap().iter().find(|c| c["name"] == "malloc").expect("malloc's callers");
     let stacks = malloc["stacks"].as_array().unwrap();

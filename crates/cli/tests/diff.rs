@@ -54,11 +54,11 @@ fn diff_attributes_the_doubling_to_work_b() {
     assert!(text.contains("change: +"), "{text}");
 
     let svg = dir.path().join("diff.svg");
-    ok(&["diff", &before, &after, "-o", svg.to_str().unwrap()]);
+    ok(&["diff", &before, &after, "--flamegraph", svg.to_str().unwrap()]);
     let s = std::fs::read_to_string(&svg).unwrap();
     assert!(s.contains("<title>work_b (") && s.contains("red: grew"), "differential flame graph");
     let neg = dir.path().join("neg.svg");
-    ok(&["diff", &before, &after, "--negate", "-o", neg.to_str().unwrap()]);
+    ok(&["diff", &before, &after, "--negate", "--flamegraph", neg.to_str().unwrap()]);
     assert!(std::fs::read_to_string(&neg).unwrap().contains("widths: before"));
 }
 

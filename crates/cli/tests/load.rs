@@ -171,7 +171,7 @@ fn compare_under_load_finds_the_throughput_drop() {
         "wrk -t1 -c8 -d1s http://127.0.0.1:18435/",
         "--ready-port",
         "18435",
-        "-o",
+        "--output-dir",
         dir.path().to_str().unwrap(),
         "--format",
         "json",

@@ -231,8 +231,8 @@ fn bad_input_gives_one_line_errors() {
             "--stacks-period must be at least 1",
         ),
         (
-            &["calls", "--callers", "--callers-period", "0", "malloc", "--", "true"],
-            "--callers-period must be at least 1",
+            &["calls", "--stacks", "--stacks-period", "0", "malloc", "--", "true"],
+            "--stacks-period must be at least 1",
         ),
         (&["doctor", "--stacks-period", "0", "-o", z, "--", "true"], "--stacks-period must be at least 1"),
         (

@@ -31,8 +31,10 @@ pub struct TextOptions<'a> {
     /// (pattern, functions it matched) of the patterns the user gave (empty: the default set).
     pub matched: &'a [(String, usize)],
     pub follow_children: bool,
-    /// Every Nth call's stack was sampled (with --callers).
+    /// Every Nth call's stack was sampled (with --stacks).
     pub callers_period: u64,
+    /// Rows of the table (of each group), and functions whose callers are shown.
+    pub limit: usize,
 }
 
 /// The text report of `whyslow calls`: what the patterns matched, the table, the callers of each counted
@@ -63,7 +65,7 @@ pub fn text(w: &mut impl Write, p: &Profile, rows: &[CallRow], how: &TextOptions
             " (children not followed: --follow-children)"
         }
     )?;
-    table(w, p, rows, !how.matched.is_empty())?;
+    table(w, p, rows, !how.matched.is_empty(), how.limit)?;
     if let Some(value) = p.sample_type(whyslow_model::sample_types::CALLS) {
         let called: Vec<&str> =
             rows.iter().filter(|r| r.stat.calls > 0).map(|r| r.stat.name.as_str()).collect();
@@ -72,11 +74,18 @@ pub fn text(w: &mut impl Write, p: &Profile, rows: &[CallRow], how: &TextOptions
             n => format!("every {n}th call"),
         };
         writeln!(w, "\ncallers (user stacks of {every}, aggregated in whyslow):")?;
-        crate::text::stacks_ending_in(w, p, value, &called[..called.len().min(10)], 5, how.callers_period)?;
+        crate::text::stacks_ending_in(
+            w,
+            p,
+            value,
+            &called[..called.len().min(how.limit)],
+            5,
+            how.callers_period,
+        )?;
         if p.meta.lost_samples > 0 {
             writeln!(
                 w,
-                "\n{} stack samples lost (the ring buffer was full): use --callers-period N",
+                "\n{} stack samples lost (the ring buffer was full): use --stacks-period N",
                 p.meta.lost_samples
             )?;
         }
@@ -88,11 +97,32 @@ pub fn text(w: &mut impl Write, p: &Profile, rows: &[CallRow], how: &TextOptions
 }
 
 /// The table, one block per group. Time columns appear when the run measured time per call. Functions
-/// with no call are listed only with `zeros` (else counted in one line at the end).
-pub fn table(w: &mut impl Write, p: &Profile, rows: &[CallRow], zeros: bool) -> std::io::Result<()> {
+/// with no call are listed only with `zeros` (else counted in one line at the end). Each group shows its
+/// first `limit` rows.
+pub fn table(
+    w: &mut impl Write,
+    p: &Profile,
+    rows: &[CallRow],
+    zeros: bool,
+    limit: usize,
+) -> std::io::Result<()> {
     let secs = p.meta.duration_ns as f64 / 1e9;
     let uncalled = rows.iter().filter(|r| r.stat.calls == 0).count();
-    let shown: Vec<&CallRow> = rows.iter().filter(|r| zeros || r.stat.calls > 0).collect();
+    let listed: Vec<&CallRow> = rows.iter().filter(|r| zeros || r.stat.calls > 0).collect();
+    // The first `limit` of each group, and how many of each were left out.
+    let mut shown: Vec<&CallRow> = Vec::new();
+    let mut cut: Vec<(&str, usize)> = Vec::new();
+    for r in &listed {
+        let in_group = shown.iter().filter(|s| s.stat.group == r.stat.group).count();
+        if in_group < limit {
+            shown.push(r);
+        } else {
+            match cut.iter_mut().find(|(g, _)| *g == r.stat.group) {
+                Some((_, n)) => *n += 1,
+                None => cut.push((&r.stat.group, 1)),
+            }
+        }
+    }
     let rows = &shown[..];
     let timed = rows.iter().any(|r| r.stat.timed > 0);
     let mut group = None;
@@ -131,6 +161,9 @@ pub fn table(w: &mut impl Write, p: &Profile, rows: &[CallRow], zeros: bool) -> 
         } else {
             writeln!(w, "{:>12} {:>10}  {}  [{module}]", s.calls, rate(s.calls, secs), shown_name(r))?;
         }
+    }
+    for (group, n) in &cut {
+        writeln!(w, "  ... {n} more functions of {group} (--limit)")?;
     }
     if rows.is_empty() {
         writeln!(w, "none of the probed functions was called")?;

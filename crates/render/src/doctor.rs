@@ -49,7 +49,8 @@ fn finding(w: &mut impl Write, n: usize, f: &Finding) -> std::io::Result<()> {
     writeln!(w)
 }
 
-pub fn text(w: &mut impl Write, p: &Profile, d: &Diagnosis) -> std::io::Result<()> {
+/// The text report; the hot paths and the counted calls show `limit` rows each.
+pub fn text(w: &mut impl Write, p: &Profile, d: &Diagnosis, limit: usize) -> std::io::Result<()> {
     let pids: Vec<String> = p.meta.target_pids.iter().map(u32::to_string).collect();
     // Imported profiles name no process.
     let pids = if pids.is_empty() { String::new() } else { format!(" (pid {})", pids.join(",")) };
@@ -79,15 +80,17 @@ pub fn text(w: &mut impl Write, p: &Profile, d: &Diagnosis) -> std::io::Result<(
     }
     writeln!(w, "hot paths:")?;
     let width = d.hot_paths.iter().map(|h| h.of.len()).max().unwrap_or(0);
-    for h in &d.hot_paths {
+    for h in d.hot_paths.iter().take(limit) {
         writeln!(w, "  {:5.1}% of {:<width$} {}", h.pct, h.of, path(h))?;
     }
+    more(w, d.hot_paths.len(), limit, "hot paths")?;
     let calls = counted_calls(p);
     if !calls.is_empty() {
         writeln!(w, "\nexact call counts of the hot functions ({:.1} s):", p.meta.calls_seconds())?;
-        for c in &calls {
+        for c in calls.iter().take(limit) {
             writeln!(w, "  {:>12} calls {:>12.0}/s  {}", c.calls, c.per_s, c.name)?;
         }
+        more(w, calls.len(), limit, "functions")?;
     }
     if !d.skipped.is_empty() {
         writeln!(w, "\nnot checked: {}", d.skipped.join("; "))?;
@@ -113,6 +116,14 @@ pub fn text(w: &mut impl Write, p: &Profile, d: &Diagnosis) -> std::io::Result<(
     }
     for n in &p.meta.notes {
         writeln!(w, "note: {n}")?;
+    }
+    Ok(())
+}
+
+/// `  ... 3 more hot paths (--limit)` under a table cut at `limit` of its `rows`.
+fn more(w: &mut impl Write, rows: usize, limit: usize, what: &str) -> std::io::Result<()> {
+    if rows > limit {
+        writeln!(w, "  ... {} more {what} (--limit)", rows - limit)?;
     }
     Ok(())
 }
@@ -306,7 +317,7 @@ mod tests {
         let ids: Vec<&str> = d.findings.iter().map(|f| f.id).collect();
         assert_eq!(ids, ["blocking-io", "hot-logging", "tz-stat-storm"]);
         let mut text = Vec::new();
-        super::text(&mut text, &p, &d).unwrap();
+        super::text(&mut text, &p, &d, 25).unwrap();
         check_golden("doctor.txt", &text);
         let mut json = Vec::new();
         super::json(&mut json, &p, &d).unwrap();

@@ -16,6 +16,7 @@ pub fn interval_table(
     elapsed_s: f64,
     secs: f64,
     interval: Vec<whyslow_model::SyscallStat>,
+    limit: usize,
 ) -> std::io::Result<()> {
     let p = Profile { syscalls: interval, ..Default::default() };
     let calls: u64 = p.syscalls.iter().map(|s| s.calls).sum();
@@ -24,12 +25,13 @@ pub fn interval_table(
         "whyslow syscalls: {elapsed_s:.1} s into the run, last {secs:.1} s: {:.0} calls/s",
         calls as f64 / secs.max(1e-9)
     )?;
-    table(w, &p, &whyslow_analyze::syscall_summary(&p, false))?;
+    table(w, &p, &whyslow_analyze::syscall_summary(&p, false), limit)?;
     writeln!(w)
 }
 
-/// The summary table, one block per thread when the rows are per thread. `lost_events` > 0 is shown.
-pub fn table(w: &mut impl Write, p: &Profile, rows: &[SyscallRow]) -> std::io::Result<()> {
+/// The summary table, one block per thread when the rows are per thread, each showing its `limit`
+/// syscalls of most time (the total line counts them all). `lost_events` > 0 is shown.
+pub fn table(w: &mut impl Write, p: &Profile, rows: &[SyscallRow], limit: usize) -> std::io::Result<()> {
     if rows.is_empty() {
         writeln!(w, "no syscalls")?;
     }
@@ -42,7 +44,7 @@ pub fn table(w: &mut impl Write, p: &Profile, rows: &[SyscallRow]) -> std::io::R
                 p.threads.iter().find(|t| (t.pid, t.tid) == (pid, tid)).map_or("", |t| t.name.as_str());
             writeln!(w, "{}thread {tid}{} (pid {pid})", if start > 0 { "\n" } else { "" }, quoted(name))?;
         }
-        block(w, &rows[start..end])?;
+        block(w, &rows[start..end], limit)?;
         start = end;
     }
     if p.meta.lost_events > 0 {
@@ -63,7 +65,7 @@ fn quoted(name: &str) -> String {
     }
 }
 
-fn block(w: &mut impl Write, rows: &[SyscallRow]) -> std::io::Result<()> {
+fn block(w: &mut impl Write, rows: &[SyscallRow], limit: usize) -> std::io::Result<()> {
     let total_ns: u64 = rows.iter().map(|r| r.stat.total_ns).sum();
     writeln!(w, "% time     seconds  usecs/call     calls    errors   p99 usecs   max usecs syscall")?;
     writeln!(w, "{RULE}")?;
@@ -80,9 +82,12 @@ fn block(w: &mut impl Write, rows: &[SyscallRow]) -> std::io::Result<()> {
                 max as f64 / 1e3
             )
         };
-    for r in rows {
+    for r in rows.iter().take(limit) {
         let s = &r.stat;
         line(w, s.total_ns, s.calls, s.errors, Some(s.quantile_ns(0.99)), s.max_ns, &s.name)?;
+    }
+    if rows.len() > limit {
+        writeln!(w, "  ... {} more syscalls (--limit)", rows.len() - limit)?;
     }
     writeln!(w, "{RULE}")?;
     let calls = rows.iter().map(|r| r.stat.calls).sum();
@@ -418,7 +423,7 @@ mod tests {
         p.syscalls = vec![s("newfstatat", 200_000, 300_000_000, 0), s("openat", 1000, 3_000_000, 1000)];
         p.meta.lost_events = 3;
         let mut out = Vec::new();
-        table(&mut out, &p, &whyslow_analyze::syscall_summary(&p, false)).unwrap();
+        table(&mut out, &p, &whyslow_analyze::syscall_summary(&p, false), 25).unwrap();
         let text = String::from_utf8(out).unwrap();
         let want = "\
 % time     seconds  usecs/call     calls    errors   p99 usecs   max usecs syscall

@@ -22,7 +22,7 @@ pub fn calls(a: CallsArgs) -> Result<()> {
         }
         whyslow_record::calls::add_module(&mut modules, lib.clone());
     }
-    let callers_period = a.callers.then_some(a.callers_period);
+    let callers_period = a.stacks.then_some(a.stacks_period);
     let needs = CallOptions { latency: a.latency, callers_period, ..Default::default() }.needs();
     let res = whyslow_record::calls::resolve(&modules, &patterns, |_| needs)?;
     let unmatched: Vec<String> = res.matched.iter().filter(|m| m.1 == 0).map(|m| m.0.clone()).collect();
@@ -76,7 +76,8 @@ pub fn calls(a: CallsArgs) -> Result<()> {
             let how = render::calls::TextOptions {
                 matched: if a.patterns.is_empty() { &[] } else { &res.matched },
                 follow_children: a.follow_children,
-                callers_period: whyslow_record::sampling_period(a.callers_period),
+                callers_period: whyslow_record::sampling_period(a.stacks_period),
+                limit: a.limit,
             };
             render::calls::text(&mut out, &profile, &rows, &how)?
         }

@@ -16,7 +16,8 @@ pub fn compare(a: CompareArgs) -> Result<()> {
     if a.runs < 4 {
         eprintln!("whyslow: note: with fewer than 4 runs per side no difference can reach p < 0.05");
     }
-    std::fs::create_dir_all(&a.output).with_context(|| format!("cannot create {}", a.output.display()))?;
+    std::fs::create_dir_all(&a.output_dir)
+        .with_context(|| format!("cannot create {}", a.output_dir.display()))?;
     signals::install();
     let c = whyslow_investigate::compare::compare(
         &opts,
@@ -34,20 +35,20 @@ pub fn compare(a: CompareArgs) -> Result<()> {
     for r in &c.runs {
         let name = format!("{}-{}", SIDES[r.side], r.number);
         if let Some(out) = &r.load_output {
-            let path = a.output.join(format!("{name}.load.txt"));
+            let path = a.output_dir.join(format!("{name}.load.txt"));
             std::fs::write(&path, out).with_context(|| format!("cannot write {}", path.display()))?;
         }
-        file::save(&r.profile, &a.output.join(format!("{name}.data")))?;
+        file::save(&r.profile, &a.output_dir.join(format!("{name}.data")))?;
     }
     for (side, p) in c.merged.iter().enumerate() {
-        file::save(p, &a.output.join(format!("{}.data", SIDES[side])))?;
+        file::save(p, &a.output_dir.join(format!("{}.data", SIDES[side])))?;
     }
     for n in &c.notes {
         eprintln!("whyslow: note: {n}");
     }
     let sides_diff = c.sides();
     let d = sides_diff.map(|(b, af)| whyslow_analyze::diff::diff(b, af, false));
-    let svg_path = a.output.join("diff.svg");
+    let svg_path = a.output_dir.join("diff.svg");
     let mut flamegraph = None;
     if let Some((b, af)) = sides_diff {
         let opts = render::diff::DiffFlameOptions {
@@ -59,7 +60,7 @@ pub fn compare(a: CompareArgs) -> Result<()> {
             Err(e) => eprintln!("whyslow: note: no diff flame graph: {e:#}"),
         }
     }
-    let dir = a.output.display().to_string();
+    let dir = a.output_dir.display().to_string();
     let view = render::compare::CompareView {
         before: &before,
         after: &after,

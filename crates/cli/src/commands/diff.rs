@@ -17,7 +17,7 @@ pub fn diff(a: DiffArgs) -> Result<()> {
         OutputFormat::Json => render::diff::json(&mut out, &d, a.limit)?,
     }
     out.flush()?;
-    if let Some(path) = &a.output {
+    if let Some(path) = &a.flamegraph {
         let opts = render::diff::DiffFlameOptions {
             title: format!("whyslow diff ({name}): {} -> {}", a.before.display(), a.after.display()),
             negate: a.negate,

@@ -42,7 +42,7 @@ pub fn doctor(a: DoctorArgs) -> Result<()> {
     let d = whyslow_analyze::doctor::diagnose(&profile, &recording);
     let mut out = report;
     match a.format {
-        OutputFormat::Text => render::doctor::text(&mut out, &profile, &d)?,
+        OutputFormat::Text => render::doctor::text(&mut out, &profile, &d, a.limit)?,
         OutputFormat::Json => render::doctor::json(&mut out, &profile, &d)?,
     }
     out.flush()?;

@@ -51,8 +51,8 @@ pub fn in_flag_words(e: &anyhow::Error, message: &str) -> Option<String> {
                 RecordOption::Frequency => "-F",
                 RecordOption::AllocPeriod => "--alloc-period",
                 RecordOption::SyscallStacksPeriod => "--stacks-period",
-                RecordOption::CallersPeriod => "--callers-period",
-                RecordOption::CallerStacks => "--callers",
+                RecordOption::CallersPeriod => "--stacks-period",
+                RecordOption::CallerStacks => "--stacks",
             };
             (cause.to_string(), format!("{flag} {problem}"))
         } else if let Some(InvestigateError::BadOption { option, problem }) = cause.downcast_ref() {
@@ -166,7 +166,7 @@ fn end_status_line() {
     }
 }
 
-/// Where a command's report goes: standard output, or the file of `--report`, created before the run
+/// Where a command's report goes: standard output, or the file of `--print-to`, created before the run
 /// starts (so a bad path fails before anything is recorded) and written as the report is produced.
 enum Report {
     Stdout(std::io::Stdout),
@@ -178,7 +178,7 @@ impl Report {
         Ok(match &args.report {
             None => Report::Stdout(std::io::stdout()),
             Some(p) => Report::File(std::io::BufWriter::new(
-                std::fs::File::create(p).with_context(|| format!("--report {}", p.display()))?,
+                std::fs::File::create(p).with_context(|| format!("--print-to {}", p.display()))?,
             )),
         })
     }

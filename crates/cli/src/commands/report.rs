@@ -29,7 +29,12 @@ pub fn report(a: ReportArgs) -> Result<()> {
             )?;
             if !p.syscalls.is_empty() {
                 writeln!(out, "\nsyscalls (exact counts):")?;
-                render::syscalls::table(&mut out, &p, &whyslow_analyze::syscall_summary(&p, a.threads))?;
+                render::syscalls::table(
+                    &mut out,
+                    &p,
+                    &whyslow_analyze::syscall_summary(&p, a.threads),
+                    a.limit,
+                )?;
             }
         }
         (None, OutputFormat::Json) => render::json::report(&mut out, &p, value)?,

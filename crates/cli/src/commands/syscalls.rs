@@ -13,6 +13,7 @@ struct SyscallsView {
     tty: bool,
     previous: Vec<SyscallStat>,
     last: Duration,
+    limit: usize,
 }
 
 impl Observer for SyscallsView {
@@ -33,7 +34,7 @@ impl Observer for SyscallsView {
             let _ = write!(out, "\x1b[H\x1b[2J");
         }
         let secs = (elapsed - self.last).as_secs_f64();
-        let _ = render::syscalls::interval_table(out, elapsed.as_secs_f64(), secs, interval);
+        let _ = render::syscalls::interval_table(out, elapsed.as_secs_f64(), secs, interval, self.limit);
         let _ = out.flush();
         self.previous = stats.to_vec();
         self.last = elapsed;
@@ -66,6 +67,7 @@ pub fn syscalls(a: SyscallsArgs) -> Result<()> {
         out,
         previous: Vec::new(),
         last: Duration::ZERO,
+        limit: a.limit,
     };
     let raw = whyslow_record::record(&opts, &mut view)?;
     remember_outcome(&raw.meta, a.target.duration);
@@ -79,7 +81,7 @@ pub fn syscalls(a: SyscallsArgs) -> Result<()> {
             if !a.trace.is_empty() || interval.is_some() {
                 writeln!(out)?;
             }
-            render::syscalls::table(&mut out, &profile, &rows)?;
+            render::syscalls::table(&mut out, &profile, &rows, a.limit)?;
             if let Some(value) = profile.sample_type(sample_types::SYSCALLS) {
                 let merged = whyslow_analyze::syscall_summary(&profile, false);
                 let period = whyslow_record::sampling_period(a.stacks_period);
