@@ -218,7 +218,7 @@ pub enum EventArg {
 pub enum OutputFormat {
     /// Tables for people, values in units (1.20s, 3.50MiB).
     Text,
-    /// One JSON document for programs: exact integers, each named with its unit (docs/json.md).
+    /// One JSON document for programs: exact integers, each named with its unit.
     Json,
 }
 

@@ -67,6 +67,17 @@ fn cpp_operator_new_and_latency() {
         .unwrap();
     let (avg, max) = (f["avg_ns"].as_u64().unwrap(), f["max_ns"].as_u64().unwrap());
     assert!(avg > 0 && avg <= max, "{f}");
+    // The text table shows the times in units (`1.25µs`), the JSON above exact integer nanoseconds.
+    let text = ok(&["calls", "--latency", "operator new*", "--", path.to_str().unwrap(), "20000"]);
+    let row = text.lines().find(|l| l.contains("operator new(unsigned long)")).unwrap();
+    let f: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(f[0], "40000", "{text}");
+    let unit = |s: &str| {
+        ["ns", "µs", "ms", "s"]
+            .iter()
+            .any(|u| s.ends_with(u) && s[..s.len() - u.len()].parse::<f64>().is_ok())
+    };
+    assert!(unit(f[2]) && unit(f[3]) && unit(f[4]), "total, avg and max in units: {row}");
 }
 
 #[test]

@@ -56,9 +56,9 @@ pub fn text(w: &mut impl Write, p: &Profile, rows: &[CallRow], how: &TextOptions
     let n = counted.len();
     writeln!(
         w,
-        "{n} function{} counted exactly in the kernel for {:.2} s{}\n",
+        "{n} function{} counted exactly in the kernel for {}{}\n",
         if n == 1 { "" } else { "s" },
-        p.meta.duration_ns as f64 / 1e9,
+        crate::units::duration(p.meta.duration_ns as i64),
         if how.follow_children {
             " (target and its children)"
         } else {
@@ -134,8 +134,8 @@ pub fn table(
             if timed {
                 writeln!(
                     w,
-                    "{:>12} {:>10} {:>12} {:>10} {:>12} {:>7}  function  [module]",
-                    "calls", "calls/s", "total ms", "avg ns", "max ns", "% wall"
+                    "{:>12} {:>10} {:>9} {:>9} {:>9} {:>7}  function  [module]",
+                    "calls", "calls/s", "total", "avg", "max", "% wall"
                 )?;
             } else {
                 writeln!(w, "{:>12} {:>10}  function  [module]", "calls", "calls/s")?;
@@ -149,13 +149,15 @@ pub fn table(
             } else {
                 0.0
             };
+            let time = |ns: u64| crate::units::duration(ns as i64);
             writeln!(
                 w,
-                "{:>12} {:>10} {:>12.3} {avg:>10} {:>12} {wall:>6.1}%  {}  [{module}]",
+                "{:>12} {:>10} {:>9} {:>9} {:>9} {wall:>6.1}%  {}  [{module}]",
                 s.calls,
                 rate(s.calls, secs),
-                s.total_ns as f64 / 1e6,
-                s.max_ns,
+                time(s.total_ns),
+                time(avg),
+                time(s.max_ns),
                 shown_name(r)
             )?;
         } else {
@@ -227,4 +229,50 @@ pub fn json(w: &mut impl Write, p: &Profile, rows: &[CallRow], unmatched: &[Stri
     });
     serde_json::to_writer_pretty(&mut *w, &doc)?;
     writeln!(w)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use whyslow_model::CallStat;
+
+    fn profile() -> Profile {
+        let stat = |name: &str, calls, total_ns, max_ns| CallStat {
+            pid: 1,
+            name: name.into(),
+            module: "/lib/libc.so.6".into(),
+            group: "allocation".into(),
+            calls,
+            timed: calls,
+            total_ns,
+            max_ns,
+            ..Default::default()
+        };
+        let mut p = Profile::default();
+        p.meta.duration_ns = 2_000_000_000;
+        p.calls = vec![
+            stat("malloc", 40_000, 50_000_000, 1_500_000),
+            stat("free", 30_000, 3_000_000, 12_345),
+            stat("calloc", 20, 2_000, 150),
+        ];
+        p
+    }
+
+    /// Times per call in their units (total 50.0ms, avg 1.25µs, max 1.50ms), one row per function up to
+    /// the limit, the rest counted.
+    #[test]
+    fn the_table_shows_times_in_units_and_keeps_to_its_limit() {
+        let p = profile();
+        let mut out = Vec::new();
+        table(&mut out, &p, &whyslow_analyze::call_summary(&p), false, 2).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let want = "\
+allocation
+       calls    calls/s     total       avg       max  % wall  function  [module]
+       40000    20.0k/s    50.0ms    1.25µs    1.50ms    2.5%  malloc  [libc.so.6]
+       30000    15.0k/s    3.00ms     100ns    12.3µs    0.1%  free  [libc.so.6]
+  ... 1 more functions of allocation (--limit)
+";
+        assert_eq!(text, want);
+    }
 }

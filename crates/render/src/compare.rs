@@ -28,6 +28,9 @@ pub struct CompareView<'a> {
 fn value(v: f64, unit: &str) -> String {
     match unit {
         "req/s" => format!("{v:.0}"),
+        // Times carry their unit, to three significant digits: 1.20s, 850ms.
+        "s" => crate::units::seconds(v),
+        "ms" => crate::units::seconds(v / 1e3),
         // Short runs keep their digits: 0.0012 s rather than 0.001.
         _ if v.abs() < 1.0 => format!("{v:.4}"),
         _ => format!("{v:.3}"),
@@ -86,7 +89,11 @@ pub fn report(w: &mut impl Write, v: &CompareView) -> Result<(), RenderError> {
         .measures
         .iter()
         .map(|m| {
-            let name = format!("{} ({})", m.name, m.unit);
+            // A time shows its unit in each value; other measures name it here.
+            let name = match m.unit.as_str() {
+                "s" | "ms" => m.name.clone(),
+                unit => format!("{} ({unit})", m.name),
+            };
             match &m.comparison {
                 Some(c) => [
                     name,
@@ -145,8 +152,8 @@ pub fn report(w: &mut impl Write, v: &CompareView) -> Result<(), RenderError> {
         writeln!(
             w,
             "\nwhere the CPU time changed (all runs of a side merged, scaled to its median CPU time; the deltas \
-             add up to {:+.3} s):",
-            d.total_delta()
+             add up to {}):",
+            crate::units::signed_duration((d.total_delta() * 1e9).round() as i64)
         )?;
         if d.functions.is_empty() {
             writeln!(w, "no CPU samples were recorded (runs shorter than the sampling period?)")?;
@@ -286,8 +293,11 @@ mod tests {
         out.extend(render(|w| json(w, &v)));
         crate::fixture::check_golden("compare.txt", &out);
         let text = String::from_utf8(out).unwrap();
-        assert!(text.contains("the deltas add up to +1.050 s"), "{text}");
-        assert!(text.contains("wall time (s)") && text.contains("+24.9%"), "{text}");
+        assert!(text.contains("the deltas add up to +1.05s"), "{text}");
+        assert!(
+            text.contains("wall time ") && !text.contains("wall time (s)") && text.contains("+24.9%"),
+            "{text}"
+        );
     }
 
     #[test]

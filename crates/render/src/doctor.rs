@@ -56,9 +56,9 @@ pub fn text(w: &mut impl Write, p: &Profile, d: &Diagnosis, limit: usize) -> std
     let pids = if pids.is_empty() { String::new() } else { format!(" (pid {})", pids.join(",")) };
     writeln!(
         w,
-        "whyslow doctor: {}{pids}, {:.1} s: {} finding{}\n",
+        "whyslow doctor: {}{pids}, {}: {} finding{}\n",
         p.meta.command.join(" "),
-        p.meta.duration_ns as f64 / 1e9,
+        crate::units::duration(p.meta.duration_ns as i64),
         d.findings.len(),
         if d.findings.len() == 1 { "" } else { "s" }
     )?;
@@ -86,7 +86,11 @@ pub fn text(w: &mut impl Write, p: &Profile, d: &Diagnosis, limit: usize) -> std
     more(w, d.hot_paths.len(), limit, "hot paths")?;
     let calls = counted_calls(p);
     if !calls.is_empty() {
-        writeln!(w, "\nexact call counts of the hot functions ({:.1} s):", p.meta.calls_seconds())?;
+        writeln!(
+            w,
+            "\nexact call counts of the hot functions (over {}):",
+            crate::units::seconds(p.meta.calls_seconds())
+        )?;
         for c in calls.iter().take(limit) {
             writeln!(w, "  {:>12} calls {:>12.0}/s  {}", c.calls, c.per_s, c.name)?;
         }
@@ -134,17 +138,21 @@ fn wall(w: &mut impl Write, s: &WallSplit) -> std::io::Result<()> {
     let pct = |x: i64| if working > 0 { 100.0 * x as f64 / working as f64 } else { 0.0 };
     write!(
         w,
-        "threads' working time: {:.1}% running, {:.1}% blocked, {:.1}% waiting for a CPU (of {:.2} s)",
+        "threads' working time: {:.1}% running, {:.1}% blocked, {:.1}% waiting for a CPU (of {})",
         pct(s.running_ns),
         pct(s.blocked_ns),
         pct(s.runnable_ns),
-        working as f64 / 1e9
+        crate::units::duration(working)
     )?;
     if s.idle_ns >= 5_000_000 {
-        write!(w, "; {:.2} s more idle (waiting for work), left out of the shares", s.idle_ns as f64 / 1e9)?;
+        write!(
+            w,
+            "; {} more idle (waiting for work), left out of the shares",
+            crate::units::duration(s.idle_ns)
+        )?;
     }
     if s.probe_ns >= 5_000_000 {
-        write!(w, "; {:.2} s off CPU inside whyslow's probes, left out too", s.probe_ns as f64 / 1e9)?;
+        write!(w, "; {} off CPU inside whyslow's probes, left out too", crate::units::duration(s.probe_ns))?;
     }
     writeln!(w, "\n")
 }
@@ -174,17 +182,17 @@ fn measured(p: &Profile) -> Vec<String> {
         out.push(match p.meta.syscalls_duration_ns {
             0 => "syscall counts exact over the whole run".to_string(),
             _ => format!(
-                "syscall counts exact over the first {:.2} s of {:.2} s (the budget stopped the counters; rates \
-                 are per second of that window)",
-                p.meta.syscalls_seconds(),
-                p.meta.duration_ns as f64 / 1e9
+                "syscall counts exact over the first {} of {} (the budget stopped the counters; rates are per \
+                 second of that window)",
+                crate::units::seconds(p.meta.syscalls_seconds()),
+                crate::units::duration(p.meta.duration_ns as i64)
             ),
         });
     }
     if !p.calls.is_empty() || p.sample_type(whyslow_model::sample_types::ALLOC_COUNT).is_some() {
         out.push(format!(
-            "call and allocation counts exact over {:.2} s (rates per second of that window), their stacks sampled",
-            p.meta.calls_seconds()
+            "call and allocation counts exact over {} (rates per second of that window), their stacks sampled",
+            crate::units::seconds(p.meta.calls_seconds())
         ));
     }
     out

@@ -67,19 +67,20 @@ fn quoted(name: &str) -> String {
 
 fn block(w: &mut impl Write, rows: &[SyscallRow], limit: usize) -> std::io::Result<()> {
     let total_ns: u64 = rows.iter().map(|r| r.stat.total_ns).sum();
-    writeln!(w, "% time     seconds  usecs/call     calls    errors   p99 usecs   max usecs syscall")?;
+    // strace -c's columns as strace prints them; p99 and max (ours) in units, as 2.04µs or 12.3ms.
+    writeln!(w, "% time     seconds  usecs/call     calls    errors         p99         max syscall")?;
     writeln!(w, "{RULE}")?;
     let line =
         |w: &mut dyn Write, ns: u64, calls: u64, errors: u64, p99: Option<u64>, max: u64, name: &str| {
             let share = if total_ns == 0 { 0.0 } else { 100.0 * ns as f64 / total_ns as f64 };
             let errors = if errors > 0 { errors.to_string() } else { String::new() };
-            let p99 = p99.map_or(String::new(), |v| format!("{:.1}", v as f64 / 1e3));
+            let p99 = p99.map_or(String::new(), |v| crate::units::duration(v as i64));
             writeln!(
                 w,
-                "{share:6.2} {:11.6} {:11} {calls:9} {errors:>9} {p99:>11} {:11.1} {name}",
+                "{share:6.2} {:11.6} {:11} {calls:9} {errors:>9} {p99:>11} {:>11} {name}",
                 ns as f64 / 1e9,
                 ns / 1000 / calls.max(1),
-                max as f64 / 1e3
+                crate::units::duration(max as i64)
             )
         };
     for r in rows.iter().take(limit) {
@@ -426,12 +427,12 @@ mod tests {
         table(&mut out, &p, &whyslow_analyze::syscall_summary(&p, false), 25).unwrap();
         let text = String::from_utf8(out).unwrap();
         let want = "\
-% time     seconds  usecs/call     calls    errors   p99 usecs   max usecs syscall
+% time     seconds  usecs/call     calls    errors         p99         max syscall
 ------ ----------- ----------- --------- --------- ----------- ----------- ----------------
- 99.01    0.300000           1    200000                   2.0         9.0 newfstatat
-  0.99    0.003000           3      1000      1000         2.0         9.0 openat
+ 99.01    0.300000           1    200000                2.04µs      9.00µs newfstatat
+  0.99    0.003000           3      1000      1000      2.04µs      9.00µs openat
 ------ ----------- ----------- --------- --------- ----------- ----------- ----------------
-100.00    0.303000           1    201000      1000                     9.0 total
+100.00    0.303000           1    201000      1000                  9.00µs total
 errors: openat ENOENT 1000
 lost events: 3 (counted calls or traced calls the kernel had no room for)
 ";

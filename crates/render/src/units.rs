@@ -28,14 +28,17 @@ impl Scale {
     }
 }
 
-/// The total of a profile's sample type `value`, for a one-line summary: `1234 samples`, `0.77 s offcpu`
-/// for a time, `2048 bytes alloc-bytes` for another unit.
+/// The total of a profile's sample type `value`, for a one-line summary: `1234 samples`, `770ms offcpu`
+/// for a time, `2.00KiB alloc-bytes` for a size, `2048 count alloc-count` for another unit.
 pub fn amount(p: &whyslow_model::Profile, value: usize) -> String {
     let total = p.total(value);
     match p.sample_types.get(value) {
-        Some(t) if t.unit == "nanoseconds" => format!("{:.2} s {}", total as f64 / 1e9, t.name),
-        Some(t) if t.unit != "samples" => format!("{total} {} {}", t.unit, t.name),
-        _ => format!("{total} samples"),
+        Some(t) if t.unit == "samples" => format!("{total} samples"),
+        Some(t) => match Scale::of(&t.unit) {
+            Scale::Count => format!("{total} {} {}", t.unit, t.name),
+            scale => format!("{} {}", scale.show(total), t.name),
+        },
+        None => format!("{total} samples"),
     }
 }
 
@@ -67,6 +70,29 @@ pub fn duration(ns: i64) -> String {
         format!("{}s", three(x / 1e9))
     } else {
         format!("{:.0}s", x / 1e9)
+    }
+}
+
+/// A change of time: `+1.20s`, `-500ms`, `0ns`.
+pub fn signed_duration(ns: i64) -> String {
+    if ns > 0 {
+        format!("+{}", duration(ns))
+    } else {
+        duration(ns)
+    }
+}
+
+/// Seconds (as the analyses give them) as [`duration`] shows nanoseconds.
+pub fn seconds(s: f64) -> String {
+    duration((s * 1e9).round() as i64)
+}
+
+/// An exact total in its unit, for text: `1.97s`, `3.00MiB`, `1234 samples`.
+pub fn total(value: i64, unit: &str) -> String {
+    match Scale::of(unit) {
+        Scale::Count if unit.is_empty() => value.to_string(),
+        Scale::Count => format!("{value} {unit}"),
+        scale => scale.show(value),
     }
 }
 
@@ -109,8 +135,9 @@ mod tests {
             b.finish()
         };
         assert_eq!(amount(&profile("samples", "cpu", &[1000, 234]), 0), "1234 samples");
-        assert_eq!(amount(&profile("nanoseconds", "offcpu", &[770_000_000, 4_000_000]), 0), "0.77 s offcpu");
-        assert_eq!(amount(&profile("bytes", "alloc-bytes", &[2048]), 0), "2048 bytes alloc-bytes");
+        assert_eq!(amount(&profile("nanoseconds", "offcpu", &[770_000_000, 4_000_000]), 0), "774ms offcpu");
+        assert_eq!(amount(&profile("bytes", "alloc-bytes", &[2048]), 0), "2.00KiB alloc-bytes");
+        assert_eq!(amount(&profile("count", "alloc-count", &[2048]), 0), "2048 count alloc-count");
     }
 
     #[test]

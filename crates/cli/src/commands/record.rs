@@ -83,9 +83,9 @@ pub fn record(a: RecordArgs) -> Result<()> {
     saved?;
     let amount = render::units::amount(&profile, 0);
     eprintln!(
-        "whyslow: wrote {} ({amount}, {:.1}s); next: `whyslow report {0}`, `whyslow flamegraph {0}`",
+        "whyslow: wrote {} ({amount}, {}); next: `whyslow report {0}`, `whyslow flamegraph {0}`",
         a.output.display(),
-        profile.meta.duration_ns as f64 / 1e9
+        render::units::duration(profile.meta.duration_ns as i64)
     );
     Ok(())
 }
