@@ -79,7 +79,10 @@ fn a_server_that_never_listens_is_an_error_and_is_stopped() {
         "sleep",
         "31.5",
     ]);
-    assert!(e.contains("did not accept connections on 127.0.0.1:18432 within 1.0 s"), "{e}");
+    assert!(
+        e.contains("did not accept connections on 127.0.0.1:18432 within 1.0 s (--ready-timeout)"),
+        "{e}"
+    );
     assert!(processes_running(&["sleep", "31.5"]).is_empty(), "the server is still running");
     assert!(!data.exists());
 }

@@ -323,7 +323,7 @@ pub enum RecordError {
     #[error("unknown syscall '{name}'{}", whyslow_model::did_you_mean(.suggestions))]
     NoSuchSyscall { name: String, suggestions: Vec<String> },
     #[error(
-        "the server did not accept connections on 127.0.0.1:{port} within {seconds:.1} s (--ready-timeout)"
+        "the server did not accept connections on 127.0.0.1:{port} within {seconds:.1} s (the ready timeout)"
     )]
     ServerNotReady { port: u16, seconds: f64 },
     #[error("the server exited with status {code} {when}")]

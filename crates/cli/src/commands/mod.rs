@@ -55,6 +55,10 @@ pub fn in_flag_words(e: &anyhow::Error, message: &str) -> Option<String> {
                 RecordOption::CallerStacks => "--stacks",
             };
             (cause.to_string(), format!("{flag} {problem}"))
+        } else if let Some(e @ RecordError::ServerNotReady { .. }) = cause.downcast_ref() {
+            let library = e.to_string();
+            let cli = library.replace("(the ready timeout)", "(--ready-timeout)");
+            (library, cli)
         } else if let Some(InvestigateError::BadOption { option, problem }) = cause.downcast_ref() {
             let cli = match option {
                 InvestigateOption::StacksPeriod | InvestigateOption::AllocPeriod => {
