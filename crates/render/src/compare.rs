@@ -37,6 +37,16 @@ fn value(v: f64, unit: &str) -> String {
     }
 }
 
+/// The progress line of one run: `run 3/10 before: cpu 1.20s, wall 1.31s, 5230 requests/s`.
+pub fn run_line(number: usize, runs: usize, side: &str, cpu_s: f64, wall_s: f64, rps: Option<f64>) -> String {
+    let rps = rps.map_or(String::new(), |r| format!(", {r:.0} requests/s"));
+    format!(
+        "run {number}/{runs} {side:<6}: cpu {}, wall {}{rps}",
+        crate::units::seconds(cpu_s),
+        crate::units::seconds(wall_s)
+    )
+}
+
 fn method(m: UMethod) -> &'static str {
     match m {
         UMethod::Exact => "exact",
@@ -252,6 +262,15 @@ mod tests {
 
     /// A comparison of the diff fixture's two builds: 5 runs per side, the after side 25% slower, wall
     /// time noisy; both report formats against golden files.
+    #[test]
+    fn a_run_is_said_in_units() {
+        assert_eq!(run_line(3, 10, "before", 1.2, 1.3149, None), "run 3/10 before: cpu 1.20s, wall 1.31s");
+        assert_eq!(
+            run_line(1, 6, "after", 0.0123, 2.0, Some(5230.4)),
+            "run 1/6 after : cpu 12.3ms, wall 2.00s, 5230 requests/s"
+        );
+    }
+
     #[test]
     fn compare_golden() {
         use whyslow_analyze::diff::{diff, Scale, Side};

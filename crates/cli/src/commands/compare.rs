@@ -23,13 +23,9 @@ pub fn compare(a: CompareArgs) -> Result<()> {
         &opts,
         &mut StatusLine { tty: false, prefetch: None, prefetched: None },
         |r| {
-            let rps =
-                r.load.as_ref().map_or(String::new(), |l| format!(", {:.0} requests/s", l.requests_per_sec));
-            let (n, side) = (a.runs, SIDES[r.side]);
-            eprintln!(
-                "whyslow: run {}/{n} {side:<6}: cpu {:.3} s, wall {:.3} s{rps}",
-                r.number, r.cpu_s, r.wall_s
-            );
+            let rps = r.load.as_ref().map(|l| l.requests_per_sec);
+            let line = render::compare::run_line(r.number, a.runs, SIDES[r.side], r.cpu_s, r.wall_s, rps);
+            eprintln!("whyslow: {line}");
         },
     )?;
     for r in &c.runs {
