@@ -315,17 +315,8 @@ fn write_output(path: &Path, render: impl FnOnce(&mut Vec<u8>) -> Result<()>) ->
 
 /// `-v`: the wall time of each phase so far, one line each, and since whyslow started.
 fn print_phases() {
-    let all = phases::all();
-    let width = all.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
-    eprintln!("whyslow: time per phase");
-    for (name, d) in &all {
-        eprintln!("  {name:<width$}  {:8.1} ms", d.as_secs_f64() * 1e3);
-    }
-    eprintln!(
-        "  {:<width$}  {:8.1} ms",
-        "since whyslow started",
-        crate::STARTED.elapsed().as_secs_f64() * 1e3
-    );
+    let text = whyslow_render::text::phases(&phases::all(), crate::STARTED.elapsed());
+    eprint!("{text}");
 }
 
 /// Says when an attached run started (so Ctrl-C has something to stop); silent for launched commands.
