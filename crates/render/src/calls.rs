@@ -219,6 +219,7 @@ pub fn json(w: &mut impl Write, p: &Profile, rows: &[CallRow], unmatched: &[Stri
     };
     let doc = serde_json::json!({
         "duration_s": p.meta.duration_ns as f64 / 1e9,
+        "duration_ns": p.meta.duration_ns,
         "functions": functions,
         "callers": callers,
         "lost_stacks": p.meta.lost_samples,

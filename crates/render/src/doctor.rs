@@ -221,6 +221,8 @@ fn counted_calls(p: &Profile) -> Vec<Counted> {
 struct Json<'a> {
     command: &'a [String],
     duration_s: f64,
+    /// The same, exact.
+    duration_ns: u64,
     findings: &'a [Finding],
     hot_paths: &'a [HotPath],
     calls: Vec<Counted>,
@@ -240,6 +242,7 @@ pub fn json(w: &mut impl Write, p: &Profile, d: &Diagnosis) -> std::io::Result<(
     let j = Json {
         command: &p.meta.command,
         duration_s: p.meta.duration_ns as f64 / 1e9,
+        duration_ns: p.meta.duration_ns,
         findings: &d.findings,
         hot_paths: &d.hot_paths,
         calls: counted_calls(p),

@@ -135,6 +135,7 @@ pub fn issuing_stacks(
 pub fn json(w: &mut impl Write, p: &Profile, rows: &[SyscallRow]) -> std::io::Result<()> {
     let doc = serde_json::json!({
         "duration_s": p.meta.duration_ns as f64 / 1e9,
+        "duration_ns": p.meta.duration_ns,
         "syscalls": rows_json(rows),
         "lost_events": p.meta.lost_events,
         "killed": p.meta.killed,
@@ -444,5 +445,11 @@ lost events: 3 (counted calls or traced calls the kernel had no room for)
         assert_eq!(v["syscalls"][0]["calls"], 200000);
         assert_eq!(v["lost_events"], 3);
         assert_eq!(v["syscalls"][0]["p99_ns"], 2037, "1024 + 1024 * 0.99 inside bucket 10");
+        // Times exact, in integer nanoseconds named by the key, beside the seconds for people.
+        assert_eq!(
+            (v["syscalls"][0]["total_ns"].as_u64(), v["syscalls"][0]["max_ns"].as_u64()),
+            (Some(300_000_000), Some(9_000))
+        );
+        assert_eq!(v["duration_ns"], p.meta.duration_ns);
     }
 }
