@@ -12,7 +12,7 @@ field() { python3 -c "import json,sys; v=json.load(sys.stdin); m=[m for m in v['
 echo "== $K comparisons of diffwork $ROUNDS with itself, $N runs per side =="
 pos_cpu=0; pos_wall=0
 for i in $(seq 1 "$K"); do
-  json=$("$BIN" compare -n "$N" --before "$W/diffwork $ROUNDS" --after "$W/diffwork $ROUNDS" -o "$OUT/same$i" --format json 2>/dev/null)
+  json=$("$BIN" compare -n "$N" --before "$W/diffwork $ROUNDS" --after "$W/diffwork $ROUNDS" --output-dir "$OUT/same$i" --format json 2>/dev/null)
   read -r sig change lo hi p <<<"$(echo "$json" | field 'cpu time')"
   read -r wsig _ <<<"$(echo "$json" | field 'wall time')"
   [ "$sig" = True ] && pos_cpu=$((pos_cpu + 1))
@@ -23,6 +23,6 @@ echo "false positives: cpu time $pos_cpu/$K, wall time $pos_wall/$K (exact test 
 
 echo "== diffwork vs diffwork_2x ($ROUNDS rounds, +25% expected), $N runs per side =="
 for i in 1 2 3; do
-  "$BIN" compare -n "$N" --before "$W/diffwork $ROUNDS" --after "$W/diffwork_2x $ROUNDS" -o "$OUT/2x$i" --format json 2>/dev/null \
+  "$BIN" compare -n "$N" --before "$W/diffwork $ROUNDS" --after "$W/diffwork_2x $ROUNDS" --output-dir "$OUT/2x$i" --format json 2>/dev/null \
     | field 'cpu time' | { read -r sig change lo hi p; echo "  cpu change ${change}% CI [${lo}%, ${hi}%] p=$p significant=$sig"; }
 done

@@ -344,9 +344,12 @@ def diff_view(whyslow, bindir, out):
             row = page.locator("#diff-table tr[data-name=work_b]")
             assert row.get_attribute("class") == "grew", row.get_attribute("class")
             cells = row.locator("td").all_inner_texts()
-            log(f"diff work_b row {cells}, whyslow diff: self_delta {want['self_delta']}")
-            assert float(cells[3]) == want["self_delta"], (cells, want)
-            assert float(cells[4]) == want["total_delta"], (cells, want)
+            values = row.locator("td").evaluate_all("ts => ts.map(t => t.dataset.value || '')")
+            log(f"diff work_b row {cells} ({values}), whyslow diff: self_delta {want['self_delta']}")
+            assert float(values[3]) == want["self_delta"], (values, want)
+            assert float(values[4]) == want["total_delta"], (values, want)
+            # Shown in units (as `whyslow diff` prints them), signed: "+1.08s", "+38.8ms".
+            assert cells[3].startswith("+") and cells[3][-1] == "s" and " " not in cells[3], cells
             assert page.eval_on_selector_all("#diff-table tbody tr", "rs => rs[0].dataset.name") == "work_b"
             # The canvas diff flame graph (its hit-test): work_b is drawn red (its self time grew), its after -
             # before is the total delta and its self's the self delta `whyslow diff` gives (6 decimals there).

@@ -74,6 +74,8 @@ pub struct SideTotal {
     pub command: Vec<String>,
     /// Sum of the value.
     pub total: i64,
+    /// The unit of the value (`samples`, `nanoseconds`, `bytes`, ...).
+    pub total_unit: String,
     /// The total in seconds, when the diff is in seconds.
     pub seconds: Option<f64>,
     /// Wall time the recording covered.
@@ -98,6 +100,10 @@ pub struct FunctionDelta {
     pub self_pct_after: f64,
     pub total_pct_before: f64,
     pub total_pct_after: f64,
+    /// The exact values behind the row, before and after, each in its side's
+    /// [`SideTotal::total_unit`].
+    pub self_values: [i64; 2],
+    pub total_values: [i64; 2],
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -215,6 +221,8 @@ pub fn diff(before: Side, after: Side, shares_only: bool) -> Diff {
                 self_pct_after: pct(sa, ta),
                 total_pct_before: pct(tob, tb),
                 total_pct_after: pct(toa, ta),
+                self_values: [sb, sa],
+                total_values: [tob, toa],
             }
         })
         .collect();
@@ -229,6 +237,7 @@ pub fn diff(before: Side, after: Side, shares_only: bool) -> Diff {
     let side = |s: &Side, total: i64, scale: Option<f64>| SideTotal {
         command: s.profile.meta.command.clone(),
         total,
+        total_unit: s.profile.sample_types.get(s.value).map(|t| t.unit.clone()).unwrap_or_default(),
         seconds: scale.map(|k| total as f64 * k),
         duration_s: s.profile.meta.duration_ns as f64 / 1e9,
     };

@@ -299,6 +299,18 @@ pub struct SyscallRow {
     pub stat: SyscallStat,
 }
 
+/// The counters of the interval between two readings of a run's syscall counters (`previous`, then
+/// `now`): each entry's growth (an entry new since `previous` as it is), entries without calls left out.
+pub fn syscalls_since(previous: &[SyscallStat], now: &[SyscallStat]) -> Vec<SyscallStat> {
+    now.iter()
+        .map(|s| {
+            let key = |o: &&SyscallStat| (o.pid, o.tid, &o.name) == (s.pid, s.tid, &s.name);
+            previous.iter().find(key).map_or_else(|| s.clone(), |before| s.since(before))
+        })
+        .filter(|s| s.calls > 0)
+        .collect()
+}
+
 /// Syscall counters merged over processes and threads (or per thread with `per_thread`), most total time
 /// first (then most calls, then by name), like `strace -c`.
 pub fn syscall_summary(p: &Profile, per_thread: bool) -> Vec<SyscallRow> {
@@ -400,6 +412,30 @@ pub fn stacks_ending_in(p: &Profile, value: usize, leaf: &str) -> Vec<(Vec<Strin
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_interval_holds_what_each_syscall_did_since_the_last_reading() {
+        use whyslow_model::SyscallStat;
+        let stat = |tid, name: &str, calls, total_ns| SyscallStat {
+            pid: 1,
+            tid,
+            name: name.into(),
+            calls,
+            total_ns,
+            ..Default::default()
+        };
+        let previous = [stat(1, "read", 10, 1000), stat(1, "write", 5, 500), stat(2, "read", 3, 30)];
+        let now = [
+            stat(1, "read", 25, 2500),
+            stat(1, "write", 5, 500),
+            stat(2, "read", 4, 70),
+            stat(2, "openat", 2, 9),
+        ];
+        let d = super::syscalls_since(&previous, &now);
+        let got: Vec<(u32, &str, u64, u64)> =
+            d.iter().map(|s| (s.tid, s.name.as_str(), s.calls, s.total_ns)).collect();
+        assert_eq!(got, [(1, "read", 15, 1500), (2, "read", 1, 40), (2, "openat", 2, 9)]);
+    }
+
     use super::*;
     use whyslow_model::{FrameKind, Metadata, ProfileBuilder, SampleType};
 

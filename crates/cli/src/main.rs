@@ -3,7 +3,6 @@
 
 mod commands;
 mod shell;
-mod view;
 
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
@@ -15,7 +14,8 @@ use std::path::PathBuf;
     about = "Find out why a native program is slow",
     max_term_width = 110,
     before_help = START_HERE,
-    after_help = EXIT_STATUS
+    after_help = EXIT_STATUS,
+    disable_help_subcommand = true
 )]
 struct Cli {
     #[command(subcommand)]
@@ -80,15 +80,42 @@ enum Command {
         #[arg(value_name = "DIR")]
         dir: PathBuf,
     },
+    /// Print this message or the help of the given subcommand.
+    Help {
+        /// The subcommand (and its subcommands) to explain.
+        #[arg(value_name = "COMMAND")]
+        command: Vec<String>,
+    },
+}
+
+/// The rows every table shows unless `--limit` says otherwise (pprof's -top shows 10, perf report all:
+/// a screenful).
+pub const DEFAULT_LIMIT: usize = 25;
+
+/// Says on stderr, once, that an old spelling still works but has a new one.
+fn deprecated(old: &str, new: &str) {
+    eprintln!("whyslow: warning: {old} is deprecated, use {new}");
 }
 
 /// Where a launching command's report goes.
 #[derive(Args)]
 pub struct ReportTo {
-    /// Write the report (tables, JSON, traced calls) to FILE instead of standard output, which the
-    /// launched command keeps for its own output (like strace -o). Progress and errors stay on stderr.
-    #[arg(long = "report", value_name = "FILE")]
+    /// Print the report (tables, JSON, traced calls) to FILE instead of standard output, which the
+    /// launched command keeps for its own output (as strace -o does). Progress and errors stay on stderr.
+    #[arg(long = "print-to", value_name = "FILE", display_order = 900)]
     pub report: Option<PathBuf>,
+    /// Deprecated spelling of --print-to.
+    #[arg(long = "report", value_name = "FILE", hide = true)]
+    pub old_report: Option<PathBuf>,
+}
+
+impl ReportTo {
+    fn upgrade(&mut self) {
+        if let Some(p) = self.old_report.take() {
+            deprecated("--report", "--print-to");
+            self.report.get_or_insert(p);
+        }
+    }
 }
 
 /// Which processes to profile.
@@ -147,8 +174,8 @@ pub struct RecordArgs {
     /// Bytes of user stack copied per sample (deeper stacks are cut).
     #[arg(long, default_value_t = 32768)]
     pub stack_size: u32,
-    /// Rows in the summary printed at the end.
-    #[arg(long, default_value_t = 15)]
+    /// Rows of each table of the summary printed at the end.
+    #[arg(long, default_value_t = DEFAULT_LIMIT)]
     pub limit: usize,
     /// Do not print the summary at the end.
     #[arg(short, long)]
@@ -189,7 +216,9 @@ pub enum EventArg {
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
 pub enum OutputFormat {
+    /// Tables for people, values in units (1.20s, 3.50MiB).
     Text,
+    /// One JSON document for programs: exact integers, each named with its unit.
     Json,
 }
 
@@ -237,9 +266,10 @@ pub struct ReportArgs {
     /// Sample type to weigh by (e.g. cpu, cpu-ns, syscalls; default: cpu, else the recording's first).
     #[arg(long = "type")]
     pub value_type: Option<String>,
-    /// Rows to show.
-    #[arg(long, default_value_t = 25)]
+    /// Rows of each table.
+    #[arg(long, default_value_t = DEFAULT_LIMIT)]
     pub limit: usize,
+    /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub format: OutputFormat,
     /// Also write the flame graph (SVG) of the same sample type here: one read of a large file for both.
@@ -297,6 +327,10 @@ pub struct SyscallsArgs {
     /// Save the recording here (default with --stacks: whyslow.data).
     #[arg(short = 'o', long)]
     pub output: Option<PathBuf>,
+    /// Rows of each table (text output; JSON has every row).
+    #[arg(long, default_value_t = DEFAULT_LIMIT)]
+    pub limit: usize,
+    /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub format: OutputFormat,
     /// Print the wall time of each phase (eBPF load, attach, run, symbolize, save) at the end.
@@ -320,13 +354,20 @@ pub struct CallsArgs {
     /// Count children forked by the target too (probes then sit in every process mapping the files).
     #[arg(long)]
     pub follow_children: bool,
-    /// Show the top call sites of each function (samples the user stack of every call).
+    /// Sample the user stack of each call and show the top call sites of each function (as syscalls
+    /// --stacks does for syscalls).
     #[arg(long)]
-    pub callers: bool,
-    /// With --callers: take the stack of every Nth call only (N rounded up to a prime, as with
-    /// --stacks-period).
+    pub stacks: bool,
+    /// With --stacks: take the stack of every Nth call only (N rounded up to a prime, so that a loop
+    /// making a multiple of N calls does not show the same one each time).
     #[arg(long, default_value_t = 1, value_name = "N")]
-    pub callers_period: u64,
+    pub stacks_period: u64,
+    /// Deprecated spelling of --stacks.
+    #[arg(long = "callers", hide = true)]
+    pub old_callers: bool,
+    /// Deprecated spelling of --stacks-period.
+    #[arg(long = "callers-period", value_name = "N", hide = true)]
+    pub old_callers_period: Option<u64>,
     /// Also resolve the patterns in this library, which the target loads later with dlopen: its
     /// functions are counted from the first call (a library found loaded during the run without it is
     /// probed from when it is seen).
@@ -339,8 +380,26 @@ pub struct CallsArgs {
     /// Probe more functions than the guard allows (every probed call traps into the kernel).
     #[arg(long)]
     pub yes: bool,
+    /// Rows of each table (text output; JSON has every row).
+    #[arg(long, default_value_t = DEFAULT_LIMIT)]
+    pub limit: usize,
+    /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub format: OutputFormat,
+}
+
+impl CallsArgs {
+    fn upgrade(&mut self) {
+        self.report.upgrade();
+        if std::mem::take(&mut self.old_callers) {
+            deprecated("calls --callers", "--stacks");
+            self.stacks = true;
+        }
+        if let Some(n) = self.old_callers_period.take() {
+            deprecated("--callers-period", "--stacks-period");
+            self.stacks_period = n;
+        }
+    }
 }
 
 #[derive(Args)]
@@ -373,6 +432,10 @@ pub struct DoctorArgs {
     /// `impact>=PCT` (a finding explaining at least PCT% of the time it is about). For CI.
     #[arg(long, value_name = "WHICH")]
     pub fail_on: Option<whyslow_analyze::doctor::FailOn>,
+    /// Rows of the hot paths and of the call counts (text output; JSON has every row).
+    #[arg(long, default_value_t = DEFAULT_LIMIT)]
+    pub limit: usize,
+    /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub format: OutputFormat,
 }
@@ -383,10 +446,14 @@ pub struct DiffArgs {
     pub before: PathBuf,
     /// The after recording (same choices).
     pub after: PathBuf,
-    /// Also write a differential flame graph (SVG): red grew, blue shrank.
-    #[arg(short = 'o', long, value_name = "SVG")]
-    pub output: Option<PathBuf>,
-    /// With -o: widths from the before profile (shows what vanished), colors still after - before.
+    /// Also write a differential flame graph (SVG) here: red grew, blue shrank.
+    #[arg(long, value_name = "SVG")]
+    pub flamegraph: Option<PathBuf>,
+    /// Deprecated spelling of --flamegraph.
+    #[arg(short = 'o', long = "output", value_name = "SVG", hide = true)]
+    pub old_output: Option<PathBuf>,
+    /// With --flamegraph: widths from the before profile (shows what vanished), colors still after -
+    /// before.
     #[arg(long)]
     pub negate: bool,
     /// Compare shares of each total even when both recordings give absolute time.
@@ -395,9 +462,10 @@ pub struct DiffArgs {
     /// Sample type to weigh by (default: cpu, else the recordings' first).
     #[arg(long = "type")]
     pub value_type: Option<String>,
-    /// Rows to show.
-    #[arg(long, default_value_t = 25)]
+    /// Rows of each table.
+    #[arg(long, default_value_t = DEFAULT_LIMIT)]
     pub limit: usize,
+    /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub format: OutputFormat,
     #[command(flatten)]
@@ -418,23 +486,31 @@ pub struct CompareArgs {
     #[command(flatten)]
     pub load: LoadArgs,
     /// Directory for the recordings (one per run, merged before.data and after.data) and diff.svg.
-    #[arg(short = 'o', long, value_name = "DIR", default_value = "whyslow-compare")]
-    pub output: PathBuf,
+    #[arg(long, value_name = "DIR", default_value = "whyslow-compare")]
+    pub output_dir: PathBuf,
+    /// Deprecated spelling of --output-dir.
+    #[arg(short = 'o', long = "output", value_name = "DIR", hide = true)]
+    pub old_output: Option<PathBuf>,
     /// Sampling frequency in Hz.
     #[arg(short = 'F', long = "freq", default_value_t = 999)]
     pub freq: u64,
-    /// Rows of the function table.
-    #[arg(long, default_value_t = 15)]
+    /// Rows of each table.
+    #[arg(long, default_value_t = DEFAULT_LIMIT)]
     pub limit: usize,
+    /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub format: OutputFormat,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
 pub enum ExportFormat {
+    /// pprof's profile.proto, gzipped (every sample type).
     Pprof,
+    /// Folded stacks, one `a;b;c N` line per stack (Brendan Gregg's flamegraph.pl, inferno).
     Folded,
+    /// speedscope's JSON file format.
     Speedscope,
+    /// callgrind's format (kcachegrind, callgrind_annotate).
     Callgrind,
 }
 
@@ -444,6 +520,7 @@ pub struct ExportArgs {
     /// /debug/pprof/profile?seconds=10), folded stacks, `perf script` output (told apart by content).
     #[arg(default_value = "whyslow.data")]
     pub file: PathBuf,
+    /// File format to write.
     #[arg(short, long, value_enum)]
     pub format: ExportFormat,
     /// Output file ("-" for standard output).
@@ -534,12 +611,59 @@ pub struct ViewArgs {
     /// (before, after).
     #[arg(default_value = "whyslow.data", num_args = 1..=2)]
     pub files: Vec<PathBuf>,
-    /// Port on 127.0.0.1 (default: a free one).
-    #[arg(long, default_value_t = 0)]
-    pub port: u16,
+    /// Port on 127.0.0.1 [default: a free one].
+    #[arg(long)]
+    pub port: Option<u16>,
     /// Start a browser on the URL (xdg-open, else chromium).
     #[arg(long)]
     pub open: bool,
+}
+
+/// Old spellings still given: each says it is deprecated and sets its new one.
+fn upgrade(command: &mut Command) {
+    match command {
+        Command::Record(a) => a.report.upgrade(),
+        Command::Syscalls(a) => a.report.upgrade(),
+        Command::Doctor(a) => a.report.upgrade(),
+        Command::Calls(a) => a.upgrade(),
+        Command::Diff(a) => {
+            if let Some(p) = a.old_output.take() {
+                deprecated("diff -o", "--flamegraph");
+                a.flamegraph.get_or_insert(p);
+            }
+        }
+        Command::Compare(a) => {
+            if let Some(p) = a.old_output.take() {
+                deprecated("compare -o", "--output-dir");
+                a.output_dir = p;
+            }
+        }
+        _ => {}
+    }
+}
+
+/// `whyslow help [COMMAND...]`: the help of the command named, exactly as `whyslow COMMAND --help`.
+fn help(path: &[String]) -> anyhow::Result<()> {
+    let mut at = Cli::command();
+    for name in path {
+        let known: Vec<String> = at.get_subcommands().map(|c| c.get_name().to_string()).collect();
+        at = at.find_subcommand(name).cloned().ok_or_else(|| {
+            anyhow::anyhow!(
+                "no command '{name}'{}",
+                whyslow_model::did_you_mean(&whyslow_model::close_matches(
+                    name,
+                    known.iter().map(String::as_str),
+                    3
+                ))
+            )
+        })?;
+    }
+    let argv = std::iter::once("whyslow").chain(path.iter().map(String::as_str)).chain(["--help"]);
+    match Cli::command().try_get_matches_from(argv) {
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => Ok(e.print()?),
+        Err(e) => Err(e.into()),
+        Ok(_) => Ok(()),
+    }
 }
 
 /// whyslow.1 and whyslow-SUBCOMMAND.1 in `dir`.
@@ -569,7 +693,8 @@ pub static STARTED: std::sync::LazyLock<std::time::Instant> =
 
 fn main() {
     std::sync::LazyLock::force(&STARTED);
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    upgrade(&mut cli.command);
     if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         whyslow_symbolize::set_progress(|what| eprintln!("whyslow: {what}"));
     }
@@ -585,12 +710,13 @@ fn main() {
         Command::Compare(a) => commands::compare(a),
         Command::Serve(a) => commands::serve(a),
         Command::Push(a) => commands::push(a),
-        Command::View(a) => view::view(a),
+        Command::View(a) => commands::view(a),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "whyslow", &mut std::io::stdout());
             Ok(())
         }
         Command::Man { dir } => man_pages(&dir),
+        Command::Help { command } => help(&command),
     };
     let killed = commands::target_killed();
     if let Some(k) = killed {
@@ -611,6 +737,8 @@ fn main() {
                 message = format!("{message}: {cause}");
             }
         }
+        // The libraries name their options as their APIs do; say the flags the user typed.
+        let message = commands::in_flag_words(&e, &message).unwrap_or(message);
         eprintln!("whyslow: error: {message}");
         std::process::exit(1);
     }

@@ -67,6 +67,17 @@ fn cpp_operator_new_and_latency() {
         .unwrap();
     let (avg, max) = (f["avg_ns"].as_u64().unwrap(), f["max_ns"].as_u64().unwrap());
     assert!(avg > 0 && avg <= max, "{f}");
+    // The text table shows the times in units (`1.25µs`), the JSON above exact integer nanoseconds.
+    let text = ok(&["calls", "--latency", "operator new*", "--", path.to_str().unwrap(), "20000"]);
+    let row = text.lines().find(|l| l.contains("operator new(unsigned long)")).unwrap();
+    let f: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(f[0], "40000", "{text}");
+    let unit = |s: &str| {
+        ["ns", "µs", "ms", "s"]
+            .iter()
+            .any(|u| s.ends_with(u) && s[..s.len() - u.len()].parse::<f64>().is_ok())
+    };
+    assert!(unit(f[2]) && unit(f[3]) && unit(f[4]), "total, avg and max in units: {row}");
 }
 
 #[test]
@@ -98,7 +109,7 @@ fn default_set_is_grouped_and_bad_patterns_suggest_names() {
 #[test]
 fn callers_are_the_stacks_of_the_counted_calls() {
     let path = workload("calls");
-    let out = ok(&["calls", "--callers", "malloc", "bump", "--", path.to_str().unwrap(), "400"]);
+    let out = ok(&["calls", "--stacks", "malloc", "bump", "--", path.to_str().unwrap(), "400"]);
     assert!(out.contains("callers (user stacks of every call"), "{out}");
     let kept: u64 = out
         .lines()
@@ -114,7 +125,7 @@ fn callers_are_the_stacks_of_the_counted_calls() {
     assert_eq!(kept + lost, 800, "every counted call is a stack or a counted loss: {out}");
     assert!(out.contains("__libc_start_call_main > main\n"), "malloc and bump are called from main: {out}");
     // The same stacks in JSON: per function, root first, ending in the function.
-    let v = calls_json(&["--callers", "malloc", "--", path.to_str().unwrap(), "300"]);
+    let v = calls_json(&["--stacks", "malloc", "--", path.to_str().unwrap(), "300"]);
     let malloc =
         v["callers"].as_array().unwrap().iter().find(|c| c["name"] == "malloc").expect("malloc's callers");
     let stacks = malloc["stacks"].as_array().unwrap();

@@ -14,7 +14,7 @@ fn compare_json(before: &str, after: &str, runs: &str, dir: &std::path::Path) ->
         before,
         "--after",
         after,
-        "-o",
+        "--output-dir",
         dir.to_str().unwrap(),
         "--format",
         "json",
@@ -93,7 +93,7 @@ fn compare_of_identical_commands_finds_no_significant_difference() {
             &cmd,
             "--after",
             &cmd,
-            "-o",
+            "--output-dir",
             dir.path().to_str().unwrap(),
         ]);
         let verdict = out.lines().find(|l| l.starts_with("verdict: ")).unwrap().to_string();
@@ -112,12 +112,13 @@ fn compare_errors_are_one_line() {
     let d = dir.path().to_str().unwrap();
     let bin = workload("diffwork");
     let cmd = format!("{} 10", bin.display());
-    let e = fails(&["compare", "-n", "1", "--before", &cmd, "--after", &cmd, "-o", d]);
+    let e = fails(&["compare", "-n", "1", "--before", &cmd, "--after", &cmd, "--output-dir", d]);
     assert!(e.contains("at least 2"), "{e}");
-    let e = fails(&["compare", "--before", "a | b", "--after", &cmd, "-o", d]);
+    let e = fails(&["compare", "--before", "a | b", "--after", &cmd, "--output-dir", d]);
     assert!(e.contains("--before") && e.contains("sh -c"), "{e}");
-    let e = fails(&["compare", "-n", "4", "--before", "/bin/false", "--after", &cmd, "-o", d]);
+    let e = fails(&["compare", "-n", "4", "--before", "/bin/false", "--after", &cmd, "--output-dir", d]);
     assert!(e.contains("exited with status 1"), "{e}");
-    let e = fails(&["compare", "-n", "4", "--before", "/no/such/program", "--after", &cmd, "-o", d]);
+    let e =
+        fails(&["compare", "-n", "4", "--before", "/no/such/program", "--after", &cmd, "--output-dir", d]);
     assert!(e.contains("/no/such/program"), "{e}");
 }

@@ -1,5 +1,6 @@
-//! What users of other command-line tools expect: the top-level help (a golden file, re-blessed with
-//! WHYSLOW_BLESS=1), shell completions, man pages, a version that names its revision.
+//! What users of other command-line tools expect: the help of every command (golden files, re-blessed with
+//! WHYSLOW_BLESS=1), one flag convention with the old spellings still working, shell completions, man
+//! pages, a version that names its revision.
 
 mod common;
 use common::*;
@@ -15,6 +16,138 @@ fn top_level_help_is_as_blessed() {
     assert_eq!(help, want, "whyslow --help changed: re-bless with WHYSLOW_BLESS=1 if that was meant");
     assert!(help.starts_with("Start here:\n  whyslow doctor"), "{help}");
     assert!(help.contains("Exit status:") && help.contains("--fail-on"), "{help}");
+}
+
+/// Every subcommand's `--help`, as blessed: a changed option shows in review.
+#[test]
+fn every_subcommands_help_is_as_blessed() {
+    let bless = std::env::var_os("WHYSLOW_BLESS").is_some();
+    for sub in SUBCOMMANDS {
+        let help = ok(&[sub, "--help"]);
+        let path = root().join(format!("crates/cli/tests/golden/help-{sub}.txt"));
+        if bless {
+            std::fs::write(&path, &help).unwrap();
+        }
+        let want = std::fs::read_to_string(&path).expect("golden help (WHYSLOW_BLESS=1 writes it)");
+        assert_eq!(
+            help, want,
+            "whyslow {sub} --help changed: re-bless with WHYSLOW_BLESS=1 if that was meant"
+        );
+    }
+}
+
+const SUBCOMMANDS: [&str; 14] = [
+    "record",
+    "report",
+    "flamegraph",
+    "export",
+    "syscalls",
+    "calls",
+    "doctor",
+    "diff",
+    "compare",
+    "serve",
+    "push",
+    "view",
+    "completions",
+    "man",
+];
+
+/// One convention: `--format` explained and `--limit` with one default wherever there is a table, `-o`
+/// the file the command writes, `--callers` only `report`'s FUNCTION, `help` a command like the others.
+#[test]
+fn flags_mean_one_thing_on_every_subcommand() {
+    for sub in ["record", "report", "syscalls", "calls", "doctor", "diff", "compare"] {
+        let help = ok(&[sub, "--help"]);
+        assert!(help.contains("--limit <LIMIT>") && help.contains("[default: 25]"), "{sub}: {help}");
+        if sub != "record" {
+            assert!(help.contains("--format <FORMAT>\n          Output format"), "{sub}: {help}");
+            assert!(
+                help.contains("JSON document for programs: exact integers, each named with its unit"),
+                "{sub}"
+            );
+        }
+        assert!(!help.contains("--report <FILE>"), "{sub}: --print-to replaced it: {help}");
+    }
+    let export = ok(&["export", "--help"]);
+    assert!(export.contains("File format to write") && export.contains("callgrind's format"), "{export}");
+    for sub in ["diff", "compare", "calls"] {
+        let help = ok(&[sub, "--help"]);
+        assert!(!help.contains("-o, --output"), "{sub}: -o is the file a command writes: {help}");
+    }
+    assert!(!ok(&["calls", "--help"]).contains("--callers"));
+    assert!(ok(&["report", "--help"]).contains("--callers <FUNCTION>"));
+    let view = ok(&["view", "--help"]);
+    assert!(
+        view.contains("Port on 127.0.0.1 [default: a free one]") && !view.contains("[default: 0]"),
+        "{view}"
+    );
+    // `help` is a command with its own help, and explains the others as their --help does.
+    assert!(ok(&["help", "--help"]).contains("Usage: whyslow help [COMMAND]..."));
+    assert_eq!(ok(&["help", "diff"]), ok(&["diff", "--help"]));
+    assert_eq!(ok(&["help"]), ok(&["--help"]));
+    let err = fails(&["help", "dif"]);
+    assert!(err.contains("no command 'dif' (did you mean: diff"), "{err}");
+}
+
+/// Output of a run with its stderr, failing the test unless it succeeded.
+fn ok_with_stderr(args: &[&str]) -> (String, String) {
+    let out = run(args);
+    let (stdout, stderr) = (String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap());
+    assert!(out.status.success(), "whyslow {args:?}: {stderr}");
+    (stdout, stderr)
+}
+
+/// The spellings users already script keep working, each with one line saying what replaces it.
+#[test]
+fn old_spellings_still_work_and_say_what_replaces_them() {
+    let dir = tmp();
+    let d = dir.path();
+    let path = |name: &str| d.join(name).to_str().unwrap().to_string();
+    // diff -o SVG: now --flamegraph SVG.
+    std::fs::write(d.join("before.folded"), "main;work 30\nmain;idle 10\n").unwrap();
+    std::fs::write(d.join("after.folded"), "main;work 10\nmain;idle 10\n").unwrap();
+    let (before, after) = (path("before.folded"), path("after.folded"));
+    let (new_text, new_err) = ok_with_stderr(&["diff", &before, &after, "--flamegraph", &path("new.svg")]);
+    let (old_text, old_err) = ok_with_stderr(&["diff", &before, &after, "-o", &path("old.svg")]);
+    assert_eq!(old_text, new_text);
+    assert!(!new_err.contains("deprecated"), "{new_err}");
+    assert_eq!(
+        old_err.lines().filter(|l| l.contains("deprecated")).collect::<Vec<_>>(),
+        ["whyslow: warning: diff -o is deprecated, use --flamegraph"]
+    );
+    let svg = std::fs::read_to_string(path("old.svg")).unwrap();
+    assert_eq!(svg, std::fs::read_to_string(path("new.svg")).unwrap());
+    // --report FILE: now --print-to FILE; calls --callers and --callers-period: now --stacks and
+    // --stacks-period (allocs 200 calls malloc 200 times).
+    let allocs = workload("allocs");
+    let allocs = allocs.to_str().unwrap();
+    let report = path("calls.txt");
+    let old =
+        ["calls", "--report", &report, "--callers", "--callers-period", "3", "malloc", "--", allocs, "200"];
+    let (_, err) = ok_with_stderr(&old);
+    let warned: Vec<&str> = err.lines().filter(|l| l.contains("deprecated")).collect();
+    assert_eq!(
+        warned,
+        [
+            "whyslow: warning: --report is deprecated, use --print-to",
+            "whyslow: warning: calls --callers is deprecated, use --stacks",
+            "whyslow: warning: --callers-period is deprecated, use --stacks-period",
+        ]
+    );
+    let text = std::fs::read_to_string(&report).unwrap();
+    assert!(text.contains("callers (user stacks of every 3th call"), "{text}");
+    let printed = path("printed.txt");
+    let (stdout, err) =
+        ok_with_stderr(&["calls", "--print-to", &printed, "--stacks", "malloc", "--", allocs, "200"]);
+    assert!(!err.contains("deprecated") && !stdout.contains("malloc"), "{err}");
+    assert!(std::fs::read_to_string(&printed).unwrap().contains("callers (user stacks of every call"));
+    // compare -o DIR: now --output-dir DIR.
+    let work = format!("{} 10", workload("diffwork").display());
+    let (_, err) =
+        ok_with_stderr(&["compare", "-n", "2", "--before", &work, "--after", &work, "-o", &path("cmp")]);
+    assert!(err.contains("whyslow: warning: compare -o is deprecated, use --output-dir"), "{err}");
+    assert!(d.join("cmp/before.data").is_file() && d.join("cmp/after.data").is_file());
 }
 
 #[test]

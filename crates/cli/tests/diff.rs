@@ -51,14 +51,23 @@ fn diff_attributes_the_doubling_to_work_b() {
     let text = ok(&["diff", &before, &after, "--limit", "3"]);
     let first_row = text.lines().find(|l| l.contains(" work_")).unwrap();
     assert!(first_row.contains("work_b"), "{text}");
+    // Self before, after and delta in time units to three significant digits (`1.01s`, `+998ms`).
+    let cells: Vec<&str> = first_row.split_whitespace().take(3).collect();
+    let time = |s: &str| {
+        ["ns", "µs", "ms", "s"]
+            .iter()
+            .any(|u| s.ends_with(u) && s[..s.len() - u.len()].parse::<f64>().is_ok())
+    };
+    assert!(cells.iter().all(|c| time(c)) && cells[2].starts_with('+'), "{first_row}");
+    assert!(text.contains("samples = ") && !text.contains("self seconds"), "{text}");
     assert!(text.contains("change: +"), "{text}");
 
     let svg = dir.path().join("diff.svg");
-    ok(&["diff", &before, &after, "-o", svg.to_str().unwrap()]);
+    ok(&["diff", &before, &after, "--flamegraph", svg.to_str().unwrap()]);
     let s = std::fs::read_to_string(&svg).unwrap();
     assert!(s.contains("<title>work_b (") && s.contains("red: grew"), "differential flame graph");
     let neg = dir.path().join("neg.svg");
-    ok(&["diff", &before, &after, "--negate", "-o", neg.to_str().unwrap()]);
+    ok(&["diff", &before, &after, "--negate", "--flamegraph", neg.to_str().unwrap()]);
     assert!(std::fs::read_to_string(&neg).unwrap().contains("widths: before"));
 }
 

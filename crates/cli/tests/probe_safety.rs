@@ -110,7 +110,7 @@ fn the_default_set_callers_alloc_and_doctor_leave_results_right() {
     correct(&["calls", "--", c.to_str().unwrap(), &n], "checkres");
     correct(&["calls", "--", cpp.to_str().unwrap(), &n], "checkres_cpp");
     let out = correct(
-        &["calls", "--callers", "memset", "strchr", "strlen", "--", c.to_str().unwrap(), &n],
+        &["calls", "--stacks", "memset", "strchr", "strlen", "--", c.to_str().unwrap(), &n],
         "checkres",
     );
     assert!(out.contains("main"), "callers reach main: {out}");
@@ -237,7 +237,7 @@ fn a_killed_run_leaves_no_probe_behind() {
     let _mounted = Mounted(&mnt);
     let bin = mnt.join("calls");
     std::fs::copy(workload("calls"), &bin).unwrap();
-    for args in [&["calls", "--callers", "bump", "malloc"][..], &["record", "--alloc"]] {
+    for args in [&["calls", "--stacks", "bump", "malloc"][..], &["record", "--alloc"]] {
         let mut target = std::process::Command::new(&bin).arg("1000000000").spawn().unwrap();
         let pid = target.id().to_string();
         // Attached once the loader has mapped libc (malloc is probed there).

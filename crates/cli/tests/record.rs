@@ -242,6 +242,26 @@ fn bad_input_gives_one_line_errors() {
         (&["record", "--stack-size", "100", "-o", z, "--", "true"], "multiple of 8 from 8 to 65528"),
         (&["record", "--stack-size", "0", "-o", z, "--", "true"], "multiple of 8 from 8 to 65528"),
         (&["record", "-F", "200000", "-o", z, "--", "true"], "perf_event_max_sample_rate"),
+        // The libraries check their own options and name them their way; the errors name the flags.
+        (
+            &["record", "--alloc", "--alloc-period", "0", "-o", z, "--", "true"],
+            "--alloc-period must be at least 1",
+        ),
+        (
+            &["syscalls", "--stacks", "--stacks-period", "0", "-o", z, "--", "true"],
+            "--stacks-period must be at least 1",
+        ),
+        (
+            &["calls", "--stacks", "--stacks-period", "0", "malloc", "--", "true"],
+            "--stacks-period must be at least 1",
+        ),
+        (&["doctor", "--stacks-period", "0", "-o", z, "--", "true"], "--stacks-period must be at least 1"),
+        (
+            &["doctor", "--budget", "0", "-o", z, "--", "true"],
+            "--budget is a percentage of the target's CPU time",
+        ),
+        (&["compare", "-n", "1", "--before", "true", "--after", "true"], "-n must be at least 2 per side"),
+        (&["compare", "-F", "0", "--before", "true", "--after", "true"], "-F must be at least 1 Hz"),
     ] {
         let err = fails(args);
         assert!(err.contains(says), "{args:?}: {err}");

@@ -102,8 +102,14 @@ fn trace_decodes_paths_and_errors() {
     let tz = out.lines().filter(|l| l.contains("newfstatat(AT_FDCWD, \"/etc/localtime\",")).count();
     assert!((3..=5).contains(&tz), "one stat per localtime after the first load: {out}");
     assert!(out.contains("openat(AT_FDCWD, \"/etc/localtime\", O_RDONLY|O_CLOEXEC) = 3 <"), "{out}");
-    // The summary follows the trace lines.
-    assert!(out.contains("% time     seconds  usecs/call     calls    errors"), "{out}");
+    // The summary follows the trace lines: strace -c's columns, then p99 and max in units.
+    assert!(
+        out.contains("% time     seconds  usecs/call     calls    errors         p99         max syscall"),
+        "{out}"
+    );
+    let total = out.lines().find(|l| l.ends_with(" total")).unwrap();
+    let max = total.split_whitespace().rev().nth(1).unwrap();
+    assert!(["ns", "µs", "ms", "s"].iter().any(|u| max.ends_with(u)), "max in units: {total}");
 }
 
 #[test]

@@ -891,8 +891,8 @@ fn consume(p: &whyslow_model::Profile, origin: &str, all: bool) {
         let _ = r::text::report(&mut out, p, &o);
     }
     let _ = r::json::report(&mut out, p, 0);
-    let _ = r::syscalls::table(&mut out, p, &whyslow_analyze::syscall_summary(p, true));
-    let _ = r::calls::table(&mut out, p, &whyslow_analyze::call_summary(p), true);
+    let _ = r::syscalls::table(&mut out, p, &whyslow_analyze::syscall_summary(p, true), 25);
+    let _ = r::calls::table(&mut out, p, &whyslow_analyze::call_summary(p), true, 25);
     if !all {
         return;
     }
@@ -903,7 +903,7 @@ fn consume(p: &whyslow_model::Profile, origin: &str, all: bool) {
     let _ = r::export::speedscope(&mut out, p, 0);
     let _ = r::export::callgrind(&mut out, p, 0);
     let d = whyslow_analyze::doctor::diagnose(p, origin);
-    let _ = r::doctor::text(&mut out, p, &d);
+    let _ = r::doctor::text(&mut out, p, &d, 25);
     let _ = r::doctor::json(&mut out, p, &d);
 }
 

@@ -3,7 +3,7 @@
 //! per-side statistics and one merged profile per side, scaled so function deltas add up to the change.
 //! The caller saves and renders; this module never prints.
 
-use crate::InvestigateError;
+use crate::{InvestigateError, InvestigateOption};
 use whyslow_analyze::diff::{Scale, Side};
 use whyslow_analyze::load::{parse_load_output, LoadStats};
 use whyslow_analyze::stats::Measure;
@@ -24,6 +24,24 @@ pub struct CompareOptions {
     pub frequency: u64,
     /// Run each command as a server under this load.
     pub load: Option<LoadOptions>,
+}
+
+impl CompareOptions {
+    /// Whether the options are in range; run by [`compare`] before the first run.
+    pub fn check(&self) -> Result<(), InvestigateError> {
+        let bad =
+            |option, problem: &str| Err(InvestigateError::BadOption { option, problem: problem.into() });
+        if self.runs < 2 {
+            return bad(
+                InvestigateOption::Runs,
+                "must be at least 2 per side (5 or more for a useful verdict)",
+            );
+        }
+        if self.frequency == 0 {
+            return bad(InvestigateOption::Frequency, "must be at least 1 Hz");
+        }
+        Ok(())
+    }
 }
 
 /// What one run measured.
@@ -59,6 +77,7 @@ pub fn compare(
     observer: &mut impl Observer,
     mut on_run: impl FnMut(&Run),
 ) -> Result<Comparison, InvestigateError> {
+    o.check()?;
     let mut runs = Vec::new();
     for number in 1..=o.runs {
         for (side, command) in o.commands.iter().enumerate() {

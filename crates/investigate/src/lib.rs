@@ -24,8 +24,12 @@ use whyslow_record::{
 pub enum InvestigateError {
     #[error(transparent)]
     Record(#[from] RecordError),
-    #[error("no samples: the target {0}")]
-    NoSamples(String),
+    /// An option out of its range, named as this library names it (a command line maps
+    /// [`InvestigateOption`] to its own flag).
+    #[error("{option} {problem}")]
+    BadOption { option: InvestigateOption, problem: String },
+    #[error("{0}")]
+    NoSamples(whyslow_record::NoSamples),
     #[error("{side} run {number}: {source}")]
     Run { side: &'static str, number: usize, source: RecordError },
     #[error("the {side} command exited with status {code} (run {number}): compare needs runs that succeed")]
@@ -53,6 +57,54 @@ pub struct Options {
     pub budget: f64,
 }
 
+/// An option [`InvestigateError::BadOption`] is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InvestigateOption {
+    /// [`Options::stacks_period`].
+    StacksPeriod,
+    /// [`Options::alloc_period`].
+    AllocPeriod,
+    /// [`Options::budget`].
+    Budget,
+    /// [`compare::CompareOptions::runs`].
+    Runs,
+    /// [`compare::CompareOptions::frequency`].
+    Frequency,
+}
+
+impl std::fmt::Display for InvestigateOption {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            InvestigateOption::StacksPeriod => "stacks_period",
+            InvestigateOption::AllocPeriod => "alloc_period",
+            InvestigateOption::Budget => "budget",
+            InvestigateOption::Runs => "runs",
+            InvestigateOption::Frequency => "frequency",
+        })
+    }
+}
+
+impl Options {
+    /// Whether the options are in range; run by [`investigate`] before anything starts.
+    pub fn check(&self) -> Result<(), InvestigateError> {
+        let bad =
+            |option, problem: &str| Err(InvestigateError::BadOption { option, problem: problem.into() });
+        if self.stacks_period == 0 {
+            return bad(InvestigateOption::StacksPeriod, "must be at least 1");
+        }
+        if self.alloc_period == 0 {
+            return bad(InvestigateOption::AllocPeriod, "must be at least 1");
+        }
+        if !(self.budget > 0.0 && self.budget <= 1.0) {
+            return bad(
+                InvestigateOption::Budget,
+                "is a share of the target's CPU time, above 0 and at most 1",
+            );
+        }
+        Ok(())
+    }
+}
+
 impl Default for Options {
     fn default() -> Self {
         Options {
@@ -78,6 +130,7 @@ pub const YIELD_NICE: i32 = 10;
 
 /// Runs both phases and returns the joined profile; what was done is in `meta.notes`.
 pub fn investigate(opts: &Options, observer: &mut impl Observer) -> Result<Profile, InvestigateError> {
+    opts.check()?;
     if !matches!(opts.target, Target::Launch(_)) {
         // A live service comes first: reading the rings, symbolizing and the analysis between and after
         // the phases run at a lower priority (the probes' cost, in the service's own threads, is bounded
@@ -104,7 +157,7 @@ pub fn investigate(opts: &Options, observer: &mut impl Observer) -> Result<Profi
     // One symbolizer for both phases: phase 2's samples are in the same files (a Go binary's compressed
     // debug information is inflated once, the kernel's symbol table read once).
     let mut symbolizer = whyslow_symbolize::Resident::default();
-    let result = second_phase(opts, raw, running, elapsed, &mut symbolizer);
+    let result = second_phase(opts, &phase1, raw, running, elapsed, &mut symbolizer);
     if running {
         whyslow_record::stop_launched(pids[0]);
     }
@@ -113,19 +166,14 @@ pub fn investigate(opts: &Options, observer: &mut impl Observer) -> Result<Profi
 
 fn second_phase(
     opts: &Options,
+    phase1: &RecordOptions,
     raw: whyslow_model::raw::RawRecording,
     running: bool,
     elapsed: Duration,
     symbolizer: &mut whyslow_symbolize::Resident,
 ) -> Result<Profile, InvestigateError> {
     if raw.samples.is_empty() {
-        let how = match raw.meta.exit_code {
-            Some(code) => {
-                format!("exited after {} ms (exit code {code}) before any sample", elapsed.as_millis())
-            }
-            None => format!("did not run on a CPU in {} ms", elapsed.as_millis()),
-        };
-        return Err(InvestigateError::NoSamples(how));
+        return Err(InvestigateError::NoSamples(whyslow_record::NoSamples::of(phase1, &raw.meta)));
     }
     let mut profile = symbolizer.symbolize(raw);
     if whyslow_record::signals::stop_requested() {
@@ -169,7 +217,7 @@ fn second_phase(
         ..Default::default()
     };
     let mut raw2 = whyslow_record::record(&phase2, &mut NoObserver);
-    if matches!(raw2, Err(RecordError::Invalid(_))) && phase2.calls.is_some() {
+    if matches!(raw2, Err(RecordError::NoAllocator)) && phase2.calls.is_some() {
         // No allocation function to probe (a static binary with its own allocator): calls alone.
         phase2.alloc = None;
         raw2 = whyslow_record::record(&phase2, &mut NoObserver);
@@ -181,7 +229,7 @@ fn second_phase(
             profile.meta.notes.push(format!("phase 2 (allocation and call counts) skipped: pid {pid} ended"));
             return Ok(profile);
         }
-        Err(RecordError::Invalid(why)) => {
+        Err(why @ (RecordError::Invalid(_) | RecordError::BadOption { .. } | RecordError::NoAllocator)) => {
             profile.meta.notes.push(format!("phase 2 (allocation and call counts) skipped: {why}"));
             return Ok(profile);
         }
@@ -224,3 +272,32 @@ fn second_phase(
 struct NoObserver;
 
 impl Observer for NoObserver {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_out_of_range_are_named_as_this_library_names_them() {
+        let check = |o: Options| o.check().err().map(|e| e.to_string());
+        assert_eq!(check(Options::default()), None);
+        assert_eq!(
+            check(Options { stacks_period: 0, ..Default::default() }).as_deref(),
+            Some("stacks_period must be at least 1")
+        );
+        assert_eq!(
+            check(Options { budget: 1.5, ..Default::default() }).as_deref(),
+            Some("budget is a share of the target's CPU time, above 0 and at most 1")
+        );
+        let compare = |runs, frequency| {
+            let o = compare::CompareOptions { commands: Default::default(), runs, frequency, load: None };
+            o.check().err().map(|e| e.to_string())
+        };
+        assert_eq!(compare(2, 99), None);
+        assert_eq!(
+            compare(1, 99).as_deref(),
+            Some("runs must be at least 2 per side (5 or more for a useful verdict)")
+        );
+        assert_eq!(compare(5, 0).as_deref(), Some("frequency must be at least 1 Hz"));
+    }
+}

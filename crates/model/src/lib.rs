@@ -600,6 +600,13 @@ impl Profile {
         self.sample_types.iter().position(|t| t.name == name)
     }
 
+    /// The sample type shown when none is asked for: `cpu` where the profile has it (a recording with
+    /// allocations or off-CPU time besides is first about CPU time), else its first type; None without
+    /// any. Every consumer (the CLI, the HTTP API, the UI) starts from this one.
+    pub fn default_type(&self) -> Option<usize> {
+        self.sample_type(sample_types::CPU).or((!self.sample_types.is_empty()).then_some(0))
+    }
+
     /// Sum of one value type over all samples.
     pub fn total(&self, value: usize) -> i64 {
         self.samples.iter().map(|s| s.values[value]).sum()
@@ -890,6 +897,20 @@ mod tests {
         let k = Killed::from_wait_status(8, 9).unwrap();
         assert_eq!(k.to_string(), "target pid 8 was killed by SIGKILL during the run");
         assert_eq!(signal_name(40), "signal 40");
+    }
+
+    #[test]
+    fn the_default_sample_type_is_cpu_where_there_is_one_else_the_first() {
+        let with = |names: &[&str]| Profile {
+            sample_types: names
+                .iter()
+                .map(|n| SampleType { name: n.to_string(), unit: "count".into() })
+                .collect(),
+            ..Default::default()
+        };
+        assert_eq!(with(&["alloc-count", "alloc-bytes", "cpu", "cpu-ns"]).default_type(), Some(2));
+        assert_eq!(with(&["offcpu", "wall"]).default_type(), Some(0));
+        assert_eq!(with(&[]).default_type(), None);
     }
 
     pub(crate) fn sample_profile() -> Profile {

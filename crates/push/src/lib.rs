@@ -101,6 +101,22 @@ pub struct Labels {
     pub extra: Vec<(String, String)>,
 }
 
+/// The service a series is named by where nothing names one and the process name is unknown too
+/// (OpenTelemetry's `service.name` default).
+pub const UNKNOWN_SERVICE: &str = "unknown_service";
+
+/// The `service` label: the name given (a target's, a `--service-name`), else the process name, else
+/// [`UNKNOWN_SERVICE`]. The one fallback of `whyslow push` and the agent's pusher.
+pub fn service_name(named: Option<String>, process: &str) -> String {
+    named.filter(|n| !n.is_empty()).unwrap_or_else(|| {
+        if process.is_empty() {
+            UNKNOWN_SERVICE.to_string()
+        } else {
+            process.to_string()
+        }
+    })
+}
+
 /// One kind of data of a profile, as a backend names it.
 pub struct Kind {
     /// Pyroscope's `__name__` and legacy ingest suffix.
@@ -361,6 +377,14 @@ fn uuid() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_series_is_named_by_its_service_else_its_process_else_unknown_service() {
+        assert_eq!(service_name(Some("checkout".into()), "app"), "checkout");
+        assert_eq!(service_name(None, "app"), "app");
+        assert_eq!(service_name(Some(String::new()), "app"), "app");
+        assert_eq!(service_name(None, ""), "unknown_service");
+    }
 
     /// Issue 32 #6: 401/403/404 are outages (kept and retried); only 400/413/422 drop the window.
     #[test]

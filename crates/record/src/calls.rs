@@ -56,6 +56,110 @@ impl std::fmt::Display for Skipped {
     }
 }
 
+/// One line per probe for a listing: the function, where the probe sits and how the kernel runs it
+/// (`malloc  [/lib/libc.so.6+0xa0b20]  (allocation)  probe at entry: push rbp (emulated)`).
+impl std::fmt::Display for Probe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let imp = self.implementation.as_ref().map_or(String::new(), |i| format!(" -> {i}"));
+        let at = match self.site.moved {
+            0 => "entry".to_string(),
+            n => format!("entry+{n:#x}"),
+        };
+        let mut how = match self.site.execution {
+            Execution::Emulated => "emulated".to_string(),
+            Execution::SingleStepped => "single-stepped".to_string(),
+        };
+        if let [first, rest @ ..] = &self.site.compensate[..] {
+            let more = if rest.is_empty() { String::new() } else { format!(" and {} more", rest.len()) };
+            how += &format!("; minus the jump into it at {first:#x}{more}");
+        }
+        write!(
+            f,
+            "{}{imp}  [{}+{:#x}]  ({})  probe at {at}: {} ({how})",
+            self.name,
+            self.module.display(),
+            self.offset,
+            self.group,
+            self.site.instruction
+        )
+    }
+}
+
+/// More probes than this are only set when the caller asks for them explicitly: every call of every
+/// probed function traps into the kernel.
+pub const MAX_PROBES_UNASKED: usize = 500;
+
+/// Caller stacks ([`crate::CallOptions::callers_period`]) open one perf event per function and CPU for
+/// each target thread: at most this many functions.
+pub const MAX_CALLER_PROBES: usize = 64;
+
+/// What probing a set of functions would cost a target calling them often, by how the kernel runs each
+/// probed instruction; the cost of a hit measured here ([`measure_hit_cost`]), else assumed
+/// ([`hit_cost_ns`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ProbeCost {
+    pub functions: usize,
+    /// Probes on an instruction the kernel emulates, and on one it single-steps.
+    pub emulated: usize,
+    pub stepped: usize,
+    /// What a hit costs on each kind, in ns.
+    pub emulated_ns: f64,
+    pub stepped_ns: f64,
+    /// Whether those were measured on this machine (else assumed).
+    pub measured: bool,
+    /// The mean cost of a hit over the probes, in ns.
+    pub mean_ns: f64,
+}
+
+impl ProbeCost {
+    /// The cost of `probes`, measuring a hit here when eBPF allows (~20 ms).
+    pub fn of(probes: &[Probe]) -> ProbeCost {
+        ProbeCost::with(probes, measure_hit_cost())
+    }
+
+    /// The cost of `probes` with hits costing `measured` (None: the assumed costs).
+    pub fn with(probes: &[Probe], measured: Option<HitCost>) -> ProbeCost {
+        let cost = |e: Execution| measured.map_or(hit_cost_ns(e) as f64, |h| h.ns(e, None));
+        let stepped = probes.iter().filter(|p| p.site.execution == Execution::SingleStepped).count();
+        let total: f64 = probes.iter().map(|p| cost(p.site.execution)).sum();
+        ProbeCost {
+            functions: probes.len(),
+            emulated: probes.len() - stepped,
+            stepped,
+            emulated_ns: cost(Execution::Emulated),
+            stepped_ns: cost(Execution::SingleStepped),
+            measured: measured.is_some(),
+            mean_ns: total / probes.len().max(1) as f64,
+        }
+    }
+
+    /// The share of a CPU (1.0: one CPU) the probes take from a target making `calls_per_s` probed calls
+    /// a second.
+    pub fn cpu_share(&self, calls_per_s: f64) -> f64 {
+        self.mean_ns * calls_per_s / 1e9
+    }
+}
+
+/// `these patterns match 600 functions (...): a target making 100k such calls per second would spend ~5%
+/// of a CPU in the probes`.
+impl std::fmt::Display for ProbeCost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "these patterns match {} functions ({} probed on an emulated instruction at ~{:.2} us per call, {} \
+             on a single-stepped one at ~{:.2} us, {} here): a target making 100k such calls per second would \
+             spend ~{:.0}% of a CPU in the probes",
+            self.functions,
+            self.emulated,
+            self.emulated_ns / 1e3,
+            self.stepped,
+            self.stepped_ns / 1e3,
+            if self.measured { "measured" } else { "assumed" },
+            self.cpu_share(100_000.0) * 100.0
+        )
+    }
+}
+
 /// The outcome of resolving patterns.
 #[derive(Debug, Clone, Default)]
 pub struct Resolution {
@@ -391,4 +495,70 @@ fn resolve_ifunc<'a>(module: &Path, f: &Function, funcs: &'a [Function]) -> Opti
         // Prefer the implementation's own name over public aliases that share its address.
         (!g.name.starts_with("__"), g.name.len())
     })
+}
+
+#[cfg(test)]
+mod cost_tests {
+    use super::*;
+
+    fn probe(name: &str, execution: Execution, moved: u64, compensate: Vec<u64>) -> Probe {
+        Probe {
+            module: "/lib/libc.so.6".into(),
+            offset: 0xa0b20 + moved,
+            entry: 0xa0b20,
+            site: Site {
+                address: 0xa0b20 + moved,
+                moved,
+                execution,
+                instruction: "push rbp".into(),
+                stack_delta: 0,
+                compensate,
+            },
+            name: name.into(),
+            aliases: Vec::new(),
+            group: "allocation".into(),
+            implementation: None,
+        }
+    }
+
+    /// Three emulated probes at the assumed 500 ns and one stepped at 10.5 us: 3 us a call on average,
+    /// 30% of a CPU at 100k calls/s.
+    #[test]
+    fn the_cost_of_many_probes_is_their_mean_hit_cost() {
+        let probes = [
+            probe("a", Execution::Emulated, 0, vec![]),
+            probe("b", Execution::Emulated, 0, vec![]),
+            probe("c", Execution::Emulated, 0, vec![]),
+            probe("d", Execution::SingleStepped, 0, vec![]),
+        ];
+        let c = ProbeCost::with(&probes, None);
+        assert_eq!((c.functions, c.emulated, c.stepped, c.measured), (4, 3, 1, false));
+        assert_eq!(c.mean_ns, 3000.0);
+        assert!((c.cpu_share(100_000.0) - 0.3).abs() < 1e-12);
+        assert_eq!(
+            c.to_string(),
+            "these patterns match 4 functions (3 probed on an emulated instruction at ~0.50 us per call, 1 on \
+             a single-stepped one at ~10.50 us, assumed here): a target making 100k such calls per second \
+             would spend ~30% of a CPU in the probes"
+        );
+        let measured = HitCost { emulated_ns: 1000.0, stepped_ns: 5000.0, floor_program_ns: 100.0 };
+        let c = ProbeCost::with(&probes[..2], Some(measured));
+        assert_eq!((c.mean_ns, c.measured), (1000.0, true));
+    }
+
+    #[test]
+    fn a_probe_is_listed_with_its_site_and_how_the_kernel_runs_it() {
+        let p = probe("malloc", Execution::Emulated, 0, vec![]);
+        assert_eq!(
+            p.to_string(),
+            "malloc  [/lib/libc.so.6+0xa0b20]  (allocation)  probe at entry: push rbp (emulated)"
+        );
+        let mut p = probe("memcpy", Execution::SingleStepped, 4, vec![0x10, 0x20]);
+        p.implementation = Some("__memmove_avx_unaligned_erms".into());
+        assert_eq!(
+            p.to_string(),
+            "memcpy -> __memmove_avx_unaligned_erms  [/lib/libc.so.6+0xa0b24]  (allocation)  probe at \
+             entry+0x4: push rbp (single-stepped; minus the jump into it at 0x10 and 1 more)"
+        );
+    }
 }

@@ -209,7 +209,9 @@ pub fn record_under_load(
     observer: &mut impl Observer,
 ) -> Result<LoadRun, RecordError> {
     if !matches!(opts.target, Target::Launch(_)) {
-        return Err(RecordError::Invalid("--load needs the server command after `--`".into()));
+        return Err(RecordError::Invalid(
+            "a run under load launches its server: the target must be a command".into(),
+        ));
     }
     if load.command.is_empty() {
         return Err(RecordError::NoCommand);

@@ -8,7 +8,7 @@ use crate::calls::{PatternSpec, Probe};
 use crate::sources::{raise_fd_limit, Objects, Sources};
 use crate::sys::{self, Clock};
 use crate::target::{self, exit_code_of, stop_launched, try_wait, Gated};
-use crate::{signals, RecordError, RecordOptions};
+use crate::{signals, RecordError, RecordOption, RecordOptions};
 use std::time::{Duration, Instant};
 use whyslow_convert::{Converter, FileBytes, Foreign, Host, JitUpdate, ProcessInfo, Stream};
 use whyslow_model::raw::RawRecording;
@@ -92,6 +92,7 @@ pub enum End {
 
 /// Records until the duration passes, a stop signal arrives, or the target exits.
 pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawRecording, RecordError> {
+    check(opts)?;
     let mut objects = crate::phases::time("resolve allocation functions", || Objects::new(opts))?;
     let mut s = Session::start(opts, &mut objects, observer)?;
     let run = Instant::now();
@@ -102,11 +103,12 @@ pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawR
 
 /// Checks what the kernel and the options allow before anything is opened.
 fn check(opts: &RecordOptions) -> Result<(), RecordError> {
+    let bad = |option, problem: String| Err(RecordError::BadOption { option, problem });
     if opts.stack_bytes == 0 || opts.stack_bytes > 65528 || !opts.stack_bytes.is_multiple_of(8) {
-        return Err(RecordError::Invalid(format!(
-            "--stack-size must be a multiple of 8 from 8 to 65528 bytes, not {}",
-            opts.stack_bytes
-        )));
+        return bad(
+            RecordOption::StackBytes,
+            format!("must be a multiple of 8 from 8 to 65528 bytes, not {}", opts.stack_bytes),
+        );
     }
     if !opts.ring_pages.is_power_of_two() {
         return Err(RecordError::Invalid("ring pages must be a power of two".into()));
@@ -114,11 +116,34 @@ fn check(opts: &RecordOptions) -> Result<(), RecordError> {
     let max_rate =
         read_trim("/proc/sys/kernel/perf_event_max_sample_rate").parse::<u64>().unwrap_or(u64::MAX);
     if opts.cpu && (opts.frequency == 0 || opts.frequency > max_rate) {
-        return Err(RecordError::Invalid(format!(
-            "-F {} Hz: this kernel samples at 1 to {max_rate} Hz (kernel.perf_event_max_sample_rate; raise \
-             it with `sysctl kernel.perf_event_max_sample_rate=N`)",
-            opts.frequency
-        )));
+        return bad(
+            RecordOption::Frequency,
+            format!(
+                "{} Hz: this kernel samples at 1 to {max_rate} Hz (kernel.perf_event_max_sample_rate; raise \
+                 it with `sysctl kernel.perf_event_max_sample_rate=N`)",
+                opts.frequency
+            ),
+        );
+    }
+    let at_least_1 = |option, n: Option<u64>| match n {
+        Some(0) => bad(option, "must be at least 1".into()),
+        _ => Ok(()),
+    };
+    at_least_1(RecordOption::AllocPeriod, opts.alloc.as_ref().map(|a| a.period))?;
+    at_least_1(RecordOption::SyscallStacksPeriod, opts.syscalls.as_ref().and_then(|s| s.stacks_period))?;
+    if let Some(calls) = &opts.calls {
+        at_least_1(RecordOption::CallersPeriod, calls.callers_period)?;
+        if calls.callers_period.is_some() && calls.probes.len() > crate::calls::MAX_CALLER_PROBES {
+            return bad(
+                RecordOption::CallerStacks,
+                format!(
+                    "takes stacks with one event per function and CPU: at most {} functions (these patterns \
+                     match {})",
+                    crate::calls::MAX_CALLER_PROBES,
+                    calls.probes.len()
+                ),
+            );
+        }
     }
     if !opts.cpu
         && opts.syscalls.is_none()

@@ -93,7 +93,7 @@ fn alloc_probes(
         })
         .collect();
     if probes.is_empty() {
-        return Err(RecordError::Invalid("--alloc: the target has no allocation function to probe".into()));
+        return Err(RecordError::NoAllocator);
     }
     // Aliases (glibc's memalign and aligned_alloc are one function) are named as the program calls them.
     let imported: std::collections::HashSet<String> =

@@ -31,8 +31,10 @@ pub struct TextOptions<'a> {
     /// (pattern, functions it matched) of the patterns the user gave (empty: the default set).
     pub matched: &'a [(String, usize)],
     pub follow_children: bool,
-    /// Every Nth call's stack was sampled (with --callers).
+    /// Every Nth call's stack was sampled (with --stacks).
     pub callers_period: u64,
+    /// Rows of the table (of each group), and functions whose callers are shown.
+    pub limit: usize,
 }
 
 /// The text report of `whyslow calls`: what the patterns matched, the table, the callers of each counted
@@ -54,16 +56,16 @@ pub fn text(w: &mut impl Write, p: &Profile, rows: &[CallRow], how: &TextOptions
     let n = counted.len();
     writeln!(
         w,
-        "{n} function{} counted exactly in the kernel for {:.2} s{}\n",
+        "{n} function{} counted exactly in the kernel for {}{}\n",
         if n == 1 { "" } else { "s" },
-        p.meta.duration_ns as f64 / 1e9,
+        crate::units::duration(p.meta.duration_ns as i64),
         if how.follow_children {
             " (target and its children)"
         } else {
             " (children not followed: --follow-children)"
         }
     )?;
-    table(w, p, rows, !how.matched.is_empty())?;
+    table(w, p, rows, !how.matched.is_empty(), how.limit)?;
     if let Some(value) = p.sample_type(whyslow_model::sample_types::CALLS) {
         let called: Vec<&str> =
             rows.iter().filter(|r| r.stat.calls > 0).map(|r| r.stat.name.as_str()).collect();
@@ -72,11 +74,18 @@ pub fn text(w: &mut impl Write, p: &Profile, rows: &[CallRow], how: &TextOptions
             n => format!("every {n}th call"),
         };
         writeln!(w, "\ncallers (user stacks of {every}, aggregated in whyslow):")?;
-        crate::text::stacks_ending_in(w, p, value, &called[..called.len().min(10)], 5, how.callers_period)?;
+        crate::text::stacks_ending_in(
+            w,
+            p,
+            value,
+            &called[..called.len().min(how.limit)],
+            5,
+            how.callers_period,
+        )?;
         if p.meta.lost_samples > 0 {
             writeln!(
                 w,
-                "\n{} stack samples lost (the ring buffer was full): use --callers-period N",
+                "\n{} stack samples lost (the ring buffer was full): use --stacks-period N",
                 p.meta.lost_samples
             )?;
         }
@@ -88,11 +97,32 @@ pub fn text(w: &mut impl Write, p: &Profile, rows: &[CallRow], how: &TextOptions
 }
 
 /// The table, one block per group. Time columns appear when the run measured time per call. Functions
-/// with no call are listed only with `zeros` (else counted in one line at the end).
-pub fn table(w: &mut impl Write, p: &Profile, rows: &[CallRow], zeros: bool) -> std::io::Result<()> {
+/// with no call are listed only with `zeros` (else counted in one line at the end). Each group shows its
+/// first `limit` rows.
+pub fn table(
+    w: &mut impl Write,
+    p: &Profile,
+    rows: &[CallRow],
+    zeros: bool,
+    limit: usize,
+) -> std::io::Result<()> {
     let secs = p.meta.duration_ns as f64 / 1e9;
     let uncalled = rows.iter().filter(|r| r.stat.calls == 0).count();
-    let shown: Vec<&CallRow> = rows.iter().filter(|r| zeros || r.stat.calls > 0).collect();
+    let listed: Vec<&CallRow> = rows.iter().filter(|r| zeros || r.stat.calls > 0).collect();
+    // The first `limit` of each group, and how many of each were left out.
+    let mut shown: Vec<&CallRow> = Vec::new();
+    let mut cut: Vec<(&str, usize)> = Vec::new();
+    for r in &listed {
+        let in_group = shown.iter().filter(|s| s.stat.group == r.stat.group).count();
+        if in_group < limit {
+            shown.push(r);
+        } else {
+            match cut.iter_mut().find(|(g, _)| *g == r.stat.group) {
+                Some((_, n)) => *n += 1,
+                None => cut.push((&r.stat.group, 1)),
+            }
+        }
+    }
     let rows = &shown[..];
     let timed = rows.iter().any(|r| r.stat.timed > 0);
     let mut group = None;
@@ -104,8 +134,8 @@ pub fn table(w: &mut impl Write, p: &Profile, rows: &[CallRow], zeros: bool) -> 
             if timed {
                 writeln!(
                     w,
-                    "{:>12} {:>10} {:>12} {:>10} {:>12} {:>7}  function  [module]",
-                    "calls", "calls/s", "total ms", "avg ns", "max ns", "% wall"
+                    "{:>12} {:>10} {:>9} {:>9} {:>9} {:>7}  function  [module]",
+                    "calls", "calls/s", "total", "avg", "max", "% wall"
                 )?;
             } else {
                 writeln!(w, "{:>12} {:>10}  function  [module]", "calls", "calls/s")?;
@@ -119,18 +149,23 @@ pub fn table(w: &mut impl Write, p: &Profile, rows: &[CallRow], zeros: bool) -> 
             } else {
                 0.0
             };
+            let time = |ns: u64| crate::units::duration(ns as i64);
             writeln!(
                 w,
-                "{:>12} {:>10} {:>12.3} {avg:>10} {:>12} {wall:>6.1}%  {}  [{module}]",
+                "{:>12} {:>10} {:>9} {:>9} {:>9} {wall:>6.1}%  {}  [{module}]",
                 s.calls,
                 rate(s.calls, secs),
-                s.total_ns as f64 / 1e6,
-                s.max_ns,
+                time(s.total_ns),
+                time(avg),
+                time(s.max_ns),
                 shown_name(r)
             )?;
         } else {
             writeln!(w, "{:>12} {:>10}  {}  [{module}]", s.calls, rate(s.calls, secs), shown_name(r))?;
         }
+    }
+    for (group, n) in &cut {
+        writeln!(w, "  ... {n} more functions of {group} (--limit)")?;
     }
     if rows.is_empty() {
         writeln!(w, "none of the probed functions was called")?;
@@ -184,6 +219,7 @@ pub fn json(w: &mut impl Write, p: &Profile, rows: &[CallRow], unmatched: &[Stri
     };
     let doc = serde_json::json!({
         "duration_s": p.meta.duration_ns as f64 / 1e9,
+        "duration_ns": p.meta.duration_ns,
         "functions": functions,
         "callers": callers,
         "lost_stacks": p.meta.lost_samples,
@@ -194,4 +230,50 @@ pub fn json(w: &mut impl Write, p: &Profile, rows: &[CallRow], unmatched: &[Stri
     });
     serde_json::to_writer_pretty(&mut *w, &doc)?;
     writeln!(w)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use whyslow_model::CallStat;
+
+    fn profile() -> Profile {
+        let stat = |name: &str, calls, total_ns, max_ns| CallStat {
+            pid: 1,
+            name: name.into(),
+            module: "/lib/libc.so.6".into(),
+            group: "allocation".into(),
+            calls,
+            timed: calls,
+            total_ns,
+            max_ns,
+            ..Default::default()
+        };
+        let mut p = Profile::default();
+        p.meta.duration_ns = 2_000_000_000;
+        p.calls = vec![
+            stat("malloc", 40_000, 50_000_000, 1_500_000),
+            stat("free", 30_000, 3_000_000, 12_345),
+            stat("calloc", 20, 2_000, 150),
+        ];
+        p
+    }
+
+    /// Times per call in their units (total 50.0ms, avg 1.25µs, max 1.50ms), one row per function up to
+    /// the limit, the rest counted.
+    #[test]
+    fn the_table_shows_times_in_units_and_keeps_to_its_limit() {
+        let p = profile();
+        let mut out = Vec::new();
+        table(&mut out, &p, &whyslow_analyze::call_summary(&p), false, 2).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let want = "\
+allocation
+       calls    calls/s     total       avg       max  % wall  function  [module]
+       40000    20.0k/s    50.0ms    1.25µs    1.50ms    2.5%  malloc  [libc.so.6]
+       30000    15.0k/s    3.00ms     100ns    12.3µs    0.1%  free  [libc.so.6]
+  ... 1 more functions of allocation (--limit)
+";
+        assert_eq!(text, want);
+    }
 }

@@ -28,10 +28,23 @@ pub struct CompareView<'a> {
 fn value(v: f64, unit: &str) -> String {
     match unit {
         "req/s" => format!("{v:.0}"),
+        // Times carry their unit, to three significant digits: 1.20s, 850ms.
+        "s" => crate::units::seconds(v),
+        "ms" => crate::units::seconds(v / 1e3),
         // Short runs keep their digits: 0.0012 s rather than 0.001.
         _ if v.abs() < 1.0 => format!("{v:.4}"),
         _ => format!("{v:.3}"),
     }
+}
+
+/// The progress line of one run: `run 3/10 before: cpu 1.20s, wall 1.31s, 5230 requests/s`.
+pub fn run_line(number: usize, runs: usize, side: &str, cpu_s: f64, wall_s: f64, rps: Option<f64>) -> String {
+    let rps = rps.map_or(String::new(), |r| format!(", {r:.0} requests/s"));
+    format!(
+        "run {number}/{runs} {side:<6}: cpu {}, wall {}{rps}",
+        crate::units::seconds(cpu_s),
+        crate::units::seconds(wall_s)
+    )
 }
 
 fn method(m: UMethod) -> &'static str {
@@ -86,7 +99,11 @@ pub fn report(w: &mut impl Write, v: &CompareView) -> Result<(), RenderError> {
         .measures
         .iter()
         .map(|m| {
-            let name = format!("{} ({})", m.name, m.unit);
+            // A time shows its unit in each value; other measures name it here.
+            let name = match m.unit.as_str() {
+                "s" | "ms" => m.name.clone(),
+                unit => format!("{} ({unit})", m.name),
+            };
             match &m.comparison {
                 Some(c) => [
                     name,
@@ -145,8 +162,8 @@ pub fn report(w: &mut impl Write, v: &CompareView) -> Result<(), RenderError> {
         writeln!(
             w,
             "\nwhere the CPU time changed (all runs of a side merged, scaled to its median CPU time; the deltas \
-             add up to {:+.3} s):",
-            d.total_delta()
+             add up to {}):",
+            crate::units::signed_duration((d.total_delta() * 1e9).round() as i64)
         )?;
         if d.functions.is_empty() {
             writeln!(w, "no CPU samples were recorded (runs shorter than the sampling period?)")?;
@@ -246,6 +263,15 @@ mod tests {
     /// A comparison of the diff fixture's two builds: 5 runs per side, the after side 25% slower, wall
     /// time noisy; both report formats against golden files.
     #[test]
+    fn a_run_is_said_in_units() {
+        assert_eq!(run_line(3, 10, "before", 1.2, 1.3149, None), "run 3/10 before: cpu 1.20s, wall 1.31s");
+        assert_eq!(
+            run_line(1, 6, "after", 0.0123, 2.0, Some(5230.4)),
+            "run 1/6 after : cpu 12.3ms, wall 2.00s, 5230 requests/s"
+        );
+    }
+
+    #[test]
     fn compare_golden() {
         use whyslow_analyze::diff::{diff, Scale, Side};
         let (pb, pa) = crate::diff::tests::pair();
@@ -286,8 +312,11 @@ mod tests {
         out.extend(render(|w| json(w, &v)));
         crate::fixture::check_golden("compare.txt", &out);
         let text = String::from_utf8(out).unwrap();
-        assert!(text.contains("the deltas add up to +1.050 s"), "{text}");
-        assert!(text.contains("wall time (s)") && text.contains("+24.9%"), "{text}");
+        assert!(text.contains("the deltas add up to +1.05s"), "{text}");
+        assert!(
+            text.contains("wall time ") && !text.contains("wall time (s)") && text.contains("+24.9%"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Before/after renderers: the per-function delta table, its JSON, and differential flame graphs (inferno's
 //! two-count folded format: red grew, blue shrank).
 
-use crate::{folded_lines, sample_type, RenderError};
+use crate::{folded_lines, sample_type, units, RenderError};
 use serde_json::json;
 use std::io::Write;
 use whyslow_analyze::diff::{Diff, DiffUnit, FunctionDelta, Scale, Side, Status};
@@ -9,19 +9,19 @@ use whyslow_analyze::diff::{Diff, DiffUnit, FunctionDelta, Scale, Side, Status};
 /// Function names wider than this push the module column out rather than widening every row.
 const NAME_WIDTH: usize = 50;
 
+/// A change: time with its unit (`+1.20s`, `-350µs`), or points of a share (`+1.25%`).
 fn signed(v: f64, unit: DiffUnit) -> String {
-    // No "-0.000" for a change that rounds to nothing.
-    let digits = if unit == DiffUnit::Seconds { 1e3 } else { 1e2 };
-    let v = if (v * digits).round() == 0.0 { 0.0 } else { v };
     match unit {
-        DiffUnit::Seconds => format!("{v:+.3}"),
+        DiffUnit::Seconds => units::signed_duration((v * 1e9).round() as i64),
+        // No "-0.00%" for a change that rounds to nothing.
+        DiffUnit::Percent if (v * 1e2).round() == 0.0 => "+0.00%".to_string(),
         DiffUnit::Percent => format!("{v:+.2}%"),
     }
 }
 
 fn plain(v: f64, unit: DiffUnit) -> String {
     match unit {
-        DiffUnit::Seconds => format!("{v:.3}"),
+        DiffUnit::Seconds => units::seconds(v),
         DiffUnit::Percent => format!("{v:.2}%"),
     }
 }
@@ -41,7 +41,7 @@ pub fn table(w: &mut impl Write, d: &Diff, limit: usize) -> Result<(), RenderErr
     let nw = shown.iter().map(|f| f.name.chars().count()).max().unwrap_or(0).clamp(8, NAME_WIDTH);
     match u {
         DiffUnit::Seconds => {
-            writeln!(w, "{:<29} {:<17} {:>9}", "   self seconds", "    self share", "total")?;
+            writeln!(w, "{:<29} {:<17} {:>9}", "   self time", "    self share", "total")?;
             writeln!(
                 w,
                 "{:>9} {:>9} {:>9} {:>8} {:>8} {:>9}  {:<nw$}  module",
@@ -112,12 +112,24 @@ pub fn report(w: &mut impl Write, d: &Diff, limit: usize) -> Result<(), RenderEr
     };
     writeln!(w, "whyslow diff ({}, {what}): before -> after", d.sample_type)?;
     for (name, s) in [("before", &d.before), ("after", &d.after)] {
-        let secs = s.seconds.map_or(String::new(), |x| format!(" = {x:.3} s"));
-        writeln!(w, "  {name:<6}  {}: {}{secs} over {:.2} s", s.command.join(" "), s.total, s.duration_s)?;
+        // A time already in its unit needs no "= seconds".
+        let secs = match s.seconds {
+            Some(x) if units::Scale::of(&s.total_unit) != units::Scale::Nanoseconds => {
+                format!(" = {}", units::seconds(x))
+            }
+            _ => String::new(),
+        };
+        writeln!(
+            w,
+            "  {name:<6}  {}: {}{secs} over {}",
+            s.command.join(" "),
+            units::total(s.total, &s.total_unit),
+            units::seconds(s.duration_s)
+        )?;
     }
     if let (Some(b), Some(a)) = (d.before.seconds, d.after.seconds) {
         let rel = if b != 0.0 { format!(" ({:+.1}%)", 100.0 * (a / b - 1.0)) } else { String::new() };
-        writeln!(w, "  change: {:+.3} s{rel}", a - b)?;
+        writeln!(w, "  change: {}{rel}", signed(a - b, DiffUnit::Seconds))?;
     }
     writeln!(w)?;
     if d.functions.is_empty() {
@@ -150,11 +162,14 @@ pub fn json_value(d: &Diff, limit: usize) -> serde_json::Value {
                 "self_pct_before": round(f.self_pct_before, 2), "self_pct_after": round(f.self_pct_after, 2),
                 "total_pct_before": round(f.total_pct_before, 2),
                 "total_pct_after": round(f.total_pct_after, 2),
+                // Exact, [before, after], in each side's total_unit.
+                "self_values": f.self_values, "total_values": f.total_values,
             })
         })
         .collect();
     let side = |s: &whyslow_analyze::diff::SideTotal| {
-        json!({"command": s.command, "total": s.total, "seconds": s.seconds.map(|x| round(x, 6)),
+        json!({"command": s.command, "total": s.total, "total_unit": s.total_unit,
+               "seconds": s.seconds.map(|x| round(x, 6)),
                "duration_s": round(s.duration_s, 6)})
     };
     json!({
@@ -408,7 +423,11 @@ pub(crate) mod tests {
         out.extend(render(|w| report(w, &diff(b, a, true), 3)));
         check_golden("diff.txt", &out);
         let text = String::from_utf8(out).unwrap();
-        assert!(text.contains("change: +0.850 s (+20.2%)"), "{text}");
+        assert!(text.contains("change: +850ms (+20.2%)"), "{text}");
+        // Times in their units, three significant digits; the totals named by their unit.
+        assert!(text.contains("420 samples = 4.20s over 5.00s"), "{text}");
+        let work_b = text.lines().find(|l| l.contains("work_b")).unwrap();
+        assert_eq!(work_b.split_whitespace().take(3).collect::<Vec<_>>(), ["1.00s", "2.00s", "+1.00s"]);
     }
 
     #[test]
@@ -423,6 +442,9 @@ pub(crate) mod tests {
         assert_eq!(v["new"], json!(["memset"]));
         assert_eq!(v["vanished"], json!(["clear_page"]));
         assert_eq!(v["unit"], "seconds");
+        // The exact values behind the seconds, in the unit each side names.
+        assert_eq!(v["functions"][0]["self_values"], json!([100, 200]));
+        assert_eq!((&v["before"]["total"], &v["before"]["total_unit"]), (&json!(420), &json!("samples")));
     }
 
     fn frame<'a>(s: &'a str, name: &str) -> &'a str {

@@ -49,15 +49,16 @@ fn finding(w: &mut impl Write, n: usize, f: &Finding) -> std::io::Result<()> {
     writeln!(w)
 }
 
-pub fn text(w: &mut impl Write, p: &Profile, d: &Diagnosis) -> std::io::Result<()> {
+/// The text report; the hot paths and the counted calls show `limit` rows each.
+pub fn text(w: &mut impl Write, p: &Profile, d: &Diagnosis, limit: usize) -> std::io::Result<()> {
     let pids: Vec<String> = p.meta.target_pids.iter().map(u32::to_string).collect();
     // Imported profiles name no process.
     let pids = if pids.is_empty() { String::new() } else { format!(" (pid {})", pids.join(",")) };
     writeln!(
         w,
-        "whyslow doctor: {}{pids}, {:.1} s: {} finding{}\n",
+        "whyslow doctor: {}{pids}, {}: {} finding{}\n",
         p.meta.command.join(" "),
-        p.meta.duration_ns as f64 / 1e9,
+        crate::units::duration(p.meta.duration_ns as i64),
         d.findings.len(),
         if d.findings.len() == 1 { "" } else { "s" }
     )?;
@@ -79,15 +80,21 @@ pub fn text(w: &mut impl Write, p: &Profile, d: &Diagnosis) -> std::io::Result<(
     }
     writeln!(w, "hot paths:")?;
     let width = d.hot_paths.iter().map(|h| h.of.len()).max().unwrap_or(0);
-    for h in &d.hot_paths {
+    for h in d.hot_paths.iter().take(limit) {
         writeln!(w, "  {:5.1}% of {:<width$} {}", h.pct, h.of, path(h))?;
     }
+    more(w, d.hot_paths.len(), limit, "hot paths")?;
     let calls = counted_calls(p);
     if !calls.is_empty() {
-        writeln!(w, "\nexact call counts of the hot functions ({:.1} s):", p.meta.calls_seconds())?;
-        for c in &calls {
+        writeln!(
+            w,
+            "\nexact call counts of the hot functions (over {}):",
+            crate::units::seconds(p.meta.calls_seconds())
+        )?;
+        for c in calls.iter().take(limit) {
             writeln!(w, "  {:>12} calls {:>12.0}/s  {}", c.calls, c.per_s, c.name)?;
         }
+        more(w, calls.len(), limit, "functions")?;
     }
     if !d.skipped.is_empty() {
         writeln!(w, "\nnot checked: {}", d.skipped.join("; "))?;
@@ -117,23 +124,35 @@ pub fn text(w: &mut impl Write, p: &Profile, d: &Diagnosis) -> std::io::Result<(
     Ok(())
 }
 
+/// `  ... 3 more hot paths (--limit)` under a table cut at `limit` of its `rows`.
+fn more(w: &mut impl Write, rows: usize, limit: usize, what: &str) -> std::io::Result<()> {
+    if rows > limit {
+        writeln!(w, "  ... {} more {what} (--limit)", rows - limit)?;
+    }
+    Ok(())
+}
+
 /// "threads' time: 49.2% running, 0.0% blocked, 50.8% waiting for a CPU (4.01 s); 12.00 s idle".
 fn wall(w: &mut impl Write, s: &WallSplit) -> std::io::Result<()> {
     let working = s.running_ns + s.blocked_ns + s.runnable_ns;
     let pct = |x: i64| if working > 0 { 100.0 * x as f64 / working as f64 } else { 0.0 };
     write!(
         w,
-        "threads' working time: {:.1}% running, {:.1}% blocked, {:.1}% waiting for a CPU (of {:.2} s)",
+        "threads' working time: {:.1}% running, {:.1}% blocked, {:.1}% waiting for a CPU (of {})",
         pct(s.running_ns),
         pct(s.blocked_ns),
         pct(s.runnable_ns),
-        working as f64 / 1e9
+        crate::units::duration(working)
     )?;
     if s.idle_ns >= 5_000_000 {
-        write!(w, "; {:.2} s more idle (waiting for work), left out of the shares", s.idle_ns as f64 / 1e9)?;
+        write!(
+            w,
+            "; {} more idle (waiting for work), left out of the shares",
+            crate::units::duration(s.idle_ns)
+        )?;
     }
     if s.probe_ns >= 5_000_000 {
-        write!(w, "; {:.2} s off CPU inside whyslow's probes, left out too", s.probe_ns as f64 / 1e9)?;
+        write!(w, "; {} off CPU inside whyslow's probes, left out too", crate::units::duration(s.probe_ns))?;
     }
     writeln!(w, "\n")
 }
@@ -163,17 +182,17 @@ fn measured(p: &Profile) -> Vec<String> {
         out.push(match p.meta.syscalls_duration_ns {
             0 => "syscall counts exact over the whole run".to_string(),
             _ => format!(
-                "syscall counts exact over the first {:.2} s of {:.2} s (the budget stopped the counters; rates \
-                 are per second of that window)",
-                p.meta.syscalls_seconds(),
-                p.meta.duration_ns as f64 / 1e9
+                "syscall counts exact over the first {} of {} (the budget stopped the counters; rates are per \
+                 second of that window)",
+                crate::units::seconds(p.meta.syscalls_seconds()),
+                crate::units::duration(p.meta.duration_ns as i64)
             ),
         });
     }
     if !p.calls.is_empty() || p.sample_type(whyslow_model::sample_types::ALLOC_COUNT).is_some() {
         out.push(format!(
-            "call and allocation counts exact over {:.2} s (rates per second of that window), their stacks sampled",
-            p.meta.calls_seconds()
+            "call and allocation counts exact over {} (rates per second of that window), their stacks sampled",
+            crate::units::seconds(p.meta.calls_seconds())
         ));
     }
     out
@@ -202,6 +221,8 @@ fn counted_calls(p: &Profile) -> Vec<Counted> {
 struct Json<'a> {
     command: &'a [String],
     duration_s: f64,
+    /// The same, exact.
+    duration_ns: u64,
     findings: &'a [Finding],
     hot_paths: &'a [HotPath],
     calls: Vec<Counted>,
@@ -221,6 +242,7 @@ pub fn json(w: &mut impl Write, p: &Profile, d: &Diagnosis) -> std::io::Result<(
     let j = Json {
         command: &p.meta.command,
         duration_s: p.meta.duration_ns as f64 / 1e9,
+        duration_ns: p.meta.duration_ns,
         findings: &d.findings,
         hot_paths: &d.hot_paths,
         calls: counted_calls(p),
@@ -306,7 +328,7 @@ mod tests {
         let ids: Vec<&str> = d.findings.iter().map(|f| f.id).collect();
         assert_eq!(ids, ["blocking-io", "hot-logging", "tz-stat-storm"]);
         let mut text = Vec::new();
-        super::text(&mut text, &p, &d).unwrap();
+        super::text(&mut text, &p, &d, 25).unwrap();
         check_golden("doctor.txt", &text);
         let mut json = Vec::new();
         super::json(&mut json, &p, &d).unwrap();

@@ -46,6 +46,7 @@ pub fn report(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), Rende
         "event": m.event,
         "frequency_hz": m.frequency_hz,
         "duration_s": m.duration_ns as f64 / 1e9,
+        "duration_ns": m.duration_ns,
         "exit_code": m.exit_code,
         "killed": m.killed,
         "notes": m.notes,

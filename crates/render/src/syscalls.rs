@@ -9,8 +9,29 @@ use whyslow_model::Profile;
 const RULE: &str =
     "------ ----------- ----------- --------- --------- ----------- ----------- ----------------";
 
-/// The summary table, one block per thread when the rows are per thread. `lost_events` > 0 is shown.
-pub fn table(w: &mut impl Write, p: &Profile, rows: &[SyscallRow]) -> std::io::Result<()> {
+/// One refresh of a live table: a header saying how far into the run and at what rate, then the table of
+/// `interval` (the counters of the last `secs` seconds, merged over threads).
+pub fn interval_table(
+    w: &mut impl Write,
+    elapsed_s: f64,
+    secs: f64,
+    interval: Vec<whyslow_model::SyscallStat>,
+    limit: usize,
+) -> std::io::Result<()> {
+    let p = Profile { syscalls: interval, ..Default::default() };
+    let calls: u64 = p.syscalls.iter().map(|s| s.calls).sum();
+    writeln!(
+        w,
+        "whyslow syscalls: {elapsed_s:.1} s into the run, last {secs:.1} s: {:.0} calls/s",
+        calls as f64 / secs.max(1e-9)
+    )?;
+    table(w, &p, &whyslow_analyze::syscall_summary(&p, false), limit)?;
+    writeln!(w)
+}
+
+/// The summary table, one block per thread when the rows are per thread, each showing its `limit`
+/// syscalls of most time (the total line counts them all). `lost_events` > 0 is shown.
+pub fn table(w: &mut impl Write, p: &Profile, rows: &[SyscallRow], limit: usize) -> std::io::Result<()> {
     if rows.is_empty() {
         writeln!(w, "no syscalls")?;
     }
@@ -23,7 +44,7 @@ pub fn table(w: &mut impl Write, p: &Profile, rows: &[SyscallRow]) -> std::io::R
                 p.threads.iter().find(|t| (t.pid, t.tid) == (pid, tid)).map_or("", |t| t.name.as_str());
             writeln!(w, "{}thread {tid}{} (pid {pid})", if start > 0 { "\n" } else { "" }, quoted(name))?;
         }
-        block(w, &rows[start..end])?;
+        block(w, &rows[start..end], limit)?;
         start = end;
     }
     if p.meta.lost_events > 0 {
@@ -44,26 +65,30 @@ fn quoted(name: &str) -> String {
     }
 }
 
-fn block(w: &mut impl Write, rows: &[SyscallRow]) -> std::io::Result<()> {
+fn block(w: &mut impl Write, rows: &[SyscallRow], limit: usize) -> std::io::Result<()> {
     let total_ns: u64 = rows.iter().map(|r| r.stat.total_ns).sum();
-    writeln!(w, "% time     seconds  usecs/call     calls    errors   p99 usecs   max usecs syscall")?;
+    // strace -c's columns as strace prints them; p99 and max (ours) in units, as 2.04µs or 12.3ms.
+    writeln!(w, "% time     seconds  usecs/call     calls    errors         p99         max syscall")?;
     writeln!(w, "{RULE}")?;
     let line =
         |w: &mut dyn Write, ns: u64, calls: u64, errors: u64, p99: Option<u64>, max: u64, name: &str| {
             let share = if total_ns == 0 { 0.0 } else { 100.0 * ns as f64 / total_ns as f64 };
             let errors = if errors > 0 { errors.to_string() } else { String::new() };
-            let p99 = p99.map_or(String::new(), |v| format!("{:.1}", v as f64 / 1e3));
+            let p99 = p99.map_or(String::new(), |v| crate::units::duration(v as i64));
             writeln!(
                 w,
-                "{share:6.2} {:11.6} {:11} {calls:9} {errors:>9} {p99:>11} {:11.1} {name}",
+                "{share:6.2} {:11.6} {:11} {calls:9} {errors:>9} {p99:>11} {:>11} {name}",
                 ns as f64 / 1e9,
                 ns / 1000 / calls.max(1),
-                max as f64 / 1e3
+                crate::units::duration(max as i64)
             )
         };
-    for r in rows {
+    for r in rows.iter().take(limit) {
         let s = &r.stat;
         line(w, s.total_ns, s.calls, s.errors, Some(s.quantile_ns(0.99)), s.max_ns, &s.name)?;
+    }
+    if rows.len() > limit {
+        writeln!(w, "  ... {} more syscalls (--limit)", rows.len() - limit)?;
     }
     writeln!(w, "{RULE}")?;
     let calls = rows.iter().map(|r| r.stat.calls).sum();
@@ -110,6 +135,7 @@ pub fn issuing_stacks(
 pub fn json(w: &mut impl Write, p: &Profile, rows: &[SyscallRow]) -> std::io::Result<()> {
     let doc = serde_json::json!({
         "duration_s": p.meta.duration_ns as f64 / 1e9,
+        "duration_ns": p.meta.duration_ns,
         "syscalls": rows_json(rows),
         "lost_events": p.meta.lost_events,
         "killed": p.meta.killed,
@@ -399,15 +425,15 @@ mod tests {
         p.syscalls = vec![s("newfstatat", 200_000, 300_000_000, 0), s("openat", 1000, 3_000_000, 1000)];
         p.meta.lost_events = 3;
         let mut out = Vec::new();
-        table(&mut out, &p, &whyslow_analyze::syscall_summary(&p, false)).unwrap();
+        table(&mut out, &p, &whyslow_analyze::syscall_summary(&p, false), 25).unwrap();
         let text = String::from_utf8(out).unwrap();
         let want = "\
-% time     seconds  usecs/call     calls    errors   p99 usecs   max usecs syscall
+% time     seconds  usecs/call     calls    errors         p99         max syscall
 ------ ----------- ----------- --------- --------- ----------- ----------- ----------------
- 99.01    0.300000           1    200000                   2.0         9.0 newfstatat
-  0.99    0.003000           3      1000      1000         2.0         9.0 openat
+ 99.01    0.300000           1    200000                2.04µs      9.00µs newfstatat
+  0.99    0.003000           3      1000      1000      2.04µs      9.00µs openat
 ------ ----------- ----------- --------- --------- ----------- ----------- ----------------
-100.00    0.303000           1    201000      1000                     9.0 total
+100.00    0.303000           1    201000      1000                  9.00µs total
 errors: openat ENOENT 1000
 lost events: 3 (counted calls or traced calls the kernel had no room for)
 ";
@@ -419,5 +445,11 @@ lost events: 3 (counted calls or traced calls the kernel had no room for)
         assert_eq!(v["syscalls"][0]["calls"], 200000);
         assert_eq!(v["lost_events"], 3);
         assert_eq!(v["syscalls"][0]["p99_ns"], 2037, "1024 + 1024 * 0.99 inside bucket 10");
+        // Times exact, in integer nanoseconds named by the key, beside the seconds for people.
+        assert_eq!(
+            (v["syscalls"][0]["total_ns"].as_u64(), v["syscalls"][0]["max_ns"].as_u64()),
+            (Some(300_000_000), Some(9_000))
+        );
+        assert_eq!(v["duration_ns"], p.meta.duration_ns);
     }
 }

@@ -151,6 +151,18 @@ fn functions_table(
 }
 
 /// Header and top-functions table; with `threads`, a thread table and each thread's top functions.
+/// `-v`'s table: the wall time of each phase of a run, one line each, and since whyslow started, in
+/// milliseconds with one decimal (a column to compare down, so one unit).
+pub fn phases(all: &[(&str, std::time::Duration)], since_start: std::time::Duration) -> String {
+    let last = "since whyslow started";
+    let width = all.iter().map(|(n, _)| n.len()).chain([last.len()]).max().unwrap_or(0);
+    let mut out = String::from("whyslow: time per phase\n");
+    for (name, d) in all.iter().chain([&(last, since_start)]) {
+        out += &format!("  {name:<width$}  {:8.1} ms\n", d.as_secs_f64() * 1e3);
+    }
+    out
+}
+
 pub fn report(w: &mut impl Write, p: &Profile, o: &ReportOptions) -> Result<(), RenderError> {
     header(w, p, o.value)?;
     let st = sample_type(p, o.value)?;
@@ -265,6 +277,18 @@ pub fn stacks_ending_in(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn phases_line_up_with_the_time_since_start_last() {
+        use std::time::Duration;
+        let all =
+            [("eBPF load", Duration::from_micros(12_345)), ("run (target)", Duration::from_millis(1500))];
+        assert_eq!(
+            super::phases(&all, Duration::from_millis(1600)),
+            "whyslow: time per phase\n  eBPF load                  12.3 ms\n  run (target)             1500.0 ms\n  \
+             since whyslow started    1600.0 ms\n"
+        );
+    }
+
     use super::*;
     use crate::fixture::{self, check_golden, render};
     use whyslow_analyze::{callees, callers};

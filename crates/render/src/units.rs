@@ -28,6 +28,20 @@ impl Scale {
     }
 }
 
+/// The total of a profile's sample type `value`, for a one-line summary: `1234 samples`, `770ms offcpu`
+/// for a time, `2.00KiB alloc-bytes` for a size, `2048 count alloc-count` for another unit.
+pub fn amount(p: &whyslow_model::Profile, value: usize) -> String {
+    let total = p.total(value);
+    match p.sample_types.get(value) {
+        Some(t) if t.unit == "samples" => format!("{total} samples"),
+        Some(t) => match Scale::of(&t.unit) {
+            Scale::Count => format!("{total} {} {}", t.unit, t.name),
+            scale => format!("{} {}", scale.show(total), t.name),
+        },
+        None => format!("{total} samples"),
+    }
+}
+
 /// Three significant digits of `x` (>= 1 in magnitude), without a trailing fraction where none is needed.
 fn three(x: f64) -> String {
     let a = x.abs();
@@ -59,6 +73,29 @@ pub fn duration(ns: i64) -> String {
     }
 }
 
+/// A change of time: `+1.20s`, `-500ms`, `0ns`.
+pub fn signed_duration(ns: i64) -> String {
+    if ns > 0 {
+        format!("+{}", duration(ns))
+    } else {
+        duration(ns)
+    }
+}
+
+/// Seconds (as the analyses give them) as [`duration`] shows nanoseconds.
+pub fn seconds(s: f64) -> String {
+    duration((s * 1e9).round() as i64)
+}
+
+/// An exact total in its unit, for text: `1.97s`, `3.00MiB`, `1234 samples`.
+pub fn total(value: i64, unit: &str) -> String {
+    match Scale::of(unit) {
+        Scale::Count if unit.is_empty() => value.to_string(),
+        Scale::Count => format!("{value} {unit}"),
+        scale => scale.show(value),
+    }
+}
+
 /// Bytes as `512B`, `1.50KiB`, `12.3MiB`, `2.00GiB`.
 pub fn bytes(n: i64) -> String {
     let a = n.unsigned_abs() as f64;
@@ -79,6 +116,29 @@ pub fn bytes(n: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_recordings_amount_is_said_in_its_unit() {
+        use whyslow_model::{Metadata, ProfileBuilder, SampleType};
+        let profile = |unit: &str, name: &str, values: &[i64]| {
+            let mut b = ProfileBuilder::new(
+                Metadata::default(),
+                vec![SampleType { name: name.into(), unit: unit.into() }],
+            );
+            let m = b.module("/bin/app", "");
+            let f = b.frame("main", m, "", whyslow_model::FrameKind::User);
+            let t = b.thread(1, 1, "app");
+            let s = b.stack(&[f]);
+            for v in values {
+                b.add_sample(s, t, &[*v]);
+            }
+            b.finish()
+        };
+        assert_eq!(amount(&profile("samples", "cpu", &[1000, 234]), 0), "1234 samples");
+        assert_eq!(amount(&profile("nanoseconds", "offcpu", &[770_000_000, 4_000_000]), 0), "774ms offcpu");
+        assert_eq!(amount(&profile("bytes", "alloc-bytes", &[2048]), 0), "2.00KiB alloc-bytes");
+        assert_eq!(amount(&profile("count", "alloc-count", &[2048]), 0), "2048 count alloc-count");
+    }
 
     #[test]
     fn times_and_sizes_read_as_pprof_prints_them() {

@@ -713,10 +713,10 @@ fn load_windows(s: &Shared, sel: &Selection, from: u64, until: u64) -> Result<Pr
     Ok(crate::merged(s, &ids)?)
 }
 
-/// The index of the sample type a query asks for (`type`, default the first).
+/// The index of the sample type a query asks for (`type`, default the profile's: cpu, else the first).
 fn value(p: &Profile, q: &BTreeMap<String, String>) -> Result<usize, ApiError> {
     match q.get("type") {
-        None => Ok(0),
+        None => Ok(p.default_type().unwrap_or(0)),
         Some(t) => p.sample_type(t).ok_or_else(|| {
             let have: Vec<&str> = p.sample_types.iter().map(|t| t.name.as_str()).collect();
             ApiError::unprocessable(format!(

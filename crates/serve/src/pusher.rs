@@ -151,13 +151,7 @@ fn labels(s: &Shared, targets: &[i64], pid: u32, comm: &str, cgroup: &str) -> wh
     let named = specs.iter().filter(|t| !t.matcher.all).find_map(|t| t.name.clone());
     let unit = from_cgroup.get(crate::cgroup::UNIT).cloned();
     whyslow_push::Labels {
-        service: named.or(unit).unwrap_or_else(|| {
-            if comm.is_empty() {
-                format!("target-{}", targets.first().copied().unwrap_or(0))
-            } else {
-                comm.to_string()
-            }
-        }),
+        service: whyslow_push::service_name(named.or(unit), comm),
         process: comm.to_string(),
         hostname: std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_string())

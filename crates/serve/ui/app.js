@@ -469,9 +469,32 @@
   }
 
   const NUMBER = new Intl.NumberFormat(); // one formatter: toLocaleString builds one per call
+  // Times and sizes as the text reports show them (crates/render/src/units.rs): three significant
+  // digits in the unit that fits (850ns, 12.3µs, 500ms, 1.20s; 512B, 1.50KiB, 12.3MiB).
+  function three(x) {
+    const a = Math.abs(x);
+    return a >= 100 ? x.toFixed(0) : a >= 10 ? x.toFixed(1) : x.toFixed(2);
+  }
+  function duration(ns) {
+    const a = Math.abs(ns);
+    // Rounding can carry a value into the next unit (999.6 µs): judge by the rounded value.
+    const fits = (v) => three(v).replace("-", "").length <= 4 && Math.abs(v) < 999.5;
+    if (a < 1e3) return Math.round(ns) + "ns";
+    if (fits(ns / 1e3)) return three(ns / 1e3) + "µs";
+    if (fits(ns / 1e6)) return three(ns / 1e6) + "ms";
+    if (a < 999.5e9) return three(ns / 1e9) + "s";
+    return (ns / 1e9).toFixed(0) + "s";
+  }
+  function bytes(n) {
+    if (Math.abs(n) < 1024) return Math.round(n) + "B";
+    const units = [["KiB", 1024], ["MiB", 1048576], ["GiB", 1073741824]];
+    for (const [i, [name, size]] of units.entries()) {
+      if (Math.abs(n / size) < 999.5 || i === units.length - 1) return three(n / size) + name;
+    }
+  }
   function fmt(v) {
-    if (st.unit === "nanoseconds") return (v / 1e9).toFixed(3) + " s";
-    if (st.unit === "bytes") return (v / 1048576).toFixed(2) + " MiB";
+    if (st.unit === "nanoseconds") return duration(v);
+    if (st.unit === "bytes") return bytes(v);
     return NUMBER.format(v) + " " + st.unit;
   }
   function pct(v, of) { return of ? (100 * v / of).toFixed(1) + "%" : "0%"; }
@@ -732,10 +755,17 @@
       const tr = document.createElement("tr");
       tr.className = f.self_delta > 0 || f.total_delta > 0 ? "grew" : f.self_delta < 0 || f.total_delta < 0 ? "shrank" : "";
       tr.dataset.name = f.name;
-      for (const [v, c] of [[f.name, ""], [f.self_before, "num"], [f.self_after, "num"],
-        [(f.self_delta > 0 ? "+" : "") + f.self_delta, "num"], [(f.total_delta > 0 ? "+" : "") + f.total_delta, "num"]]) {
-        const td = document.createElement("td"); td.textContent = v; td.title = String(v);
-        if (c) td.className = c; tr.append(td);
+      // Each number in its unit, the exact value in data-value (and the tooltip).
+      for (const [v, signed] of [[f.name, null], [f.self_before, false], [f.self_after, false],
+        [f.self_delta, true], [f.total_delta, true]]) {
+        const td = document.createElement("td");
+        if (signed === null) {
+          td.textContent = v;
+        } else {
+          td.textContent = diffNum(v, signed); td.className = "num";
+          td.dataset.value = String(v); td.title = (signed && v > 0 ? "+" : "") + v;
+        }
+        tr.append(td);
       }
       body.append(tr);
     }
@@ -772,7 +802,7 @@
   }
 
   function diffNum(v, signed) {
-    const s = st.diffUnit === "seconds" ? v.toFixed(3) + " s" : v.toFixed(2) + "%";
+    const s = st.diffUnit === "seconds" ? duration(v * 1e9) : v.toFixed(2) + "%";
     return signed && v > 0 ? "+" + s : s;
   }
 

@@ -10,7 +10,7 @@ pub fn view(a: crate::ViewArgs) -> Result<()> {
             .with_context(|| format!("cannot read {}", path.display()))?;
         files.push(whyslow_serve::ViewFile { name: path.display().to_string(), profile });
     }
-    let listen = std::net::SocketAddr::from(([127, 0, 0, 1], a.port));
+    let listen = std::net::SocketAddr::from(([127, 0, 0, 1], a.port.unwrap_or(0)));
     let open = a.open;
     whyslow_serve::view(files, listen, |addr| {
         let url = format!("http://{addr}/");

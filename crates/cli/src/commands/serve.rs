@@ -1,0 +1,88 @@
+use super::push::{labels, push_options};
+use super::*;
+
+/// `10GiB`, `500MiB`, `1000000` (bytes); KB/MB/GB are powers of 1000.
+fn size_bytes(what: &str, s: &str) -> Result<u64> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (n, unit) = t.split_at(split);
+    let mult: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "TiB" => 1 << 40,
+        "KB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        _ => bail!("{what} '{s}' is not a size like 500MiB or 1GiB"),
+    };
+    n.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .filter(|&b| b > 0)
+        .ok_or_else(|| anyhow!("{what} '{s}' is not a size like 500MiB or 1GiB"))
+}
+
+pub fn serve(a: crate::ServeArgs) -> Result<()> {
+    let retention = whyslow_serve::timespec::duration_ns(&a.retention)
+        .filter(|&n| n > 0)
+        .ok_or_else(|| anyhow!("--retention '{}' is not a duration like 30m, 12h or 7d", a.retention))?;
+    let mut targets = match &a.config {
+        Some(path) => {
+            let text =
+                std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+            whyslow_serve::parse_config(&text).with_context(|| format!("{}", path.display()))?
+        }
+        None => Vec::new(),
+    };
+    if a.all {
+        if targets.iter().any(|t| t.name.as_deref() == Some(whyslow_serve::ALL_TARGET)) {
+            bail!(
+                "--all defines the target '{}': the config file has one of that name",
+                whyslow_serve::ALL_TARGET
+            );
+        }
+        targets.push(whyslow_serve::all_target());
+    }
+    let token = match &a.token_file {
+        Some(path) => {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(path)
+                .with_context(|| format!("cannot read {}", path.display()))?
+                .permissions()
+                .mode();
+            // As ssh does with private keys: a secret others can read is no secret.
+            if mode & 0o077 != 0 {
+                bail!(
+                    "{} is readable or writable by others (mode {:o}): chmod 600 it",
+                    path.display(),
+                    mode & 0o777
+                );
+            }
+            let t =
+                std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+            let t = t.trim().to_string();
+            if t.len() < 16 {
+                bail!("the token in {} is shorter than 16 characters", path.display());
+            }
+            Some(t)
+        }
+        None => None,
+    };
+    let opts = whyslow_serve::ServeOptions {
+        listen: a.listen,
+        output_root: a.output_root.unwrap_or_else(|| a.data_dir.join("output")),
+        data_dir: a.data_dir,
+        token,
+        retention: Duration::from_nanos(retention),
+        max_disk: size_bytes("--max-disk", &a.max_disk)?,
+        targets,
+        max_body: 1 << 20,
+        push: push_options(&a.push)?,
+        push_labels: labels(&a.push.labels)?,
+        push_per_process: a.push.per_process,
+        allow_hosts: a.allow_hosts,
+    };
+    Ok(whyslow_serve::run(opts)?)
+}
