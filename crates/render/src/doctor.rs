@@ -160,13 +160,28 @@ fn measured(p: &Profile) -> Vec<String> {
         out.push(format!("CPU shares sampled ({n} samples: within ±{err:.1} points, 95%)"));
     }
     if !p.syscalls.is_empty() {
-        out.push(match p.meta.syscalls_duration_ns {
-            0 => "syscall counts exact over the whole run".to_string(),
+        let m = &p.meta;
+        let cost = match m.syscall_cost_ns {
+            0 => String::new(),
+            ns => format!(", at {:.2} us per counted syscall, measured on this run", ns as f64 / 1e3),
+        };
+        out.push(match (m.syscalls_duration_ns, m.syscall_slices.split_first()) {
+            (0, _) => "syscall counts exact over the whole run".to_string(),
+            (_, Some((first, rest))) if !rest.is_empty() => format!(
+                "syscall counts exact over the first {:.2} s, then sampled in {} slices over the rest of the \
+                 {:.2} s (the budget{cost}); rates are per second of the {:.2} s counted{}",
+                first.0 as f64 / 1e9,
+                rest.len(),
+                m.duration_ns as f64 / 1e9,
+                m.syscalls_seconds(),
+                m.syscall_rate_error()
+                    .map_or(String::new(), |e| format!(", within ±{:.0}% (95%)", (e * 100.0).max(1.0)))
+            ),
             _ => format!(
-                "syscall counts exact over the first {:.2} s of {:.2} s (the budget stopped the counters; rates \
-                 are per second of that window)",
-                p.meta.syscalls_seconds(),
-                p.meta.duration_ns as f64 / 1e9
+                "syscall counts exact over the first {:.2} s of {:.2} s (the budget stopped the counters{cost}; \
+                 rates are per second of that window)",
+                m.syscalls_seconds(),
+                m.duration_ns as f64 / 1e9
             ),
         });
     }
@@ -311,5 +326,35 @@ mod tests {
         let mut json = Vec::new();
         super::json(&mut json, &p, &d).unwrap();
         check_golden("doctor.json", &json);
+    }
+
+    /// Counters that a budget stopped after 0.5 s, then sampled in three slices: the rates read over the
+    /// 0.65 s counted, and the measured line says so, with the sampling error of those windows and the
+    /// measured price of a syscall; the rules' evidence names the windows too.
+    #[test]
+    fn sampled_syscall_windows_are_stated() {
+        let mut p = server();
+        p.meta.syscall_cost_ns = 420;
+        p.meta.syscall_slices =
+            vec![(500_000_000, 50_000), (50_000_000, 5_000), (50_000_000, 4_000), (50_000_000, 6_000)];
+        p.meta.syscalls_duration_ns = 650_000_000;
+        let how = super::measured(&p).join("; ");
+        let err = p.meta.syscall_rate_error().unwrap() * 100.0;
+        assert!(
+            how.contains(&format!(
+                "syscall counts exact over the first 0.50 s, then sampled in 3 slices over the rest of the 10.00 s \
+                 (the budget, at 0.42 us per counted syscall, measured on this run); rates are per second of the \
+                 0.65 s counted, within ±{err:.0}% (95%)"
+            )),
+            "{how}"
+        );
+        let d = whyslow_analyze::doctor::diagnose(&p, "whyslow.data");
+        let tz = d.findings.iter().find(|f| f.id == "tz-stat-storm").expect("tz-stat-storm");
+        let rate = 500_000.0 / 0.65;
+        assert!(
+            tz.evidence.iter().any(|e| e.contains(&format!("({rate:.0}/s over 0.65 s counted in 4 windows"))),
+            "{:?}",
+            tz.evidence
+        );
     }
 }
