@@ -390,7 +390,18 @@ pub fn report(a: ReportArgs) -> Result<()> {
                 &render::text::ReportOptions { value, limit: a.limit, threads: a.threads },
             )?;
             if !p.syscalls.is_empty() {
-                writeln!(out, "\nsyscalls (exact counts):")?;
+                let m = &p.meta;
+                let window = match (m.syscalls_duration_ns, m.syscall_slices.len()) {
+                    (0, _) => String::new(),
+                    (_, 0 | 1) => {
+                        format!(" over the first {:.2} s, until the probe budget", m.syscalls_seconds())
+                    }
+                    (_, n) => format!(
+                        " over {:.2} s counted in {n} windows spread over the run",
+                        m.syscalls_seconds()
+                    ),
+                };
+                writeln!(out, "\nsyscalls (exact counts{window}):")?;
                 render::syscalls::table(&mut out, &p, &whyslow_analyze::syscall_summary(&p, a.threads))?;
             }
         }
