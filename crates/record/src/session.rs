@@ -711,9 +711,10 @@ impl SyscallSampler {
             k => format!(", {k} skipped for the budget"),
         };
         format!(
-            "syscall counters: after their first window of {:.2} s, {n} slices of {} ms every {} ms \
+            "syscall counters: after their first window of {:.2} s, {n} slice{} of {} ms every {} ms \
              ({:.2} s in all{skipped}) sampled the rest of the run",
             self.slices[0].0 as f64 / 1e9,
+            if n == 1 { "" } else { "s" },
             SLICE.as_millis(),
             self.period.as_millis(),
             on as f64 / 1e9
@@ -829,4 +830,35 @@ fn probe_late_module(
 
 fn read_trim(path: &str) -> String {
     std::fs::read_to_string(path).map(|s| s.trim().to_string()).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{SyscallSampler, SLICE};
+    use std::time::Duration;
+
+    /// A first window of 1 s that counted 1,000,000 syscalls at 300 ns (0.3 ms of cost per ms) while the
+    /// target used 1 s of CPU, under a 5% budget: the slices may spend half of 0.05 ms per ms, so they run
+    /// 1/12 of the time: 50 ms every 600 ms. Their cost adds to the first window's, at the price each.
+    #[test]
+    fn slices_are_planned_from_the_first_window() {
+        let mut s =
+            SyscallSampler::new(Duration::from_secs(1), 1_000_000, 310_000_000, 300, 0.05, 1_000_000_000);
+        assert_eq!(s.period, Duration::from_millis(600));
+        assert_eq!(s.counted_cost(), 310_000_000);
+        s.slices.push((SLICE.as_nanos() as u64, 40_000));
+        assert_eq!(s.counted_cost(), 310_000_000 + 40_000 * 300);
+        assert_eq!(s.allowed(2_000_000_000), 100_000_000 + crate::BUDGET_CREDIT_NS);
+        assert_eq!(
+            s.describe(),
+            "syscall counters: after their first window of 1.00 s, 1 slice of 50 ms every 600 ms (0.05 s in \
+             all) sampled the rest of the run"
+        );
+        // A target whose counters cost little next to its CPU is sampled half the time at most; one that
+        // made no syscall too.
+        let cheap = SyscallSampler::new(Duration::from_secs(1), 1_000, 300_000, 300, 0.05, 1_000_000_000);
+        assert_eq!(cheap.period, SLICE * 2);
+        let none = SyscallSampler::new(Duration::from_secs(1), 0, 0, 300, 0.05, 1_000_000_000);
+        assert_eq!(none.period, SLICE * 2);
+    }
 }

@@ -168,10 +168,11 @@ fn measured(p: &Profile) -> Vec<String> {
         out.push(match (m.syscalls_duration_ns, m.syscall_slices.split_first()) {
             (0, _) => "syscall counts exact over the whole run".to_string(),
             (_, Some((first, rest))) if !rest.is_empty() => format!(
-                "syscall counts exact over the first {:.2} s, then sampled in {} slices over the rest of the \
+                "syscall counts exact over the first {:.2} s, then sampled in {} slice{} over the rest of the \
                  {:.2} s (the budget{cost}); rates are per second of the {:.2} s counted{}",
                 first.0 as f64 / 1e9,
                 rest.len(),
+                if rest.len() == 1 { "" } else { "s" },
                 m.duration_ns as f64 / 1e9,
                 m.syscalls_seconds(),
                 m.syscall_rate_error()
