@@ -530,10 +530,12 @@ impl<'a> Session<'a> {
         if let Some(c) = self.src.syscall_cost {
             self.notes.push(format!(
                 "a counted syscall cost {:.2} us here (measured at the start of the run, the counters attached \
-                 to whyslow's own thread: {:.2} us more per getppid, {:.2} us per stat)",
+                 to whyslow's own thread: {:.2} us more per getppid, {:.2} us per stat, {:.2} us per socket \
+                 write or read)",
                 c.ns() / 1e3,
                 c.light_ns / 1e3,
-                c.path_ns / 1e3
+                c.path_ns / 1e3,
+                c.socket_ns / 1e3
             ));
         }
         self.src.ev.set_enabled(false);

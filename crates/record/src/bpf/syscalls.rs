@@ -46,13 +46,15 @@ pub struct SyscallCost {
     pub light_ns: f64,
     /// ns more per stat of "/" (a path walk: the programs' cache footprint shows too).
     pub path_ns: f64,
+    /// ns more per write or read of 32 bytes on a Unix socket pair (a server's requests and replies).
+    pub socket_ns: f64,
 }
 
 impl SyscallCost {
-    /// The price of one counted syscall: the larger of the two (a budget must not run over on code that
-    /// is heavier on the caches than getppid).
+    /// The price of one counted syscall: the largest of the three (a budget must not run over on code
+    /// that is heavier on the caches than getppid).
     pub fn ns(&self) -> f64 {
-        self.light_ns.max(self.path_ns)
+        self.light_ns.max(self.path_ns).max(self.socket_ns)
     }
 }
 
@@ -69,10 +71,14 @@ pub fn syscall_numbers(names: &[String]) -> Result<Vec<u32>, RecordError> {
         .collect()
 }
 
-/// The least time per call over a few batches (preemption only adds) of getppid and of a stat of "/".
-fn time_syscalls() -> [f64; 2] {
+/// The least time per call over a few batches (preemption only adds) of getppid, of a stat of "/", and of
+/// a write and a read of 32 bytes through the socket `pair`.
+fn time_syscalls(pair: &[std::os::fd::OwnedFd; 2]) -> [f64; 3] {
+    use std::os::fd::AsRawFd;
     const N: u32 = 300;
-    let mut best = [f64::MAX; 2];
+    let mut best = [f64::MAX; 3];
+    let mut buf = [0u8; 64];
+    let (tx, rx) = (pair[0].as_raw_fd(), pair[1].as_raw_fd());
     let root = c"/";
     // SAFETY: an all-zero stat is a valid value of the plain C struct.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -89,6 +95,15 @@ fn time_syscalls() -> [f64; 2] {
             std::hint::black_box(unsafe { libc::stat(root.as_ptr(), &mut st) });
         }
         best[1] = best[1].min(t.elapsed().as_nanos() as f64 / f64::from(N));
+        let t = std::time::Instant::now();
+        for _ in 0..N {
+            // SAFETY: buf is owned by this frame and longer than both lengths; both fds are open.
+            unsafe {
+                libc::write(tx, buf.as_ptr().cast(), 32);
+                libc::read(rx, buf.as_mut_ptr().cast(), buf.len());
+            }
+        }
+        best[2] = best[2].min(t.elapsed().as_nanos() as f64 / f64::from(2 * N));
     }
     best
 }
@@ -222,7 +237,15 @@ impl<'obj> SyscallProbe<'obj> {
         if self.counting() {
             return None;
         }
-        let without = time_syscalls();
+        let mut pair = [0i32; 2];
+        // SAFETY: pair is two ints owned by this frame, where socketpair writes the new fds.
+        if unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, pair.as_mut_ptr()) } != 0 {
+            return None;
+        }
+        // SAFETY: socketpair succeeded: both fds are new and owned by nobody else.
+        let pair =
+            pair.map(|fd| unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) });
+        let without = time_syscalls(&pair);
         // SAFETY: pidfd_open takes a tid and flags and returns a new fd or -1; PIDFD_THREAD (O_EXCL) names
         // the calling thread rather than its process.
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::gettid(), libc::O_EXCL) };
@@ -234,7 +257,7 @@ impl<'obj> SyscallProbe<'obj> {
         let key = (fd as i32).to_ne_bytes();
         let given = self.skel.maps.inflight.update(&key, &[0u8; INFLIGHT_LEN], MapFlags::ANY).is_ok();
         let attached = given && self.resume().is_ok();
-        let with = attached.then(time_syscalls);
+        let with = attached.then(|| time_syscalls(&pair));
         self.detach();
         let _ = self.skel.maps.inflight.delete(&key);
         drop(pidfd);
@@ -248,10 +271,8 @@ impl<'obj> SyscallProbe<'obj> {
         }
         self.calibration_counted = super::per_cpu_total(&self.skel.maps.counted, 0..1);
         let with = with?;
-        Some(SyscallCost {
-            light_ns: (with[0] - without[0]).max(0.0),
-            path_ns: (with[1] - without[1]).max(0.0),
-        })
+        let more = |i: usize| (with[i] - without[i]).max(0.0);
+        Some(SyscallCost { light_ns: more(0), path_ns: more(1), socket_ns: more(2) })
     }
 
     /// The fd to poll for trace events, when tracing.
