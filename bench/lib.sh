@@ -16,6 +16,20 @@ build_fixed() {
   echo "$ROOT/bench/.build/fixed_work"
 }
 
+# Builds bench/syscall_floor (two empty programs on the syscall tracepoints, attached around a command)
+# against the libbpf the build of whyslow compiled; prints its path and the object's, or nothing when
+# there is no such build.
+build_syscall_floor() {
+  local inc
+  inc=$(ls -d "$ROOT"/target/*/build/libbpf-sys-*/out/include 2>/dev/null | head -1)
+  [ -n "$inc" ] && [ -f "$inc/../libbpf.a" ] || return 0
+  mkdir -p "$ROOT/bench/.build"
+  clang -target bpf -D__TARGET_ARCH_x86 -O2 -g -I"$ROOT/bpf" -I"$inc" -c "$ROOT/bench/syscall_floor.bpf.c" \
+    -o "$ROOT/bench/.build/syscall_floor.bpf.o" &&
+    gcc -O2 -I"$inc" -o "$ROOT/bench/.build/syscall_floor" "$ROOT/bench/syscall_floor.c" "$inc/../libbpf.a" -lelf -lz &&
+    echo "$ROOT/bench/.build/syscall_floor $ROOT/bench/.build/syscall_floor.bpf.o"
+}
+
 # now: seconds since the epoch with ns.
 now() { date +%s.%N; }
 

@@ -4,11 +4,14 @@
 # CPU work; interleaved runs, medians, ratios against the plain run and against strace -c / perf record.
 # Then one `-v` run of each whyslow command: where its time goes, phase by phase.
 # Targets: fixed cost (whyslow's `-- true` less plain `true`) <= 30 ms for syscalls, <= 50 ms for record;
-# syscalls on the 200k-stat run <= 1.15x of plain. Figures, not pass/fail.
+# syscalls on the 200k-stat run <= 1.15x of plain. Figures, not pass/fail. On tzstat, also the floor of
+# any exact counter of every syscall: the same run with two empty programs on the syscall tracepoints
+# (bench/syscall_floor.c; needs a build of whyslow for its libbpf).
 source "$(dirname "$0")/lib.sh"
 RUNS=${RUNS:-7}
 make -s -C "$ROOT/tests/workloads" >/dev/null
 FIXED=$(build_fixed)
+FLOOR=$(build_syscall_floor)
 TZ_CALLS=${TZ_CALLS:-200000}
 ROUNDS=${ROUNDS:-25}
 TRUE=$(command -v true)
@@ -24,6 +27,8 @@ run_all() { # label-prefix, command...
 for i in $(seq "$RUNS"); do
   run_all true "$TRUE"
   run_all tz "$W/tzstat" "$TZ_CALLS" 0
+  # shellcheck disable=SC2086 # FLOOR is the program and its object
+  [ -z "$FLOOR" ] || t[tz.floor]+=" $(timeit $FLOOR -- "$W/tzstat" "$TZ_CALLS" 0)"
   run_all cpu "$FIXED" "$ROUNDS"
 done
 ms() { python3 -c "print(f'{($1)*1e3:7.1f}')"; }
@@ -45,6 +50,12 @@ show() { # prefix, title
 echo "start-up cost ($RUNS interleaved runs, medians; $WHYSLOW)"
 show true "true (the fixed cost)"
 show tz "tzstat $TZ_CALLS (one stat of /etc/localtime per call)"
+if [ -n "$FLOOR" ]; then
+  fl=$(echo "${t[tz.floor]}" | median)
+  printf "  %-26s %8ss  %6sx of plain  (two empty programs on the syscall tracepoints: the floor of\n" \
+    "the floor" "$fl" "$(ratio "$fl" "$(echo "${t[tz.plain]}" | median)")"
+  echo "                             any exact counter of every syscall here, before it counts anything)"
+fi
 show cpu "fixed_work $ROUNDS (CPU-bound)"
 # CPU time (perf stat's task-clock) of the fixed cost: on a machine shared with other work, wall time
 # mostly measures the wait for a CPU.

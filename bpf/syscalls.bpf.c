@@ -5,6 +5,10 @@
  * Selected syscalls are also sent one by one (arguments, paths, result, duration) through a bounded ring
  * buffer. Only the tracked processes pay for more than one hash lookup per syscall; nothing here may
  * block or change the traced program. Drops are counted, never silent.
+ *
+ * User space may attach the two syscall programs in slices (a budgeted run samples the syscall stream
+ * that way once its exact window is spent): it bumps `slice` before each attach, and a syscall is
+ * counted only when its entry and its exit were seen in the same slice.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -48,7 +52,8 @@ struct ws_stat {
 struct ws_inflight {
 	u64 ts; /* 0: no syscall entered while tracked */
 	u32 nr;
-	u32 traced;
+	u16 traced;
+	u16 slice; /* `slice` at the entry */
 	u64 args[6];
 };
 
@@ -74,6 +79,9 @@ struct ws_event {
 
 /* Set before load: whether any syscall is traced one by one (skips a lookup per call when not). */
 const volatile bool tracing = false;
+
+/* The current slice of attachment (see the top of the file); user space bumps it before attaching. */
+u16 slice = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
@@ -190,6 +198,7 @@ static __always_inline void execve_entered(struct task_struct *task)
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
 	f->nr = (u32)BPF_CORE_READ(regs, orig_ax); /* execve or execveat */
 	f->traced = 0;
+	f->slice = slice;
 	f->ts = bpf_ktime_get_ns();
 }
 
@@ -200,10 +209,8 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 	/* A task with storage is tracked: one cheap lookup on the hot path. Others are looked up by tgid
 	 * once and get storage when tracked. */
 	struct ws_inflight *f = bpf_task_storage_get(&inflight, task, 0, 0);
-	u64 pid_tgid = bpf_get_current_pid_tgid();
-	u32 tgid = pid_tgid >> 32;
 	if (!f) {
-		if (!is_tracked(tgid))
+		if (!is_tracked(bpf_get_current_pid_tgid() >> 32))
 			return 0;
 		f = bpf_task_storage_get(&inflight, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (!f)
@@ -212,10 +219,12 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 	u32 nr = (u32)id;
 	if (nr == NR_EXIT || nr == NR_EXIT_GROUP) {
 		/* They never return: count them here. */
-		count(tgid, (u32)pid_tgid, nr, 0, 0);
+		u64 pid_tgid = bpf_get_current_pid_tgid();
+		count(pid_tgid >> 32, (u32)pid_tgid, nr, 0, 0);
 		return 0;
 	}
 	f->nr = nr;
+	f->slice = slice;
 	struct ws_trace_cfg *c = tracing ? bpf_map_lookup_elem(&trace_cfg, &nr) : NULL;
 	f->traced = c && c->on;
 	if (f->traced) {
@@ -245,6 +254,11 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	struct ws_inflight *f = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0, 0);
 	if (!f || !f->ts)
 		return 0;
+	if (f->slice != slice) {
+		/* Entered in an earlier slice, while the exit was not watched. */
+		f->ts = 0;
+		return 0;
+	}
 	u64 now = bpf_ktime_get_ns();
 	u64 dur = now - f->ts;
 	u64 pid_tgid = bpf_get_current_pid_tgid();

@@ -144,7 +144,9 @@ pub fn investigate(opts: &Options, observer: &mut impl Observer) -> Result<Profi
         cpu: true,
         offcpu: Some(OffCpuOptions::sampled_at(opts.frequency, Duration::from_micros(10))),
         syscalls: Some(SyscallOptions { trace: Vec::new(), stacks_period: Some(opts.stacks_period) }),
-        // The syscall counters cost per call too: they stop at the budget, sampling goes on.
+        // The syscall counters cost per call too (priced as measured at the start): they stop at the
+        // budget, then sample the rest of the phase in slices the budget pays for; CPU and off-CPU
+        // sampling go on.
         probe_budget: Some(opts.budget),
         leave_running: true,
         ..Default::default()

@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 8] = b"WHYSLOW\0";
-pub const FORMAT_VERSION: u32 = 8;
+pub const FORMAT_VERSION: u32 = 9;
 /// The oldest format this build still reads (converting it on load).
 pub const OLDEST_READ: u32 = 6;
 const HEADER_LEN: usize = 8 + 4 + 8 + 4;
@@ -91,6 +91,7 @@ pub fn decode(bytes: &[u8], path: &Path) -> Result<Profile, FileError> {
     let decoded = match version {
         6 => older::decode_v6(&raw),
         7 => older::decode_v7(&raw),
+        8 => older::decode_v8(&raw),
         _ => postcard::from_bytes(&raw),
     };
     let profile: Profile =
@@ -104,7 +105,7 @@ pub fn decode(bytes: &[u8], path: &Path) -> Result<Profile, FileError> {
 mod older {
     use crate::{
         CallStat, Frame, Killed, Metadata, Module, Profile, Sample, SampleType, StackNode, SyscallStat,
-        Thread, UnwindStats,
+        TargetEnv, Thread, UnwindStats,
     };
     use serde::de::DeserializeOwned;
 
@@ -144,6 +145,55 @@ mod older {
         killed: Vec<Killed>,
     }
 
+    /// Format 8: the metadata had no syscall cost or slices.
+    #[derive(serde::Deserialize)]
+    struct MetadataV8 {
+        tool_version: String,
+        command: Vec<String>,
+        target_pids: Vec<u32>,
+        event: String,
+        frequency_hz: u64,
+        start_unix_ns: u64,
+        duration_ns: u64,
+        lost_samples: u64,
+        lost_events: u64,
+        unwind: UnwindStats,
+        exit_code: Option<i32>,
+        hostname: String,
+        kernel_release: String,
+        notes: Vec<String>,
+        syscalls_duration_ns: u64,
+        calls_duration_ns: u64,
+        killed: Vec<Killed>,
+        target_env: Option<TargetEnv>,
+    }
+
+    fn take_meta_v8(b: &mut &[u8]) -> postcard::Result<Metadata> {
+        let m: MetadataV8 = take(b)?;
+        Ok(Metadata {
+            tool_version: m.tool_version,
+            command: m.command,
+            target_pids: m.target_pids,
+            event: m.event,
+            frequency_hz: m.frequency_hz,
+            start_unix_ns: m.start_unix_ns,
+            duration_ns: m.duration_ns,
+            lost_samples: m.lost_samples,
+            lost_events: m.lost_events,
+            unwind: m.unwind,
+            exit_code: m.exit_code,
+            hostname: m.hostname,
+            kernel_release: m.kernel_release,
+            notes: m.notes,
+            syscalls_duration_ns: m.syscalls_duration_ns,
+            calls_duration_ns: m.calls_duration_ns,
+            killed: m.killed,
+            target_env: m.target_env,
+            syscall_cost_ns: 0,
+            syscall_slices: Vec::new(),
+        })
+    }
+
     fn take_meta_v7(b: &mut &[u8]) -> postcard::Result<Metadata> {
         let m: MetadataV7 = take(b)?;
         Ok(Metadata {
@@ -165,14 +215,19 @@ mod older {
             calls_duration_ns: m.calls_duration_ns,
             killed: m.killed,
             target_env: None,
+            syscall_cost_ns: 0,
+            syscall_slices: Vec::new(),
         })
     }
 
-    /// Format 7: the current layout but for the metadata.
-    pub fn decode_v7(mut b: &[u8]) -> postcard::Result<Profile> {
+    /// Formats 7 and 8: the current layout but for the metadata.
+    fn decode_with_meta(
+        mut b: &[u8],
+        meta: fn(&mut &[u8]) -> postcard::Result<Metadata>,
+    ) -> postcard::Result<Profile> {
         let b = &mut b;
         Ok(Profile {
-            meta: take_meta_v7(b)?,
+            meta: meta(b)?,
             strings: take(b)?,
             modules: take(b)?,
             frames: take(b)?,
@@ -183,6 +238,14 @@ mod older {
             syscalls: take(b)?,
             calls: take(b)?,
         })
+    }
+
+    pub fn decode_v7(b: &[u8]) -> postcard::Result<Profile> {
+        decode_with_meta(b, take_meta_v7)
+    }
+
+    pub fn decode_v8(b: &[u8]) -> postcard::Result<Profile> {
+        decode_with_meta(b, take_meta_v8)
     }
 
     pub fn decode_v6(mut b: &[u8]) -> postcard::Result<Profile> {
@@ -280,7 +343,7 @@ mod tests {
         let mut newer = std::fs::read(dir.join(format!("format{FORMAT_VERSION}.data"))).unwrap();
         newer[8..12].copy_from_slice(&(FORMAT_VERSION + 1).to_le_bytes());
         let e = decode(&newer, Path::new("x.data")).unwrap_err().to_string();
-        assert!(e.contains(&format!("format {}", FORMAT_VERSION + 1)) && e.contains("reads 6 to 8"), "{e}");
+        assert!(e.contains(&format!("format {}", FORMAT_VERSION + 1)) && e.contains("reads 6 to 9"), "{e}");
     }
 
     #[test]

@@ -232,6 +232,13 @@ pub struct Metadata {
     /// What the target's cgroup and the kernel's accounting said over the run (CPU quota and throttling,
     /// memory pressure, run-queue delay); None where nothing was read (imports, recordings before format 8).
     pub target_env: Option<TargetEnv>,
+    /// What one counted syscall cost in this run, in ns, as measured at its start (0: not measured;
+    /// recordings before format 9).
+    pub syscall_cost_ns: u64,
+    /// The windows the exact syscall counters ran in, each as (ns, syscalls counted), when a budget kept
+    /// them from running the whole run: the first until the budget was spent, then the slices that
+    /// sampled the rest of the run. `syscalls_duration_ns` is their sum. Empty: one window.
+    pub syscall_slices: Vec<(u64, u64)>,
 }
 
 /// The target's surroundings over a run: what slows it without showing in its stacks. Counters are
@@ -359,6 +366,31 @@ impl Metadata {
     pub fn calls_seconds(&self) -> f64 {
         window_seconds(self.calls_duration_ns, self.duration_ns)
     }
+
+    /// How far a syscall rate over the counters' windows may be from the rate over the whole run when
+    /// the windows sampled it ([`Metadata::syscall_slices`], at least 3): the 95% bound, as a share of the
+    /// rate, of the ratio estimate (all syscalls counted over all the windows' time). None: one window, or
+    /// too few to say.
+    pub fn syscall_rate_error(&self) -> Option<f64> {
+        slices_rate_error(&self.syscall_slices)
+    }
+}
+
+/// The relative 95% sampling error of the rate sum(count) / sum(ns) over windows `slices` of (ns, count):
+/// windows of unequal length are clusters of a ratio estimate, whose variance is
+/// sum((count - rate * ns)^2) / (n (n - 1) mean_ns^2).
+pub fn slices_rate_error(slices: &[(u64, u64)]) -> Option<f64> {
+    let n = slices.len();
+    let ns: f64 = slices.iter().map(|s| s.0 as f64).sum();
+    let count: f64 = slices.iter().map(|s| s.1 as f64).sum();
+    if n < 3 || ns <= 0.0 || count <= 0.0 {
+        return None;
+    }
+    let rate = count / ns;
+    let mean_ns = ns / n as f64;
+    let sq: f64 = slices.iter().map(|&(t, c)| (c as f64 - rate * t as f64).powi(2)).sum();
+    let var = sq / (n as f64 * (n as f64 - 1.0) * mean_ns * mean_ns);
+    Some(1.96 * var.sqrt() / rate)
 }
 
 /// A counter window of `ns` (0: the whole run of `whole_ns`), in seconds.
@@ -864,6 +896,19 @@ impl ProfileBuilder {
 mod tests {
 
     /// Two windows' readings add up; another cgroup's quota counters are dropped, not mixed.
+    /// Three windows of one second with 100, 120 and 80 syscalls: a rate of 100/s whose 95% bound is
+    /// 1.96 * sqrt(800 / (3 * 2)) / 100 = 22.6%; equal windows at one rate have none; two say nothing.
+    #[test]
+    fn the_rate_over_sampled_windows_has_its_error() {
+        let s = 1_000_000_000;
+        let e = slices_rate_error(&[(s, 100), (s, 120), (s, 80)]).unwrap();
+        assert!((e - 0.2263).abs() < 1e-3, "{e}");
+        assert_eq!(slices_rate_error(&[(s, 50), (2 * s, 100), (s / 2, 25)]), Some(0.0));
+        assert_eq!(slices_rate_error(&[(s, 100), (s, 120)]), None);
+        let m = Metadata { syscall_slices: vec![(s, 100), (s, 120), (s, 80)], ..Default::default() };
+        assert_eq!(m.syscall_rate_error(), Some(e));
+    }
+
     #[test]
     fn target_env_windows_add_up() {
         let q = |periods, throttled| crate::CpuQuota {

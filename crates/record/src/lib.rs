@@ -62,9 +62,11 @@ pub struct RecordOptions {
     /// Stop the probes that cost per call once their estimated cost exceeds this share of the target's
     /// CPU time since the start, plus [`BUDGET_CREDIT_NS`]: calls and allocation probes (each hit costs
     /// about [`HIT_COST_EMULATED_NS`] or [`HIT_COST_STEPPED_NS`] by how the kernel runs the probed
-    /// instruction) and syscall counters ([`SYSCALL_COST_NS`] per syscall, [`STACK_SAMPLE_COST_NS`] per
-    /// stack sampled). Their counts then cover the run until that point (`meta.syscalls_duration_ns`,
-    /// `meta.calls_duration_ns`); CPU and off-CPU sampling go on, and a run with neither ends. None: no
+    /// instruction) and syscall counters (each syscall priced as measured at the start of the run, else
+    /// [`SYSCALL_COST_NS`]; [`STACK_SAMPLE_COST_NS`] per stack sampled). Their counts then cover the run
+    /// until that point (`meta.syscalls_duration_ns`, `meta.calls_duration_ns`); CPU and off-CPU sampling
+    /// go on, and a run with neither ends. Where sampling goes on, the syscall counters come back in
+    /// short slices spread over the rest of the run, within the budget (`meta.syscall_slices`). None: no
     /// limit.
     pub probe_budget: Option<f64>,
 }
@@ -230,7 +232,7 @@ pub const ALLOC_PERIOD: u64 = 1024;
 pub const BUDGET_NOTE: &str = "probes stopped after";
 
 /// Cost of one syscall to the exact counters (the kernel's syscall tracepoint path and two eBPF programs),
-/// in ns: about 550 ns measured on the 2-core test VM (redis-server under redis-benchmark: 1.55 µs more
+/// in ns, where it could not be measured at the start of the run: about 550 ns measured on the 2-core test VM (redis-server under redis-benchmark: 1.55 µs more
 /// CPU per request at 2.8 syscalls per request).
 pub const SYSCALL_COST_NS: u64 = 600;
 /// Cost of one sampled user stack of an event (a 16 KB copy into the ring, with interrupts off), in ns:

@@ -3,7 +3,7 @@
 //! signal or target exit, and always detach. A [`Session`] is that run step by step: `record` drives it to
 //! the end, a long-running service follows processes as they appear and cuts it into windows.
 
-use crate::bpf::{syscall_numbers, CallCount, CallProbe};
+use crate::bpf::{syscall_numbers, CallCount, CallProbe, SyscallProbe};
 use crate::calls::{PatternSpec, Probe};
 use crate::sources::{raise_fd_limit, Objects, Sources};
 use crate::sys::{self, Clock};
@@ -187,6 +187,8 @@ pub struct Session<'a> {
     last_release_check: Instant,
     /// When the probe budget stopped the per-call probes (since `t0`).
     per_call_stopped: Option<Duration>,
+    /// The syscall counters' slices once the budget stopped their first window (while sampling goes on).
+    sampler: Option<SyscallSampler>,
     /// CPU time of the target processes at the start, for the probe budget.
     cpu_at_start: u64,
     /// The target's cgroup, memory and scheduler counters at the start.
@@ -268,6 +270,7 @@ impl<'a> Session<'a> {
             last_budget_check: t0,
             last_release_check: t0,
             per_call_stopped: None,
+            sampler: None,
             cpu_at_start,
             env,
             env_end: None,
@@ -314,7 +317,7 @@ impl<'a> Session<'a> {
         sys::poll(
             self.src.ev.rings(),
             poll_fd.into_iter().chain(exit_fd),
-            if budget.is_some() { 20 } else { 100 },
+            if budget.is_some() || self.sampler.is_some() { 20 } else { 100 },
         );
         self.src.drain(&mut self.c, &mut self.buf);
         if let Some(p) = &self.src.syscalls {
@@ -344,7 +347,7 @@ impl<'a> Session<'a> {
             self.follow_forked_allocations();
         }
         if let Some(share) = budget {
-            if let Some((note, at)) = self.over_budget(share) {
+            if let Some((note, at, spent)) = self.over_budget(share) {
                 // The counters' window ends when the note says (removing the probes takes a while).
                 self.notes.push(note);
                 self.per_call_stopped = Some(at);
@@ -354,7 +357,17 @@ impl<'a> Session<'a> {
                 self.src.stop_per_call();
                 // Stack samples sent before the probes went (allocation counts are split over them below).
                 self.src.drain(&mut self.c, &mut self.buf);
+                self.sampler = self.src.syscalls.as_ref().map(|p| {
+                    let cpu = self.target_cpu();
+                    SyscallSampler::new(at, p.counted(), spent, self.src.syscall_ns(), share, cpu)
+                });
             }
+        }
+        if let (Some(sm), Some(p)) = (self.sampler.as_mut(), self.src.syscalls.as_mut()) {
+            let cost = sm.counted_cost();
+            let cpu: u64 = self.pids.iter().map(|&p| target::cpu_time_ns(p)).sum();
+            let allowed = sm.allowed(cpu.saturating_sub(self.cpu_at_start));
+            sm.step(p, cost, allowed);
         }
         if signals::stop_requested()
             || self.opts.duration.is_some_and(|d| self.t0.elapsed() >= d)
@@ -402,6 +415,12 @@ impl<'a> Session<'a> {
         }
     }
 
+    /// The target processes' CPU time since the start.
+    fn target_cpu(&self) -> u64 {
+        let cpu: u64 = self.pids.iter().map(|&p| target::cpu_time_ns(p)).sum();
+        cpu.saturating_sub(self.cpu_at_start)
+    }
+
     /// The probe budget, while the per-call probes it limits still run.
     fn pending_budget(&self) -> Option<f64> {
         self.opts.probe_budget.filter(|_| self.per_call_stopped.is_none())
@@ -409,7 +428,7 @@ impl<'a> Session<'a> {
 
     /// Whether the probes' estimated cost went past `share` of the target's CPU time (checked every
     /// 20 ms: a hot allocator spends a 20 ms credit in a few ms), with the note that says so.
-    fn over_budget(&mut self, share: f64) -> Option<(String, Duration)> {
+    fn over_budget(&mut self, share: f64) -> Option<(String, Duration, u64)> {
         if self.last_budget_check.elapsed() < Duration::from_millis(20) {
             return None;
         }
@@ -431,7 +450,7 @@ impl<'a> Session<'a> {
                 share * 100.0,
                 cpu / 1_000_000
             );
-            (note, at)
+            (note, at, cost)
         })
     }
 
@@ -481,8 +500,13 @@ impl<'a> Session<'a> {
             hostname: read_trim("/proc/sys/kernel/hostname"),
             kernel_release: read_trim("/proc/sys/kernel/osrelease"),
             notes: self.notes.clone(),
-            syscalls_duration_ns: self.per_call_window(self.opts.syscalls.is_some()),
+            syscalls_duration_ns: match &self.sampler {
+                Some(sm) => sm.slices.iter().map(|s| s.0).sum::<u64>().max(1),
+                None => self.per_call_window(self.opts.syscalls.is_some()),
+            },
             calls_duration_ns: self.per_call_window(self.opts.calls.is_some() || self.opts.alloc.is_some()),
+            syscall_cost_ns: self.src.syscall_cost.map_or(0, |c| c.ns().round() as u64),
+            syscall_slices: self.sampler.as_ref().map(|sm| sm.slices.clone()).unwrap_or_default(),
         }
     }
 
@@ -524,6 +548,21 @@ impl<'a> Session<'a> {
             }
         }
         self.src.exits = None;
+        if let (Some(sm), Some(p)) = (self.sampler.as_mut(), self.src.syscalls.as_mut()) {
+            sm.end_slice(p);
+            self.notes.push(sm.describe());
+        }
+        if let Some(c) = self.src.syscall_cost {
+            self.notes.push(format!(
+                "a counted syscall cost {:.2} us here (measured at the start of the run, the counters attached \
+                 to whyslow's own thread: {:.2} us more per getppid, {:.2} us per stat, {:.2} us per socket \
+                 write or read)",
+                c.ns() / 1e3,
+                c.light_ns / 1e3,
+                c.path_ns / 1e3,
+                c.socket_ns / 1e3
+            ));
+        }
         self.src.ev.set_enabled(false);
         self.src.drain(&mut self.c, &mut self.buf);
         // The probes that cost the target at every call go next, all at once (their counts stay
@@ -596,6 +635,117 @@ impl<'a> Session<'a> {
         raw.calls = calls;
         raw.meta = meta;
         raw
+    }
+}
+
+/// How long each slice of the sampled syscall counters lasts.
+const SLICE: Duration = Duration::from_millis(50);
+/// The share of the budget's allowance the slices plan to spend: the rest absorbs rates that change, and
+/// leaves the target's share to the sampling that goes on beside them (a live doctor is held to the
+/// budget as a whole).
+const SLICE_SHARE: f64 = 0.5;
+
+/// The syscall counters once the probe budget stopped their first (exact) window: attached again for a
+/// [`SLICE`] at a fixed period while CPU and off-CPU sampling go on, so rates are known over the whole
+/// run (from slices spread over it, with their sampling error) at the budget's cost. The period is set
+/// from the first window's cost per second of the target's CPU; a slice is skipped when the budget is
+/// spent.
+struct SyscallSampler {
+    /// Each window as (ns, syscalls counted): the first, then each slice.
+    slices: Vec<(u64, u64)>,
+    /// When the current slice began and the count then.
+    on: Option<(Instant, u64)>,
+    next: Instant,
+    period: Duration,
+    /// What the first window cost (its syscalls and the stacks sampled with them).
+    first_cost: u64,
+    /// The price of one counted syscall (ns).
+    price: u64,
+    share: f64,
+    skipped: u32,
+}
+
+impl SyscallSampler {
+    /// After a first window of `window` that counted `counted` syscalls at a cost of `first_cost` ns
+    /// (`price` ns each, and their stacks), the target having used `cpu` ns of CPU, under a budget of
+    /// `share` of that CPU.
+    fn new(window: Duration, counted: u64, first_cost: u64, price: u64, share: f64, cpu: u64) -> Self {
+        let window_ns = window.as_nanos().max(1) as f64;
+        // Cost and the budget's allowance, each per ns of wall time in the first window.
+        let cost_rate = counted as f64 * price as f64 / window_ns;
+        let allowance = SLICE_SHARE * share * cpu as f64 / window_ns;
+        let duty = if cost_rate > 0.0 { (allowance / cost_rate).clamp(0.01, 0.5) } else { 0.5 };
+        let period = SLICE.div_f64(duty).min(Duration::from_secs(5));
+        SyscallSampler {
+            slices: vec![(window.as_nanos().max(1) as u64, counted)],
+            on: None,
+            next: Instant::now() + period - SLICE,
+            period,
+            first_cost,
+            price,
+            share,
+            skipped: 0,
+        }
+    }
+
+    /// What every syscall counted so far cost.
+    fn counted_cost(&self) -> u64 {
+        let later: u64 = self.slices[1..].iter().map(|s| s.1).sum();
+        self.first_cost.saturating_add(later.saturating_mul(self.price))
+    }
+
+    /// What the budget allows after `cpu` ns of the target's CPU.
+    fn allowed(&self, cpu: u64) -> u64 {
+        (self.share * cpu as f64) as u64 + crate::BUDGET_CREDIT_NS
+    }
+
+    /// Ends a slice that is due, or begins one that is due and that the budget allows (`cost` spent,
+    /// `allowed` now).
+    fn step(&mut self, p: &mut SyscallProbe<'_>, cost: u64, allowed: u64) {
+        match self.on {
+            Some((t0, _)) if t0.elapsed() >= SLICE => self.end_slice(p),
+            Some(_) => {}
+            None if Instant::now() >= self.next => {
+                self.next += self.period;
+                let expected = self.slices[0].1 as f64 * SLICE.as_nanos() as f64 / self.slices[0].0 as f64;
+                // Read before attaching: every syscall counted from here on is in this slice's count.
+                let n0 = p.counted();
+                if cost as f64 + expected * self.price as f64 > allowed as f64 || p.resume().is_err() {
+                    self.skipped += 1;
+                    return;
+                }
+                self.on = Some((Instant::now(), n0));
+            }
+            None => {}
+        }
+    }
+
+    /// Ends the current slice, if one is on, and keeps its window and count.
+    fn end_slice(&mut self, p: &mut SyscallProbe<'_>) {
+        if let Some((t0, n0)) = self.on.take() {
+            let ns = t0.elapsed().as_nanos() as u64;
+            p.detach();
+            self.slices.push((ns, p.counted().saturating_sub(n0)));
+        }
+    }
+
+    /// The note that says how the syscall counters sampled the run after their first window.
+    fn describe(&self) -> String {
+        let n = self.slices.len() - 1;
+        let on: u64 = self.slices[1..].iter().map(|s| s.0).sum();
+        let skipped = match self.skipped {
+            0 => String::new(),
+            k => format!(", {k} skipped for the budget"),
+        };
+        format!(
+            "syscall counters: after their first window of {:.2} s, {n} slice{} of {} ms every {} ms \
+             ({:.2} s in all{skipped}) sampled the rest of the run",
+            self.slices[0].0 as f64 / 1e9,
+            if n == 1 { "" } else { "s" },
+            SLICE.as_millis(),
+            self.period.as_millis(),
+            on as f64 / 1e9
+        )
     }
 }
 
@@ -700,4 +850,35 @@ fn probe_late_module(
 
 fn read_trim(path: &str) -> String {
     std::fs::read_to_string(path).map(|s| s.trim().to_string()).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{SyscallSampler, SLICE};
+    use std::time::Duration;
+
+    /// A first window of 1 s that counted 1,000,000 syscalls at 300 ns (0.3 ms of cost per ms) while the
+    /// target used 1 s of CPU, under a 5% budget: the slices may spend half of 0.05 ms per ms, so they run
+    /// 1/12 of the time: 50 ms every 600 ms. Their cost adds to the first window's, at the price each.
+    #[test]
+    fn slices_are_planned_from_the_first_window() {
+        let mut s =
+            SyscallSampler::new(Duration::from_secs(1), 1_000_000, 310_000_000, 300, 0.05, 1_000_000_000);
+        assert_eq!(s.period, Duration::from_millis(600));
+        assert_eq!(s.counted_cost(), 310_000_000);
+        s.slices.push((SLICE.as_nanos() as u64, 40_000));
+        assert_eq!(s.counted_cost(), 310_000_000 + 40_000 * 300);
+        assert_eq!(s.allowed(2_000_000_000), 100_000_000 + crate::BUDGET_CREDIT_NS);
+        assert_eq!(
+            s.describe(),
+            "syscall counters: after their first window of 1.00 s, 1 slice of 50 ms every 600 ms (0.05 s in \
+             all) sampled the rest of the run"
+        );
+        // A target whose counters cost little next to its CPU is sampled half the time at most; one that
+        // made no syscall too.
+        let cheap = SyscallSampler::new(Duration::from_secs(1), 1_000, 300_000, 300, 0.05, 1_000_000_000);
+        assert_eq!(cheap.period, SLICE * 2);
+        let none = SyscallSampler::new(Duration::from_secs(1), 0, 0, 300, 0.05, 1_000_000_000);
+        assert_eq!(none.period, SLICE * 2);
+    }
 }

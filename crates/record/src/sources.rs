@@ -3,7 +3,9 @@
 //! allocation-site counters with their sampled stacks, off-CPU blocks, exit watch). Opening, falling back
 //! where the machine refuses, following more processes later, and closing.
 
-use crate::bpf::{CallProbe, ClockFilter, ExitWatch, OffCpuConfig, OffCpuProbe, StackSampling, SyscallProbe};
+use crate::bpf::{
+    CallProbe, ClockFilter, ExitWatch, OffCpuConfig, OffCpuProbe, StackSampling, SyscallCost, SyscallProbe,
+};
 use crate::calls::{PatternSpec, Probe};
 use crate::records;
 use crate::sys::{self, Clock, EventConfig, Ring, Scope, Source};
@@ -387,6 +389,8 @@ pub(crate) struct Sources<'obj> {
     alloc_probes: Vec<Probe>,
     /// What a probe hit costs here, measured before the run (calls and allocation probes).
     pub(crate) hit_cost: Option<crate::calls::HitCost>,
+    /// What a counted syscall costs here, measured before the run (under a probe budget).
+    pub(crate) syscall_cost: Option<SyscallCost>,
 }
 
 impl<'obj> Sources<'obj> {
@@ -508,6 +512,13 @@ impl<'obj> Sources<'obj> {
                 SyscallProbe::load(&mut objects.syscalls, trace)
             })?),
             None => None,
+        };
+        // Under a budget, what a counted syscall costs on this kernel and CPU is measured, not assumed.
+        let syscall_cost = match (probe.as_mut(), opts.probe_budget) {
+            (Some(p), Some(_)) => {
+                crate::phases::time("measure the syscall counters' cost", || p.measure_cost())
+            }
+            _ => None,
         };
         let mut alloc_sites = match &opts.alloc {
             Some(_) => {
@@ -645,7 +656,14 @@ impl<'obj> Sources<'obj> {
             sample_types,
             alloc_probes,
             hit_cost,
+            syscall_cost,
         })
+    }
+
+    /// The price of one counted syscall in ns: measured at the start of the run where that worked, else
+    /// the assumed [`crate::SYSCALL_COST_NS`].
+    pub(crate) fn syscall_ns(&self) -> u64 {
+        self.syscall_cost.map_or(crate::SYSCALL_COST_NS, |c| c.ns().round() as u64)
     }
 
     /// Probe hits so far (counted syscalls, with every `stacks_period`th stack sampled; calls probes,
@@ -675,7 +693,7 @@ impl<'obj> Sources<'obj> {
         };
         if let Some(p) = &self.syscalls {
             let stack = stacks_period.map_or(0, |n| crate::STACK_SAMPLE_COST_NS / crate::sampling_period(n));
-            add(p.counted(), crate::SYSCALL_COST_NS + stack);
+            add(p.counted(), self.syscall_ns() + stack);
         }
         if let Some(cp) = &self.calls {
             // A timed call takes the return probe's trap too.

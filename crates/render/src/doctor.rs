@@ -179,13 +179,32 @@ fn measured(p: &Profile) -> Vec<String> {
         out.push(format!("CPU shares sampled ({n} samples: within ±{err:.1} points, 95%)"));
     }
     if !p.syscalls.is_empty() {
-        out.push(match p.meta.syscalls_duration_ns {
-            0 => "syscall counts exact over the whole run".to_string(),
+        let m = &p.meta;
+        let cost = match m.syscall_cost_ns {
+            0 => String::new(),
+            ns => format!(
+                ", at {} per counted syscall, measured on this run",
+                crate::units::duration(ns as i64)
+            ),
+        };
+        out.push(match (m.syscalls_duration_ns, m.syscall_slices.split_first()) {
+            (0, _) => "syscall counts exact over the whole run".to_string(),
+            (_, Some((first, rest))) if !rest.is_empty() => format!(
+                "syscall counts exact over the first {}, then sampled in {} slice{} over the rest of the {} \
+                 (the budget{cost}); rates are per second of the {} counted{}",
+                crate::units::duration(first.0 as i64),
+                rest.len(),
+                if rest.len() == 1 { "" } else { "s" },
+                crate::units::duration(m.duration_ns as i64),
+                crate::units::seconds(m.syscalls_seconds()),
+                m.syscall_rate_error()
+                    .map_or(String::new(), |e| format!(", within ±{:.0}% (95%)", (e * 100.0).max(1.0)))
+            ),
             _ => format!(
-                "syscall counts exact over the first {} of {} (the budget stopped the counters; rates are per \
-                 second of that window)",
-                crate::units::seconds(p.meta.syscalls_seconds()),
-                crate::units::duration(p.meta.duration_ns as i64)
+                "syscall counts exact over the first {} of {} (the budget stopped the counters{cost}; rates are \
+                 per second of that window)",
+                crate::units::seconds(m.syscalls_seconds()),
+                crate::units::duration(m.duration_ns as i64)
             ),
         });
     }
@@ -333,5 +352,35 @@ mod tests {
         let mut json = Vec::new();
         super::json(&mut json, &p, &d).unwrap();
         check_golden("doctor.json", &json);
+    }
+
+    /// Counters that a budget stopped after 0.5 s, then sampled in three slices: the rates read over the
+    /// 0.65 s counted, and the measured line says so, with the sampling error of those windows and the
+    /// measured price of a syscall; the rules' evidence names the windows too.
+    #[test]
+    fn sampled_syscall_windows_are_stated() {
+        let mut p = server();
+        p.meta.syscall_cost_ns = 420;
+        p.meta.syscall_slices =
+            vec![(500_000_000, 50_000), (50_000_000, 5_000), (50_000_000, 4_000), (50_000_000, 6_000)];
+        p.meta.syscalls_duration_ns = 650_000_000;
+        let how = super::measured(&p).join("; ");
+        let err = p.meta.syscall_rate_error().unwrap() * 100.0;
+        assert!(
+            how.contains(&format!(
+                "syscall counts exact over the first 500ms, then sampled in 3 slices over the rest of the 10.0s \
+                 (the budget, at 420ns per counted syscall, measured on this run); rates are per second of the \
+                 650ms counted, within ±{err:.0}% (95%)"
+            )),
+            "{how}"
+        );
+        let d = whyslow_analyze::doctor::diagnose(&p, "whyslow.data");
+        let tz = d.findings.iter().find(|f| f.id == "tz-stat-storm").expect("tz-stat-storm");
+        let rate = 500_000.0 / 0.65;
+        assert!(
+            tz.evidence.iter().any(|e| e.contains(&format!("({rate:.0}/s over 0.65 s counted in 4 windows"))),
+            "{:?}",
+            tz.evidence
+        );
     }
 }

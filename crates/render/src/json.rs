@@ -58,6 +58,21 @@ pub fn report(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), Rende
         doc["syscalls"] = crate::syscalls::rows_json(&whyslow_analyze::syscall_summary(p, false)).into();
         // The counters' window: shorter than the run when a probe budget stopped them.
         doc["syscalls_duration_s"] = m.syscalls_seconds().into();
+        if m.syscall_cost_ns > 0 {
+            doc["syscall_cost_us"] = (m.syscall_cost_ns as f64 / 1e3).into();
+        }
+        if !m.syscall_slices.is_empty() {
+            // The windows the counters ran in (the first, then the slices that sampled the rest).
+            let windows: Vec<serde_json::Value> = m
+                .syscall_slices
+                .iter()
+                .map(|&(ns, calls)| serde_json::json!({ "s": ns as f64 / 1e9, "calls": calls }))
+                .collect();
+            doc["syscall_windows"] = windows.into();
+            if let Some(e) = m.syscall_rate_error() {
+                doc["syscall_rate_error_pct"] = (e * 100.0).into();
+            }
+        }
     }
     serde_json::to_writer_pretty(&mut *w, &doc).map_err(std::io::Error::from)?;
     writeln!(w)?;

@@ -84,6 +84,8 @@ pub(crate) mod fixture {
             calls_duration_ns: 0,
             killed: Vec::new(),
             target_env: None,
+            syscall_cost_ns: 0,
+            syscall_slices: Vec::new(),
         };
         let types = vec![
             SampleType { name: "cpu".into(), unit: "samples".into() },

@@ -29,6 +29,19 @@ pub fn interval_table(
     writeln!(w)
 }
 
+/// What the syscall table of a recording counts: every syscall of the run, or those of the windows
+/// the counters ran in under a probe budget.
+pub fn title(m: &whyslow_model::Metadata) -> String {
+    let counted = crate::units::seconds(m.syscalls_seconds());
+    match (m.syscalls_duration_ns, m.syscall_slices.len()) {
+        (0, _) => "syscalls (exact counts)".to_string(),
+        (_, 0 | 1) => format!("syscalls (exact counts over the first {counted}, until the probe budget)"),
+        (_, n) => {
+            format!("syscalls (exact counts over {counted} counted in {n} windows spread over the run)")
+        }
+    }
+}
+
 /// The summary table, one block per thread when the rows are per thread, each showing its `limit`
 /// syscalls of most time (the total line counts them all). `lost_events` > 0 is shown.
 pub fn table(w: &mut impl Write, p: &Profile, rows: &[SyscallRow], limit: usize) -> std::io::Result<()> {

@@ -338,9 +338,17 @@ impl<'a> Facts<'a> {
 
     /// How a syscall rate's window reads after the rate: "" when the counters ran the whole profile.
     pub fn syscall_window(&self) -> String {
-        match self.p.meta.syscalls_duration_ns {
-            0 => String::new(),
-            _ => format!(" in the first {:.2} s, while the syscall counters ran", self.syscall_seconds()),
+        let m = &self.p.meta;
+        match (m.syscalls_duration_ns, m.syscall_slices.len()) {
+            (0, _) => String::new(),
+            (_, 0 | 1) => {
+                format!(" in the first {:.2} s, while the syscall counters ran", self.syscall_seconds())
+            }
+            (_, n) => format!(
+                " over {:.2} s counted in {n} windows spread over the run{}",
+                self.syscall_seconds(),
+                m.syscall_rate_error().map_or(String::new(), |e| format!(", ±{:.0}%", (e * 100.0).max(1.0)))
+            ),
         }
     }
 

@@ -28,7 +28,7 @@ pub fn report(a: ReportArgs) -> Result<()> {
                 &render::text::ReportOptions { value, limit: a.limit, threads: a.threads },
             )?;
             if !p.syscalls.is_empty() {
-                writeln!(out, "\nsyscalls (exact counts):")?;
+                writeln!(out, "\n{}:", render::syscalls::title(&p.meta))?;
                 render::syscalls::table(
                     &mut out,
                     &p,

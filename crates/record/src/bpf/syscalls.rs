@@ -1,11 +1,12 @@
-//! Exact syscall counting and `--trace` events from bpf/syscalls.bpf.c: load, track processes, attach,
-//! drain the trace ring buffer, and read the kernel's counters.
+//! Exact syscall counting and `--trace` events from bpf/syscalls.bpf.c: load, track processes, attach
+//! (for the whole run, or in slices), measure what a counted syscall costs, drain the trace ring buffer,
+//! and read the kernel's counters.
 
 use super::skel::{OpenSyscallsSkel, SyscallsSkel, SyscallsSkelBuilder};
 use super::{check_btf, classify, quiet_libbpf, u32_at, u64_at};
 use crate::RecordError;
-use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
-use libbpf_rs::{MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::mem::MaybeUninit;
@@ -20,11 +21,41 @@ const PATH_LEN: usize = 256;
 const EVENT_LEN: usize = 8 * 4 + 8 + 8 * 6 + 2 * PATH_LEN;
 const STAT_LEN: usize = 8 * (5 + HIST_BUCKETS);
 const DROP_SLOTS: u32 = 2;
+/// Size of `struct ws_inflight` (the per-task storage a calibrating thread is given).
+const INFLIGHT_LEN: usize = 8 + 4 + 2 + 2 + 8 * 6;
 
 /// Loaded and attached syscall counters; detached when dropped.
 pub struct SyscallProbe<'obj> {
     skel: SyscallsSkel<'obj>,
     ring: Option<(RingBuffer<'static>, Rc<RefCell<Vec<TraceEvent>>>)>,
+    /// The fork and exec hooks (attached for the whole run: processes forked while the counters are
+    /// off are followed too).
+    hooks: Vec<Link>,
+    /// The two counting programs' links, while they are attached.
+    counters: Vec<Link>,
+    /// Syscalls counted by the cost measurement (whyslow's own), left out of [`SyscallProbe::counted`].
+    calibration_counted: u64,
+}
+
+/// What a counted syscall costs on this kernel and CPU, measured at the start of a run: the same
+/// syscalls timed in whyslow's own thread with the counting programs attached (the thread counted as a
+/// target's) and without them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SyscallCost {
+    /// ns more per getppid (the least work a syscall does: the floor of the tracepoints and programs).
+    pub light_ns: f64,
+    /// ns more per stat of "/" (a path walk: the programs' cache footprint shows too).
+    pub path_ns: f64,
+    /// ns more per write or read of 32 bytes on a Unix socket pair (a server's requests and replies).
+    pub socket_ns: f64,
+}
+
+impl SyscallCost {
+    /// The price of one counted syscall: the largest of the three (a budget must not run over on code
+    /// that is heavier on the caches than getppid).
+    pub fn ns(&self) -> f64 {
+        self.light_ns.max(self.path_ns).max(self.socket_ns)
+    }
 }
 
 /// Syscall numbers for names, or an error naming the unknown one with close matches.
@@ -38,6 +69,43 @@ pub fn syscall_numbers(names: &[String]) -> Result<Vec<u32>, RecordError> {
             })
         })
         .collect()
+}
+
+/// The least time per call over a few batches (preemption only adds) of getppid, of a stat of "/", and of
+/// a write and a read of 32 bytes through the socket `pair`.
+fn time_syscalls(pair: &[std::os::fd::OwnedFd; 2]) -> [f64; 3] {
+    use std::os::fd::AsRawFd;
+    const N: u32 = 300;
+    let mut best = [f64::MAX; 3];
+    let mut buf = [0u8; 64];
+    let (tx, rx) = (pair[0].as_raw_fd(), pair[1].as_raw_fd());
+    let root = c"/";
+    // SAFETY: an all-zero stat is a valid value of the plain C struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    for _ in 0..5 {
+        let t = std::time::Instant::now();
+        for _ in 0..N {
+            // SAFETY: getppid has no arguments and cannot fail.
+            std::hint::black_box(unsafe { libc::getppid() });
+        }
+        best[0] = best[0].min(t.elapsed().as_nanos() as f64 / f64::from(N));
+        let t = std::time::Instant::now();
+        for _ in 0..N {
+            // SAFETY: root is a NUL-terminated path and st a stat owned by this frame.
+            std::hint::black_box(unsafe { libc::stat(root.as_ptr(), &mut st) });
+        }
+        best[1] = best[1].min(t.elapsed().as_nanos() as f64 / f64::from(N));
+        let t = std::time::Instant::now();
+        for _ in 0..N {
+            // SAFETY: buf is owned by this frame and longer than both lengths; both fds are open.
+            unsafe {
+                libc::write(tx, buf.as_ptr().cast(), 32);
+                libc::read(rx, buf.as_mut_ptr().cast(), buf.len());
+            }
+        }
+        best[2] = best[2].min(t.elapsed().as_nanos() as f64 / f64::from(2 * N));
+    }
+    best
 }
 
 fn cstr(b: &[u8]) -> String {
@@ -92,7 +160,13 @@ impl<'obj> SyscallProbe<'obj> {
                 .update(&nr.to_ne_bytes(), &cfg, MapFlags::ANY)
                 .map_err(|e| classify("trace config", e))?;
         }
-        let mut probe = SyscallProbe { skel, ring: None };
+        let mut probe = SyscallProbe {
+            skel,
+            ring: None,
+            hooks: Vec::new(),
+            counters: Vec::new(),
+            calibration_counted: 0,
+        };
         if !trace.is_empty() {
             let events = Rc::new(RefCell::new(Vec::new()));
             let sink = events.clone();
@@ -115,18 +189,90 @@ impl<'obj> SyscallProbe<'obj> {
         super::track(&self.skel.maps.tracked, pid, launched)
     }
 
+    /// Attaches the fork and exec hooks and starts counting.
     pub fn attach(&mut self) -> Result<(), RecordError> {
-        self.skel.attach().map_err(|e| classify("attach", e))
+        if self.hooks.is_empty() {
+            let p = &self.skel.progs;
+            self.hooks.push(p.on_fork.attach().map_err(|e| classify("attach fork hook", e))?);
+            self.hooks.push(p.on_exec.attach().map_err(|e| classify("attach exec hook", e))?);
+        }
+        self.resume()
+    }
+
+    /// Counts again after [`SyscallProbe::detach`] (a new slice: a syscall that entered before is not
+    /// counted when it returns).
+    pub fn resume(&mut self) -> Result<(), RecordError> {
+        if !self.counters.is_empty() {
+            return Ok(());
+        }
+        if let Some(bss) = self.skel.maps.bss_data.as_deref_mut() {
+            bss.slice = bss.slice.wrapping_add(1);
+        }
+        let p = &self.skel.progs;
+        let enter = p.sys_enter.attach().map_err(|e| classify("attach", e))?;
+        let exit = p.sys_exit.attach().map_err(|e| classify("attach", e))?;
+        self.counters = vec![enter, exit];
+        Ok(())
     }
 
     /// Stops counting; the counts so far stay readable.
     pub fn detach(&mut self) {
-        self.skel.links = Default::default();
+        self.counters.clear();
     }
 
-    /// Syscalls counted so far (cheap to read: one slot per CPU).
+    /// Whether the counters are attached.
+    pub fn counting(&self) -> bool {
+        !self.counters.is_empty()
+    }
+
+    /// Syscalls of the targets counted so far (cheap to read: one slot per CPU).
     pub fn counted(&self) -> u64 {
-        super::per_cpu_total(&self.skel.maps.counted, 0..1)
+        super::per_cpu_total(&self.skel.maps.counted, 0..1).saturating_sub(self.calibration_counted)
+    }
+
+    /// Measures what a counted syscall costs here (see [`SyscallCost`]): about 10 ms, before the counters
+    /// are attached for the targets. None where the calling thread cannot be counted (no pidfd for it:
+    /// kernels before 6.9) or the programs cannot be attached.
+    pub fn measure_cost(&mut self) -> Option<SyscallCost> {
+        if self.counting() {
+            return None;
+        }
+        let mut pair = [0i32; 2];
+        // SAFETY: pair is two ints owned by this frame, where socketpair writes the new fds.
+        if unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, pair.as_mut_ptr()) } != 0 {
+            return None;
+        }
+        // SAFETY: socketpair succeeded: both fds are new and owned by nobody else.
+        let pair =
+            pair.map(|fd| unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) });
+        let without = time_syscalls(&pair);
+        // SAFETY: pidfd_open takes a tid and flags and returns a new fd or -1; PIDFD_THREAD (O_EXCL) names
+        // the calling thread rather than its process.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::gettid(), libc::O_EXCL) };
+        if fd < 0 {
+            return None;
+        }
+        // SAFETY: a non-negative result is a new fd owned by nobody else.
+        let pidfd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
+        let key = (fd as i32).to_ne_bytes();
+        let given = self.skel.maps.inflight.update(&key, &[0u8; INFLIGHT_LEN], MapFlags::ANY).is_ok();
+        let attached = given && self.resume().is_ok();
+        let with = attached.then(|| time_syscalls(&pair));
+        self.detach();
+        let _ = self.skel.maps.inflight.delete(&key);
+        drop(pidfd);
+        // whyslow's own syscalls are no target's: their counters go, and `counted` leaves them out.
+        let me = std::process::id();
+        for k in self.skel.maps.stats.keys().filter(|k| u32_at(k, 0) == me) {
+            let _ = self.skel.maps.stats.delete(&k);
+        }
+        for k in self.skel.maps.errnos.keys().filter(|k| u32_at(k, 0) == me) {
+            let _ = self.skel.maps.errnos.delete(&k);
+        }
+        self.calibration_counted = super::per_cpu_total(&self.skel.maps.counted, 0..1);
+        let with = with?;
+        let more = |i: usize| (with[i] - without[i]).max(0.0);
+        Some(SyscallCost { light_ns: more(0), path_ns: more(1), socket_ns: more(2) })
     }
 
     /// The fd to poll for trace events, when tracing.
