@@ -158,7 +158,7 @@ pub struct Regression {
     /// in impact.
     pub subject: String,
     pub measure: &'static str,
-    /// Every measure that rose, largest shift first.
+    /// Every measure that rose: the one named first, then the largest shift first.
     pub changes: Vec<Change>,
     pub before_from_ns: u64,
     pub before_until_ns: u64,
@@ -278,10 +278,13 @@ impl Detector {
         }
         let shift = |c: &Change| c.after_pct - c.before_pct;
         changes.sort_by(|a, b| shift(b).total_cmp(&shift(a)).then(a.subject.cmp(&b.subject)));
-        let first = ["self", "total", "finding"]
+        let named = ["self", "total", "finding"]
             .iter()
-            .find_map(|m| changes.iter().find(|c| c.measure == *m))
+            .find_map(|m| changes.iter().position(|c| c.measure == *m))
             .expect("changes is not empty");
+        let first = changes.remove(named);
+        changes.insert(0, first);
+        let first = &changes[0];
         let (b0, b1) = (self.baseline.front().expect("tested"), self.baseline.back().expect("tested"));
         let (a0, a1) = (self.recent.front().expect("tested"), self.recent.back().expect("tested"));
         Some(Regression {
@@ -440,6 +443,7 @@ mod tests {
         assert!((20..=21).contains(i), "found at window {i}");
         assert_eq!((r.subject.as_str(), r.measure, r.deploy), ("hot", "self", false));
         assert_eq!((r.after_from_ns, r.after_windows), (20_000, 2));
+        assert_eq!((r.changes[0].subject.as_str(), r.changes[0].measure), ("hot", "self"));
         assert!(r.changes[0].before_pct == 0.0 && (40.0..50.0).contains(&r.changes[0].after_pct), "{r:?}");
         // The falling function is no regression.
         assert!(r.changes.iter().all(|c| c.subject == "hot"), "{:?}", r.changes);
