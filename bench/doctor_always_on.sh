@@ -4,6 +4,7 @@
 # 99 Hz, cut in 1 s windows (the worst case: the default is 10 s), each window diagnosed by the doctor's
 # rules and fed to the regression detector. Prints both runs, the doctor's own CPU seconds (its thread,
 # whyslow_doctor_cpu_seconds_total) and the ratios.
+# ALL=1: the whole host instead (`serve --all`: every process at 19 Hz in 10 s windows, one target).
 # SECS=30 for a shorter run; WHYSLOW=target/debug/whyslow to measure the (optimized) dev build.
 source "$(dirname "$0")/lib.sh"
 SECS=${SECS:-60}
@@ -16,7 +17,9 @@ PY
 }
 run() {  # run DIR [ARGS]: prints "cpu_seconds rss_bytes doctor_cpu_seconds windows"
   local dir=$1; shift
-  "$WHYSLOW" serve --listen 127.0.0.1:0 --data-dir "$dir" "$@" 2>"$dir.log" >/dev/null &
+  local all=()
+  [ -n "${ALL:-}" ] && all=(--all)
+  "$WHYSLOW" serve --listen 127.0.0.1:0 --data-dir "$dir" "${all[@]}" "$@" 2>"$dir.log" >/dev/null &
   local agent=$!
   for _ in $(seq 100); do grep -q "listening on" "$dir.log" 2>/dev/null && break; sleep 0.1; done
   local addr
@@ -38,7 +41,10 @@ python3 - "$SECS" $on $off <<'PY'
 import sys
 secs = float(sys.argv[1])
 cpu_on, rss_on, doc_cpu, windows, cpu_off, rss_off = map(float, sys.argv[2:8])
-print(f"always-on doctor, {secs:.0f} s of a 4-thread busy process at 99 Hz in 1 s windows:")
+import os
+what = "the whole host (--all, 19 Hz, 10 s windows)" if os.environ.get("ALL") else \
+    "a 4-thread busy process at 99 Hz in 1 s windows"
+print(f"always-on doctor, {secs:.0f} s of {what}:")
 print(f"  doctor off: agent {cpu_off:.2f} CPU s ({100 * cpu_off / secs:.2f}% of a core), {rss_off / 2**20:.1f} MiB resident")
 print(f"  doctor on:  agent {cpu_on:.2f} CPU s ({100 * cpu_on / secs:.2f}% of a core), {rss_on / 2**20:.1f} MiB resident")
 print(f"  the doctor's thread: {doc_cpu:.2f} CPU s for {windows:.0f} windows ({1000 * doc_cpu / max(windows, 1):.1f} ms per window)")
