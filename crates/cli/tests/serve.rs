@@ -1201,3 +1201,40 @@ fn webhooks_need_the_doctor_and_a_url() {
     let err = fails(&["serve", "--webhook", "ftp://x"]);
     assert!(err.contains("not an http"), "{err}");
 }
+
+/// Issue 36: a restarted agent replays its stored windows into its detectors (reporting nothing again):
+/// a change right after the restart is found against the baseline recorded before it.
+#[test]
+fn baselines_survive_a_restart_of_the_agent() {
+    let _x = exclusive();
+    let dir = tmp();
+    let a = Agent::start(dir.path(), &[]);
+    let id = add_target(
+        &a,
+        r#"{"name":"hot","match":{"cmdline":"hotswitch 40 restart"},"sources":["cpu"],"frequency":499,"window_s":1}"#,
+    );
+    let mut w = std::process::Command::new(workload("hotswitch"))
+        .args(["40", "restart"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(20, "11 windows", || (window_count(&a, id) >= 11).then_some(()));
+    assert!(a.stop().success());
+    let a = Agent::start(dir.path(), &[]);
+    wait_for(5, "the workload followed again", || pids(&a).contains(&u64::from(w.id())).then_some(()));
+    let changed_ns = signal(&w, libc::SIGUSR1);
+    let r = wait_for(10, "a regression", || regressions(&a, id).first().cloned());
+    assert_eq!(r["function"], "hot_new", "{r:#}");
+    assert!(r["before"]["windows"].as_u64().unwrap() >= 8, "{r:#}");
+    assert!(r["before"]["until_ns"].as_u64().unwrap() < changed_ns, "{r:#}");
+    let after_until = r["after"]["until_ns"].as_u64().unwrap();
+    assert!(
+        after_until <= changed_ns + 3_200_000_000,
+        "{} ms after the change",
+        (after_until - changed_ns) / 1_000_000
+    );
+    w.kill().unwrap();
+    w.wait().unwrap();
+    doctor_caught_up(&a, &[id]);
+    assert_eq!(regressions(&a, id).len(), 1);
+}

@@ -627,6 +627,34 @@ impl Store {
         Ok(out)
     }
 
+    /// The newest `cuts` windows of `target` among those up to window `until_id`, grouped by start (the
+    /// windows of one cut), oldest first: what the doctor replays to rebuild a baseline after a restart.
+    pub fn last_cuts(&self, target: i64, until_id: i64, cuts: usize) -> Result<Vec<Vec<i64>>, StoreError> {
+        let mut st = self
+            .conn
+            .prepare(
+                "SELECT w.id, w.start_ns FROM window_targets t JOIN windows w ON w.id = t.window
+                 WHERE t.target = ?1 AND w.id <= ?2 ORDER BY w.start_ns DESC, w.id DESC LIMIT ?3",
+            )
+            .map_err(|e| self.sql(e))?;
+        let rows = st
+            .query_map(params![target, until_id, (cuts * 16) as i64], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
+            })
+            .map_err(|e| self.sql(e))?;
+        let mut groups: Vec<(i64, Vec<i64>)> = Vec::new();
+        for r in rows {
+            let (id, start) = r.map_err(|e| self.sql(e))?;
+            let n = groups.len();
+            match groups.last_mut() {
+                Some((s, ids)) if *s == start => ids.insert(0, id),
+                _ if n == cuts => break,
+                _ => groups.push((start, vec![id])),
+            }
+        }
+        Ok(groups.into_iter().rev().map(|(_, ids)| ids).collect())
+    }
+
     /// Stores the findings of target windows and the events they raised (target, time, kind, JSON
     /// body), in one transaction.
     pub fn add_findings(
@@ -914,6 +942,11 @@ mod tests {
         let ids: Vec<(i64, Vec<i64>)> = cut.iter().map(|(w, t)| (w.id, t.clone())).collect();
         assert_eq!(ids, [(1, vec![1]), (2, vec![1, 2])]);
         assert_eq!(s.cut_after(2).unwrap().len(), 1);
+        // Replayed by target: target 1's two cuts, target 2's one; bounded by id and count.
+        assert_eq!(s.last_cuts(1, 3, 10).unwrap(), [vec![1, 2], vec![3]]);
+        assert_eq!(s.last_cuts(1, 3, 1).unwrap(), [vec![3]]);
+        assert_eq!(s.last_cuts(1, 2, 10).unwrap(), [vec![1, 2]]);
+        assert_eq!(s.last_cuts(2, 3, 10).unwrap(), [vec![2]]);
         assert!(s.cut_after(3).unwrap().is_empty());
         let f = |start: u64, rule: &str| FindingRow {
             target: 1,

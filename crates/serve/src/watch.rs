@@ -8,8 +8,9 @@
 //! Windows are taken a cut at a time (the windows of one recording session stored together), and a
 //! target's windows of one cut are merged: a target of several processes is one series. Only the cheap
 //! sources are read (the window's own samples); the second-phase probes of `whyslow doctor` (exact call
-//! counts) are not run here. The detectors live in memory: after a restart each baseline is built again
-//! from the windows that follow.
+//! counts) are not run here. The detectors live in memory: at start each target's last windows before
+//! the cursor are replayed through its detector (nothing reported again), so a restart of the agent
+//! keeps its baselines.
 
 use crate::store::FindingRow;
 use crate::Shared;
@@ -53,6 +54,7 @@ pub fn run(s: Arc<Shared>) {
         }
     };
     let mut states: HashMap<i64, TargetState> = HashMap::new();
+    replay(&s, cursor, &mut states);
     while !s.stopping() {
         let cut = s.store.lock().expect("store lock").cut_after(cursor);
         let cut = match cut {
@@ -79,7 +81,7 @@ pub fn run(s: Arc<Shared>) {
             let spec = s.targets.read().expect("targets lock").get(&target).cloned();
             let Some(spec) = spec else { continue };
             match crate::merged(&s, &ids) {
-                Ok(p) => diagnose(&s, target, &spec, &p, &mut states),
+                Ok(p) => diagnose(&s, target, &spec, &p, &mut states, true),
                 Err(e) => eprintln!("whyslow serve: doctor: {e}"),
             }
         }
@@ -91,14 +93,33 @@ pub fn run(s: Arc<Shared>) {
     }
 }
 
-/// Diagnoses one target window: its findings and the events they raise are stored, its statistics go
-/// to the target's detector.
+/// Rebuilds each target's detector from its windows up to the cursor (as many as a baseline holds).
+fn replay(s: &Shared, cursor: i64, states: &mut HashMap<i64, TargetState>) {
+    let cfg = regress::Config::default();
+    let targets = s.targets.read().expect("targets lock").clone();
+    for (target, spec) in targets {
+        let cuts =
+            s.store.lock().expect("store lock").last_cuts(target, cursor, cfg.max_baseline + cfg.after);
+        for ids in cuts.unwrap_or_default() {
+            if s.stopping() {
+                return;
+            }
+            if let Ok(p) = crate::merged(s, &ids) {
+                diagnose(s, target, &spec, &p, states, false);
+            }
+        }
+    }
+}
+
+/// Diagnoses one target window: its findings and the events they raise are stored (unless `report`
+/// is false: a replay), its statistics go to the target's detector.
 fn diagnose(
     s: &Shared,
     target: i64,
     spec: &crate::spec::TargetSpec,
     p: &whyslow_model::Profile,
     states: &mut HashMap<i64, TargetState>,
+    report: bool,
 ) {
     let name = spec.name.clone().unwrap_or_else(|| format!("target {target}"));
     let d = whyslow_analyze::doctor::diagnose(p, &name);
@@ -151,6 +172,9 @@ fn diagnose(
         build = format!("version={v} {build}").trim_end().to_string();
     }
     let regression = regress::window_stat(p, &d.findings, &build).and_then(|w| st.detector.push(w));
+    if !report {
+        return;
+    }
     if let Some(r) = &regression {
         let body = regression_json(target, spec.name.as_deref(), r);
         eprintln!(
