@@ -425,7 +425,7 @@ def findings_track(whyslow, bindir, out):
                                          headers={"Content-Type": "application/json"})
             return json.loads(urllib.request.urlopen(req).read())
 
-        common = {"sources": ["cpu"], "frequency": 499, "window_s": 1}
+        common = {"sources": ["cpu"], "frequency": 999, "window_s": 1}
         hot = api("api/v1/targets", {"name": "hot", "match": {"cmdline": "hotswitch 18 ui"}, **common})["id"]
         opt = api("api/v1/targets", {"name": "opt", "match": {"cmdline": "doctor_optwork_O0"}, **common})["id"]
         o = subprocess.Popen([os.path.join(bindir, "doctor_optwork_O0")], stdout=subprocess.DEVNULL)

@@ -242,109 +242,116 @@ impl Detector {
     }
 
     /// The measures of the newest windows that rose against the baseline.
-    fn test(&self) -> Option<Regression> {
-        type Get = fn(&WindowStat, &str) -> f64;
-        let measures: [(&'static str, Get); 3] = [
-            ("self", |w, k| w.functions.get(k).map_or(0.0, |x| x.0)),
-            ("total", |w, k| w.functions.get(k).map_or(0.0, |x| x.1)),
-            ("finding", |w, k| w.findings.get(k).copied().unwrap_or(0.0)),
-        ];
-        let mut changes = Vec::new();
-        for (measure, get) in measures {
-            let mut subjects: Vec<&str> = self
-                .recent
-                .iter()
-                .flat_map(|w| -> Vec<&str> {
-                    if measure == "finding" {
-                        w.findings.keys().map(String::as_str).collect()
-                    } else {
-                        w.functions.keys().map(String::as_str).collect()
-                    }
-                })
-                .collect();
-            subjects.sort_unstable();
-            subjects.dedup();
-            for k in subjects {
-                let before: Vec<f64> = self.baseline.iter().map(|w| get(w, k)).collect();
-                let after: Vec<f64> = self.recent.iter().map(|w| get(w, k)).collect();
-                let n: Vec<i64> = self.recent.iter().map(|w| w.samples).collect();
-                if let Some(c) = self.rose(measure, k, &before, &after, &n) {
-                    changes.push(c);
+    fn test(&mut self) -> Option<Regression> {
+        compare_windows(&self.cfg, self.baseline.make_contiguous(), self.recent.make_contiguous())
+    }
+}
+
+/// The measures of `after` that rose against `before` (a baseline of one's choosing: the previous day,
+/// a range before a change), by the detector's rules; windows with fewer than `min_samples` or of mixed
+/// builds are left out. The regression is a deploy when the last windows' builds differ.
+pub fn compare_windows(cfg: &Config, before: &[WindowStat], after: &[WindowStat]) -> Option<Regression> {
+    let usable = |w: &&WindowStat| w.samples >= cfg.min_samples && !w.build.contains(',');
+    let before: Vec<&WindowStat> = before.iter().filter(usable).collect();
+    let after: Vec<&WindowStat> = after.iter().filter(usable).collect();
+    if before.len() < 2 || after.is_empty() {
+        return None;
+    }
+    type Get = fn(&WindowStat, &str) -> f64;
+    let measures: [(&'static str, Get); 3] = [
+        ("self", |w, k| w.functions.get(k).map_or(0.0, |x| x.0)),
+        ("total", |w, k| w.functions.get(k).map_or(0.0, |x| x.1)),
+        ("finding", |w, k| w.findings.get(k).copied().unwrap_or(0.0)),
+    ];
+    let mut changes = Vec::new();
+    for (measure, get) in measures {
+        let mut subjects: Vec<&str> = after
+            .iter()
+            .flat_map(|w| -> Vec<&str> {
+                if measure == "finding" {
+                    w.findings.keys().map(String::as_str).collect()
+                } else {
+                    w.functions.keys().map(String::as_str).collect()
                 }
+            })
+            .collect();
+        subjects.sort_unstable();
+        subjects.dedup();
+        for k in subjects {
+            let b: Vec<f64> = before.iter().map(|w| get(w, k)).collect();
+            let a: Vec<f64> = after.iter().map(|w| get(w, k)).collect();
+            let n: Vec<i64> = after.iter().map(|w| w.samples).collect();
+            if let Some(c) = rose(cfg, measure, k, &b, &a, &n) {
+                changes.push(c);
             }
         }
-        if changes.is_empty() {
-            return None;
-        }
-        let shift = |c: &Change| c.after_pct - c.before_pct;
-        changes.sort_by(|a, b| shift(b).total_cmp(&shift(a)).then(a.subject.cmp(&b.subject)));
-        let named = ["self", "total", "finding"]
-            .iter()
-            .find_map(|m| changes.iter().position(|c| c.measure == *m))
-            .expect("changes is not empty");
-        let first = changes.remove(named);
-        changes.insert(0, first);
-        let first = &changes[0];
-        let (b0, b1) = (self.baseline.front().expect("tested"), self.baseline.back().expect("tested"));
-        let (a0, a1) = (self.recent.front().expect("tested"), self.recent.back().expect("tested"));
-        Some(Regression {
-            subject: first.subject.clone(),
-            measure: first.measure,
-            before_from_ns: b0.start_ns,
-            before_until_ns: b1.end_ns,
-            after_from_ns: a0.start_ns,
-            after_until_ns: a1.end_ns,
-            before_windows: self.baseline.len(),
-            after_windows: self.recent.len(),
-            before_build: self.deploy_from.clone().unwrap_or_else(|| b1.build.clone()),
-            after_build: a1.build.clone(),
-            deploy: self.deploy_from.is_some(),
-            changes,
-        })
     }
+    if changes.is_empty() {
+        return None;
+    }
+    let shift = |c: &Change| c.after_pct - c.before_pct;
+    changes.sort_by(|a, b| shift(b).total_cmp(&shift(a)).then(a.subject.cmp(&b.subject)));
+    let named = ["self", "total", "finding"]
+        .iter()
+        .find_map(|m| changes.iter().position(|c| c.measure == *m))
+        .expect("changes is not empty");
+    let first = changes.remove(named);
+    changes.insert(0, first);
+    let first = &changes[0];
+    let (b0, b1) = (before[0], before[before.len() - 1]);
+    let (a0, a1) = (after[0], after[after.len() - 1]);
+    Some(Regression {
+        subject: first.subject.clone(),
+        measure: first.measure,
+        before_from_ns: b0.start_ns,
+        before_until_ns: b1.end_ns,
+        after_from_ns: a0.start_ns,
+        after_until_ns: a1.end_ns,
+        before_windows: before.len(),
+        after_windows: after.len(),
+        before_build: b1.build.clone(),
+        after_build: a1.build.clone(),
+        deploy: b1.build != a1.build,
+        changes,
+    })
+}
 
-    /// Whether `after` (windows of `samples` each) rose against `before`: by at least `min_points` in
-    /// median and `min_z` sampling errors in pooled share, significant by the Mann-Whitney test, with a
-    /// bootstrap interval of the shift above 0.
-    fn rose(
-        &self,
-        measure: &'static str,
-        subject: &str,
-        before: &[f64],
-        after: &[f64],
-        samples: &[i64],
-    ) -> Option<Change> {
-        let (mb, ma) = (stats::median(before)?, stats::median(after)?);
-        if ma - mb < self.cfg.min_points {
-            return None;
-        }
-        let n: i64 = samples.iter().sum();
-        let pooled = after.iter().zip(samples).map(|(v, &k)| v * k as f64).sum::<f64>() / n.max(1) as f64;
-        let p = (pooled / 100.0).clamp(0.0, 1.0);
-        let error = 100.0 * (p * (1.0 - p) / n.max(1) as f64).sqrt();
-        if pooled - mb < self.cfg.min_z * error {
-            return None;
-        }
-        let t = stats::mann_whitney(after, before)?;
-        if t.p >= stats::ALPHA {
-            return None;
-        }
-        let ci = stats::bootstrap_shift_ci(
-            before,
-            after,
-            0.95,
-            stats::BOOTSTRAP_RESAMPLES,
-            stats::BOOTSTRAP_SEED,
-        )?;
-        (ci.0 > 0.0).then(|| Change {
-            measure,
-            subject: subject.to_string(),
-            before_pct: mb,
-            after_pct: ma,
-            ci,
-            p: t.p,
-        })
+/// Whether `after` (windows of `samples` each) rose against `before`: by at least `min_points` in
+/// median and `min_z` sampling errors in pooled share, significant by the Mann-Whitney test, with a
+/// bootstrap interval of the shift above 0.
+fn rose(
+    cfg: &Config,
+    measure: &'static str,
+    subject: &str,
+    before: &[f64],
+    after: &[f64],
+    samples: &[i64],
+) -> Option<Change> {
+    let (mb, ma) = (stats::median(before)?, stats::median(after)?);
+    if ma - mb < cfg.min_points {
+        return None;
     }
+    let n: i64 = samples.iter().sum();
+    let pooled = after.iter().zip(samples).map(|(v, &k)| v * k as f64).sum::<f64>() / n.max(1) as f64;
+    let p = (pooled / 100.0).clamp(0.0, 1.0);
+    let error = 100.0 * (p * (1.0 - p) / n.max(1) as f64).sqrt();
+    if pooled - mb < cfg.min_z * error {
+        return None;
+    }
+    let t = stats::mann_whitney(after, before)?;
+    if t.p >= stats::ALPHA {
+        return None;
+    }
+    let ci =
+        stats::bootstrap_shift_ci(before, after, 0.95, stats::BOOTSTRAP_RESAMPLES, stats::BOOTSTRAP_SEED)?;
+    (ci.0 > 0.0).then(|| Change {
+        measure,
+        subject: subject.to_string(),
+        before_pct: mb,
+        after_pct: ma,
+        ci,
+        p: t.p,
+    })
 }
 
 #[cfg(test)]
@@ -491,6 +498,25 @@ mod tests {
         // The baseline holds v2's windows only.
         assert_eq!((r.before_from_ns, r.before_windows), (15_000, 15));
         assert_eq!(d.baseline_len(), 17);
+    }
+
+    /// Two ranges of one's choosing: a changed range against a stable one is a regression (a deploy
+    /// when the builds differ), a stable range against a stable one is not.
+    #[test]
+    fn chosen_ranges_are_compared_by_the_same_rules() {
+        let mut rng = Rng(3);
+        let changed = [("a", 30.0), ("hot", 45.0), ("b", 15.0), ("c", 10.0)];
+        let day: Vec<WindowStat> = (0..30).map(|i| window(&mut rng, i, 400, &STABLE, "v1")).collect();
+        let same: Vec<WindowStat> = (40..45).map(|i| window(&mut rng, i, 400, &STABLE, "v1")).collect();
+        let worse: Vec<WindowStat> = (50..55).map(|i| window(&mut rng, i, 400, &changed, "v2")).collect();
+        assert!(compare_windows(&Config::default(), &day, &same).is_none());
+        let r = compare_windows(&Config::default(), &day, &worse).unwrap();
+        assert_eq!((r.subject.as_str(), r.deploy, r.before_windows, r.after_windows), ("hot", true, 30, 5));
+        assert_eq!((r.before_build.as_str(), r.after_build.as_str()), ("v1", "v2"));
+        assert!(
+            compare_windows(&Config::default(), &day[..1], &worse).is_none(),
+            "one window is no baseline"
+        );
     }
 
     #[test]

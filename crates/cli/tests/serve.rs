@@ -1073,7 +1073,7 @@ fn the_always_on_doctor_reports_a_changed_hot_function_once() {
     let dir = tmp();
     let hook = Receiver::start(1);
     let a = Agent::start(dir.path(), &["--webhook", &hook.url()]);
-    let source = r#""sources":["cpu"],"frequency":499,"window_s":1"#;
+    let source = r#""sources":["cpu"],"frequency":999,"window_s":1"#;
     let change = add_target(
         &a,
         &format!(r#"{{"name":"change","match":{{"cmdline":"hotswitch 26 change"}},{source}}}"#),
@@ -1094,7 +1094,7 @@ fn the_always_on_doctor_reports_a_changed_hot_function_once() {
     wait_for(20, "11 windows of the changing workload", || (window_count(&a, change) >= 11).then_some(()));
     let changed_ns = signal(&c, libc::SIGUSR1);
     signal(&s, libc::SIGUSR2);
-    let found = wait_for(10, "a regression", || regressions(&a, change).first().cloned());
+    let found = wait_for(15, "a regression", || regressions(&a, change).first().cloned());
     assert!(o.wait().unwrap().success() && c.wait().unwrap().success() && s.wait().unwrap().success());
     doctor_caught_up(&a, &[change, steady, opt]);
     // Exactly one, naming the new hot function, within two windows of the change.
@@ -1132,6 +1132,26 @@ fn the_always_on_doctor_reports_a_changed_hot_function_once() {
     let n = window_count(&a, steady);
     assert!(n >= 20, "{n} windows of the steady workload");
     assert_eq!(regressions(&a, steady), Vec::<Value>::new());
+    // Chosen ranges, on demand: before and after the change differ in hot_new; the steady workload's
+    // heavy and light halves do not.
+    let secs = |ns: u64| format!("{:.3}", ns as f64 / 1e9);
+    let start = r["before"]["from_ns"].as_u64().unwrap();
+    let check = |id: i64, split: u64| {
+        let (code, v) = a.get(&format!(
+            "/api/v1/regressions/check?target={id}&before_from={}&before_until={}&after_from={}&after_until=now",
+            secs(start),
+            secs(split),
+            secs(split + 1_000_000_000)
+        ));
+        assert_eq!(code, 200, "{v}");
+        v
+    };
+    let on_demand = check(change, changed_ns);
+    assert_eq!(on_demand["regression"]["function"], "hot_new", "{on_demand:#}");
+    assert!(on_demand["after_windows"].as_u64().unwrap() >= 10, "{on_demand:#}");
+    let halves = check(steady, changed_ns);
+    assert!(halves["regression"].is_null() && halves["after_windows"].as_u64().unwrap() >= 8, "{halves:#}");
+    assert_eq!(a.get(&format!("/api/v1/regressions/check?target={change}&before_from=now-1m")).0, 400);
     assert_eq!(metric(&a, &format!("whyslow_regressions_total{{target=\"{change}\"}}")), 1.0);
     assert_eq!(metric(&a, &format!("whyslow_regressions_total{{target=\"{steady}\"}}")), 0.0);
     // The -O0 build's finding, window by window: one episode, its evidence, its metric.
@@ -1174,14 +1194,14 @@ fn a_deploy_is_compared_with_the_previous_build() {
     let a = Agent::start(dir.path(), &[]);
     let svc = add_target(
         &a,
-        r#"{"name":"svc","match":{"comm":"^hotswitch"},"sources":["cpu"],"frequency":499,"window_s":1}"#,
+        r#"{"name":"svc","match":{"comm":"^hotswitch"},"sources":["cpu"],"frequency":999,"window_s":1}"#,
     );
     let mut v1 = std::process::Command::new(workload("hotswitch")).arg("30").spawn().unwrap();
     wait_for(20, "10 windows of the first build", || (window_count(&a, svc) >= 10).then_some(()));
     v1.kill().unwrap();
     v1.wait().unwrap();
     let mut v2 = std::process::Command::new(workload("hotswitch_v2")).arg("6").spawn().unwrap();
-    let r = wait_for(12, "a regression", || regressions(&a, svc).first().cloned());
+    let r = wait_for(15, "a regression", || regressions(&a, svc).first().cloned());
     assert!(v2.wait().unwrap().success());
     doctor_caught_up(&a, &[svc]);
     assert_eq!(regressions(&a, svc).len(), 1);
@@ -1211,7 +1231,7 @@ fn baselines_survive_a_restart_of_the_agent() {
     let a = Agent::start(dir.path(), &[]);
     let id = add_target(
         &a,
-        r#"{"name":"hot","match":{"cmdline":"hotswitch 40 restart"},"sources":["cpu"],"frequency":499,"window_s":1}"#,
+        r#"{"name":"hot","match":{"cmdline":"hotswitch 40 restart"},"sources":["cpu"],"frequency":999,"window_s":1}"#,
     );
     let mut w = std::process::Command::new(workload("hotswitch"))
         .args(["40", "restart"])
@@ -1223,7 +1243,7 @@ fn baselines_survive_a_restart_of_the_agent() {
     let a = Agent::start(dir.path(), &[]);
     wait_for(5, "the workload followed again", || pids(&a).contains(&u64::from(w.id())).then_some(()));
     let changed_ns = signal(&w, libc::SIGUSR1);
-    let r = wait_for(10, "a regression", || regressions(&a, id).first().cloned());
+    let r = wait_for(15, "a regression", || regressions(&a, id).first().cloned());
     assert_eq!(r["function"], "hot_new", "{r:#}");
     assert!(r["before"]["windows"].as_u64().unwrap() >= 8, "{r:#}");
     assert!(r["before"]["until_ns"].as_u64().unwrap() < changed_ns, "{r:#}");

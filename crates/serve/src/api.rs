@@ -149,6 +149,7 @@ pub async fn serve(shared: Arc<Shared>, listener: std::net::TcpListener) -> std:
         .route("/api/v1/doctor", get(doctor))
         .route("/api/v1/findings", get(findings))
         .route("/api/v1/regressions", get(regressions))
+        .route("/api/v1/regressions/check", get(regression_check))
         .route("/api/v1/diff", get(diff))
         .route("/flamegraph", get(get_flamegraph).put(put_flamegraph))
         .fallback(|| async { ApiError::not_found("no such endpoint (see /api/v1/targets, /api/v1/profile)") })
@@ -934,6 +935,49 @@ async fn regressions(
             })
             .collect();
         Ok(json(StatusCode::OK, &serde_json::json!({ "doctor": s.opts.doctor, "regressions": list })))
+    })
+    .await
+}
+
+/// Compares two ranges of one target of one's choosing (the previous day, the week before a change)
+/// by the always-on doctor's rules: `{before_windows, after_windows, regression}` (null: none).
+async fn regression_check(
+    State(s): State<Arc<Shared>>,
+    q: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> ApiResult {
+    let q = params(q, &["target", "before_from", "before_until", "after_from", "after_until"])?;
+    let id = target_id(q.get("target").ok_or_else(|| ApiError::bad("name the target: target=ID"))?, &s)?;
+    for k in ["before_from", "before_until", "after_from", "after_until"] {
+        if !q.contains_key(k) {
+            return Err(ApiError::bad(format!(
+                "a check needs before_from, before_until, after_from, after_until ({k} missing)"
+            )));
+        }
+    }
+    let before = range(&q, "before_from", "before_until")?;
+    let after = range(&q, "after_from", "after_until")?;
+    blocking(move || {
+        let spec = s.targets.read().expect("targets lock").get(&id).cloned();
+        let spec = spec.ok_or_else(|| ApiError::not_found(format!("no target {id}")))?;
+        let side = |(from, until): (u64, u64)| -> Result<Vec<_>, ApiError> {
+            crate::watch::window_stats(&s, id, &spec, from, until)?.ok_or_else(|| {
+                ApiError(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!(
+                        "a range holds more than {} windows: query a shorter one",
+                        crate::watch::MAX_RANGE_WINDOWS
+                    ),
+                )
+            })
+        };
+        let (b, a) = (side(before)?, side(after)?);
+        let cfg = whyslow_analyze::regress::Config::default();
+        let r = whyslow_analyze::regress::compare_windows(&cfg, &b, &a)
+            .map(|r| crate::watch::regression_json(id, spec.name.as_deref(), &r));
+        Ok(json(
+            StatusCode::OK,
+            &serde_json::json!({ "before_windows": b.len(), "after_windows": a.len(), "regression": r }),
+        ))
     })
     .await
 }

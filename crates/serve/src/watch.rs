@@ -167,10 +167,7 @@ fn diagnose(
             events.push((target, end, "finding", body.to_string()));
         }
     }
-    let mut build = whyslow_analyze::regress::main_builds(p).join(",");
-    if let Some(v) = spec.labels.get("version") {
-        build = format!("version={v} {build}").trim_end().to_string();
-    }
+    let build = build_of(p, spec);
     let regression = regress::window_stat(p, &d.findings, &build).and_then(|w| st.detector.push(w));
     if !report {
         return;
@@ -209,6 +206,41 @@ fn diagnose(
     if regression.is_some() {
         *stats.regressions.entry(target).or_default() += 1;
     }
+}
+
+/// What ran in a window: the main executables' build ids, behind the target's `version` label if any.
+fn build_of(p: &whyslow_model::Profile, spec: &crate::spec::TargetSpec) -> String {
+    let build = regress::main_builds(p).join(",");
+    match spec.labels.get("version") {
+        Some(v) => format!("version={v} {build}").trim_end().to_string(),
+        None => build,
+    }
+}
+
+/// Most windows one on-demand comparison reads per range.
+pub const MAX_RANGE_WINDOWS: usize = 2000;
+
+/// The detector's view of target `target`'s windows overlapping [from, until), one per cut (windows
+/// of one start merged), oldest first; None when the range holds more than [`MAX_RANGE_WINDOWS`].
+pub fn window_stats(
+    s: &Shared,
+    target: i64,
+    spec: &crate::spec::TargetSpec,
+    from: u64,
+    until: u64,
+) -> Result<Option<Vec<regress::WindowStat>>, crate::store::StoreError> {
+    let rows = s.store.lock().expect("store lock").windows(&[target], from, until)?;
+    if rows.len() > MAX_RANGE_WINDOWS {
+        return Ok(None);
+    }
+    let mut out = Vec::new();
+    for cut in rows.chunk_by(|a, b| a.start_ns == b.start_ns) {
+        let ids: Vec<i64> = cut.iter().map(|w| w.id).collect();
+        let p = crate::merged(s, &ids)?;
+        let d = whyslow_analyze::doctor::diagnose(&p, "range");
+        out.extend(regress::window_stat(&p, &d.findings, &build_of(&p, spec)));
+    }
+    Ok(Some(out))
 }
 
 /// A regression as the API serves it and webhooks get it: what rose, the two ranges (with links to
