@@ -37,7 +37,7 @@ pub struct Stats {
     pub regressions: BTreeMap<i64, u64>,
 }
 
-/// One target's state.
+/// One series' state: a target's windows of one set of sample types.
 struct TargetState {
     detector: Detector,
     /// Windows seen, and the window each rule was last found in.
@@ -53,7 +53,7 @@ pub fn run(s: Arc<Shared>) {
             return;
         }
     };
-    let mut states: HashMap<i64, TargetState> = HashMap::new();
+    let mut states: HashMap<(i64, String), TargetState> = HashMap::new();
     replay(&s, cursor, &mut states);
     while !s.stopping() {
         let cut = s.store.lock().expect("store lock").cut_after(cursor);
@@ -94,7 +94,7 @@ pub fn run(s: Arc<Shared>) {
 }
 
 /// Rebuilds each target's detector from its windows up to the cursor (as many as a baseline holds).
-fn replay(s: &Shared, cursor: i64, states: &mut HashMap<i64, TargetState>) {
+fn replay(s: &Shared, cursor: i64, states: &mut HashMap<(i64, String), TargetState>) {
     let cfg = regress::Config::default();
     let targets = s.targets.read().expect("targets lock").clone();
     for (target, spec) in targets {
@@ -118,13 +118,17 @@ fn diagnose(
     target: i64,
     spec: &crate::spec::TargetSpec,
     p: &whyslow_model::Profile,
-    states: &mut HashMap<i64, TargetState>,
+    states: &mut HashMap<(i64, String), TargetState>,
     report: bool,
 ) {
     let name = spec.name.clone().unwrap_or_else(|| format!("target {target}"));
     let d = whyslow_analyze::doctor::diagnose(p, &name);
     let (start, end) = (p.meta.start_unix_ns, p.meta.start_unix_ns + p.meta.duration_ns);
-    let st = states.entry(target).or_insert_with(|| TargetState {
+    // One series per target and set of sample types: a target whose processes are recorded by sessions
+    // of different sources (another target asks more of some) gets windows of each at their own times,
+    // which one series would alternate between.
+    let series = p.sample_types.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(",");
+    let st = states.entry((target, series)).or_insert_with(|| TargetState {
         detector: Detector::new(regress::Config::default()),
         seq: 0,
         last_seen: HashMap::new(),
@@ -312,7 +316,8 @@ pub fn metrics(s: &Shared, o: &mut crate::metrics::Out) {
         &[],
         queued.to_string(),
     );
-    for ((target, rule), v) in &st.impacts {
+    let targets: Vec<i64> = s.targets.read().expect("targets lock").keys().copied().collect();
+    for ((target, rule), v) in st.impacts.iter().filter(|((t, _), _)| targets.contains(t)) {
         o.sample(
             "whyslow_finding_impact_ratio",
             "gauge",
@@ -321,7 +326,6 @@ pub fn metrics(s: &Shared, o: &mut crate::metrics::Out) {
             format!("{:.4}", v / 100.0),
         );
     }
-    let targets: Vec<i64> = s.targets.read().expect("targets lock").keys().copied().collect();
     for t in targets {
         o.sample(
             "whyslow_regressions_total",
