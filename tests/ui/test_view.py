@@ -228,6 +228,7 @@ def main():
     live_processes(whyslow, bindir, out)
     diff_view(whyslow, bindir, out)
     doctor_view(whyslow, bindir, out)
+    findings_track(whyslow, bindir, out)
     log(f"passed in {time.time() - t0:.1f} s (screenshots in {out})")
 
 
@@ -405,6 +406,76 @@ def doctor_view(whyslow, bindir, out):
             browser.close()
     finally:
         stop(view)
+
+
+def findings_track(whyslow, bindir, out):
+    """`whyslow serve`'s always-on doctor above the timeline: an -O0 build's finding is a bar on its row, and
+    hotswitch's change (SIGUSR1 after 11 windows) one regression mark that opens the Diff view of the two ranges,
+    where hot_new grew."""
+    data = os.path.join(out, "serve-doctor-data")
+    shutil.rmtree(data, ignore_errors=True)
+    agent = subprocess.Popen([whyslow, "serve", "--listen", "127.0.0.1:0", "--data-dir", data],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        line = agent.stderr.readline()
+        m = re.search(r"http://(\S+?)/?(\s|$)", line)
+        assert m, line
+        url = f"http://{m.group(1)}/"
+
+        def api(path, body=None):
+            req = urllib.request.Request(url + path, method="POST" if body else "GET",
+                                         data=json.dumps(body).encode() if body else None,
+                                         headers={"Content-Type": "application/json"})
+            return json.loads(urllib.request.urlopen(req).read())
+
+        common = {"sources": ["cpu"], "frequency": 999, "window_s": 1}
+        hot = api("api/v1/targets", {"name": "hot", "match": {"cmdline": "hotswitch 18 ui"}, **common})["id"]
+        opt = api("api/v1/targets", {"name": "opt", "match": {"cmdline": "doctor_optwork_O0"}, **common})["id"]
+        o = subprocess.Popen([os.path.join(bindir, "doctor_optwork_O0")], stdout=subprocess.DEVNULL)
+        w = subprocess.Popen([os.path.join(bindir, "hotswitch"), "18", "ui"], stdout=subprocess.DEVNULL)
+        deadline = time.time() + 30
+        while next(t for t in api("api/v1/targets?windows=true") if t["id"] == hot)["windows"]["count"] < 11:
+            assert time.time() < deadline, "no 11 windows of hotswitch"
+            time.sleep(0.2)
+        w.send_signal(10)  # SIGUSR1: hot_new takes hot_old's place
+        while not api(f"api/v1/regressions?target={hot}")["regressions"]:
+            assert time.time() < deadline, "no regression"
+            time.sleep(0.2)
+        assert o.wait() == 0
+        with sync_playwright() as pw:
+            browser, page, errors = open_page(pw, url)
+            # The first target (hot): one regression mark on the track.
+            page.wait_for_function("window.whyslow.findings() !== null", timeout=10000)
+            marks = page.locator("#findings-track .freg")
+            assert marks.count() == 1, marks.count()
+            title = marks.first.get_attribute("title")
+            log(f"findings track: regression mark {title!r}")
+            assert title.startswith("hot_new: self 0.0%"), title
+            page.screenshot(path=os.path.join(out, "findings_track_regression.png"), full_page=True)
+            marks.first.click()
+            page.wait_for_selector("#diff-table tr[data-name=hot_new]", timeout=10000)
+            row = page.locator("#diff-table tr[data-name=hot_new]")
+            assert row.get_attribute("class") == "grew", row.get_attribute("class")
+            assert "before the change" in page.inner_text("#diff-ranges")
+            page.screenshot(path=os.path.join(out, "findings_track_diff.png"), full_page=True)
+            # The -O0 target: its finding is a row with one bar (one episode).
+            page.select_option("#target", str(opt))
+            page.wait_for_function("window.whyslow.findings() && window.whyslow.findings().findings.length > 0",
+                                   timeout=10000)
+            rows = page.locator("#findings-track .ftrack")
+            labels = [rows.nth(i).locator(".flabel").inner_text() for i in range(rows.count())]
+            log(f"findings track rows of the -O0 build: {labels}")
+            assert "unoptimized-build" in labels, labels
+            bar = rows.nth(labels.index("unoptimized-build")).locator(".fseg")
+            tip = bar.first.get_attribute("title")
+            assert bar.count() == 1 and "without optimization" in tip and "peak" in tip, tip
+            assert bar.first.bounding_box()["width"] > 5
+            page.screenshot(path=os.path.join(out, "findings_track.png"), full_page=True)
+            assert not errors, errors
+            browser.close()
+        assert w.wait() == 0
+    finally:
+        stop(agent)
 
 
 if __name__ == "__main__":

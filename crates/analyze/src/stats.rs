@@ -243,6 +243,33 @@ pub fn bootstrap_change_ci(
     Some((quantile_sorted(&changes, tail), quantile_sorted(&changes, 1.0 - tail)))
 }
 
+/// Percentile bootstrap interval of `median(after) - median(before)` at `level`: as
+/// [`bootstrap_change_ci`], for measures whose before median may be 0 (a share of a function that was
+/// not there), where only the shift in points exists.
+pub fn bootstrap_shift_ci(
+    before: &[f64],
+    after: &[f64],
+    level: f64,
+    resamples: usize,
+    seed: u64,
+) -> Option<(f64, f64)> {
+    let (b, a) = (sorted(before)?, sorted(after)?);
+    if resamples == 0 || !(0.0..1.0).contains(&level) {
+        return None;
+    }
+    let mut rng = SplitMix(seed);
+    let mut buf = Vec::new();
+    let mut shifts: Vec<f64> = (0..resamples)
+        .map(|_| {
+            let mb = resample_median(&b, &mut rng, &mut buf);
+            resample_median(&a, &mut rng, &mut buf) - mb
+        })
+        .collect();
+    shifts.sort_by(f64::total_cmp);
+    let tail = (1.0 - level) / 2.0;
+    Some((quantile_sorted(&shifts, tail), quantile_sorted(&shifts, 1.0 - tail)))
+}
+
 /// A before/after comparison of one measure.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Comparison {
@@ -426,6 +453,17 @@ mod tests {
     fn small_changes_in_noisy_runs_are_not_significant() {
         let c = compare(&[1.0, 1.3, 0.9, 1.2, 1.1], &[1.05, 1.25, 0.95, 1.15, 1.2]).unwrap();
         assert!(!c.significant && c.ci.0 < 0.0 && c.ci.1 > 0.0, "{c:?}");
+    }
+
+    #[test]
+    fn shift_intervals_work_from_zero() {
+        // A share that was 0 in every before window and ~30 points after: the whole interval is above 0.
+        let (lo, hi) = bootstrap_shift_ci(&[0.0; 10], &[28.0, 31.0], 0.95, 1000, 1).unwrap();
+        assert!((28.0..=31.0).contains(&lo) && (28.0..=31.0).contains(&hi), "{lo} {hi}");
+        // Overlapping sides: the interval holds 0.
+        let (lo, hi) = bootstrap_shift_ci(&[1.0, 3.0, 2.0, 4.0], &[2.5, 3.5], 0.95, 1000, 1).unwrap();
+        assert!(lo < 0.0 && hi > 0.0, "{lo} {hi}");
+        assert!(bootstrap_shift_ci(&[], &[1.0], 0.95, 1000, 1).is_none());
     }
 
     #[test]

@@ -565,6 +565,13 @@ pub struct ServeArgs {
     /// Periodic files may only be written under this directory (default: DATA_DIR/output).
     #[arg(long)]
     pub output_root: Option<PathBuf>,
+    /// Do not diagnose every window (findings, regressions and webhooks are then off).
+    #[arg(long)]
+    pub no_doctor: bool,
+    /// POST each regression and each finding that starts to this URL as JSON (repeatable; retried with
+    /// backoff, each event once).
+    #[arg(long = "webhook", value_name = "URL")]
+    pub webhooks: Vec<String>,
     #[command(flatten)]
     pub push: PushArgs,
 }

@@ -963,3 +963,303 @@ fn a_full_disk_is_reported_and_recovers_by_itself() {
     let _ = w.wait();
     assert!(a.stop().success());
 }
+
+/// A webhook receiver of ours: answers 503 to its first `fail_first` requests, then 200, keeping the
+/// bodies it accepted.
+struct Receiver {
+    addr: String,
+    accepted: std::sync::Arc<std::sync::Mutex<Vec<Value>>>,
+    attempts: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Receiver {
+    fn start(fail_first: usize) -> Receiver {
+        use std::sync::atomic::Ordering;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let accepted = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let attempts = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (acc, att) = (accepted.clone(), attempts.clone());
+        std::thread::spawn(move || {
+            for conn in l.incoming() {
+                let Ok(mut c) = conn else { continue };
+                let mut r = BufReader::new(c.try_clone().unwrap());
+                let mut len = 0;
+                loop {
+                    let mut line = String::new();
+                    if r.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        len = v.trim().parse().unwrap_or(0);
+                    }
+                }
+                let mut body = vec![0; len];
+                if r.read_exact(&mut body).is_err() {
+                    continue;
+                }
+                let status = if att.fetch_add(1, Ordering::SeqCst) < fail_first {
+                    "503 Service Unavailable"
+                } else {
+                    acc.lock().unwrap().push(serde_json::from_slice(&body).unwrap_or(Value::Null));
+                    "200 OK"
+                };
+                let _ = write!(c, "HTTP/1.1 {status}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+            }
+        });
+        Receiver { addr, accepted, attempts }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/hook", self.addr)
+    }
+
+    fn events(&self) -> Vec<Value> {
+        self.accepted.lock().unwrap().clone()
+    }
+}
+
+/// The GNU build id of a file, from readelf.
+fn build_id(path: &Path) -> String {
+    let out = std::process::Command::new("readelf").arg("-n").arg(path).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let id = text.lines().find_map(|l| l.trim().strip_prefix("Build ID: ")).expect("a build id");
+    id.trim().to_string()
+}
+
+fn add_target(a: &Agent, body: &str) -> i64 {
+    let (code, v) = a.post("/api/v1/targets", body);
+    assert_eq!(code, 201, "{v}");
+    v["id"].as_i64().unwrap()
+}
+
+/// Windows stored of target `id`.
+fn window_count(a: &Agent, id: i64) -> u64 {
+    let (code, v) = a.get("/api/v1/targets?windows=true");
+    assert_eq!(code, 200, "{v}");
+    let t = v.as_array().unwrap().iter().find(|t| t["id"] == id).unwrap().clone();
+    t["windows"]["count"].as_u64().unwrap_or(0)
+}
+
+fn regressions(a: &Agent, id: i64) -> Vec<Value> {
+    let (code, v) = a.get(&format!("/api/v1/regressions?target={id}"));
+    assert_eq!(code, 200, "{v}");
+    v["regressions"].as_array().unwrap().clone()
+}
+
+/// Waits until no new window of `ids` came for longer than one and the doctor has diagnosed every
+/// stored window.
+fn doctor_caught_up(a: &Agent, ids: &[i64]) {
+    let mut last = (0, Instant::now());
+    wait_for(20, "the doctor to diagnose every window", || {
+        let stored: u64 = ids.iter().map(|&id| window_count(a, id)).sum();
+        if stored != last.0 {
+            last = (stored, Instant::now());
+        }
+        let queued = metric(a, "whyslow_doctor_queue_windows");
+        (queued == 0.0 && last.1.elapsed() > Duration::from_millis(2500)).then_some(())
+    });
+}
+
+fn signal(c: &Child, sig: i32) -> u64 {
+    // SAFETY: kill takes no pointers.
+    unsafe { libc::kill(c.id() as i32, sig) };
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+}
+
+/// Issue 36: the always-on doctor. One workload's hot function changes mid-run (SIGUSR1): exactly one
+/// regression names the new function, within two windows of the change, with a diff of the two
+/// ranges; the same workload without the change, its load cut to 40% mid-run (SIGUSR2), raises none
+/// over 20 windows. Findings are stored per window and served over time (an -O0 build's), with their
+/// metric; a webhook receiver that fails its first request gets each event once.
+#[test]
+fn the_always_on_doctor_reports_a_changed_hot_function_once() {
+    let _x = exclusive();
+    let dir = tmp();
+    let hook = Receiver::start(1);
+    let a = Agent::start(dir.path(), &["--webhook", &hook.url()]);
+    let source = r#""sources":["cpu"],"frequency":999,"window_s":1"#;
+    let change = add_target(
+        &a,
+        &format!(r#"{{"name":"change","match":{{"cmdline":"hotswitch 26 change"}},{source}}}"#),
+    );
+    let steady = add_target(
+        &a,
+        &format!(r#"{{"name":"steady","match":{{"cmdline":"hotswitch 26 steady"}},{source}}}"#),
+    );
+    let opt =
+        add_target(&a, &format!(r#"{{"name":"opt","match":{{"cmdline":"doctor_optwork_O0"}},{source}}}"#));
+    let spawn = |name: &str, args: &[&str]| {
+        std::process::Command::new(workload(name)).args(args).stdout(Stdio::null()).spawn().unwrap()
+    };
+    let mut o = spawn("doctor_optwork_O0", &[]);
+    let mut c = spawn("hotswitch", &["26", "change"]);
+    let mut s = spawn("hotswitch", &["26", "steady"]);
+    // A baseline of 11 windows, then the change (and the load cut).
+    wait_for(20, "11 windows of the changing workload", || (window_count(&a, change) >= 11).then_some(()));
+    let changed_ns = signal(&c, libc::SIGUSR1);
+    signal(&s, libc::SIGUSR2);
+    let found = wait_for(15, "a regression", || regressions(&a, change).first().cloned());
+    assert!(o.wait().unwrap().success() && c.wait().unwrap().success() && s.wait().unwrap().success());
+    doctor_caught_up(&a, &[change, steady, opt]);
+    // Exactly one, naming the new hot function, within two windows of the change.
+    let all = regressions(&a, change);
+    assert_eq!(all.len(), 1, "{all:#?}");
+    let r = &all[0];
+    assert_eq!(r, &{
+        let mut f = found.clone();
+        f["id"] = r["id"].clone();
+        f
+    });
+    assert_eq!((r["function"].as_str(), r["measure"].as_str()), (Some("hot_new"), Some("self")), "{r:#}");
+    let after_until = r["after"]["until_ns"].as_u64().unwrap();
+    assert!(
+        after_until <= changed_ns + 3_200_000_000,
+        "found {} ms after the change",
+        (after_until - changed_ns) / 1_000_000
+    );
+    assert!(r["after"]["from_ns"].as_u64().unwrap() <= changed_ns + 1_100_000_000, "{r:#}");
+    let shift = &r["changes"][0];
+    assert_eq!(shift["subject"], "hot_new");
+    // 7 of every 10 units of work: 70% of the samples after, none before (within 15 points).
+    assert_eq!(shift["before_pct"].as_f64(), Some(0.0));
+    assert!((55.0..=85.0).contains(&shift["after_pct"].as_f64().unwrap()), "{shift}");
+    assert!(r["changes"].as_array().unwrap().iter().all(|c| c["subject"] != "hot_old"), "{r:#}");
+    let id = build_id(&workload("hotswitch"));
+    assert_eq!(
+        (r["before"]["build"].as_str(), r["after"]["build"].as_str()),
+        (Some(id.as_str()), Some(id.as_str()))
+    );
+    assert_eq!(r["deploy"], false);
+    let (code, diff) = a.get(r["diff"].as_str().unwrap());
+    assert_eq!(code, 200, "{diff}");
+    // The steady workload: over 20 windows (its load cut in the middle), none.
+    let n = window_count(&a, steady);
+    assert!(n >= 20, "{n} windows of the steady workload");
+    assert_eq!(regressions(&a, steady), Vec::<Value>::new());
+    // Chosen ranges, on demand: before and after the change differ in hot_new; the steady workload's
+    // heavy and light halves do not.
+    let secs = |ns: u64| format!("{:.3}", ns as f64 / 1e9);
+    let start = r["before"]["from_ns"].as_u64().unwrap();
+    let check = |id: i64, split: u64| {
+        let (code, v) = a.get(&format!(
+            "/api/v1/regressions/check?target={id}&before_from={}&before_until={}&after_from={}&after_until=now",
+            secs(start),
+            secs(split),
+            secs(split + 1_000_000_000)
+        ));
+        assert_eq!(code, 200, "{v}");
+        v
+    };
+    let on_demand = check(change, changed_ns);
+    assert_eq!(on_demand["regression"]["function"], "hot_new", "{on_demand:#}");
+    assert!(on_demand["after_windows"].as_u64().unwrap() >= 10, "{on_demand:#}");
+    let halves = check(steady, changed_ns);
+    assert!(halves["regression"].is_null() && halves["after_windows"].as_u64().unwrap() >= 8, "{halves:#}");
+    assert_eq!(a.get(&format!("/api/v1/regressions/check?target={change}&before_from=now-1m")).0, 400);
+    assert_eq!(metric(&a, &format!("whyslow_regressions_total{{target=\"{change}\"}}")), 1.0);
+    assert_eq!(metric(&a, &format!("whyslow_regressions_total{{target=\"{steady}\"}}")), 0.0);
+    // The -O0 build's finding, window by window: one episode, its evidence, its metric.
+    let (code, f) = a.get(&format!("/api/v1/findings?target={opt}&from=now-5m"));
+    assert_eq!(code, 200, "{f}");
+    let list = f["findings"].as_array().unwrap();
+    let unopt = list.iter().find(|x| x["rule"] == "unoptimized-build").unwrap_or_else(|| panic!("{f:#}"));
+    assert_eq!(unopt["episodes"].as_array().unwrap().len(), 1, "{unopt:#}");
+    assert_eq!(unopt["windows"].as_u64(), Some(unopt["points"].as_array().unwrap().len() as u64));
+    assert!(unopt["points"][0]["impact_pct"].as_f64().unwrap() > 50.0, "{unopt:#}");
+    assert!(!unopt["evidence"].as_array().unwrap().is_empty());
+    let ratio =
+        metric(&a, &format!("whyslow_finding_impact_ratio{{target=\"{opt}\",rule=\"unoptimized-build\"}}"));
+    assert!(ratio > 0.5, "{ratio}");
+    assert_eq!(a.get("/api/v1/findings?target=1&bogus=1").0, 400);
+    // The webhook: each event once, the one refused attempt retried.
+    wait_for(15, "the webhook to get the events", || {
+        let got = hook.events();
+        (got.iter().any(|e| e["event"] == "regression")
+            && got.iter().any(|e| e["rule"] == "unoptimized-build"))
+        .then_some(())
+    });
+    let got = hook.events();
+    for (i, e) in got.iter().enumerate() {
+        assert!(!got[..i].contains(e), "delivered twice: {e}");
+    }
+    let regs: Vec<&Value> = got.iter().filter(|e| e["event"] == "regression").collect();
+    assert_eq!(regs.len(), 1, "{got:#?}");
+    assert_eq!(regs[0]["function"], "hot_new");
+    assert!(hook.attempts.load(std::sync::atomic::Ordering::SeqCst) > got.len());
+    assert_eq!(metric(&a, &format!("whyslow_webhook_queue_events{{hook=\"{}\"}}", hook.url())), 0.0);
+}
+
+/// Issue 36: a new build (a deploy) is compared with the previous build's windows, and the regression
+/// names both build ids; the new build then starts a baseline of its own.
+#[test]
+fn a_deploy_is_compared_with_the_previous_build() {
+    let _x = exclusive();
+    let dir = tmp();
+    let a = Agent::start(dir.path(), &[]);
+    let svc = add_target(
+        &a,
+        r#"{"name":"svc","match":{"comm":"^hotswitch"},"sources":["cpu"],"frequency":999,"window_s":1}"#,
+    );
+    let mut v1 = std::process::Command::new(workload("hotswitch")).arg("30").spawn().unwrap();
+    wait_for(20, "10 windows of the first build", || (window_count(&a, svc) >= 10).then_some(()));
+    v1.kill().unwrap();
+    v1.wait().unwrap();
+    let mut v2 = std::process::Command::new(workload("hotswitch_v2")).arg("6").spawn().unwrap();
+    let r = wait_for(15, "a regression", || regressions(&a, svc).first().cloned());
+    assert!(v2.wait().unwrap().success());
+    doctor_caught_up(&a, &[svc]);
+    assert_eq!(regressions(&a, svc).len(), 1);
+    assert_eq!((r["function"].as_str(), r["deploy"].as_bool()), (Some("hot_new"), Some(true)), "{r:#}");
+    let (old, new) = (build_id(&workload("hotswitch")), build_id(&workload("hotswitch_v2")));
+    assert_eq!(
+        (r["before"]["build"].as_str(), r["after"]["build"].as_str()),
+        (Some(old.as_str()), Some(new.as_str()))
+    );
+    assert_eq!(r["after"]["windows"], 2);
+}
+
+#[test]
+fn webhooks_need_the_doctor_and_a_url() {
+    let err = fails(&["serve", "--no-doctor", "--webhook", "http://127.0.0.1:9/x"]);
+    assert!(err.contains("--no-doctor"), "{err}");
+    let err = fails(&["serve", "--webhook", "ftp://x"]);
+    assert!(err.contains("not an http"), "{err}");
+}
+
+/// Issue 36: a restarted agent replays its stored windows into its detectors (reporting nothing again):
+/// a change right after the restart is found against the baseline recorded before it.
+#[test]
+fn baselines_survive_a_restart_of_the_agent() {
+    let _x = exclusive();
+    let dir = tmp();
+    let a = Agent::start(dir.path(), &[]);
+    let id = add_target(
+        &a,
+        r#"{"name":"hot","match":{"cmdline":"hotswitch 40 restart"},"sources":["cpu"],"frequency":999,"window_s":1}"#,
+    );
+    let mut w = std::process::Command::new(workload("hotswitch"))
+        .args(["40", "restart"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(20, "11 windows", || (window_count(&a, id) >= 11).then_some(()));
+    assert!(a.stop().success());
+    let a = Agent::start(dir.path(), &[]);
+    wait_for(5, "the workload followed again", || pids(&a).contains(&u64::from(w.id())).then_some(()));
+    let changed_ns = signal(&w, libc::SIGUSR1);
+    let r = wait_for(15, "a regression", || regressions(&a, id).first().cloned());
+    assert_eq!(r["function"], "hot_new", "{r:#}");
+    assert!(r["before"]["windows"].as_u64().unwrap() >= 8, "{r:#}");
+    assert!(r["before"]["until_ns"].as_u64().unwrap() < changed_ns, "{r:#}");
+    let after_until = r["after"]["until_ns"].as_u64().unwrap();
+    assert!(
+        after_until <= changed_ns + 3_200_000_000,
+        "{} ms after the change",
+        (after_until - changed_ns) / 1_000_000
+    );
+    w.kill().unwrap();
+    w.wait().unwrap();
+    doctor_caught_up(&a, &[id]);
+    assert_eq!(regressions(&a, id).len(), 1);
+}

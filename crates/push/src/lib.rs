@@ -325,6 +325,12 @@ pub fn classify_http(code: u16, m: String) -> PushError {
     }
 }
 
+/// POSTs a JSON body to `url` (a webhook), with the errors classified as for backends.
+pub fn post_json(url: &str, body: &[u8]) -> Result<(), PushError> {
+    let agent = ureq::AgentBuilder::new().timeout(TIMEOUT).build();
+    call(agent.post(url).set("Content-Type", "application/json"), body).map(|_| ())
+}
+
 fn call(req: ureq::Request, body: &[u8]) -> Result<ureq::Response, PushError> {
     let url = req.url().to_string();
     match req.send_bytes(body) {

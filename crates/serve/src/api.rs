@@ -147,6 +147,9 @@ pub async fn serve(shared: Arc<Shared>, listener: std::net::TcpListener) -> std:
         .route("/api/v1/processes", get(processes))
         .route("/api/v1/profile", get(profile))
         .route("/api/v1/doctor", get(doctor))
+        .route("/api/v1/findings", get(findings))
+        .route("/api/v1/regressions", get(regressions))
+        .route("/api/v1/regressions/check", get(regression_check))
         .route("/api/v1/diff", get(diff))
         .route("/flamegraph", get(get_flamegraph).put(put_flamegraph))
         .fallback(|| async { ApiError::not_found("no such endpoint (see /api/v1/targets, /api/v1/profile)") })
@@ -832,6 +835,149 @@ async fn doctor(
         let mut out = Vec::new();
         whyslow_render::doctor::json(&mut out, &p, &d).map_err(internal)?;
         Ok(bytes("application/json", out))
+    })
+    .await
+}
+
+/// The always-on doctor's findings of the targets in windows overlapping [from, until), one entry per
+/// target and rule: its episodes (runs of windows it was found in: when it started and stopped, its peak
+/// and last impact), every window's impact, and the latest evidence.
+async fn findings(
+    State(s): State<Arc<Shared>>,
+    q: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> ApiResult {
+    let q = params(q, &["target", "selector", "from", "until"])?;
+    let targets = selected(&s, &q)?;
+    let (from, until) = range(&q, "from", "until")?;
+    blocking(move || {
+        let rows = s.store.lock().expect("store lock").findings(&targets.targets, from, until)?;
+        let mut out = Vec::new();
+        for group in rows.chunk_by(|a, b| a.target == b.target && a.rule == b.rule) {
+            let mut episodes: Vec<serde_json::Value> = Vec::new();
+            let mut run: Vec<&crate::store::FindingRow> = Vec::new();
+            let close = |run: &[&crate::store::FindingRow], episodes: &mut Vec<serde_json::Value>| {
+                if let (Some(a), Some(z)) = (run.first(), run.last()) {
+                    let peak = run.iter().map(|f| f.impact_pct).fold(0.0, f64::max);
+                    episodes.push(serde_json::json!({
+                        "start_ns": a.start_ns, "end_ns": z.end_ns, "windows": run.len(),
+                        "peak_impact_pct": peak, "last_impact_pct": z.impact_pct,
+                    }));
+                }
+            };
+            for f in group {
+                // A gap longer than a window ends an episode.
+                if let Some(prev) = run.last() {
+                    if f.start_ns > prev.end_ns + (prev.end_ns - prev.start_ns) {
+                        close(&run, &mut episodes);
+                        run.clear();
+                    }
+                }
+                run.push(f);
+            }
+            close(&run, &mut episodes);
+            let last = group.last().expect("chunks are not empty");
+            let points: Vec<serde_json::Value> = group
+                .iter()
+                .map(|f| {
+                    serde_json::json!({
+                        "start_ns": f.start_ns, "end_ns": f.end_ns, "impact_pct": f.impact_pct,
+                        "confidence": f.confidence,
+                    })
+                })
+                .collect();
+            out.push(serde_json::json!({
+                "target": last.target,
+                "rule": last.rule,
+                "title": last.title,
+                "impact_of": last.impact_of,
+                "windows": group.len(),
+                "episodes": episodes,
+                "points": points,
+                "evidence": last.evidence,
+            }));
+        }
+        Ok(json(
+            StatusCode::OK,
+            &serde_json::json!({ "doctor": s.opts.doctor, "from_ns": from, "until_ns": until, "findings": out }),
+        ))
+    })
+    .await
+}
+
+/// The regressions the always-on doctor reported, oldest first: of every target, or of those named;
+/// `from` and `until` bound when they were found (default: everything stored).
+async fn regressions(
+    State(s): State<Arc<Shared>>,
+    q: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> ApiResult {
+    let q = params(q, &["target", "selector", "from", "until"])?;
+    let targets = if q.contains_key("target") || q.contains_key("selector") {
+        selected(&s, &q)?.targets
+    } else {
+        s.targets.read().expect("targets lock").keys().copied().collect()
+    };
+    let now = now_ns();
+    let at = |k: &str, default: u64| {
+        q.get(k).map_or(Ok(default), |v| timespec::parse(v, now).map_err(ApiError::bad))
+    };
+    let (from, until) = (at("from", 0)?, at("until", u64::MAX)?);
+    blocking(move || {
+        let events = s.store.lock().expect("store lock").events(&targets, Some("regression"), from, until)?;
+        let list: Vec<serde_json::Value> = events
+            .iter()
+            .map(|e| {
+                let mut v: serde_json::Value = serde_json::from_str(&e.body).unwrap_or_default();
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("id".into(), e.id.into());
+                    o.insert("at_ns".into(), e.at_ns.into());
+                }
+                v
+            })
+            .collect();
+        Ok(json(StatusCode::OK, &serde_json::json!({ "doctor": s.opts.doctor, "regressions": list })))
+    })
+    .await
+}
+
+/// Compares two ranges of one target of one's choosing (the previous day, the week before a change)
+/// by the always-on doctor's rules: `{before_windows, after_windows, regression}` (null: none).
+async fn regression_check(
+    State(s): State<Arc<Shared>>,
+    q: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> ApiResult {
+    let q = params(q, &["target", "before_from", "before_until", "after_from", "after_until"])?;
+    let id = target_id(q.get("target").ok_or_else(|| ApiError::bad("name the target: target=ID"))?, &s)?;
+    for k in ["before_from", "before_until", "after_from", "after_until"] {
+        if !q.contains_key(k) {
+            return Err(ApiError::bad(format!(
+                "a check needs before_from, before_until, after_from, after_until ({k} missing)"
+            )));
+        }
+    }
+    let before = range(&q, "before_from", "before_until")?;
+    let after = range(&q, "after_from", "after_until")?;
+    blocking(move || {
+        let spec = s.targets.read().expect("targets lock").get(&id).cloned();
+        let spec = spec.ok_or_else(|| ApiError::not_found(format!("no target {id}")))?;
+        let side = |(from, until): (u64, u64)| -> Result<Vec<_>, ApiError> {
+            crate::watch::window_stats(&s, id, &spec, from, until)?.ok_or_else(|| {
+                ApiError(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!(
+                        "a range holds more than {} windows: query a shorter one",
+                        crate::watch::MAX_RANGE_WINDOWS
+                    ),
+                )
+            })
+        };
+        let (b, a) = (side(before)?, side(after)?);
+        let cfg = whyslow_analyze::regress::Config::default();
+        let r = whyslow_analyze::regress::compare_windows(&cfg, &b, &a)
+            .map(|r| crate::watch::regression_json(id, spec.name.as_deref(), &r));
+        Ok(json(
+            StatusCode::OK,
+            &serde_json::json!({ "before_windows": b.len(), "after_windows": a.len(), "regression": r }),
+        ))
     })
     .await
 }

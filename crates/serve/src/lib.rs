@@ -19,6 +19,8 @@ pub mod spec;
 pub mod store;
 pub mod timespec;
 mod view;
+mod watch;
+mod webhook;
 
 pub use view::{view, ViewFile};
 
@@ -58,6 +60,10 @@ pub struct ServeOptions {
     pub push_per_process: bool,
     /// Host names (besides IP addresses and `localhost`) requests may name in their `Host` header.
     pub allow_hosts: Vec<String>,
+    /// The always-on doctor: every window diagnosed, findings and regressions stored (see watch.rs).
+    pub doctor: bool,
+    /// URLs each doctor event (a regression, a finding that started) is POSTed to as JSON.
+    pub webhooks: Vec<String>,
 }
 
 impl ServeOptions {
@@ -76,6 +82,8 @@ impl ServeOptions {
             push_labels: Vec::new(),
             push_per_process: false,
             allow_hosts: Vec::new(),
+            doctor: false,
+            webhooks: Vec::new(),
         }
     }
 }
@@ -142,6 +150,9 @@ pub struct Shared {
     tracked: Mutex<BTreeMap<u32, recorder::Tracked>>,
     counters: Arc<Counters>,
     push_stats: Mutex<BTreeMap<String, pusher::PushStats>>,
+    /// The always-on doctor's counters, and each webhook's.
+    doctor: Mutex<watch::Stats>,
+    hook_stats: Mutex<BTreeMap<String, webhook::HookStats>>,
     stopping: AtomicBool,
     /// The last store failure (None: the last write succeeded), for /healthz.
     store_error: Mutex<Option<String>>,
@@ -284,6 +295,8 @@ fn run_with(opts: ServeOptions, record: bool, on_listen: impl FnOnce(SocketAddr)
         tracked: Mutex::new(BTreeMap::new()),
         counters: Arc::new(Counters::default()),
         push_stats: Mutex::new(BTreeMap::new()),
+        doctor: Mutex::new(watch::Stats::default()),
+        hook_stats: Mutex::new(BTreeMap::new()),
         stopping: AtomicBool::new(false),
         store_error: Mutex::new(None),
         manager_beat_ns: AtomicU64::new(0),
@@ -297,6 +310,26 @@ fn run_with(opts: ServeOptions, record: bool, on_listen: impl FnOnce(SocketAddr)
             std::thread::Builder::new()
                 .name("whyslow-push".into())
                 .spawn(move || pusher::run(s, o))
+                .expect("thread")
+        })
+        .collect();
+    let doctor = (record && shared.opts.doctor).then(|| {
+        let s = shared.clone();
+        std::thread::Builder::new()
+            .name("whyslow-doctor".into())
+            .spawn(move || watch::run(s))
+            .expect("thread")
+    });
+    let hooks: Vec<_> = shared
+        .opts
+        .webhooks
+        .iter()
+        .filter(|_| record)
+        .map(|url| {
+            let (s, url) = (shared.clone(), url.clone());
+            std::thread::Builder::new()
+                .name("whyslow-webhook".into())
+                .spawn(move || webhook::run(s, url))
                 .expect("thread")
         })
         .collect();
@@ -330,7 +363,7 @@ fn run_with(opts: ServeOptions, record: bool, on_listen: impl FnOnce(SocketAddr)
         .map_err(|source| ServeError::Listen { addr, source })?;
     let served = rt.block_on(api::serve(shared.clone(), listener));
     shared.stopping.store(true, Ordering::SeqCst);
-    for t in manager.into_iter().chain(keeper).chain(pushers) {
+    for t in manager.into_iter().chain(keeper).chain(pushers).chain(doctor).chain(hooks) {
         let _ = t.join();
     }
     if record {

@@ -147,6 +147,8 @@ pub fn render(s: &Shared) -> Result<String, crate::api::ApiError> {
         o.value("whyslow_http_requests_total", &[("code", &code.to_string())], n);
     }
     crate::pusher::metrics(s, &mut o);
+    crate::watch::metrics(s, &mut o);
+    crate::webhook::metrics(s, &mut o);
     let (cpu, rss) = own_usage();
     o.one("whyslow_process_cpu_seconds_total", "counter", "CPU time of the agent (user + system).", cpu);
     o.one("whyslow_process_resident_memory_bytes", "gauge", "Resident memory of the agent.", rss);

@@ -162,13 +162,13 @@ fn labels(s: &Shared, targets: &[i64], pid: u32, comm: &str, cgroup: &str) -> wh
 }
 
 /// Between half and one and a half times `d`, so agents that failed together do not retry together.
-fn jitter(d: Duration) -> Duration {
+pub(crate) fn jitter(d: Duration) -> Duration {
     let r = (now_ns() % 1000) as f64 / 1000.0;
     d.mul_f64(0.5 + r)
 }
 
 /// Sleeps up to `d`, waking early when the agent stops.
-fn sleep(s: &Shared, d: Duration) {
+pub(crate) fn sleep(s: &Shared, d: Duration) {
     let end = std::time::Instant::now() + d;
     while !s.stopping() && std::time::Instant::now() < end {
         std::thread::sleep(Duration::from_millis(100).min(end - std::time::Instant::now()));

@@ -79,7 +79,56 @@ CREATE TABLE IF NOT EXISTS push_cursors(
     dropped INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS windows_by_time ON windows(start_ns);
+CREATE TABLE IF NOT EXISTS findings(
+    target INTEGER NOT NULL,
+    start_ns INTEGER NOT NULL,
+    end_ns INTEGER NOT NULL,
+    rule TEXT NOT NULL,
+    title TEXT NOT NULL,
+    impact_pct REAL NOT NULL,
+    impact_of TEXT NOT NULL,
+    confidence TEXT NOT NULL,
+    evidence TEXT NOT NULL,
+    PRIMARY KEY(target, start_ns, rule)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS events(
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    target INTEGER NOT NULL,
+    at_ns INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    body TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_by_target ON events(target, at_ns);
+CREATE TABLE IF NOT EXISTS event_cursors(
+    hook TEXT PRIMARY KEY,
+    last_id INTEGER NOT NULL
+);
 ";
+
+/// A finding of the always-on doctor in one window of a target.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct FindingRow {
+    pub target: i64,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub rule: String,
+    pub title: String,
+    pub impact_pct: f64,
+    pub impact_of: String,
+    pub confidence: String,
+    pub evidence: Vec<String>,
+}
+
+/// Something the always-on doctor reported (a regression, a finding that started), as delivered to
+/// webhooks: `body` is the JSON sent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventRow {
+    pub id: i64,
+    pub target: i64,
+    pub at_ns: u64,
+    pub kind: String,
+    pub body: String,
+}
 
 /// Which targets each window belongs to (created after a store of the first layout, one row per target
 /// and window, is migrated).
@@ -475,6 +524,8 @@ impl Store {
                 params![cutoff],
             )?;
             let removed = tx.execute("DELETE FROM windows WHERE end_ns < ?1", params![cutoff])? as u64;
+            tx.execute("DELETE FROM findings WHERE end_ns < ?1", params![cutoff])?;
+            tx.execute("DELETE FROM events WHERE at_ns < ?1", params![cutoff])?;
             tx.execute("DELETE FROM processes WHERE last_ns < ?1", params![cutoff])?;
             tx.commit()?;
             Ok(removed)
@@ -543,6 +594,215 @@ impl Store {
             .map_err(|e| self.sql(e))
     }
 
+    /// The windows of one cut: the oldest window after `after` and the ones stored with it (the same
+    /// start, the next ids), each with its targets.
+    pub fn cut_after(&self, after: i64) -> Result<Vec<(WindowRow, Vec<i64>)>, StoreError> {
+        let mut st = self
+            .conn
+            .prepare(
+                "SELECT id, pid, start_ns, end_ns, bytes, cgroup FROM windows WHERE id > ?1 ORDER BY id LIMIT 256",
+            )
+            .map_err(|e| self.sql(e))?;
+        let rows: Vec<WindowRow> = st
+            .query_map(params![after], window_row)
+            .map_err(|e| self.sql(e))?
+            .collect::<Result<_, _>>()
+            .map_err(|e| self.sql(e))?;
+        let mut out = Vec::new();
+        let mut t = self
+            .conn
+            .prepare("SELECT target FROM window_targets WHERE window = ?1 ORDER BY target")
+            .map_err(|e| self.sql(e))?;
+        for (i, row) in rows.iter().enumerate() {
+            if i > 0 && (row.start_ns != rows[0].start_ns || row.id != rows[i - 1].id + 1) {
+                break;
+            }
+            let targets = t
+                .query_map(params![row.id], |r| r.get(0))
+                .map_err(|e| self.sql(e))?
+                .collect::<Result<Vec<i64>, _>>()
+                .map_err(|e| self.sql(e))?;
+            out.push((row.clone(), targets));
+        }
+        Ok(out)
+    }
+
+    /// The newest `cuts` windows of `target` among those up to window `until_id`, grouped by start (the
+    /// windows of one cut), oldest first: what the doctor replays to rebuild a baseline after a restart.
+    pub fn last_cuts(&self, target: i64, until_id: i64, cuts: usize) -> Result<Vec<Vec<i64>>, StoreError> {
+        let mut st = self
+            .conn
+            .prepare(
+                "SELECT w.id, w.start_ns FROM window_targets t JOIN windows w ON w.id = t.window
+                 WHERE t.target = ?1 AND w.id <= ?2 ORDER BY w.start_ns DESC, w.id DESC LIMIT ?3",
+            )
+            .map_err(|e| self.sql(e))?;
+        let rows = st
+            .query_map(params![target, until_id, (cuts * 16) as i64], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
+            })
+            .map_err(|e| self.sql(e))?;
+        let mut groups: Vec<(i64, Vec<i64>)> = Vec::new();
+        for r in rows {
+            let (id, start) = r.map_err(|e| self.sql(e))?;
+            let n = groups.len();
+            match groups.last_mut() {
+                Some((s, ids)) if *s == start => ids.insert(0, id),
+                _ if n == cuts => break,
+                _ => groups.push((start, vec![id])),
+            }
+        }
+        Ok(groups.into_iter().rev().map(|(_, ids)| ids).collect())
+    }
+
+    /// Stores the findings of target windows and the events they raised (target, time, kind, JSON
+    /// body), in one transaction.
+    pub fn add_findings(
+        &mut self,
+        rows: &[FindingRow],
+        events: &[(i64, u64, &str, String)],
+    ) -> Result<(), StoreError> {
+        self.write(|c| {
+            let tx = c.transaction()?;
+            for f in rows {
+                tx.execute(
+                    "INSERT OR REPLACE INTO findings(target, start_ns, end_ns, rule, title, impact_pct, impact_of,
+                     confidence, evidence) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                    params![
+                        f.target,
+                        sql_time(f.start_ns),
+                        sql_time(f.end_ns),
+                        f.rule,
+                        f.title,
+                        f.impact_pct,
+                        f.impact_of,
+                        f.confidence,
+                        serde_json::to_string(&f.evidence).expect("strings serialize")
+                    ],
+                )?;
+            }
+            for (target, at, kind, body) in events {
+                tx.execute(
+                    "INSERT INTO events(target, at_ns, kind, body) VALUES (?1, ?2, ?3, ?4)",
+                    params![target, sql_time(*at), kind, body],
+                )?;
+            }
+            tx.commit()
+        })
+    }
+
+    /// The findings of `targets` in windows overlapping [from, until), by target, rule and time.
+    pub fn findings(
+        &self,
+        targets: &[i64],
+        from_ns: u64,
+        until_ns: u64,
+    ) -> Result<Vec<FindingRow>, StoreError> {
+        let mut st = self
+            .conn
+            .prepare(
+                "SELECT target, start_ns, end_ns, rule, title, impact_pct, impact_of, confidence, evidence
+                 FROM findings WHERE target = ?1 AND start_ns < ?2 AND end_ns > ?3 ORDER BY rule, start_ns",
+            )
+            .map_err(|e| self.sql(e))?;
+        let mut out = Vec::new();
+        for &t in targets {
+            let rows = st
+                .query_map(params![t, sql_time(until_ns), sql_time(from_ns)], |r| {
+                    Ok(FindingRow {
+                        target: r.get(0)?,
+                        start_ns: r.get::<_, i64>(1)? as u64,
+                        end_ns: r.get::<_, i64>(2)? as u64,
+                        rule: r.get(3)?,
+                        title: r.get(4)?,
+                        impact_pct: r.get(5)?,
+                        impact_of: r.get(6)?,
+                        confidence: r.get(7)?,
+                        evidence: serde_json::from_str(&r.get::<_, String>(8)?).unwrap_or_default(),
+                    })
+                })
+                .map_err(|e| self.sql(e))?;
+            for r in rows {
+                out.push(r.map_err(|e| self.sql(e))?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Events of `kind` (any when None) of `targets` at [from, until), oldest first.
+    pub fn events(
+        &self,
+        targets: &[i64],
+        kind: Option<&str>,
+        from_ns: u64,
+        until_ns: u64,
+    ) -> Result<Vec<EventRow>, StoreError> {
+        let mut st = self
+            .conn
+            .prepare(
+                "SELECT id, target, at_ns, kind, body FROM events
+                 WHERE target = ?1 AND at_ns >= ?2 AND at_ns < ?3 AND (?4 IS NULL OR kind = ?4) ORDER BY id",
+            )
+            .map_err(|e| self.sql(e))?;
+        let mut out = Vec::new();
+        for &t in targets {
+            let rows = st
+                .query_map(params![t, sql_time(from_ns), sql_time(until_ns), kind], event_row)
+                .map_err(|e| self.sql(e))?;
+            for r in rows {
+                out.push(r.map_err(|e| self.sql(e))?);
+            }
+        }
+        out.sort_by_key(|e| e.id);
+        Ok(out)
+    }
+
+    /// The last event delivered to webhook `hook`; a hook seen for the first time starts after the
+    /// newest event (history is not sent).
+    pub fn event_cursor(&self, hook: &str) -> Result<i64, StoreError> {
+        self.conn
+            .execute(
+                "INSERT OR IGNORE INTO event_cursors(hook, last_id) SELECT ?1, COALESCE(MAX(id), 0) FROM events",
+                params![hook],
+            )
+            .map_err(|e| self.sql(e))?;
+        self.conn
+            .query_row("SELECT last_id FROM event_cursors WHERE hook = ?1", params![hook], |r| r.get(0))
+            .map_err(|e| self.sql(e))
+    }
+
+    pub fn set_event_cursor(&mut self, hook: &str, id: i64) -> Result<(), StoreError> {
+        self.write(|c| {
+            c.execute("UPDATE event_cursors SET last_id = ?2 WHERE hook = ?1", params![hook, id])
+        })?;
+        Ok(())
+    }
+
+    /// The oldest event after `id`.
+    pub fn next_event(&self, after: i64) -> Result<Option<EventRow>, StoreError> {
+        self.conn
+            .query_row(
+                "SELECT id, target, at_ns, kind, body FROM events WHERE id > ?1 ORDER BY id LIMIT 1",
+                params![after],
+                event_row,
+            )
+            .optional()
+            .map_err(|e| self.sql(e))
+    }
+
+    /// Events waiting for `hook`.
+    pub fn event_queue(&self, hook: &str) -> Result<u64, StoreError> {
+        self.conn
+            .query_row(
+                "SELECT (SELECT COUNT(*) FROM events WHERE id > c.last_id) FROM event_cursors c WHERE c.hook = ?1",
+                params![hook],
+                |r| Ok(r.get::<_, i64>(0)? as u64),
+            )
+            .optional()
+            .map(Option::unwrap_or_default)
+            .map_err(|e| self.sql(e))
+    }
+
     /// Bytes the database files take on disk (main file, log and shared memory).
     pub fn disk_bytes(&self) -> u64 {
         ["", "-wal", "-shm"]
@@ -562,6 +822,16 @@ fn window_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<WindowRow> {
         end_ns: r.get::<_, i64>(3)? as u64,
         bytes: r.get::<_, i64>(4)? as u64,
         cgroup: r.get(5)?,
+    })
+}
+
+fn event_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRow> {
+    Ok(EventRow {
+        id: r.get(0)?,
+        target: r.get(1)?,
+        at_ns: r.get::<_, i64>(2)? as u64,
+        kind: r.get(3)?,
+        body: r.get(4)?,
     })
 }
 
@@ -655,6 +925,60 @@ mod tests {
         s.retain(310).unwrap();
         assert_eq!(s.push_queue("b").unwrap(), (2, 1));
         assert_eq!(s.next_window(2).unwrap().unwrap().0.id, 4);
+    }
+
+    /// Issue 36: a cut's windows are read together; findings and events are kept per target until
+    /// retention; a webhook's cursor starts after the newest event.
+    #[test]
+    fn cuts_findings_and_events() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(dir.path()).unwrap();
+        let p1 = ProcessView { pid: 1, comm: "x".into(), start_ticks: 5, ..Default::default() };
+        let p2 = ProcessView { pid: 2, comm: "y".into(), start_ticks: 6, ..Default::default() };
+        let (a, b) = (profile(100, 1), profile(100, 2));
+        s.add_windows(&[(&[1], &p1, &a), (&[1, 2], &p2, &b)]).unwrap();
+        s.add_windows(&[(&[1], &p1, &profile(200, 1))]).unwrap();
+        let cut = s.cut_after(0).unwrap();
+        let ids: Vec<(i64, Vec<i64>)> = cut.iter().map(|(w, t)| (w.id, t.clone())).collect();
+        assert_eq!(ids, [(1, vec![1]), (2, vec![1, 2])]);
+        assert_eq!(s.cut_after(2).unwrap().len(), 1);
+        // Replayed by target: target 1's two cuts, target 2's one; bounded by id and count.
+        assert_eq!(s.last_cuts(1, 3, 10).unwrap(), [vec![1, 2], vec![3]]);
+        assert_eq!(s.last_cuts(1, 3, 1).unwrap(), [vec![3]]);
+        assert_eq!(s.last_cuts(1, 2, 10).unwrap(), [vec![1, 2]]);
+        assert_eq!(s.last_cuts(2, 3, 10).unwrap(), [vec![2]]);
+        assert!(s.cut_after(3).unwrap().is_empty());
+        let f = |start: u64, rule: &str| FindingRow {
+            target: 1,
+            start_ns: start,
+            end_ns: start + 100,
+            rule: rule.into(),
+            title: "t".into(),
+            impact_pct: 12.5,
+            impact_of: "cpu".into(),
+            confidence: "high".into(),
+            evidence: vec!["3 calls".into()],
+        };
+        assert_eq!(s.event_cursor("h").unwrap(), 0);
+        let events = [(1, 150, "finding", "{}".to_string())];
+        s.add_findings(&[f(100, "r1"), f(200, "r1"), f(200, "r2")], &events).unwrap();
+        let got = s.findings(&[1], 0, 1000).unwrap();
+        assert_eq!(got.len(), 3);
+        assert_eq!(got[0], f(100, "r1"));
+        assert_eq!(s.findings(&[1], 250, 1000).unwrap().len(), 2);
+        assert!(s.findings(&[2], 0, 1000).unwrap().is_empty());
+        assert_eq!(s.event_queue("h").unwrap(), 1);
+        let e = s.next_event(0).unwrap().unwrap();
+        assert_eq!((e.id, e.target, e.at_ns, e.kind.as_str()), (1, 1, 150, "finding"));
+        s.set_event_cursor("h", 1).unwrap();
+        assert_eq!(s.event_queue("h").unwrap(), 0);
+        // A hook added later starts after the newest event.
+        assert_eq!(s.event_cursor("late").unwrap(), 1);
+        assert_eq!(s.events(&[1], Some("finding"), 0, 1000).unwrap().len(), 1);
+        assert!(s.events(&[1], Some("regression"), 0, 1000).unwrap().is_empty());
+        s.retain(250).unwrap();
+        assert_eq!(s.findings(&[1], 0, 1000).unwrap().len(), 2);
+        assert!(s.events(&[1], None, 0, 1000).unwrap().is_empty());
     }
 
     /// Issue 32 #9: a process's window matched by many targets is one row, found through each target.

@@ -106,7 +106,7 @@
     const timeline = api("/api/v1/profile?" + q({ target: t.id, type: st.type, from: r.from, until: r.until,
       ...filterParams(), format: "timeline" })).then((tl) => {
       st.timeline = { start: tl.start_unix_ns, slice: tl.slice_ns, values: tl.values, threads: tl.threads };
-    }, (e) => { status(e.message); st.timeline = null; }).then(() => { threadOptions(); drawTimeline(); });
+    }, (e) => { status(e.message); st.timeline = null; }).then(() => { threadOptions(); drawTimeline(); loadFindings(); });
     await Promise.all([timeline, loadTree()]);
   }
 
@@ -191,6 +191,80 @@
     ctx.fillText(`peak ${fmt(Math.round(max * perSec))} per second`, 4, 1);
     const dur = (n * tl.slice / 1e9).toFixed(1) + " s";
     ctx.fillText(dur, width - ctx.measureText(dur).width - 4, 1);
+  }
+
+  // ---- findings track: the always-on doctor's findings (one row per rule, a bar per episode, darker
+  // with more impact) and regressions (a mark where the change was found; a click compares the two
+  // ranges in the Diff view), over the timeline's range ----------------------------------------------------
+  async function loadFindings() {
+    const t = st.target, tl = st.timeline, box = $("findings-track");
+    st.findings = null;
+    box.innerHTML = "";
+    box.hidden = true;
+    if (!t || !tl || !tl.values.length) return;
+    const from = tl.start, until = tl.start + tl.values.length * tl.slice;
+    const range = { target: t.id, from: (from / 1e9).toFixed(3), until: (until / 1e9).toFixed(3) };
+    let f, r;
+    try {
+      [f, r] = await Promise.all([api("/api/v1/findings?" + q(range)), api("/api/v1/regressions?" + q(range))]);
+    } catch (e) {
+      return; // an agent without the doctor: no track
+    }
+    if (st.target !== t) return;
+    st.findings = { findings: f.findings, regressions: r.regressions };
+    const x = (ns) => Math.max(0, Math.min(100, 100 * (ns - from) / (until - from)));
+    const secs = (ns) => ((ns - from) / 1e9).toFixed(0);
+    const row = (label, title) => {
+      const d = document.createElement("div");
+      d.className = "ftrack";
+      const l = document.createElement("span");
+      l.className = "flabel";
+      l.textContent = label;
+      d.title = title;
+      d.appendChild(l);
+      box.appendChild(d);
+      return d;
+    };
+    for (const g of f.findings) {
+      const d = row(g.rule, g.title);
+      for (const e of g.episodes) {
+        const seg = document.createElement("div");
+        seg.className = "fseg";
+        seg.style.left = x(e.start_ns) + "%";
+        seg.style.width = Math.max(0.4, x(e.end_ns) - x(e.start_ns)) + "%";
+        seg.style.opacity = (0.35 + 0.65 * Math.min(1, e.peak_impact_pct / 50)).toFixed(2);
+        seg.title = `${g.title}: ${secs(e.start_ns)}–${secs(e.end_ns)} s, ${e.windows} windows, ` +
+          `peak ${e.peak_impact_pct.toFixed(1)}% of ${g.impact_of}, last ${e.last_impact_pct.toFixed(1)}%`;
+        d.appendChild(seg);
+      }
+    }
+    if (r.regressions.length) {
+      const d = row("regressions", "changes the doctor found: click one to compare before and after");
+      for (const reg of r.regressions) {
+        const b = document.createElement("button");
+        b.className = "freg";
+        b.style.left = x(reg.after.from_ns) + "%";
+        const c = reg.changes[0];
+        const what = reg.function || reg.rule;
+        b.title = `${what}: ${c.measure} ${c.before_pct.toFixed(1)}% → ${c.after_pct.toFixed(1)}%` +
+          (reg.deploy ? ` (deploy ${reg.before.build} → ${reg.after.build})` : "");
+        b.setAttribute("aria-label", b.title);
+        b.onclick = () => {
+          const s = (ns) => (ns / 1e9).toFixed(3);
+          st.base = { target: t.id, range: { from: s(reg.before.from_ns), until: s(reg.before.until_ns) },
+            label: "before the change" };
+          const n = tl.values.length;
+          const i = Math.max(0, Math.floor((reg.after.from_ns - from) / tl.slice));
+          const j = Math.min(n, Math.max(i + 1, Math.ceil((reg.after.until_ns - from) / tl.slice)));
+          st.sel = [i, j];
+          $("diff-before").value = $("diff-after").value = t.id;
+          loadTree();
+          show("diff");
+        };
+        d.appendChild(b);
+      }
+    }
+    box.hidden = !box.children.length;
   }
 
   // The slice boundary nearest to a pointer position.
@@ -886,6 +960,8 @@
       after_self: f.node.after_self, change: diffChange(f.node), color: diffColor(f.node) })) : []),
     // How often the Processes view was fetched (it refreshes every few seconds while shown).
     get polls() { return st.polls; },
+    // The findings track's data ({findings, regressions} as the API gave them), null when there is none.
+    findings: () => st.findings,
     // The threads of the whole range, {pid, tid, name, value} each, largest first.
     threads: () => (st.timeline ? st.timeline.threads : []),
     // The timeline: its slices (per slice, of the whole range) and the selected ones [i, j) or null.

@@ -70,6 +70,12 @@ pub fn serve(a: crate::ServeArgs) -> Result<()> {
         }
         None => None,
     };
+    if a.no_doctor && !a.webhooks.is_empty() {
+        bail!("--webhook sends the doctor's events: it cannot go with --no-doctor");
+    }
+    if let Some(w) = a.webhooks.iter().find(|w| !(w.starts_with("http://") || w.starts_with("https://"))) {
+        bail!("--webhook '{w}' is not an http:// or https:// URL");
+    }
     let opts = whyslow_serve::ServeOptions {
         listen: a.listen,
         output_root: a.output_root.unwrap_or_else(|| a.data_dir.join("output")),
@@ -83,6 +89,8 @@ pub fn serve(a: crate::ServeArgs) -> Result<()> {
         push_labels: labels(&a.push.labels)?,
         push_per_process: a.push.per_process,
         allow_hosts: a.allow_hosts,
+        doctor: !a.no_doctor,
+        webhooks: a.webhooks,
     };
     Ok(whyslow_serve::run(opts)?)
 }

@@ -1,0 +1,140 @@
+//! Webhooks: each doctor event (a regression, a finding that started) POSTed as JSON to every
+//! configured URL, with the push queue's discipline: the store's events table is the queue and each
+//! hook has a cursor (the last event it got), so an outage loses nothing and sends every event once, in
+//! order; failures back off exponentially with jitter (1 s to 5 min), logged at most once a minute; only
+//! a refusal of the body itself (400, 413, 422) drops that event, logged and counted.
+
+use crate::pusher::{jitter, sleep};
+use crate::Shared;
+use std::sync::Arc;
+use std::time::Duration;
+use whyslow_push::PushError;
+
+/// Delivery counters of one hook.
+#[derive(Debug, Clone, Default)]
+pub struct HookStats {
+    pub delivered: u64,
+    pub refused: u64,
+    pub failures: u64,
+}
+
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
+const LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// The hook's name in its cursor and metrics: its URL without credentials or query.
+fn name(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let rest = rest.split(['?', '#']).next().unwrap_or(rest);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+    format!("{scheme}://{rest}")
+}
+
+pub fn run(s: Arc<Shared>, url: String) {
+    let hook = name(&url);
+    let mut cursor = match s.store.lock().expect("store lock").event_cursor(&hook) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("whyslow serve: webhook {hook}: {e}");
+            return;
+        }
+    };
+    let mut backoff = Duration::from_secs(1);
+    let mut last_log: Option<std::time::Instant> = None;
+    let mut unlogged = 0u64;
+    while !s.stopping() {
+        let next = s.store.lock().expect("store lock").next_event(cursor);
+        let event = match next {
+            Ok(Some(e)) => e,
+            Ok(None) => {
+                sleep(&s, Duration::from_millis(250));
+                continue;
+            }
+            Err(e) => {
+                eprintln!("whyslow serve: webhook {hook}: {e}");
+                sleep(&s, Duration::from_secs(5));
+                continue;
+            }
+        };
+        let result = whyslow_push::post_json(&url, event.body.as_bytes());
+        let mut stats = s.hook_stats.lock().expect("hook stats lock");
+        let st = stats.entry(hook.clone()).or_default();
+        match result {
+            Ok(()) => {
+                st.delivered += 1;
+                backoff = Duration::from_secs(1);
+            }
+            Err(PushError::Refused(m)) => {
+                st.refused += 1;
+                eprintln!("whyslow serve: webhook {hook} refused event {} (dropped): {m}", event.id);
+            }
+            Err(PushError::Retry(m)) => {
+                st.failures += 1;
+                drop(stats);
+                if last_log.is_none_or(|t| t.elapsed() >= LOG_EVERY) {
+                    let more = match unlogged {
+                        0 => String::new(),
+                        n => format!(" ({n} more failures since the last line)"),
+                    };
+                    eprintln!(
+                        "whyslow serve: webhook {hook} failed, retrying in {} s, events kept: {m}{more}",
+                        backoff.as_secs()
+                    );
+                    last_log = Some(std::time::Instant::now());
+                    unlogged = 0;
+                } else {
+                    unlogged += 1;
+                }
+                sleep(&s, jitter(backoff));
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                continue;
+            }
+        }
+        drop(stats);
+        cursor = event.id;
+        if let Err(e) = s.store.lock().expect("store lock").set_event_cursor(&hook, cursor) {
+            eprintln!("whyslow serve: webhook {hook}: {e}");
+        }
+    }
+}
+
+/// Adds the webhook families to /metrics.
+pub fn metrics(s: &Shared, o: &mut crate::metrics::Out) {
+    let stats = s.hook_stats.lock().expect("hook stats lock").clone();
+    for url in &s.opts.webhooks {
+        let hook = name(url);
+        let st = stats.get(&hook).cloned().unwrap_or_default();
+        let queued = s.store.lock().expect("store lock").event_queue(&hook).unwrap_or_default();
+        let r = |result: &'static str| [("hook", hook.as_str()), ("result", result)];
+        o.sample(
+            "whyslow_webhook_events_total",
+            "counter",
+            "Doctor events delivered to a webhook, or refused by it.",
+            &r("delivered"),
+            st.delivered.to_string(),
+        );
+        o.sample("whyslow_webhook_events_total", "counter", "", &r("refused"), st.refused.to_string());
+        o.sample(
+            "whyslow_webhook_failures_total",
+            "counter",
+            "Webhook deliveries that failed and will be retried.",
+            &[("hook", hook.as_str())],
+            st.failures.to_string(),
+        );
+        o.sample(
+            "whyslow_webhook_queue_events",
+            "gauge",
+            "Doctor events waiting for a webhook.",
+            &[("hook", hook.as_str())],
+            queued.to_string(),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn hook_names_carry_no_secrets() {
+        assert_eq!(super::name("https://u:secret@hooks.example/x?token=abc"), "https://hooks.example/x");
+        assert_eq!(super::name("http://127.0.0.1:9/hook"), "http://127.0.0.1:9/hook");
+    }
+}
