@@ -31,6 +31,9 @@ pub fn set_progress(say: fn(&str)) {
 /// again after [`DOWN_FOR_S`].
 static SERVERS_DOWN_UNTIL: AtomicU64 = AtomicU64::new(0);
 const DOWN_FOR_S: u64 = 300;
+/// Held while debuginfod is asked: modules planned on several threads ask one after another, so the
+/// first timeout marks the servers down before the next module would wait for it too.
+static ASKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn unix_now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
@@ -130,7 +133,9 @@ pub(crate) fn plan(path: &str, shown: &str, debuginfod: Option<&Client>) -> Resu
             Err(e) => notes.push(format!("{shown}: cannot read its .gopclntab: {e}")),
         }
     }
-    if chosen.is_none() && !build_id.is_empty() {
+    let asking = (chosen.is_none() && !build_id.is_empty() && debuginfod.is_some())
+        .then(|| ASKING.lock().unwrap_or_else(|e| e.into_inner()));
+    if asking.is_some() {
         if let Some(client) = debuginfod.filter(|_| unix_now() >= SERVERS_DOWN_UNTIL.load(Ordering::Relaxed))
         {
             if let Some(say) = PROGRESS.get() {
@@ -152,6 +157,7 @@ pub(crate) fn plan(path: &str, shown: &str, debuginfod: Option<&Client>) -> Resu
             }
         }
     }
+    drop(asking);
     let mut chosen = chosen.unwrap_or_else(|| {
         let described = if symtab { "its symbols (no DWARF)" } else { "its dynamic symbols only" };
         plan(Source::Elf, described.into(), !symtab)
