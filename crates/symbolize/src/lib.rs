@@ -70,23 +70,29 @@ impl Worker {
     /// chose.
     fn symbolize(&mut self, path: &str, shown: &str, offsets: &[u64]) -> Result<(Funcs, Arc<Plan>), String> {
         let plan = self.plans.get(path, shown, self.debuginfod.as_deref())?;
-        let by_blazesym = |file: &str, input: Input<&[u64]>| -> Result<Vec<Option<Vec<Func>>>, String> {
+        // Each symbolized offset with its distance from the symbol's start.
+        let by_blazesym = |file: &str, input: Input<&[u64]>| -> Result<Vec<Option<Placed>>, String> {
             let src = Source::Elf(Elf::new(file));
             let syms = self.symbolizer.symbolize(&src, input).map_err(|e| e.to_string())?;
             Ok(syms
                 .iter()
                 .map(|s| match s {
-                    Symbolized::Sym(sym) => Some(blazesym_frames(sym)),
+                    Symbolized::Sym(sym) => Some((blazesym_frames(sym), sym.offset)),
                     Symbolized::Unknown(_) => None,
                 })
                 .collect())
         };
-        let found: Vec<Option<Vec<Func>>> = match &plan.source {
-            sources::Source::Elf => by_blazesym(path, Input::FileOffset(offsets))?,
+        let elf = |offsets: &[u64]| match &plan.source {
             sources::Source::Fetched(debug) => {
                 // Offsets outside the executable segments stay unknown (address 0 names nothing).
                 let addrs: Vec<u64> = offsets.iter().map(|&o| plan.address(o).unwrap_or(0)).collect();
-                by_blazesym(debug, Input::VirtOffset(&addrs))?
+                by_blazesym(debug, Input::VirtOffset(&addrs))
+            }
+            _ => by_blazesym(path, Input::FileOffset(offsets)),
+        };
+        let mut found: Vec<Option<Vec<Func>>> = match &plan.source {
+            sources::Source::Elf | sources::Source::Fetched(_) => {
+                elf(offsets)?.into_iter().map(|f| f.map(|(funcs, _)| funcs)).collect()
             }
             sources::Source::Go(table) => offsets
                 .iter()
@@ -106,11 +112,26 @@ impl Worker {
                 })
                 .collect(),
         };
+        // A caller's frame is its return address stepped back into the call. A signal handler returns
+        // into the restorer the kernel pushed, which no call precedes: stepped back, it lands in the
+        // padding before that function; it is named by the function starting right after.
+        let missed: Vec<usize> = (0..found.len()).filter(|&i| found[i].is_none()).collect();
+        if !missed.is_empty() && !matches!(plan.source, sources::Source::Go(_)) {
+            let next: Vec<u64> = missed.iter().map(|&i| offsets[i] + 1).collect();
+            for (&i, f) in missed.iter().zip(elf(&next)?) {
+                if let Some((funcs, 0)) = f {
+                    found[i] = Some(funcs);
+                }
+            }
+        }
         let funcs =
             found.into_iter().zip(offsets).map(|(f, &o)| f.unwrap_or_else(|| vec![unknown(shown, o)]));
         Ok((funcs.collect(), plan))
     }
 }
+
+/// An offset's frames (inlined ones first) and its distance from the start of its symbol.
+type Placed = (Vec<Func>, usize);
 
 fn unknown(path: &str, offset: u64) -> Func {
     Func { name: format!("{}+{offset:#x}", basename(path)), file: String::new(), kind: FrameKind::Unknown }
