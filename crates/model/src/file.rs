@@ -145,79 +145,48 @@ mod older {
         killed: Vec<Killed>,
     }
 
-    /// Format 8: the metadata had no syscall cost or slices.
+    /// Format 8: the metadata had no syscall cost or slices (its fields are format 7's and then
+    /// `target_env`: postcard writes a nested struct's fields in place).
     #[derive(serde::Deserialize)]
     struct MetadataV8 {
-        tool_version: String,
-        command: Vec<String>,
-        target_pids: Vec<u32>,
-        event: String,
-        frequency_hz: u64,
-        start_unix_ns: u64,
-        duration_ns: u64,
-        lost_samples: u64,
-        lost_events: u64,
-        unwind: UnwindStats,
-        exit_code: Option<i32>,
-        hostname: String,
-        kernel_release: String,
-        notes: Vec<String>,
-        syscalls_duration_ns: u64,
-        calls_duration_ns: u64,
-        killed: Vec<Killed>,
+        v7: MetadataV7,
         target_env: Option<TargetEnv>,
+    }
+
+    impl From<MetadataV7> for Metadata {
+        fn from(m: MetadataV7) -> Metadata {
+            Metadata {
+                tool_version: m.tool_version,
+                command: m.command,
+                target_pids: m.target_pids,
+                event: m.event,
+                frequency_hz: m.frequency_hz,
+                start_unix_ns: m.start_unix_ns,
+                duration_ns: m.duration_ns,
+                lost_samples: m.lost_samples,
+                lost_events: m.lost_events,
+                unwind: m.unwind,
+                exit_code: m.exit_code,
+                hostname: m.hostname,
+                kernel_release: m.kernel_release,
+                notes: m.notes,
+                syscalls_duration_ns: m.syscalls_duration_ns,
+                calls_duration_ns: m.calls_duration_ns,
+                killed: m.killed,
+                target_env: None,
+                syscall_cost_ns: 0,
+                syscall_slices: Vec::new(),
+            }
+        }
     }
 
     fn take_meta_v8(b: &mut &[u8]) -> postcard::Result<Metadata> {
         let m: MetadataV8 = take(b)?;
-        Ok(Metadata {
-            tool_version: m.tool_version,
-            command: m.command,
-            target_pids: m.target_pids,
-            event: m.event,
-            frequency_hz: m.frequency_hz,
-            start_unix_ns: m.start_unix_ns,
-            duration_ns: m.duration_ns,
-            lost_samples: m.lost_samples,
-            lost_events: m.lost_events,
-            unwind: m.unwind,
-            exit_code: m.exit_code,
-            hostname: m.hostname,
-            kernel_release: m.kernel_release,
-            notes: m.notes,
-            syscalls_duration_ns: m.syscalls_duration_ns,
-            calls_duration_ns: m.calls_duration_ns,
-            killed: m.killed,
-            target_env: m.target_env,
-            syscall_cost_ns: 0,
-            syscall_slices: Vec::new(),
-        })
+        Ok(Metadata { target_env: m.target_env, ..m.v7.into() })
     }
 
     fn take_meta_v7(b: &mut &[u8]) -> postcard::Result<Metadata> {
-        let m: MetadataV7 = take(b)?;
-        Ok(Metadata {
-            tool_version: m.tool_version,
-            command: m.command,
-            target_pids: m.target_pids,
-            event: m.event,
-            frequency_hz: m.frequency_hz,
-            start_unix_ns: m.start_unix_ns,
-            duration_ns: m.duration_ns,
-            lost_samples: m.lost_samples,
-            lost_events: m.lost_events,
-            unwind: m.unwind,
-            exit_code: m.exit_code,
-            hostname: m.hostname,
-            kernel_release: m.kernel_release,
-            notes: m.notes,
-            syscalls_duration_ns: m.syscalls_duration_ns,
-            calls_duration_ns: m.calls_duration_ns,
-            killed: m.killed,
-            target_env: None,
-            syscall_cost_ns: 0,
-            syscall_slices: Vec::new(),
-        })
+        Ok(take::<MetadataV7>(b)?.into())
     }
 
     /// Formats 7 and 8: the current layout but for the metadata.

@@ -34,6 +34,44 @@ pub struct PushStats {
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
 const LOG_EVERY: Duration = Duration::from_secs(60);
 
+/// How a delivery queue (push, webhooks) retries: exponential backoff with jitter from 1 s to
+/// [`MAX_BACKOFF`]; failures logged at most every [`LOG_EVERY`], with how many were not, so an outage of
+/// hours is a few lines, not one per attempt.
+pub(crate) struct Retry {
+    backoff: Duration,
+    last_log: Option<std::time::Instant>,
+    unlogged: u64,
+}
+
+impl Retry {
+    pub(crate) fn new() -> Retry {
+        Retry { backoff: Duration::from_secs(1), last_log: None, unlogged: 0 }
+    }
+
+    /// A delivery went through: the next failure waits 1 s again.
+    pub(crate) fn reset(&mut self) {
+        self.backoff = Duration::from_secs(1);
+    }
+
+    /// A delivery failed and will be retried: logs the line `what` makes of the wait (in seconds) unless
+    /// one went out recently, then waits and doubles the next wait.
+    pub(crate) fn failed(&mut self, s: &Shared, what: impl FnOnce(u64) -> String) {
+        if self.last_log.is_none_or(|t| t.elapsed() >= LOG_EVERY) {
+            let more = match self.unlogged {
+                0 => String::new(),
+                n => format!(" ({n} more failures since the last line)"),
+            };
+            eprintln!("{}{more}", what(self.backoff.as_secs()));
+            self.last_log = Some(std::time::Instant::now());
+            self.unlogged = 0;
+        } else {
+            self.unlogged += 1;
+        }
+        sleep(s, jitter(self.backoff));
+        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
 pub fn run(s: Arc<Shared>, o: PushOptions) {
     let name = o.backend.name();
     let mut cursor = match s.store.lock().expect("store lock").push_cursor(&name) {
@@ -44,11 +82,7 @@ pub fn run(s: Arc<Shared>, o: PushOptions) {
         }
     };
     let mut sender = Sender::new(&o.backend, &o.auth);
-    let mut backoff = Duration::from_secs(1);
-    // Failures are logged at most once a minute (with how many were not): an outage of hours is a few
-    // lines, not one per attempt.
-    let mut last_log: Option<std::time::Instant> = None;
-    let mut unlogged = 0u64;
+    let mut retry = Retry::new();
     while !s.stopping() {
         let next = s.store.lock().expect("store lock").next_window(cursor);
         let (row, comm, targets) = match next {
@@ -87,7 +121,7 @@ pub fn run(s: Arc<Shared>, o: PushOptions) {
                     );
                 }
                 st.last_success_ns = now_ns();
-                backoff = Duration::from_secs(1);
+                retry.reset();
             }
             Err(PushError::Refused(m)) => {
                 st.refused += 1;
@@ -96,22 +130,9 @@ pub fn run(s: Arc<Shared>, o: PushOptions) {
             Err(PushError::Retry(m)) => {
                 st.failures += 1;
                 drop(stats);
-                if last_log.is_none_or(|t| t.elapsed() >= LOG_EVERY) {
-                    let more = match unlogged {
-                        0 => String::new(),
-                        n => format!(" ({n} more failures since the last line)"),
-                    };
-                    eprintln!(
-                        "whyslow serve: push to {name} failed, retrying in {} s, queue kept: {m}{more}",
-                        backoff.as_secs()
-                    );
-                    last_log = Some(std::time::Instant::now());
-                    unlogged = 0;
-                } else {
-                    unlogged += 1;
-                }
-                sleep(&s, jitter(backoff));
-                backoff = (backoff * 2).min(MAX_BACKOFF);
+                retry.failed(&s, |secs| {
+                    format!("whyslow serve: push to {name} failed, retrying in {secs} s, queue kept: {m}")
+                });
                 continue;
             }
         }
@@ -162,7 +183,7 @@ fn labels(s: &Shared, targets: &[i64], pid: u32, comm: &str, cgroup: &str) -> wh
 }
 
 /// Between half and one and a half times `d`, so agents that failed together do not retry together.
-pub(crate) fn jitter(d: Duration) -> Duration {
+fn jitter(d: Duration) -> Duration {
     let r = (now_ns() % 1000) as f64 / 1000.0;
     d.mul_f64(0.5 + r)
 }

@@ -4,7 +4,7 @@
 //! order; failures back off exponentially with jitter (1 s to 5 min), logged at most once a minute; only
 //! a refusal of the body itself (400, 413, 422) drops that event, logged and counted.
 
-use crate::pusher::{jitter, sleep};
+use crate::pusher::{sleep, Retry};
 use crate::Shared;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,9 +17,6 @@ pub struct HookStats {
     pub refused: u64,
     pub failures: u64,
 }
-
-const MAX_BACKOFF: Duration = Duration::from_secs(300);
-const LOG_EVERY: Duration = Duration::from_secs(60);
 
 /// The hook's name in its cursor and metrics: its URL without credentials or query.
 fn name(url: &str) -> String {
@@ -38,9 +35,7 @@ pub fn run(s: Arc<Shared>, url: String) {
             return;
         }
     };
-    let mut backoff = Duration::from_secs(1);
-    let mut last_log: Option<std::time::Instant> = None;
-    let mut unlogged = 0u64;
+    let mut retry = Retry::new();
     while !s.stopping() {
         let next = s.store.lock().expect("store lock").next_event(cursor);
         let event = match next {
@@ -61,7 +56,7 @@ pub fn run(s: Arc<Shared>, url: String) {
         match result {
             Ok(()) => {
                 st.delivered += 1;
-                backoff = Duration::from_secs(1);
+                retry.reset();
             }
             Err(PushError::Refused(m)) => {
                 st.refused += 1;
@@ -70,22 +65,9 @@ pub fn run(s: Arc<Shared>, url: String) {
             Err(PushError::Retry(m)) => {
                 st.failures += 1;
                 drop(stats);
-                if last_log.is_none_or(|t| t.elapsed() >= LOG_EVERY) {
-                    let more = match unlogged {
-                        0 => String::new(),
-                        n => format!(" ({n} more failures since the last line)"),
-                    };
-                    eprintln!(
-                        "whyslow serve: webhook {hook} failed, retrying in {} s, events kept: {m}{more}",
-                        backoff.as_secs()
-                    );
-                    last_log = Some(std::time::Instant::now());
-                    unlogged = 0;
-                } else {
-                    unlogged += 1;
-                }
-                sleep(&s, jitter(backoff));
-                backoff = (backoff * 2).min(MAX_BACKOFF);
+                retry.failed(&s, |secs| {
+                    format!("whyslow serve: webhook {hook} failed, retrying in {secs} s, events kept: {m}")
+                });
                 continue;
             }
         }
