@@ -434,7 +434,7 @@ fn small_socket_replies() {
         .unwrap()
         .iter()
         .find(|f| f["id"] == "small-writes")
-        .expect("small-writes");
+        .unwrap_or_else(|| panic!("small-writes not raised: {light:#}"));
     let impact = f["impact_pct"].as_f64().unwrap();
     let evidence: Vec<&str> = f["evidence"].as_array().unwrap().iter().map(|e| e.as_str().unwrap()).collect();
     assert!(
