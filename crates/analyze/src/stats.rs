@@ -221,26 +221,7 @@ pub fn bootstrap_change_ci(
     resamples: usize,
     seed: u64,
 ) -> Option<(f64, f64)> {
-    let (b, a) = (sorted(before)?, sorted(after)?);
-    if resamples == 0 || !(0.0..1.0).contains(&level) {
-        return None;
-    }
-    let mut rng = SplitMix(seed);
-    let mut buf = Vec::new();
-    let mut changes: Vec<f64> = (0..resamples)
-        .filter_map(|_| {
-            let mb = resample_median(&b, &mut rng, &mut buf);
-            let ma = resample_median(&a, &mut rng, &mut buf);
-            (mb != 0.0).then(|| ma / mb - 1.0)
-        })
-        .filter(|c| c.is_finite())
-        .collect();
-    if changes.is_empty() {
-        return None;
-    }
-    changes.sort_by(f64::total_cmp);
-    let tail = (1.0 - level) / 2.0;
-    Some((quantile_sorted(&changes, tail), quantile_sorted(&changes, 1.0 - tail)))
+    bootstrap_ci(before, after, level, resamples, seed, |mb, ma| (mb != 0.0).then(|| ma / mb - 1.0))
 }
 
 /// Percentile bootstrap interval of `median(after) - median(before)` at `level`: as
@@ -253,21 +234,39 @@ pub fn bootstrap_shift_ci(
     resamples: usize,
     seed: u64,
 ) -> Option<(f64, f64)> {
+    bootstrap_ci(before, after, level, resamples, seed, |mb, ma| Some(ma - mb))
+}
+
+/// The percentile interval at `level` of `stat(median(before), median(after))` over `resamples`
+/// resamplings of each side (the resamples where it is undefined or not finite left out).
+fn bootstrap_ci(
+    before: &[f64],
+    after: &[f64],
+    level: f64,
+    resamples: usize,
+    seed: u64,
+    stat: impl Fn(f64, f64) -> Option<f64>,
+) -> Option<(f64, f64)> {
     let (b, a) = (sorted(before)?, sorted(after)?);
     if resamples == 0 || !(0.0..1.0).contains(&level) {
         return None;
     }
     let mut rng = SplitMix(seed);
     let mut buf = Vec::new();
-    let mut shifts: Vec<f64> = (0..resamples)
-        .map(|_| {
+    let mut values: Vec<f64> = (0..resamples)
+        .filter_map(|_| {
             let mb = resample_median(&b, &mut rng, &mut buf);
-            resample_median(&a, &mut rng, &mut buf) - mb
+            let ma = resample_median(&a, &mut rng, &mut buf);
+            stat(mb, ma)
         })
+        .filter(|v| v.is_finite())
         .collect();
-    shifts.sort_by(f64::total_cmp);
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
     let tail = (1.0 - level) / 2.0;
-    Some((quantile_sorted(&shifts, tail), quantile_sorted(&shifts, 1.0 - tail)))
+    Some((quantile_sorted(&values, tail), quantile_sorted(&values, 1.0 - tail)))
 }
 
 /// A before/after comparison of one measure.
