@@ -5,6 +5,7 @@ mod alloc_churn;
 pub(crate) mod blocking_io;
 pub(crate) mod cpu_oversubscription;
 mod cpu_throttling;
+mod endpoint;
 mod excess_copying;
 mod gc_pressure;
 mod hot_logging;

@@ -4,6 +4,7 @@
 //! reply at a time wants replies batched per event-loop turn or pipelined clients, or nothing at all when
 //! the writes are a small share.
 
+use super::endpoint::{dominant, Direction, Endpoint};
 use super::{finding, list, named, Text};
 use crate::doctor::facts::{Facts, Func};
 use crate::doctor::thresholds::{SMALL_REPLIES_PCT, SMALL_WRITES_PCT, SMALL_WRITES_RATE, SMALL_WRITE_BYTES};
@@ -46,63 +47,6 @@ fn in_write(f: &Func) -> bool {
     }
 }
 
-/// What the writes go to, by the kernel functions under them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Sink {
-    Socket,
-    Pipe,
-    Terminal,
-    File,
-}
-
-impl Sink {
-    const ALL: [Sink; 4] = [Sink::Socket, Sink::Pipe, Sink::Terminal, Sink::File];
-
-    fn name(self) -> &'static str {
-        match self {
-            Sink::Socket => "a socket",
-            Sink::Pipe => "a pipe",
-            Sink::Terminal => "a terminal",
-            Sink::File => "a file or device",
-        }
-    }
-
-    fn matches(self, f: &Func) -> bool {
-        f.kernel
-            && match self {
-                Sink::Socket => named(
-                    f.name,
-                    &["sock_write_iter", "sock_sendmsg", "__sys_sendto", "____sys_sendmsg", "__sock_sendmsg"],
-                    &[
-                        "tcp_sendmsg",
-                        "unix_stream_sendmsg",
-                        "unix_dgram_sendmsg",
-                        "udp_sendmsg",
-                        "inet_sendmsg",
-                    ],
-                ),
-                Sink::Pipe => named(f.name, &["pipe_write"], &[]),
-                Sink::Terminal => named(f.name, &["tty_write", "file_tty_write", "n_tty_write"], &[]),
-                Sink::File => {
-                    named(f.name, &["generic_perform_write", "write_null", "iter_file_splice_write"], &[])
-                        || f.name.ends_with("_file_write_iter")
-                }
-            }
-    }
-}
-
-/// The sink most of the sampled CPU time of the writes went to (over half of the time that shows one),
-/// and that share.
-fn sink(f: &Facts) -> Option<(Sink, f64)> {
-    let by: Vec<(Sink, i64)> = Sink::ALL
-        .iter()
-        .map(|&s| (s, f.cpu(&|x: &Func| s.matches(x) || (s == Sink::Socket && is_send(x))).value))
-        .collect();
-    let seen: i64 = by.iter().map(|x| x.1).sum();
-    let (s, v) = by.into_iter().max_by_key(|x| x.1)?;
-    (v * 2 > seen).then(|| (s, 100.0 * v as f64 / seen as f64))
-}
-
 /// The protocol's own sending (under the socket layer): the work of moving the bytes, which fewer
 /// syscalls would not remove when each carries one reply.
 fn in_protocol(f: &Func) -> bool {
@@ -139,9 +83,10 @@ pub fn check(f: &Facts) -> Verdict {
             .collect();
     let wall_ns = f.syscall_seconds() * 1e9 * writers.len().max(1) as f64;
     let syscall_pct = 100.0 * w.total_ns as f64 / wall_ns;
-    let sink = sink(f);
+    let sink = dominant(f, Direction::Write, |e, x| e == Endpoint::Socket && is_send(x));
     let reads = f.syscall(&READS).calls;
-    let replies = sink.is_some_and(|s| s.0 == Sink::Socket) && reads * 2 >= w.calls && reads <= w.calls * 2;
+    let replies =
+        sink.is_some_and(|s| s.0 == Endpoint::Socket) && reads * 2 >= w.calls && reads <= w.calls * 2;
     // One reply per request: the protocol's sending is the replies' own work; what fewer writes could
     // save is the rest of the path (entry, exit, socket layer).
     let protocol = if replies { f.cpu(&in_protocol) } else { Default::default() };
@@ -169,7 +114,8 @@ pub fn check(f: &Facts) -> Verdict {
         ),
     ];
     if let Some((s, share)) = sink {
-        let mut line = format!("they write to {} ({share:.0}% of their sampled CPU time)", s.name());
+        let mut line =
+            format!("they write to {} ({share:.0}% of their sampled CPU time)", s.name(Direction::Write));
         if replies {
             line += &format!("; {reads} reads for {} writes: one reply per request", w.calls);
         }
@@ -190,16 +136,16 @@ pub fn check(f: &Facts) -> Verdict {
     }
     let mut found = finding(f, &TEXT, &impact, "cpu", Confidence::High, evidence);
     match sink {
-        Some((Sink::Socket, _)) if replies => {
+        Some((Endpoint::Socket, _)) if replies => {
             found.title = "one small write per reply".into();
             found.why = REPLIES_WHY.into();
             found.fix = SOCKET_FIX.into();
         }
-        Some((Sink::Socket, _)) => {
+        Some((Endpoint::Socket, _)) => {
             found.title = "many small writes to sockets".into();
             found.fix = SOCKET_STREAM_FIX.into();
         }
-        Some((Sink::Pipe, _)) => found.title = "many small writes to a pipe".into(),
+        Some((Endpoint::Pipe, _)) => found.title = "many small writes to a pipe".into(),
         _ => {}
     }
     Verdict::Found(found)

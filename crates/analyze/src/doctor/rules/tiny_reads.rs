@@ -4,6 +4,7 @@
 //! in the CPU samples; the advice follows the source. Needs no symbols of the program: the syscall
 //! counters and the kernel's frames say it all.
 
+use super::endpoint::{dominant, Direction, Endpoint};
 use super::{finding, list, named, Text};
 use crate::doctor::facts::{Facts, Func};
 use crate::doctor::thresholds::{TINY_READS_PCT, TINY_READS_RATE, TINY_READ_BYTES};
@@ -49,61 +50,6 @@ fn is_buffer_fill(f: &Func) -> bool {
             || f.name == "bufio.(*Scanner).Scan")
 }
 
-/// What the reads come from, by the kernel functions under them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Source {
-    Socket,
-    Pipe,
-    Terminal,
-    File,
-}
-
-impl Source {
-    const ALL: [Source; 4] = [Source::Socket, Source::Pipe, Source::Terminal, Source::File];
-
-    fn name(self) -> &'static str {
-        match self {
-            Source::Socket => "a socket",
-            Source::Pipe => "a pipe",
-            Source::Terminal => "a terminal",
-            Source::File => "a file",
-        }
-    }
-
-    fn matches(self, f: &Func) -> bool {
-        f.kernel
-            && match self {
-                Source::Socket => named(
-                    f.name,
-                    &["sock_read_iter", "sock_recvmsg", "__sys_recvfrom", "____sys_recvmsg", "__sys_recvmsg"],
-                    &[
-                        "tcp_recvmsg",
-                        "unix_stream_recvmsg",
-                        "unix_dgram_recvmsg",
-                        "udp_recvmsg",
-                        "inet_recvmsg",
-                    ],
-                ),
-                Source::Pipe => named(f.name, &["pipe_read"], &[]),
-                Source::Terminal => named(f.name, &["tty_read", "n_tty_read"], &[]),
-                Source::File => {
-                    named(f.name, &["filemap_read", "generic_file_read_iter", "read_zero"], &[])
-                        || f.name.ends_with("_file_read_iter")
-                }
-            }
-    }
-}
-
-/// The source most of the sampled CPU time of the reads went to (over half of the time that shows one),
-/// and that share.
-fn source(f: &Facts) -> Option<(Source, f64)> {
-    let by: Vec<(Source, i64)> =
-        Source::ALL.iter().map(|&s| (s, f.cpu(&|x: &Func| s.matches(x)).value)).collect();
-    let seen: i64 = by.iter().map(|x| x.1).sum();
-    let (s, v) = by.into_iter().max_by_key(|x| x.1)?;
-    (v * 2 > seen).then(|| (s, 100.0 * v as f64 / seen as f64))
-}
-
 pub fn check(f: &Facts) -> Verdict {
     if !f.has_syscalls() {
         return Verdict::NeedsData("syscall counters");
@@ -114,11 +60,11 @@ pub fn check(f: &Facts) -> Verdict {
     if rate < TINY_READS_RATE || avg > TINY_READ_BYTES {
         return Verdict::Clear;
     }
-    let src = source(f);
+    let src = dominant(f, Direction::Read, |_, _| false);
     // A server reading one small request per read is paced by its clients, not by its buffer: as many
     // reads as writes on a socket is request/reply, which small-writes judges.
     let writes = f.syscall(&["write", "writev", "sendto", "sendmsg"]).calls;
-    if src.is_some_and(|s| s.0 == Source::Socket) && writes * 2 >= r.calls {
+    if src.is_some_and(|s| s.0 == Endpoint::Socket) && writes * 2 >= r.calls {
         return Verdict::Clear;
     }
     // A buffered reader (stdio, BufReader, bufio) that gets a few bytes per read got all there was: the
@@ -154,7 +100,10 @@ pub fn check(f: &Facts) -> Verdict {
         ),
     ];
     if let Some((s, share)) = src {
-        evidence.push(format!("they read from {} ({share:.0}% of their sampled CPU time)", s.name()));
+        evidence.push(format!(
+            "they read from {} ({share:.0}% of their sampled CPU time)",
+            s.name(Direction::Read)
+        ));
     }
     // The user function right above the C library's read names the reader (next_char, not main); a
     // program making the syscall itself (Go) has no such frame: its outermost user frame then.
@@ -169,12 +118,12 @@ pub fn check(f: &Facts) -> Verdict {
     }
     let mut found = finding(f, &TEXT, &path, "cpu", Confidence::High, evidence);
     match src {
-        Some((Source::Socket, _)) => {
+        Some((Endpoint::Socket, _)) => {
             found.title = "a socket read a few bytes per recv".into();
             found.fix = SOCKET_FIX.into();
         }
-        Some((Source::Pipe, _)) => found.title = "a pipe read a few bytes per read syscall".into(),
-        Some((Source::File, _)) => found.title = "a file read a few bytes per read syscall".into(),
+        Some((Endpoint::Pipe, _)) => found.title = "a pipe read a few bytes per read syscall".into(),
+        Some((Endpoint::File, _)) => found.title = "a file read a few bytes per read syscall".into(),
         _ => {}
     }
     Verdict::Found(found)
