@@ -90,6 +90,9 @@ pub enum End {
     TargetEnded,
 }
 
+/// The phase (`-v`) of the readings of the target's surroundings, at the start and at the end.
+const ENV_PHASE: &str = "read the target's surroundings";
+
 /// Records until the duration passes, a stop signal arrives, or the target exits.
 pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawRecording, RecordError> {
     check(opts)?;
@@ -215,6 +218,10 @@ impl<'a> Session<'a> {
         let nesting = objects.nesting.clone();
         let (pids, command, mut gate) =
             crate::phases::time("start target", || target::resolve(&opts.target))?;
+        // The surroundings' first reading (a /proc scan of every process) runs beside the loading of the
+        // eBPF programs: it is on a short command's critical path otherwise.
+        let env_pids = pids.clone();
+        let env = std::thread::spawn(move || crate::target_env::start(std::path::Path::new("/"), &env_pids));
         // A gate dropped on an error here lets its child exit without running the command.
         let src = Sources::start(opts, &trace, &pids, gate.is_some(), objects, &mut notes)?;
         let probe_names = opts.calls.iter().flat_map(|c| &c.probes).map(label_of).collect();
@@ -238,7 +245,7 @@ impl<'a> Session<'a> {
         }
         let start_unix_ns = unix_now_ns();
         let cpu_at_start = pids.iter().map(|&p| target::cpu_time_ns(p)).sum();
-        let env = Some(crate::target_env::start(std::path::Path::new("/"), &pids));
+        let env = crate::phases::time(ENV_PHASE, || env.join().ok());
         c.set_origin(sys::monotonic_ns());
         observer.started(&pids);
         let t0 = Instant::now();
@@ -379,7 +386,8 @@ impl<'a> Session<'a> {
             if target::ended_unreaped(g.pid) {
                 // The end reading of the surroundings, while the ended command's /proc entry is there.
                 if let Some(e) = self.env.take() {
-                    self.env_end = Some(e.finish(&self.pids));
+                    let pids = &self.pids;
+                    self.env_end = Some(crate::phases::time(ENV_PHASE, || e.finish(pids)));
                 }
             }
             if let Some(status) = try_wait(g.pid) {
