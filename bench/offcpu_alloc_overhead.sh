@@ -37,6 +37,23 @@ row "whyslow record --offcpu" "$(m ping_whyslow)" "$p"
 row "perf record -e sched:sched_switch --call-graph dwarf" "$(m ping_perf)" "$p"
 lost=$("$WHYSLOW" report "$OUT/o.data" --type offcpu --format json | python3 -c 'import json,sys; print(json.load(sys.stdin)["lost_samples"])')
 echo "    lost samples in the last run: whyslow $lost, perf $(perf_lost "$OUT/o.perf")"
+# What each recorder costs the program itself, in its own CPU time per switch-out (pingpong prints it with
+# PINGPONG_CPU set): unlike wall time, not a measure of the wait for a CPU on a shared machine.
+cpu_per_switch() { PINGPONG_CPU=1 "$@" "$PING" "$SWITCHES" 2>&1 >/dev/null | awk '/per switch-out/ {print $1}'; }
+declare -A c
+for i in $(seq "$RUNS"); do
+  c[plain]+=" $(cpu_per_switch env)"
+  c[offcpu]+=" $(cpu_per_switch "$WHYSLOW" record -q --offcpu -o "$OUT/o.data" --)"
+  c[cpu]+=" $(cpu_per_switch "$WHYSLOW" record -q -o "$OUT/c.data" --)"
+  c[perf]+=" $(cpu_per_switch perf record -q -e sched:sched_switch --call-graph dwarf -o "$OUT/o.perf" --)"
+done
+cm() { echo "${c[$1]}" | median; }
+cp=$(cm plain)
+echo "    the program's CPU per switch-out (medians): plain ${cp} ns"
+for k in "offcpu:whyslow record --offcpu" "cpu:whyslow record (CPU samples only)" "perf:perf record -e sched:sched_switch --call-graph dwarf"; do
+  v=$(cm "${k%%:*}")
+  printf "      %-56s %6.0f ns  +%.0f ns\n" "${k#*:}" "$v" "$(python3 -c "print($v-$cp)")"
+done
 a=$(m alloc_plain); echo "  allocs $ALLOCS (2.5 x $ALLOCS mallocs):"
 row "plain" "$a" "$a"
 row "whyslow record --alloc" "$(m alloc_whyslow)" "$a"

@@ -239,7 +239,7 @@ static __always_inline bool send(struct pt_regs *ctx, u64 pid_tgid, u32 probe, u
 	s->ret = ret;
 	s->stack = stack;
 	s->weight = weight;
-	s->ustack_bytes = copy_user_stack(s->ustack, STACK_MAX - 1, 0, s->sp, stack_bytes);
+	s->ustack_bytes = copy_user_stack(s->ustack, STACK_MAX - 1, 0, s->sp, stack_bytes, NULL);
 	bpf_ringbuf_submit(s, 0);
 	return true;
 }

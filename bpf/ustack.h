@@ -8,11 +8,21 @@
 #define STACK_MAX 16384 /* bytes of user stack copied at most (a power of two) */
 #define PAGE 4096
 
+/* Reads `len` bytes of user memory at `src`: the calling thread's when `task` is NULL, otherwise `task`'s
+ * (a sleepable program only; the branch is gone where `task` is a literal NULL). */
+static __always_inline long read_user(void *dst, u32 len, u64 src, struct task_struct *task)
+{
+	if (task)
+		return bpf_copy_from_user_task(dst, len, (void *)src, task, 0);
+	return bpf_probe_read_user(dst, len, (void *)src);
+}
+
 /* Copies up to `max` (<= STACK_MAX) bytes of user stack from `from` to buf[at...], page by page, stopping
  * at the first page that cannot be read (the end of the stack mapping, or a page not resident): returns
  * the bytes copied. `off_mask` (a constant: 2^k - 1 at least at + STACK_MAX - 1) bounds where a page goes
- * for the verifier; buf holds off_mask + 2 * PAGE bytes. */
-static __always_inline u32 copy_user_stack(u8 *buf, u32 off_mask, u32 at, u64 from, u32 max)
+ * for the verifier; buf holds off_mask + 2 * PAGE bytes. The stack is `task`'s (see read_user). */
+static __always_inline u32 copy_user_stack(u8 *buf, u32 off_mask, u32 at, u64 from, u32 max,
+					   struct task_struct *task)
 {
 	u32 n = 0;
 	for (int i = 0; i < STACK_MAX / PAGE + 1; i++) {
@@ -28,7 +38,7 @@ static __always_inline u32 copy_user_stack(u8 *buf, u32 off_mask, u32 at, u64 fr
 		barrier_var(len);
 		off &= off_mask;
 		len &= 2 * PAGE - 1;
-		if (bpf_probe_read_user(&buf[off], len, (void *)(from + n)))
+		if (read_user(&buf[off], len, from + n, task))
 			break;
 		n += len;
 	}

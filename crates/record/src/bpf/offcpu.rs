@@ -1,6 +1,7 @@
-//! Off-CPU time by stack from bpf/offcpu.bpf.c: the kernel keeps each tracked thread's stacks at its
-//! switch-out and sends a block only when the thread runs again (sampled below `sample_ns`), so user space
-//! sees a bounded number of records however often the target switches. Load, track, attach, drain.
+//! Off-CPU time by stack from bpf/offcpu.bpf.c: the kernel keeps each tracked thread's switch-out and
+//! sends a block only when the thread runs again (sampled below `sample_ns`), its user stacks taken as
+//! it resumes where the kernel allows (else at the switch-out), so user space sees a bounded number of
+//! records however often the target switches. Load, track, attach, drain.
 
 use super::offcpu_skel::types::ws_block as Block;
 use super::offcpu_skel::{OffcpuSkel, OffcpuSkelBuilder, OpenOffcpuSkel};
@@ -18,7 +19,7 @@ const STACK_MAX: u32 = 16384;
 const KSTACK_OFFSET: usize = offset_of!(Block, kstack);
 const USTACK_OFFSET: usize = offset_of!(Block, ustack);
 const _: () = assert!(size_of::<Block>() - USTACK_OFFSET >= 2 * STACK_MAX as usize);
-const DROP_SLOTS: u32 = 2;
+const DROP_SLOTS: u32 = 3;
 
 /// How the kernel side samples blocks.
 #[derive(Debug, Clone, Copy)]
@@ -47,7 +48,13 @@ fn decode(b: &[u8], until: Option<u64>) -> Option<Timed> {
     let u64_of = |at| u64_at(b, at);
     let since = u64_of(offset_of!(Block, since));
     let (time, ns) = match until {
-        Some(end) => (end, end.saturating_sub(since)),
+        // A thread blocked again before its chosen block was sent (a task work still pending) stands for
+        // that block's time too.
+        Some(end) => {
+            let at = offset_of!(Block, pending);
+            let pending = b[at..at + 2] != [0, 0];
+            (end, end.saturating_sub(since) + if pending { u64_of(offset_of!(Block, ns)) } else { 0 })
+        }
         None => (u64_of(offset_of!(Block, until)), u64_of(offset_of!(Block, ns))),
     };
     let kbytes = (u32_of(offset_of!(Block, kstack_bytes)) as usize).min(USTACK_OFFSET - KSTACK_OFFSET);
@@ -132,7 +139,8 @@ impl<'obj> OffCpuProbe<'obj> {
             .collect()
     }
 
-    /// Blocks lost: those the ring had no room for, and switch-outs no map entry could hold.
+    /// Blocks lost: those the ring had no room for, switch-outs no map entry could hold, and chosen
+    /// blocks whose task work could not be scheduled.
     pub fn lost(&self) -> u64 {
         super::per_cpu_total(&self.skel.maps.drops, 0..DROP_SLOTS)
     }
@@ -191,6 +199,15 @@ mod tests {
         assert_eq!(s.stack, vec![1, 2, 3, 4, 9, 9, 9]);
         let g = s.goroutine.expect("goroutine");
         assert_eq!((g.at, g.offset, g.parked), (0xc000_1000, 4, Some((0x46_0000, 0xc000_2000))));
+    }
+
+    #[test]
+    fn a_thread_blocked_again_before_its_chosen_block_was_sent_stands_for_both() {
+        let mut b = block();
+        b.pending = 1;
+        let t = decode(&record(&b, 4, 0), Some(9_000)).expect("decodes");
+        let Record::OffCpu { ns, .. } = t.record else { panic!("{:?}", t.record) };
+        assert_eq!(ns, 8_000 + 4_000, "the block in progress, and the chosen one waiting to be sent");
     }
 
     #[test]
