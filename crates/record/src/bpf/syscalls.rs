@@ -71,9 +71,10 @@ pub fn syscall_numbers(names: &[String]) -> Result<Vec<u32>, RecordError> {
         .collect()
 }
 
-/// The least time per call over a few batches (preemption only adds) of getppid, of a stat of "/", and of
-/// a write and a read of 32 bytes through the socket `pair`.
+/// The least CPU time per call over a few batches (this thread's: a wait for a CPU adds nothing) of
+/// getppid, of a stat of "/", and of a write and a read of 32 bytes through the socket `pair`.
 fn time_syscalls(pair: &[std::os::fd::OwnedFd; 2]) -> [f64; 3] {
+    use super::calibrate::thread_cpu_ns;
     use std::os::fd::AsRawFd;
     const N: u32 = 300;
     let mut best = [f64::MAX; 3];
@@ -83,19 +84,19 @@ fn time_syscalls(pair: &[std::os::fd::OwnedFd; 2]) -> [f64; 3] {
     // SAFETY: an all-zero stat is a valid value of the plain C struct.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     for _ in 0..5 {
-        let t = std::time::Instant::now();
+        let t = thread_cpu_ns();
         for _ in 0..N {
             // SAFETY: getppid has no arguments and cannot fail.
             std::hint::black_box(unsafe { libc::getppid() });
         }
-        best[0] = best[0].min(t.elapsed().as_nanos() as f64 / f64::from(N));
-        let t = std::time::Instant::now();
+        best[0] = best[0].min((thread_cpu_ns() - t) as f64 / f64::from(N));
+        let t = thread_cpu_ns();
         for _ in 0..N {
             // SAFETY: root is a NUL-terminated path and st a stat owned by this frame.
             std::hint::black_box(unsafe { libc::stat(root.as_ptr(), &mut st) });
         }
-        best[1] = best[1].min(t.elapsed().as_nanos() as f64 / f64::from(N));
-        let t = std::time::Instant::now();
+        best[1] = best[1].min((thread_cpu_ns() - t) as f64 / f64::from(N));
+        let t = thread_cpu_ns();
         for _ in 0..N {
             // SAFETY: buf is owned by this frame and longer than both lengths; both fds are open.
             unsafe {
@@ -103,7 +104,7 @@ fn time_syscalls(pair: &[std::os::fd::OwnedFd; 2]) -> [f64; 3] {
                 libc::read(rx, buf.as_mut_ptr().cast(), buf.len());
             }
         }
-        best[2] = best[2].min(t.elapsed().as_nanos() as f64 / f64::from(2 * N));
+        best[2] = best[2].min((thread_cpu_ns() - t) as f64 / f64::from(2 * N));
     }
     best
 }
