@@ -372,6 +372,20 @@ mod tests {
     use super::*;
     use whyslow_model::{SyscallStat, Thread};
 
+    /// Which arguments are paths is the model's fact (the kernel side reads those strings): every
+    /// signature here puts `Path` exactly there.
+    #[test]
+    fn signatures_put_paths_where_the_model_reads_strings() {
+        let mut checked = 0;
+        for name in whyslow_model::syscalls::syscall_names() {
+            let Some(sig) = signature(name) else { continue };
+            let paths: Vec<usize> = (0..sig.len()).filter(|&i| matches!(sig[i], Arg::Path)).collect();
+            assert_eq!(paths, whyslow_model::syscalls::string_args(name), "{name}");
+            checked += 1;
+        }
+        assert!(checked > 40, "{checked} signatures checked");
+    }
+
     fn event(nr: u32, ret: i64, args: [u64; 6], strings: &[&str]) -> TraceEvent {
         TraceEvent {
             time_ns: 2_000_005_000,
