@@ -63,7 +63,7 @@ trap 'exit 130' INT TERM
 
 # Helpers in Python: the 1 s sampler, /metrics rows, the summaries.
 cat >"$OUT/h.py" <<'EOF'
-import json, os, re, sqlite3, statistics, subprocess, sys, time
+import json, os, re, statistics, subprocess, sys, time
 TCK = os.sysconf("SC_CLK_TCK")
 
 def ticks(pid):
@@ -156,6 +156,8 @@ def summary(d, t_follow, t_end, cpu_follow, churn_name, nginx_target, churn_targ
     print(f"  agent RSS (/metrics): min {min(rss):.1f} MB, max {max(rss):.1f} MB"
           f" (target <= 60 MB); first {rss[0]:.1f} -> last {rss[-1]:.1f} MB ({rss[-1] - rss[0]:+.1f} MB);"
           f" second half {min(half):.1f}..{max(half):.1f} MB")
+    print(f"    RSS at start {rss[0]:.1f}, middle {rss[len(rss) // 2]:.1f}, end {rss[-1]:.1f} MB"
+          f" (flat target: within 5 MB; spread of the second half {max(half) - min(half):.1f} MB)")
     per = []
     for a, b in zip(secs, secs[1:]):
         dt = b[0] - a[0]
@@ -173,27 +175,26 @@ def summary(d, t_follow, t_end, cpu_follow, churn_name, nginx_target, churn_targ
     print(f"  agent open fds: first {fds[0]}, last {fds[-1]}, max {max(fds)}")
     # Coverage: CPU samples of nginx the API answers for [follow, end] (asked while the agent ran, as a
     # user would: the store's layout is the agent's business) against 99 Hz x nginx's CPU time then.
-    db = sqlite3.connect(f"{d}/run/whyslow.db")
     j = json.load(open(f"{d}/nginx.json"))
     total, lost = j.get("total_samples", 0), j.get("lost_samples", 0)
     ng = [s for s in secs if t_follow - 1 <= s[0] <= t_end + 1]
     ncpu = (ng[-1][3] - ng[0][3]) / TCK
     exp = 99 * ncpu
     m = json.load(open(f"{d}/state.json"))
-    print(f"  nginx CPU samples stored: {total} of ~{exp:.0f} expected (99 Hz x {ncpu:.1f} CPU s) = "
+    print(f"  nginx CPU samples stored (API): {total} of ~{exp:.0f} expected (99 Hz x {ncpu:.1f} CPU s) = "
           f"{100 * total / max(exp, 1):.1f}%")
     print(f"  lost samples: {m['lost']:.0f} in /metrics ({100 * m['lost'] / max(m['lost'] + m['samples'], 1):.2f}% of"
           f" {m['lost'] + m['samples']:.0f} records) by the last row; {lost} in nginx's stored windows")
-    # Churn: started while the agent ran, seen by it, stored with samples.
+    # Churn: started while the agent ran, and in the churn target's profile the API serves.
     started = [l.split() for l in open(f"{d}/churn.log")]
     started = [(float(t), int(p)) for t, p in started if t_follow <= float(t) <= t_end - 1]
     pids = {p for _, p in started}
-    seen = {r[0] for r in db.execute("SELECT pid FROM processes WHERE comm = ?", (churn_name,))}
     stored = {t["pid"] for t in json.load(open(f"{d}/churn.json")).get("threads", []) if t.get("samples", 0) > 0}
-    print(f"  churn: {len(pids)} processes started while followed; {len(pids & seen)} picked up,"
-          f" {len(pids & stored)} with stored windows")
-    windows, size = db.execute("SELECT count(*), coalesce(sum(bytes), 0) FROM windows").fetchone()
-    print(f"  store: {windows} windows, {size / 2**20:.1f} MB of profiles")
+    print(f"  churn: {len(pids)} processes started while followed; {len(pids & stored)} in the API's profile"
+          f" ({100 * len(pids & stored) / max(len(pids), 1):.1f}%)")
+    end = metrics(f"{d}/end.metrics")
+    print(f"  store (/metrics): {end.get('whyslow_store_windows', 0):.0f} windows,"
+          f" {end.get('whyslow_store_disk_bytes', 0) / 2**20:.1f} MB on disk")
 
 globals()[sys.argv[1]](*sys.argv[2:])
 EOF
@@ -350,6 +351,7 @@ sleep 12
 range="from=$(python3 -c "print(int($T_FOLLOW))")&until=$(python3 -c "print(int($T_END) + 1)")"
 api "/api/v1/profile?target=$NGINX_TARGET&type=cpu&$range" >"$OUT/nginx.json" || echo '{}' >"$OUT/nginx.json"
 api "/api/v1/profile?target=$CHURN_TARGET&type=cpu&$range" >"$OUT/churn.json" || echo '{}' >"$OUT/churn.json"
+api /metrics >"$OUT/end.metrics" || : >"$OUT/end.metrics"
 stop "$SAMPLER_PID" TERM 2
 SAMPLER_PID=""
 stop_agent

@@ -825,6 +825,82 @@ fn serve_all_defines_a_target_of_every_process() {
     assert_eq!((code, &v["frequency"]), (201, &Value::from(19)), "{v}");
 }
 
+/// Issue 32 (whole host): `serve --all` samples every CPU, not every process, so processes that live a
+/// fraction of a second are profiled: 20 processes of a name of their own, each burning 0.3 s of CPU
+/// and started 0.15 s apart while the agent runs, are each in the stored profile under that name, with
+/// samples in proportion to the CPU time each used (19 Hz x its CPU time, measured by wait4).
+#[test]
+fn serve_all_profiles_short_lived_processes() {
+    // Its agent samples every process; the burners would be other tests' cpu_split.
+    let _x = exclusive();
+    let dir = tmp();
+    let name = format!("wsall{}", std::process::id() % 1_000_000);
+    let exe = dir.path().join(&name);
+    std::fs::copy(workload("cpu_split"), &exe).unwrap();
+    let a = Agent::start(&dir.path().join("data"), &["--all"]);
+    // Sampling has begun once the agent's recording thread runs (it is there before the first window).
+    wait_for(10, "the whole-host sampling to start", || {
+        let (_, v) = a.get("/api/v1/processes");
+        (!v.as_array()?.is_empty()).then_some(())
+    });
+    let mut burners = Vec::new();
+    for _ in 0..20 {
+        burners.push(std::process::Command::new(&exe).arg("0.3").stdout(Stdio::null()).spawn().unwrap());
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    // CPU time of each (user + system), from its exit status.
+    let cpu: Vec<(u64, f64)> = burners
+        .into_iter()
+        .map(|c| {
+            let pid = c.id();
+            std::mem::forget(c);
+            // SAFETY: rusage is plain data, for which all zeroes is a valid value.
+            let (mut status, mut ru) = (0, unsafe { std::mem::zeroed::<libc::rusage>() });
+            // SAFETY: status and ru are this frame's; wait4 fills them.
+            let r = unsafe { libc::wait4(pid as i32, &mut status, 0, &mut ru) };
+            assert_eq!(r, pid as i32);
+            let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+            (u64::from(pid), secs(ru.ru_utime) + secs(ru.ru_stime))
+        })
+        .collect();
+    let (_, t) = a.get("/api/v1/targets");
+    let id = t[0]["id"].as_i64().unwrap();
+    let threads_of = |r: &Value, pid: u64| -> Vec<Value> {
+        r["threads"]
+            .as_array()
+            .map_or(Vec::new(), |t| t.iter().filter(|t| t["pid"] == pid).cloned().collect())
+    };
+    // Every burner's windows are stored once the window it ended in is cut (10 s later at most).
+    let r = wait_for(60, "every short-lived process in the stored profile", || {
+        let (code, r) = a.get(&format!("/api/v1/profile?target={id}&type=cpu&from=now-5m"));
+        (code == 200 && cpu.iter().all(|&(pid, _)| !threads_of(&r, pid).is_empty())).then_some(r)
+    });
+    let mut total = (0.0, 0.0);
+    let mut each = Vec::new();
+    for &(pid, secs) in &cpu {
+        // (A sample between the fork and the exec would be the test's, under its name.)
+        let threads: Vec<Value> =
+            threads_of(&r, pid).into_iter().filter(|t| t["name"] == name.as_str()).collect();
+        assert!(!threads.is_empty(), "pid {pid} is not named {name}: {:?}", threads_of(&r, pid));
+        let samples: f64 = threads.iter().map(|t| t["samples"].as_f64().unwrap()).sum();
+        each.push((pid, samples, 19.0 * secs));
+        total.0 += samples;
+        total.1 += 19.0 * secs;
+    }
+    eprintln!(
+        "20 processes: {} samples, {:.1} expected; each (pid, samples, expected): {each:.1?}",
+        total.0, total.1
+    );
+    // Each CPU's clock ticks every 1/19 s and catches whatever runs there: a process that runs `secs`
+    // of CPU in pieces between other programs (a busy machine) is caught 19 x secs times on average,
+    // a few more or less (about 2 for 0.3 s over 2 s). Over all 20, within 25% (about 3 of those
+    // deviations of the sum).
+    for &(pid, samples, expected) in &each {
+        assert!(samples <= 3.0 * expected + 3.0, "pid {pid}: {samples} samples, {expected:.1} expected");
+    }
+    assert!((total.0 / total.1 - 1.0).abs() <= 0.25, "{} samples of {:.1} expected", total.0, total.1);
+}
+
 /// Beyond issue 32: processes are labelled by their cgroup: the systemd unit and the container id are
 /// listed, and select the windows of those processes only. The target matches every process of
 /// /system.slice (all, narrowed by cgroup): the test's own processes (its large debug binaries, whose

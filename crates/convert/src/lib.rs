@@ -40,6 +40,12 @@ pub trait Host {
     fn jit(&self, _pid: u32, _from: u64, _dump: Option<&str>) -> Option<JitUpdate> {
         None
     }
+    /// The identity of the file at `path` as process `pid` sees it: (device, inode, modification time
+    /// in ns), the same for every path and process that names it. None where unknown (the path then
+    /// names the file).
+    fn identity(&self, _pid: u32, _path: &str) -> Option<(u64, u64, i64)> {
+        None
+    }
 }
 
 /// A target's file that its path does not name here (see [`Host::foreign`]).
@@ -225,6 +231,9 @@ pub struct Counters {
     /// Lines of JIT perf maps that named no symbol.
     pub jit_skipped: u64,
     pub unwind: UnwindStats,
+    /// Files read and parsed for their unwind tables (each once while a process maps it, however
+    /// many processes and paths name it).
+    pub images_loaded: u64,
 }
 
 /// A process: its executable mappings and an unwinder over them, and the symbols of its JIT code.
@@ -233,6 +242,11 @@ struct Proc {
     maps: Vec<(u64, u64, u64, u32)>, // start, end, pgoff, module
     unwinder: ProcessUnwinder,
     jit: Jit,
+    /// Lazily (see [`Converter::lazily`]): the mappings its records described, as (start, end, pgoff,
+    /// path), not read or parsed until its first sample; None once they were (or when not lazy).
+    pending: Option<Vec<(u64, u64, u64, String)>>,
+    /// Whether a sample of it was seen (since its last exec).
+    sampled: bool,
 }
 
 /// What a process published about its JIT code, as far as read.
@@ -253,7 +267,18 @@ struct Jit {
 impl Proc {
     /// A child: the parent's mappings; JIT code is the child's own to publish (its own file).
     fn fork(&self) -> Proc {
-        Proc { maps: self.maps.clone(), unwinder: self.unwinder.fork(), jit: Jit::default() }
+        Proc {
+            maps: self.maps.clone(),
+            unwinder: self.unwinder.fork(),
+            jit: Jit::default(),
+            pending: self.pending.clone(),
+            sampled: false,
+        }
+    }
+
+    /// A process whose mappings are kept unread until its first sample.
+    fn lazy() -> Proc {
+        Proc { pending: Some(Vec::new()), ..Proc::default() }
     }
 
     fn normalize(&self, addr: u64) -> RawFrame {
@@ -267,6 +292,54 @@ impl Proc {
     }
 }
 
+/// The parsed files (unwind tables), shared by every process that maps them: by build id (by identity,
+/// else path, for a file without one), with the file identities and paths already looked up. Files
+/// that no process maps any more are kept up to [`UNUSED_IMAGES`], the most recently used first, and
+/// dropped beyond that when a window is cut.
+#[derive(Default)]
+struct Images {
+    /// Cache key -> the image (None: unreadable or not an object file) and when it was last asked for.
+    by_key: HashMap<String, (Option<Arc<ObjectImage>>, u64)>,
+    /// A file's identity (or path) -> its cache key.
+    known: HashMap<String, String>,
+    tick: u64,
+}
+
+/// Parsed files no process maps any more that are kept (a program started again soon, a library of
+/// the next short-lived process).
+const UNUSED_IMAGES: usize = 32;
+
+impl Images {
+    /// Drops what no process uses beyond the [`UNUSED_IMAGES`] most recently asked for.
+    fn evict(&mut self) {
+        let mut unused: Vec<(u64, String)> = self
+            .by_key
+            .iter()
+            .filter(|(_, (img, _))| img.as_ref().is_none_or(|i| Arc::strong_count(i) == 1))
+            .map(|(k, (_, t))| (*t, k.clone()))
+            .collect();
+        if unused.len() <= UNUSED_IMAGES {
+            return;
+        }
+        unused.sort_unstable_by_key(|u| std::cmp::Reverse(u.0));
+        for (_, k) in unused.drain(UNUSED_IMAGES..) {
+            self.by_key.remove(&k);
+        }
+        let by_key = &self.by_key;
+        self.known.retain(|_, k| by_key.contains_key(k));
+    }
+
+    fn len(&self) -> usize {
+        self.by_key.len()
+    }
+}
+
+/// The GNU build id in an object file's notes (hex), read without parsing the rest; None when it has
+/// none or is no object file.
+fn note_build_id(bytes: &[u8]) -> Option<String> {
+    whyslow_unwind::build_id(bytes)
+}
+
 /// A thread that blocked and has not run since.
 struct Blocked {
     since: u64,
@@ -278,7 +351,7 @@ struct Blocked {
 pub struct Converter<H: Host> {
     host: H,
     procs: FastMap<u32, Proc>,
-    images: HashMap<String, Option<Arc<ObjectImage>>>,
+    images: Images,
     module_ids: HashMap<String, u32>,
     raw: RawRecording,
     /// What each event (by index) contributes to a sample's values.
@@ -304,6 +377,10 @@ pub struct Converter<H: Host> {
     /// Calls and bytes of each key (and site) already added to the samples, so that a window gets what
     /// was counted since the last.
     alloc_added: HashMap<StackKey, (u64, u64)>,
+    /// See [`Converter::lazily`].
+    lazy: bool,
+    /// Processes sampled for the first time (since their last exec) and not yet taken.
+    first_sampled: Vec<u32>,
 }
 
 impl<H: Host> Converter<H> {
@@ -313,7 +390,7 @@ impl<H: Host> Converter<H> {
         Converter {
             host,
             procs: FastMap::default(),
-            images: HashMap::new(),
+            images: Images::default(),
             module_ids: HashMap::new(),
             raw: RawRecording { sample_types, ..Default::default() },
             streams,
@@ -329,7 +406,24 @@ impl<H: Host> Converter<H> {
             origin: None,
             alloc_stacks: HashMap::new(),
             alloc_added: HashMap::new(),
+            lazy: false,
+            first_sampled: Vec::new(),
         }
+    }
+
+    /// For records of a whole host (every process's mappings, forks and execs, most never sampled): a
+    /// process's mappings are kept as the records give them and read and parsed only at its first
+    /// sample; a process the records began after is read from the host at its first sample, as is a
+    /// child of one never sampled; the mappings of a process never described and not sampled are not
+    /// kept.
+    pub fn lazily(mut self) -> Self {
+        self.lazy = true;
+        self
+    }
+
+    /// The processes sampled for the first time (or first since they exec'd) since the last call.
+    pub fn take_first_sampled(&mut self) -> Vec<u32> {
+        std::mem::take(&mut self.first_sampled)
     }
 
     /// Names of the probed functions (`Stream::Call`) and allocation functions (`Stream::Alloc`): the
@@ -389,6 +483,11 @@ impl<H: Host> Converter<H> {
         self.procs.len()
     }
 
+    /// Parsed files held (for bounded-memory checks).
+    pub fn images_held(&self) -> usize {
+        self.images.len()
+    }
+
     /// The processes it keeps state of: added, or seen forking from one that was.
     pub fn process_ids(&self) -> impl Iterator<Item = u32> + '_ {
         self.procs.keys().copied()
@@ -420,12 +519,37 @@ impl<H: Host> Converter<H> {
 
     /// The unwind tables of `path` as `pid` sees it, parsed once per file: `key` tells files apart
     /// (the path, with the identity of a foreign file).
+    ///
+    /// A file is known by its identity where the host tells it (else by `key`), and parsed once per
+    /// build id: a library that many processes map, under any path or in any container, is read and
+    /// parsed once while any of them maps it (see [`Images`]).
     fn image(&mut self, pid: u32, path: &str, key: &str) -> Option<Arc<ObjectImage>> {
-        if let Some(img) = self.images.get(key) {
-            return img.clone();
+        let seen = match self.host.identity(pid, path) {
+            Some((dev, ino, mtime)) => format!("file:{dev}:{ino}:{mtime}"),
+            None => format!("path:{key}"),
+        };
+        self.images.tick += 1;
+        let tick = self.images.tick;
+        if let Some(e) = self.images.known.get(&seen).and_then(|k| self.images.by_key.get_mut(k)) {
+            e.1 = tick;
+            return e.0.clone();
         }
-        let img = self.host.file(pid, path).and_then(|b| ObjectImage::parse(path, &b).ok()).map(Arc::new);
-        self.images.insert(key.to_string(), img.clone());
+        let bytes = self.host.file(pid, path);
+        let build_id = bytes.as_ref().and_then(|b| note_build_id(b));
+        let cache_key = build_id.map_or_else(|| seen.clone(), |b| format!("build-id:{b}"));
+        let img = match self.images.by_key.get_mut(&cache_key) {
+            Some(e) => {
+                e.1 = tick;
+                e.0.clone()
+            }
+            None => {
+                self.counters.images_loaded += 1;
+                let img = bytes.and_then(|b| ObjectImage::parse(path, &b).ok()).map(Arc::new);
+                self.images.by_key.insert(cache_key.clone(), (img.clone(), tick));
+                img
+            }
+        };
+        self.images.known.insert(seen, cache_key);
         img
     }
 
@@ -507,15 +631,23 @@ impl<H: Host> Converter<H> {
             }
             Record::Switch { tid, out: false } => self.switched_in(tid, t.time),
             Record::Switch { .. } | Record::Other => {}
-            Record::Mmap { pid, start, len, pgoff, exec, path } => {
-                if exec {
+            Record::Mmap { exec: false, .. } => {}
+            Record::Mmap { pid, start, len, pgoff, path, .. } => {
+                if !self.lazy {
                     self.add_mapping(pid, start, start.saturating_add(len), pgoff, &path);
+                } else if let Some(p) = self.procs.get_mut(&pid) {
+                    match &mut p.pending {
+                        Some(pending) => pending.push((start, start.saturating_add(len), pgoff, path)),
+                        None => self.add_mapping(pid, start, start.saturating_add(len), pgoff, &path),
+                    }
                 }
+                // (Lazily, a process not described yet is read whole at its first sample.)
             }
             Record::Comm { pid, tid, name, exec } => {
                 if exec {
                     // A new program image: the old address space is gone.
-                    self.procs.insert(pid, Proc::default());
+                    let fresh = if self.lazy { Proc::lazy() } else { Proc::default() };
+                    self.procs.insert(pid, fresh);
                 }
                 self.raw.thread_names.insert((pid, tid), name);
             }
@@ -527,8 +659,16 @@ impl<H: Host> Converter<H> {
                     self.procs.remove(&pid);
                 }
                 if pid != ppid && !self.procs.contains_key(&pid) {
-                    let child = self.procs.get(&ppid).map(Proc::fork).unwrap_or_default();
-                    self.procs.insert(pid, child);
+                    match self.procs.get(&ppid).map(Proc::fork) {
+                        Some(child) => {
+                            self.procs.insert(pid, child);
+                        }
+                        // Lazily, the child of a process not described is read at its first sample.
+                        None if self.lazy => {}
+                        None => {
+                            self.procs.insert(pid, Proc::default());
+                        }
+                    }
                     self.raw.forks.push((pid, ppid));
                 }
                 if let Some(name) = self.raw.thread_names.get(&(ppid, ptid)).cloned() {
@@ -740,8 +880,20 @@ impl<H: Host> Converter<H> {
         if let Some(b) = self.blocked.remove(&s.tid) {
             self.add_blocked(b, time);
         }
-        if !self.procs.contains_key(&s.pid) {
-            self.add_process(s.pid);
+        match self.procs.get_mut(&s.pid) {
+            None => self.add_process(s.pid),
+            Some(p) => {
+                if let Some(pending) = p.pending.take() {
+                    for (start, end, pgoff, path) in pending {
+                        self.add_mapping(s.pid, start, end, pgoff, &path);
+                    }
+                }
+            }
+        }
+        let p = self.procs.get_mut(&s.pid).expect("inserted above");
+        if !p.sampled && self.lazy {
+            p.sampled = true;
+            self.first_sampled.push(s.pid);
         }
         if !self.raw.thread_names.contains_key(&(s.pid, s.tid)) {
             let name = self.host.thread_name(s.pid, s.tid).unwrap_or_default();
@@ -891,6 +1043,7 @@ impl<H: Host> Converter<H> {
         // Threads of processes that are gone are not named again.
         let live: std::collections::HashSet<u32> = self.procs.keys().copied().collect();
         self.raw.thread_names.retain(|(pid, _), _| live.contains(pid));
+        self.images.evict();
         window
     }
 

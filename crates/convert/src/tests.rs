@@ -13,6 +13,8 @@ struct FakeHost {
     asked: Rc<RefCell<Vec<String>>>,
     perf_map: Rc<RefCell<String>>,
     jit_asks: Rc<RefCell<u32>>,
+    /// File identities by path (none: the path names the file).
+    ids: HashMap<String, (u64, u64, i64)>,
 }
 
 impl Host for FakeHost {
@@ -34,6 +36,49 @@ impl Host for FakeHost {
         let source = format!("/tmp/perf-{pid}.map");
         Some(JitUpdate { source, map, skipped: stats.skipped as u64, read: text.len() as u64 })
     }
+    fn identity(&self, _pid: u32, path: &str) -> Option<(u64, u64, i64)> {
+        self.ids.get(path).copied()
+    }
+}
+
+/// Issue 32: a library that many processes map is read once per file and parsed once per build id: two
+/// paths of one file (a link) are one read, a copy elsewhere (another container's) one more read and no
+/// more parsing. Files no process maps any more are dropped at a cut beyond the most recent
+/// [`UNUSED_IMAGES`]; one still mapped stays.
+#[test]
+fn a_library_mapped_by_many_processes_is_parsed_once() {
+    let lib = std::fs::read("/bin/true").unwrap();
+    assert!(whyslow_unwind::build_id(&lib).is_some(), "Debian's /bin/true has a build id");
+    let mut host = FakeHost::default();
+    for (path, id) in
+        [("/usr/lib/libx.so", (1, 10, 5)), ("/lib/libx.so", (1, 10, 5)), ("/ctr/lib/libx.so", (2, 20, 5))]
+    {
+        host.files.insert(path.into(), lib.clone());
+        host.ids.insert(path.into(), id);
+    }
+    let asked = host.asked.clone();
+    let mut c = Converter::new(host, converter().raw.sample_types.clone(), converter().streams.clone());
+    for (pid, path) in
+        [(1, "/usr/lib/libx.so"), (2, "/lib/libx.so"), (3, "/ctr/lib/libx.so"), (4, "/usr/lib/libx.so")]
+    {
+        c.handle(at(u64::from(pid), mmap(pid, 0x10000, path)), &ids());
+    }
+    assert_eq!(c.counters().images_loaded, 1, "one parse for the one build id");
+    assert_eq!(*asked.borrow(), ["/usr/lib/libx.so", "/ctr/lib/libx.so"], "one read per file");
+    assert_eq!(c.images_held(), 1);
+    // 40 other files, each mapped by a process that then ends (unreadable as objects: no build id).
+    for i in 0..40u32 {
+        let path = format!("/opt/f{i}.so");
+        c.handle(at(100 + u64::from(i), mmap(100 + i, 0x10000, &path)), &ids());
+        c.handle(at(100 + u64::from(i), Record::Exit { pid: 100 + i, tid: 100 + i }), &ids());
+    }
+    assert_eq!(c.images_held(), 41);
+    // Their processes are forgotten a second after their exit; the cut drops what is beyond the bound.
+    c.handle(at(5_000_000_000, Record::Other), &ids());
+    c.cut();
+    assert_eq!(c.images_held(), UNUSED_IMAGES + 1, "the bound, and the library still mapped");
+    c.handle(at(5_000_000_001, mmap(9, 0x10000, "/lib/libx.so")), &ids());
+    assert_eq!(c.counters().images_loaded, 41, "the mapped library was kept");
 }
 
 const EXE: &str = "/usr/bin/app";

@@ -323,6 +323,8 @@ pub fn target_modules(t: &Target) -> Result<Vec<PathBuf>, RecordError> {
             }
         }
         Target::Comm(name) => return target_modules(&Target::Pids(target::pids_named(name)?)),
+        // Every process's files: none in particular.
+        Target::All => {}
     }
     Ok(out)
 }

@@ -58,6 +58,17 @@ impl Host for LiveHost {
     fn thread_name(&self, pid: u32, tid: u32) -> Option<String> {
         target::comm_of(pid, tid)
     }
+
+    fn identity(&self, pid: u32, path: &str) -> Option<(u64, u64, i64)> {
+        use std::os::unix::fs::MetadataExt;
+        if !path.starts_with('/') {
+            return None;
+        }
+        let m = std::fs::metadata(crate::files::through_root(pid, path))
+            .or_else(|_| std::fs::metadata(path))
+            .ok()?;
+        Some((m.dev(), m.ino(), m.mtime().saturating_mul(1_000_000_000).saturating_add(m.mtime_nsec())))
+    }
 }
 
 fn vdso_bytes() -> Option<Vec<u8>> {
@@ -220,8 +231,12 @@ impl<'a> Session<'a> {
             crate::phases::time("start target", || target::resolve(&opts.target))?;
         // The surroundings' first reading (a /proc scan of every process) runs beside the loading of the
         // eBPF programs: it is on a short command's critical path otherwise.
+        // A whole host has no target surroundings of its own.
+        let host = matches!(opts.target, crate::Target::All);
         let env_pids = pids.clone();
-        let env = std::thread::spawn(move || crate::target_env::start(std::path::Path::new("/"), &env_pids));
+        let env = (!host).then(|| {
+            std::thread::spawn(move || crate::target_env::start(std::path::Path::new("/"), &env_pids))
+        });
         // A gate dropped on an error here lets its child exit without running the command.
         let src = Sources::start(opts, &trace, &pids, gate.is_some(), objects, &mut notes)?;
         let probe_names = opts.calls.iter().flat_map(|c| &c.probes).map(label_of).collect();
@@ -231,6 +246,9 @@ impl<'a> Session<'a> {
         if src.alloc_sites.is_some() {
             // Call sites are read from the kernel after the run, also of processes that exited by then.
             c = c.retaining_exited();
+        }
+        if src.host {
+            c = c.lazily();
         }
         if gate.is_none() {
             for &p in &pids {
@@ -245,7 +263,7 @@ impl<'a> Session<'a> {
         }
         let start_unix_ns = unix_now_ns();
         let cpu_at_start = pids.iter().map(|&p| target::cpu_time_ns(p)).sum();
-        let env = crate::phases::time(ENV_PHASE, || env.join().ok());
+        let env = crate::phases::time(ENV_PHASE, || env.and_then(|e| e.join().ok()));
         c.set_origin(sys::monotonic_ns());
         observer.started(&pids);
         let t0 = Instant::now();
@@ -305,6 +323,12 @@ impl<'a> Session<'a> {
     /// The processes the converter follows: those followed and those seen forking from them.
     pub fn processes(&self) -> impl Iterator<Item = u32> + '_ {
         self.c.process_ids()
+    }
+
+    /// The processes sampled for the first time (or first since their last exec) since the last call: in a
+    /// whole-host run ([`crate::Target::All`]), what the caller may want to learn about while they run.
+    pub fn take_first_sampled(&mut self) -> Vec<u32> {
+        self.c.take_first_sampled()
     }
 
     /// Lets process `pid` go: closes its events (the converter dropped its state when it exited).
@@ -395,7 +419,7 @@ impl<'a> Session<'a> {
                 self.killed.extend(Killed::from_wait_status(g.pid, status));
                 return Some(End::TargetEnded);
             }
-        } else if self.last_alive_check.elapsed() >= Duration::from_millis(500) {
+        } else if !self.src.host && self.last_alive_check.elapsed() >= Duration::from_millis(500) {
             self.last_alive_check = Instant::now();
             if !self.pids.iter().any(|&p| target::alive(p)) {
                 return Some(End::TargetEnded);
@@ -477,7 +501,9 @@ impl<'a> Session<'a> {
         // Each window carries its surroundings' readings (an agent's doctor checks quotas too).
         let pids = self.pids.clone();
         raw.meta.target_env = self.env.take().map(|e| e.finish(&pids));
-        self.env = Some(crate::target_env::start(std::path::Path::new("/"), &pids));
+        if !self.src.host {
+            self.env = Some(crate::target_env::start(std::path::Path::new("/"), &pids));
+        }
         self.lost_before = n.lost;
         self.window_t0 = Instant::now();
         self.start_unix_ns = unix_now_ns();

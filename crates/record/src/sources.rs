@@ -13,7 +13,7 @@ use crate::target::{self, Target};
 use crate::{RecordError, RecordOptions};
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
-use whyslow_convert::records::Timed;
+use whyslow_convert::records::{Record, Timed};
 use whyslow_convert::{AllocRole, Converter, Host, Nesting, SizeArg, Stream};
 use whyslow_model::{sample_types, SampleType};
 use whyslow_symbols::placement::{Args, Needs, StackNeed};
@@ -184,7 +184,7 @@ impl Events {
     fn open_cpus(&mut self) -> Result<(), std::io::Error> {
         let Some(prog) = self.filter.filter(|_| self.per_cpu(0)) else { return Ok(()) };
         for &cpu in &self.cpus {
-            let fd = sys::open_event(&self.cfgs[0], Scope::Cpu, cpu)?;
+            let fd = sys::open_event(&self.cfgs[0], Scope::Cpu { side_band: false }, cpu)?;
             self.ids.insert(sys::event_id(&fd)?, 0);
             let ring = Ring::map(fd, self.pages)?;
             sys::set_filter(ring.fd(), prog)?;
@@ -391,6 +391,8 @@ pub(crate) struct Sources<'obj> {
     pub(crate) hit_cost: Option<crate::calls::HitCost>,
     /// What a counted syscall costs here, measured before the run (under a probe budget).
     pub(crate) syscall_cost: Option<SyscallCost>,
+    /// Whole-host sampling ([`Target::All`]).
+    pub(crate) host: bool,
 }
 
 impl<'obj> Sources<'obj> {
@@ -403,6 +405,9 @@ impl<'obj> Sources<'obj> {
         objects: &'obj mut Objects,
         notes: &mut Vec<String>,
     ) -> Result<Self, RecordError> {
+        if opts.target == Target::All {
+            return Self::start_host(opts, notes);
+        }
         let alloc = &objects.alloc;
         let alloc_probes: Vec<Probe> = alloc.iter().map(|(p, _)| p.clone()).collect();
         // Go programs' stacks go on past the runtime's switches to the system stack (bpf/clock.bpf.c).
@@ -657,6 +662,74 @@ impl<'obj> Sources<'obj> {
             alloc_probes,
             hit_cost,
             syscall_cost,
+            host: false,
+        })
+    }
+
+    /// Whole-host sampling: one cpu-clock per CPU for every process (no filter), whose side band
+    /// describes every process's mappings, names, forks, execs and exits. Nothing is opened per process
+    /// or thread, and no eBPF is loaded.
+    fn start_host(opts: &RecordOptions, notes: &mut Vec<String>) -> Result<Self, RecordError> {
+        if opts.syscalls.is_some() || opts.calls.is_some() || opts.alloc.is_some() || opts.offcpu.is_some() {
+            return Err(RecordError::Invalid("a whole-host recording samples CPU time only".into()));
+        }
+        let mut cfg = EventConfig {
+            source: Source::Clock(Clock::CpuClock),
+            frequency: opts.frequency,
+            stack_bytes: opts.stack_bytes,
+            kernel: opts.kernel,
+            enable_on_exec: false,
+        };
+        let mut ev = Events {
+            rings: Vec::new(),
+            extra: Vec::new(),
+            cfgs: Vec::new(),
+            cpus: sys::online_cpus(),
+            ids: HashMap::new(),
+            pages: opts.ring_pages,
+            filter: None,
+        };
+        let open = |ev: &mut Events, cfg: &EventConfig| -> Result<(), std::io::Error> {
+            for &cpu in &ev.cpus {
+                let fd = sys::open_event(cfg, Scope::Cpu { side_band: true }, cpu)?;
+                ev.ids.insert(sys::event_id(&fd)?, 0);
+                ev.rings.push(Ring::map(fd, ev.pages)?);
+            }
+            Ok(())
+        };
+        if let Err(e) = open(&mut ev, &cfg) {
+            ev.rings.clear();
+            ev.ids.clear();
+            match e.raw_os_error() {
+                Some(libc::EACCES) | Some(libc::EPERM) if cfg.kernel => {
+                    notes.push("kernel stacks not allowed (perf_event_paranoid): user stacks only".into());
+                    cfg.kernel = false;
+                    open(&mut ev, &cfg).map_err(|e| classify(e, 0))?;
+                }
+                _ => return Err(classify(e, 0)),
+            }
+        }
+        for ring in &ev.rings {
+            sys::enable(ring.fd()).map_err(RecordError::PerfEvent)?;
+        }
+        ev.cfgs.push(cfg);
+        Ok(Sources {
+            ev,
+            syscalls: None,
+            calls: None,
+            alloc_sites: None,
+            exits: None,
+            offcpu: None,
+            clock_filter: None,
+            streams: vec![Stream::Cpu { slot: 0 }],
+            sample_types: vec![
+                SampleType { name: sample_types::CPU.into(), unit: "samples".into() },
+                SampleType { name: sample_types::CPU_NS.into(), unit: "nanoseconds".into() },
+            ],
+            alloc_probes: Vec::new(),
+            hit_cost: None,
+            syscall_cost: None,
+            host: true,
         })
     }
 
@@ -743,6 +816,11 @@ impl<'obj> Sources<'obj> {
             p.drain(&mut batch);
         }
         self.ev.read(c, buf, &mut batch);
+        if self.host {
+            // The idle task's samples (pid 0) and the recorder's own are nobody's profile.
+            let me = std::process::id();
+            batch.retain(|t| !matches!(&t.record, Record::Sample(s) if s.pid == 0 || s.pid == me));
+        }
         if let Some(f) = &self.clock_filter {
             // The per-CPU clock is the first event configured.
             f.join_goroutines(&mut batch, |id| self.ev.ids.get(&id) == Some(&0));
@@ -758,6 +836,10 @@ impl<'obj> Sources<'obj> {
         opts: &RecordOptions,
         notes: &mut Vec<String>,
     ) -> Result<(), RecordError> {
+        if self.host {
+            // Every process is sampled already.
+            return Ok(());
+        }
         if !self.ev.cfgs.is_empty() {
             open_all(&mut self.ev, &[pid], false, notes)?;
         }

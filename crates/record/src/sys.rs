@@ -98,8 +98,9 @@ pub enum Scope {
     /// One thread (and the threads and children it starts later) on one CPU; `side_band` asks for the
     /// records that follow its mappings, names, forks and exits.
     Task { tid: i32, side_band: bool },
-    /// Every process on one CPU, opened disabled: the caller attaches a filter, then enables it.
-    Cpu,
+    /// Every process on one CPU, opened disabled: the caller attaches a filter (or not), then enables
+    /// it; `side_band` asks for the records of every process's mappings, names, forks and exits.
+    Cpu { side_band: bool },
 }
 
 /// Opens `cfg` on `cpu` for `scope`.
@@ -148,9 +149,9 @@ pub fn open_event(cfg: &EventConfig, scope: Scope, cpu: i32) -> io::Result<Owned
             attr.set_inherit(1);
             (tid, side_band)
         }
-        Scope::Cpu => {
+        Scope::Cpu { side_band } => {
             attr.set_disabled(1);
-            (-1, false)
+            (-1, side_band)
         }
     };
     // A tracepoint fires in the kernel; excluding the kernel would silence it.

@@ -9,7 +9,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 /// What to profile.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
     /// Launch this command (argv) and profile it and everything it starts.
     Launch(Vec<String>),
@@ -17,6 +17,10 @@ pub enum Target {
     Pids(Vec<u32>),
     /// Attach to every running process whose name (comm) is this.
     Comm(String),
+    /// Every process of the host, now and later: one clock per CPU samples whatever runs there, and its
+    /// side band (mappings, names, forks, execs and exits of every process) describes the processes,
+    /// each read and unwound from its first sample on. CPU samples only.
+    All,
 }
 
 /// A forked child blocked before exec until [`Gated::release`].
@@ -142,6 +146,7 @@ pub(crate) fn resolve(target: &Target) -> Result<Resolved, RecordError> {
             (pids.clone(), vec!["-p".into(), list], None)
         }
         Target::Comm(name) => (pids_named(name)?, vec!["--comm".into(), name.clone()], None),
+        Target::All => (Vec::new(), vec!["--all".into()], None),
     })
 }
 

@@ -407,7 +407,8 @@ async fn ui_asset(Path(file): Path<String>) -> ApiResult {
 /// Cheap (no store query, no lock held for long) and open: the store's last write and the recorder's
 /// last scan, 503 when either is failing.
 async fn healthz(State(s): State<Arc<Shared>>) -> Response {
-    let tracked = s.tracked.lock().expect("tracked lock").values().filter(|t| t.gone_ns.is_none()).count();
+    let tracked = s.tracked.lock().expect("tracked lock").values().filter(|t| t.gone_ns.is_none()).count()
+        + s.host_tracked.lock().expect("tracked lock").values().filter(|t| t.gone_ns.is_none()).count();
     let store_error = s.store_error.lock().expect("store error lock").clone();
     let beat = s.manager_beat_ns.load(Ordering::Relaxed);
     // No manager (whyslow view) is not a failure; a manager that has not scanned for 10 s is.
@@ -561,9 +562,11 @@ async fn processes(
         Some(t) => Some(target_id(t, &s)?),
         None => None,
     };
-    let tracked = s.tracked.lock().expect("tracked lock");
+    let tracked = s.tracked.lock().expect("tracked lock").clone();
+    let host = s.host_tracked.lock().expect("tracked lock").clone();
     let list: Vec<serde_json::Value> = tracked
         .values()
+        .chain(host.values())
         .filter(|t| t.gone_ns.is_none() && only.is_none_or(|id| t.targets.contains(&id)))
         .map(|t| {
             serde_json::json!({
@@ -578,7 +581,7 @@ async fn processes(
                 // Recorded once for all its targets: with the shortest window any of them asks for.
                 "window_s": t.key.window_s,
                 "frequency": t.key.frequency,
-                "followed": if t.root == t.view.pid { "directly".to_string() } else { format!("inherited from {}", t.root) },
+                "followed": if t.host { "host-wide".to_string() } else if t.root == t.view.pid { "directly".to_string() } else { format!("inherited from {}", t.root) },
                 "since_unix_ns": t.since_ns,
             })
         })

@@ -148,6 +148,9 @@ pub struct Shared {
     /// The targets as stored, by id.
     targets: RwLock<BTreeMap<i64, TargetSpec>>,
     tracked: Mutex<BTreeMap<u32, recorder::Tracked>>,
+    /// The processes the whole-host sampling (targets of every process) saw, from their first sample
+    /// until shortly after they ended; apart from `tracked` (a process can be both).
+    host_tracked: Mutex<BTreeMap<u32, recorder::Tracked>>,
     counters: Arc<Counters>,
     push_stats: Mutex<BTreeMap<String, pusher::PushStats>>,
     /// The always-on doctor's counters, and each webhook's.
@@ -293,6 +296,7 @@ fn run_with(opts: ServeOptions, record: bool, on_listen: impl FnOnce(SocketAddr)
         store: Mutex::new(store),
         targets: RwLock::new(stored),
         tracked: Mutex::new(BTreeMap::new()),
+        host_tracked: Mutex::new(BTreeMap::new()),
         counters: Arc::new(Counters::default()),
         push_stats: Mutex::new(BTreeMap::new()),
         doctor: Mutex::new(watch::Stats::default()),

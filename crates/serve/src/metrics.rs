@@ -58,6 +58,8 @@ pub fn render(s: &Shared) -> Result<String, crate::api::ApiError> {
         live.iter().filter(|t| t.root != t.view.pid).count(),
     );
     drop(tracked);
+    let host = s.host_tracked.lock().expect("tracked lock").values().filter(|t| t.gone_ns.is_none()).count();
+    o.value("whyslow_tracked_processes", &[("followed", "host")], host);
     let samples = c.samples.lock().expect("counters lock").clone();
     o.family(
         "whyslow_samples_total",

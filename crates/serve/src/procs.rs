@@ -207,6 +207,33 @@ pub fn read(pid: u32) -> Option<ProcessView> {
     Some(ProcessView { pid, ppid, comm, cmdline, cgroup, start_ticks })
 }
 
+/// The kernel's flag of its own threads (`PF_KTHREAD`, /proc/PID/stat's flags).
+const PF_KTHREAD: u64 = 0x0020_0000;
+
+/// A process the whole-host sampling just sampled, as far as it can still be read: None for a kernel
+/// thread or a process whose /proc entry is gone. One that ended but is not reaped yet (a zombie) keeps
+/// its name, parent and cgroup (not its command line).
+pub fn read_sampled(pid: u32) -> Option<ProcessView> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (head, rest) = stat.rsplit_once(") ")?;
+    let comm = head.split_once(" (")?.1.to_string();
+    let fields: Vec<&str> = rest.split(' ').collect();
+    // After the comm: state(0) ppid(1) pgrp(2) session(3) tty(4) tpgid(5) flags(6) ... starttime(19).
+    let flags: u64 = fields.get(6)?.parse().ok()?;
+    if flags & PF_KTHREAD != 0 {
+        return None;
+    }
+    let ppid = fields.get(1)?.parse().ok()?;
+    let start_ticks = fields.get(19)?.parse().ok()?;
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let cmdline = String::from_utf8_lossy(&raw).trim_end_matches('\0').replace('\0', " ");
+    let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("0::").map(str::to_string)))
+        .unwrap_or_default();
+    Some(ProcessView { pid, ppid, comm, cmdline, cgroup, start_ticks })
+}
+
 #[cfg(test)]
 mod tests {
     /// A child started after the watcher is seen through events (not a full scan), and its exit too.
@@ -228,6 +255,15 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(100));
         assert!(!p.refresh().contains_key(&pid), "the ended child is gone");
         assert_eq!(p.full_scans, before, "no full scan was needed");
+    }
+
+    /// A sampled process is read with its name and start time; a kernel thread is nobody's.
+    #[test]
+    fn a_sampled_process_is_read_and_a_kernel_thread_is_not() {
+        let me = super::read_sampled(std::process::id()).expect("this process");
+        assert_eq!(me, super::read(std::process::id()).expect("read as a scan does"));
+        assert_eq!(super::read_sampled(2), None, "kthreadd is a kernel thread");
+        assert_eq!(super::read_sampled(u32::MAX), None, "no such process");
     }
 
     #[test]

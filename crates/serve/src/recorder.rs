@@ -7,6 +7,12 @@
 //! fork) and is not opened again. Each session runs on its own thread (a [`Session`] borrows its eBPF
 //! objects), cuts a window every `window_s` seconds and hands it to the window worker, which symbolizes
 //! it, splits it by process, and stores one row per (target, process).
+//!
+//! Targets of every process (`match.all`) are not matched against /proc: one whole-host session samples
+//! every CPU with one clock each (no event per process or thread, no scan), learns about processes from
+//! the clock's side band (mappings, execs, forks, exits) and from each process's first sample, when it
+//! is read (name, command line, cgroup) and matched against those targets. Its per-process state goes
+//! when the process ends. It samples CPU time only, at the highest frequency those targets ask for.
 
 use crate::spec::{ProcessView, SourceKind, TargetSpec};
 use crate::{now_ns, procs, Shared};
@@ -97,6 +103,8 @@ pub struct Tracked {
     pub since_ns: u64,
     /// When it ended or stopped matching (kept for [`GRACE`] so its last window is attributed).
     pub gone_ns: Option<u64>,
+    /// Seen by the whole-host session (in `Shared::host_tracked`), not followed.
+    pub host: bool,
 }
 
 enum Cmd {
@@ -117,6 +125,15 @@ struct SessionHandle {
 pub struct Window {
     pub raw: RawRecording,
     pub key: Key,
+    /// Cut by the whole-host session.
+    pub host: bool,
+}
+
+/// The whole-host session.
+struct HostSession {
+    key: Key,
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<()>,
 }
 
 /// Runs the manager until `shared.stopping`; then stops every session (each flushes its window) and
@@ -132,9 +149,10 @@ pub fn run(shared: Arc<Shared>) {
     };
     let mut m = Manager {
         sessions: HashMap::new(),
+        host: None,
         failed: HashMap::new(),
         windows: wtx,
-        procs: procs::Procs::new(),
+        procs: None,
         matchers: HashMap::new(),
         pending: HashMap::new(),
     };
@@ -145,7 +163,11 @@ pub fn run(shared: Arc<Shared>) {
         shared.manager_beat_ns.store(now_ns(), Ordering::Relaxed);
         std::thread::sleep(SCAN_INTERVAL.saturating_sub(t0.elapsed()));
     }
-    let Manager { mut sessions, windows: wtx, .. } = m;
+    let Manager { mut sessions, windows: wtx, host, .. } = m;
+    if let Some(h) = host {
+        h.stop.store(true, Ordering::SeqCst);
+        let _ = h.thread.join();
+    }
     for (_, s) in sessions.drain() {
         s.stop.store(true, Ordering::SeqCst);
         let _ = s.thread.join();
@@ -159,10 +181,13 @@ const RETRY: Duration = Duration::from_secs(10);
 
 struct Manager {
     sessions: HashMap<Key, SessionHandle>,
+    /// The session of the targets of every process, if any runs.
+    host: Option<HostSession>,
     /// Keys whose session failed, and when to try again.
     failed: HashMap<Key, Instant>,
     windows: Sender<Window>,
-    procs: procs::Procs,
+    /// The processes of the machine, while targets other than whole-host ones run.
+    procs: Option<procs::Procs>,
     matchers: HashMap<i64, (TargetSpec, crate::spec::Matcher)>,
     /// Processes started after their followed ancestor whose fork the session has not shown yet, and
     /// since when.
@@ -206,20 +231,56 @@ impl Manager {
         self.failed.retain(|_, until| Instant::now() < *until);
     }
 
+    /// The whole-host session the targets of every process want (CPU samples at their highest
+    /// frequency, their shortest window), started, changed or stopped.
+    fn manage_host(&mut self, shared: &Arc<Shared>, specs: &[&TargetSpec]) {
+        let want = Key::of(specs.iter().copied()).map(|mut k| {
+            k.sources = BTreeSet::from([SourceKind::Cpu]);
+            k
+        });
+        if self.host.as_ref().is_some_and(|h| h.thread.is_finished()) {
+            // It failed to start (the error is logged): tried again after RETRY.
+            let h = self.host.take().expect("checked above");
+            let _ = h.thread.join();
+            self.failed.insert(h.key, Instant::now() + RETRY);
+        }
+        if self.host.as_ref().map(|h| &h.key) == want.as_ref() {
+            return;
+        }
+        if let Some(h) = self.host.take() {
+            h.stop.store(true, Ordering::SeqCst);
+            let _ = h.thread.join();
+        }
+        if let Some(key) = want.filter(|k| !self.failed.contains_key(k)) {
+            self.host = Some(start_host_session(shared, key, self.windows.clone()));
+        }
+    }
+
     /// One scan: which processes each running target matches now, and the sessions following them.
-    fn manage(&mut self, shared: &Shared) {
+    fn manage(&mut self, shared: &Arc<Shared>) {
         // Matchers are compiled once per definition.
         let defs = shared.targets.read().expect("targets lock").clone();
         self.matchers.retain(|id, (spec, _)| defs.get(id) == Some(spec));
-        let targets: Vec<(i64, TargetSpec, crate::spec::Matcher)> = defs
-            .into_iter()
-            .filter(|(_, s)| s.state == crate::spec::State::Running)
+        let running = || defs.iter().filter(|(_, s)| s.state == crate::spec::State::Running);
+        let host: Vec<&TargetSpec> = running().filter(|(_, s)| s.matcher.all).map(|(_, s)| s).collect();
+        self.manage_host(shared, &host);
+        let targets: Vec<(i64, TargetSpec, crate::spec::Matcher)> = running()
+            .filter(|(_, s)| !s.matcher.all)
+            .map(|(&id, s)| (id, s.clone()))
             .map(|(id, s)| {
                 let m = self.matchers.entry(id).or_insert_with(|| (s.clone(), s.matcher())).1.clone();
                 (id, s, m)
             })
             .collect();
-        let views = self.procs.refresh().clone();
+        // Without targets to match, no process is read (and the proc connector is closed).
+        if targets.is_empty() {
+            self.procs = None;
+        }
+        let views = match (&mut self.procs, targets.is_empty()) {
+            (_, true) => BTreeMap::new(),
+            (Some(p), false) => p.refresh().clone(),
+            (None, false) => self.procs.insert(procs::Procs::new()).refresh().clone(),
+        };
         let ticks = uptime_ticks();
         self.pending.retain(|pid, _| views.contains_key(pid));
         let now = now_ns();
@@ -287,7 +348,16 @@ impl Manager {
             }
             tracked.insert(
                 pid,
-                Tracked { view, targets: ids, key, root, follow_ticks: ticks, since_ns: now, gone_ns: None },
+                Tracked {
+                    view,
+                    targets: ids,
+                    key,
+                    root,
+                    follow_ticks: ticks,
+                    since_ns: now,
+                    gone_ns: None,
+                    host: false,
+                },
             );
         }
         // Stored once they are followed and listed: a store busy with a window holds up neither.
@@ -416,11 +486,117 @@ fn session_thread(
         }
         if Instant::now() >= cut_at {
             cut_at += window;
-            let _ = windows.send(Window { raw: s.cut(), key: key.clone() });
+            let _ = windows.send(Window { raw: s.cut(), key: key.clone(), host: false });
         }
     }
     let raw = s.finish(&mut Quiet);
-    let _ = windows.send(Window { raw, key: key.clone() });
+    let _ = windows.send(Window { raw, key: key.clone(), host: false });
+    Ok(())
+}
+
+fn start_host_session(shared: &Arc<Shared>, key: Key, windows: Sender<Window>) -> HostSession {
+    let stop = Arc::new(AtomicBool::new(false));
+    let thread = {
+        let (key, stop, shared) = (key.clone(), stop.clone(), shared.clone());
+        std::thread::Builder::new()
+            .name("whyslow-rec-host".into())
+            .spawn(move || {
+                if let Err(e) = host_session_thread(&shared, &key, stop, &windows) {
+                    eprintln!("whyslow serve: recording every process failed: {e}");
+                    shared.counters.session_errors.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+            .expect("spawning a thread")
+    };
+    HostSession { key, stop, thread }
+}
+
+/// How often the whole-host session lets go of the processes that ended.
+const HOST_SWEEP: Duration = Duration::from_secs(1);
+
+/// Samples every process of the host (see the module's documentation): each process is read when its
+/// first sample arrives (while it runs: samples are taken in within 100 ms) and listed in
+/// `host_tracked` with the targets of every process that match it, until it ends.
+fn host_session_thread(
+    shared: &Arc<Shared>,
+    key: &Key,
+    stop: Arc<AtomicBool>,
+    windows: &Sender<Window>,
+) -> Result<(), whyslow_record::RecordError> {
+    let stack_bytes = RecordOptions::default().stack_bytes;
+    let opts = RecordOptions {
+        target: Target::All,
+        frequency: key.frequency,
+        cpu: true,
+        ring_pages: ring_pages(key.frequency, stack_bytes),
+        stop: Some(stop),
+        ..RecordOptions::default()
+    };
+    let mut objects = Objects::new(&opts)?;
+    let mut s = Session::start(&opts, &mut objects, &mut Quiet)?;
+    let window = Duration::from_secs(key.window_s);
+    let mut cut_at = Instant::now() + window;
+    let mut swept = Instant::now();
+    let mut seen = (0, 0);
+    let mut matchers: HashMap<i64, (TargetSpec, crate::spec::Matcher)> = HashMap::new();
+    loop {
+        let end = s.step(&mut Quiet);
+        let first = s.take_first_sampled();
+        if !first.is_empty() {
+            let defs = shared.targets.read().expect("targets lock").clone();
+            matchers.retain(|id, (spec, _)| defs.get(id) == Some(spec));
+            let host: Vec<(i64, crate::spec::Matcher)> = defs
+                .into_iter()
+                .filter(|(_, s)| s.state == crate::spec::State::Running && s.matcher.all)
+                .map(|(id, s)| (id, matchers.entry(id).or_insert_with(|| (s.clone(), s.matcher())).1.clone()))
+                .collect();
+            let now = now_ns();
+            let seen: Vec<Tracked> = first
+                .into_iter()
+                .filter_map(procs::read_sampled)
+                .map(|view| Tracked {
+                    targets: host.iter().filter(|(_, m)| m.matches(&view)).map(|(id, _)| *id).collect(),
+                    root: view.pid,
+                    view,
+                    key: key.clone(),
+                    follow_ticks: 0,
+                    since_ns: now,
+                    gone_ns: None,
+                    host: true,
+                })
+                .collect();
+            let mut tracked = shared.host_tracked.lock().expect("tracked lock");
+            for t in seen {
+                // A process that exec'd is read again: its new name and command line replace the old.
+                tracked.insert(t.view.pid, t);
+            }
+        }
+        if swept.elapsed() >= HOST_SWEEP {
+            swept = Instant::now();
+            // The converter lets a process go a second after it ended.
+            let live: std::collections::HashSet<u32> = s.processes().collect();
+            let now = now_ns();
+            let mut tracked = shared.host_tracked.lock().expect("tracked lock");
+            for (pid, t) in tracked.iter_mut() {
+                if t.gone_ns.is_none() && !live.contains(pid) {
+                    t.gone_ns = Some(now);
+                }
+            }
+            tracked.retain(|_, t| t.gone_ns.is_none_or(|g| now.saturating_sub(g) < GRACE.as_nanos() as u64));
+        }
+        let n = s.counters();
+        shared.counters.add(key, n.samples - seen.0, n.lost - seen.1);
+        seen = (n.samples, n.lost);
+        if end == Some(whyslow_record::End::Stopped) {
+            break;
+        }
+        if Instant::now() >= cut_at {
+            cut_at += window;
+            let _ = windows.send(Window { raw: s.cut(), key: key.clone(), host: true });
+        }
+    }
+    let raw = s.finish(&mut Quiet);
+    let _ = windows.send(Window { raw, key: key.clone(), host: true });
     Ok(())
 }
 
@@ -447,34 +623,16 @@ fn window_worker(shared: Arc<Shared>, rx: Receiver<Window>) {
         if w.raw.samples.is_empty() {
             continue;
         }
-        let profile = symbolizer.symbolize(w.raw);
-        let tracked = shared.tracked.lock().expect("tracked lock").clone();
-        // A process is this session's only if it is followed under the session's key: a child forked
-        // from a followed parent inherits the parent's events, and when other targets match the child
-        // too (another key), its own session records it: what it inherited here would count it twice.
-        // Each followed process is stored as itself (its pid, cgroup and targets), whether its events
-        // are its own or inherited; a child no target matches goes with its nearest followed ancestor.
-        let owner = |pid: u32| {
-            let mut p = pid;
-            for _ in 0..64 {
-                if let Some(t) = tracked.get(&p) {
-                    return (t.key == w.key).then_some(p);
-                }
-                p = parents.get(&p)?.0;
-            }
-            None
+        let rows = if w.host {
+            host_rows(&shared, &mut symbolizer, w.raw)
+        } else {
+            followed_rows(&shared, &mut symbolizer, w, &parents)
         };
-        let parts = whyslow_analyze::diff::split(&profile, owner);
-        let mut rows = Vec::new();
-        for (pid, part) in &parts {
-            let Some(t) = tracked.get(pid) else { continue };
-            let mut ids = t.targets.clone();
-            ids.sort_unstable();
-            ids.dedup();
-            rows.push((ids, t.view.clone(), part));
-        }
         let refs: Vec<(&[i64], &ProcessView, &whyslow_model::Profile)> =
-            rows.iter().map(|(ids, v, p)| (ids.as_slice(), v, *p)).collect();
+            rows.iter().map(|(ids, v, p)| (ids.as_slice(), v, p)).collect();
+        if refs.is_empty() {
+            continue;
+        }
         let stored = shared.store.lock().expect("store lock").add_windows(&refs);
         shared.store_result(&stored);
         match stored {
@@ -502,6 +660,76 @@ fn window_worker(shared: Arc<Shared>, rx: Receiver<Window>) {
             base_rss = crate::metrics::own_usage().1.min(rss);
         }
     }
+}
+
+/// One stored row: the targets, the process, its part of the window.
+type Row = (Vec<i64>, ProcessView, whyslow_model::Profile);
+
+/// The rows of a window of followed processes, each under the targets it was followed for.
+fn followed_rows(
+    shared: &Shared,
+    symbolizer: &mut whyslow_symbolize::Resident,
+    w: Window,
+    parents: &HashMap<u32, (u32, Instant)>,
+) -> Vec<Row> {
+    let profile = symbolizer.symbolize(w.raw);
+    let tracked = shared.tracked.lock().expect("tracked lock").clone();
+    // A process is this session's only if it is followed under the session's key: a child forked
+    // from a followed parent inherits the parent's events, and when other targets match the child
+    // too (another key), its own session records it: what it inherited here would count it twice.
+    // Each followed process is stored as itself (its pid, cgroup and targets), whether its events
+    // are its own or inherited; a child no target matches goes with its nearest followed ancestor.
+    let owner = |pid: u32| {
+        let mut p = pid;
+        for _ in 0..64 {
+            if let Some(t) = tracked.get(&p) {
+                return (t.key == w.key).then_some(p);
+            }
+            p = parents.get(&p)?.0;
+        }
+        None
+    };
+    let parts = whyslow_analyze::diff::split(&profile, owner);
+    let mut rows = Vec::new();
+    for (pid, part) in parts {
+        let Some(t) = tracked.get(&pid) else { continue };
+        let mut ids = t.targets.clone();
+        ids.sort_unstable();
+        ids.dedup();
+        rows.push((ids, t.view.clone(), part));
+    }
+    rows
+}
+
+/// The rows of a whole-host window: each process that targets of every process matched, under them.
+/// The samples of the others (and of processes never read) are dropped before symbolizing.
+fn host_rows(
+    shared: &Shared,
+    symbolizer: &mut whyslow_symbolize::Resident,
+    mut raw: RawRecording,
+) -> Vec<Row> {
+    let mut of: HashMap<u32, (Vec<i64>, ProcessView)> = HashMap::new();
+    {
+        let tracked = shared.host_tracked.lock().expect("tracked lock");
+        for (_, thread, _) in raw.samples.keys() {
+            if let Some(t) = tracked.get(&thread.pid).filter(|t| !t.targets.is_empty()) {
+                of.entry(thread.pid).or_insert_with(|| (t.targets.clone(), t.view.clone()));
+            }
+        }
+    }
+    raw.samples.retain(|(_, thread, _), _| of.contains_key(&thread.pid));
+    if raw.samples.is_empty() {
+        return Vec::new();
+    }
+    let profile = symbolizer.symbolize(raw);
+    let parts = whyslow_analyze::diff::split(&profile, |pid| of.contains_key(&pid).then_some(pid));
+    parts
+        .into_iter()
+        .filter_map(|(pid, part)| {
+            let (ids, view) = of.remove(&pid)?;
+            Some((ids, view, part))
+        })
+        .collect()
 }
 
 /// How much the agent may grow through the symbolizer's caches before they are dropped.

@@ -153,6 +153,13 @@ impl TargetSpec {
         if m.comm.is_none() && m.cmdline.is_none() && m.pids.is_empty() && m.cgroup.is_none() && !m.all {
             return bad("match needs at least one of comm, cmdline, pids, cgroup, all".into());
         }
+        // Every process is sampled by one clock per CPU (see recorder.rs): nothing else is recorded so.
+        if m.all && self.sources.iter().any(|s| *s != SourceKind::Cpu) {
+            return bad(
+                "a target of every process (match.all) samples on-CPU time only: sources must be [\"cpu\"]"
+                    .into(),
+            );
+        }
         if let Some(re) = &m.comm {
             compile(re)?;
         }
@@ -458,6 +465,7 @@ mod tests {
     fn bad_definitions_say_what_is_wrong() {
         let err = |b: &[u8]| TargetSpec::from_json(b).unwrap_err().to_string();
         assert!(err(br#"{"match":{}}"#).contains("at least one"));
+        assert!(err(br#"{"match":{"all":true},"sources":["cpu","offcpu"]}"#).contains("on-CPU time only"));
         assert!(err(br#"{"match":{"comm":"("}}"#).contains("not a valid regular expression"));
         assert!(err(br#"{"match":{"comm":"a"},"bogus":1}"#).contains("unknown field `bogus`"));
         assert!(err(br#"{"match":{"comm":"a"},"sources":["gpu"]}"#).contains("unknown variant `gpu`"));

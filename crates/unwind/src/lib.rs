@@ -124,6 +124,14 @@ impl GoFrame {
     }
 }
 
+/// The GNU build id in an object file's notes (hex), read without parsing the rest (as
+/// [`ObjectImage::build_id`] names it); None when it has none or is no object file.
+pub fn build_id(bytes: &[u8]) -> Option<String> {
+    let obj = object::File::parse(bytes).ok()?;
+    let id = obj.build_id().ok()??;
+    (!id.is_empty()).then(|| id.iter().map(|x| format!("{x:02x}")).collect())
+}
+
 impl ObjectImage {
     /// Parses an ELF image from its bytes.
     pub fn parse(path: &str, file: &FileBytes) -> Result<Self, ImageError> {
