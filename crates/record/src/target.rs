@@ -200,6 +200,38 @@ pub fn pids_by_comm(name: &str) -> Vec<u32> {
     pids
 }
 
+/// A running process as `top -a` and `--comm RE` choose them: its pid, parent and name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Process {
+    pub pid: u32,
+    pub ppid: u32,
+    pub comm: String,
+}
+
+/// Every running process but whyslow itself, kernel threads (no command line) and zombies, by pid.
+pub fn processes() -> Vec<Process> {
+    let me = std::process::id();
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let mut v: Vec<Process> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid != me)
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let (head, rest) = stat.rsplit_once(") ")?;
+            let comm = head.split_once(" (")?.1.to_string();
+            let mut fields = rest.split(' ');
+            if matches!(fields.next(), Some("Z" | "X")) {
+                return None;
+            }
+            let ppid = fields.next()?.parse().ok()?;
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            (!cmdline.is_empty()).then_some(Process { pid, ppid, comm })
+        })
+        .collect();
+    v.sort_unstable_by_key(|p| p.pid);
+    v
+}
+
 /// Names of running processes, for "did you mean" suggestions.
 pub fn all_comms() -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir("/proc")

@@ -14,6 +14,7 @@ mod record;
 mod report;
 mod serve;
 mod syscalls;
+mod top;
 mod view;
 
 pub use calls::calls;
@@ -27,6 +28,7 @@ pub use record::record;
 pub use report::report;
 pub use serve::serve;
 pub use syscalls::syscalls;
+pub use top::top;
 pub use view::view;
 
 use crate::shell::split_command;
