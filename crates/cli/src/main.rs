@@ -382,12 +382,37 @@ pub struct CallsArgs {
     /// Probe more functions than the guard allows (every probed call traps into the kernel).
     #[arg(long)]
     pub yes: bool,
+    /// Stop the probes once their estimated cost (each hit priced as measured at the start) passes PCT
+    /// percent of the target's CPU time, as the doctor does; counts are then rates over the window
+    /// they cover. Default: 5 for running processes (-p, --comm), none for a launched command (exact
+    /// counts; it runs on to its end when the probes stop). `none`: never stop.
+    #[arg(long, value_name = "PCT", value_parser = parse_budget)]
+    pub budget: Option<Budget>,
     /// Rows of each table (text output; JSON has every row).
     #[arg(long, default_value_t = DEFAULT_LIMIT)]
     pub limit: usize,
     /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub format: OutputFormat,
+}
+
+/// A probe budget given on the command line.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Budget {
+    /// Never stop the probes.
+    None,
+    /// Percent of the target's CPU time.
+    Pct(f64),
+}
+
+fn parse_budget(s: &str) -> Result<Budget, String> {
+    if s == "none" {
+        return Ok(Budget::None);
+    }
+    match s.parse::<f64>() {
+        Ok(p) if p > 0.0 && p <= 100.0 => Ok(Budget::Pct(p)),
+        _ => Err("a percentage of the target's CPU time, above 0 and at most 100, or `none`".into()),
+    }
 }
 
 impl CallsArgs {

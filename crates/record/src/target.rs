@@ -338,11 +338,27 @@ pub(crate) fn ended_unreaped(pid: u32) -> bool {
     r == 0 && unsafe { info.si_pid() } == pid as i32
 }
 
-pub(crate) fn exit_code_of(st: i32) -> i32 {
+/// The exit code of a wait status: its status, or 128 + the signal that killed it.
+pub fn exit_code_of(st: i32) -> i32 {
     if libc::WIFEXITED(st) {
         libc::WEXITSTATUS(st)
     } else {
         128 + libc::WTERMSIG(st)
+    }
+}
+
+/// Waits for a launched command left running ([`crate::RecordOptions::leave_running`]) to end by itself
+/// until `deadline`, or ends it ([`stop_launched`]) then or once a stop is requested (Ctrl-C, SIGTERM).
+/// Returns its wait status when it ended by itself, else the exit code of [`stop_launched`] as `Err`.
+pub fn wait_launched(pid: u32, deadline: Option<Instant>) -> Result<i32, i32> {
+    loop {
+        if let Some(status) = try_wait(pid) {
+            return Ok(status);
+        }
+        if crate::signals::stop_requested() || deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(stop_launched(pid));
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
