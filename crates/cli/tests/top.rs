@@ -159,3 +159,22 @@ fn bad_input_is_one_line() {
     // The pipe is closed now (the reader was dropped): the next table ends whyslow with status 0.
     assert!(c.wait().unwrap().success());
 }
+
+/// `--offcpu` weighs by blocked time: a process that only sleeps in `nap` (60 naps of 50 ms) shows
+/// under its off-CPU header with nap holding nearly all of each table's time (total%).
+#[test]
+fn offcpu_tables_show_where_the_process_blocks() {
+    let w = Running::start("naps", &["60", "50"]);
+    let out = ok(&["top", "-p", &w.pid(), "--offcpu", "-d", "2", "--limit", "100"]);
+    let headers: Vec<&str> = out.lines().filter(|l| l.starts_with("whyslow top ")).collect();
+    assert_eq!(headers.len(), 2, "{out}");
+    assert!(headers.iter().all(|h| h.ends_with("off-cpu by self")), "{out}");
+    // The rows of `nap`: its total share (third column) in each table.
+    let nap: Vec<f64> = out
+        .lines()
+        .filter(|l| l.split_whitespace().nth(4) == Some("nap"))
+        .map(|l| l.split_whitespace().nth(2).unwrap().trim_end_matches('%').parse().unwrap())
+        .collect();
+    assert_eq!(nap.len(), 2, "{out}");
+    assert!(nap.iter().all(|&p| p >= 90.0), "{nap:?}\n{out}");
+}
