@@ -55,6 +55,8 @@ enum Command {
     Syscalls(SyscallsArgs),
     /// Count calls of library and program functions exactly (like `ltrace -c`, at uprobe cost).
     Calls(CallsArgs),
+    /// The hottest functions of running processes, refreshed every second (like `perf top`).
+    Top(TopArgs),
     /// Investigate and explain: diagnose known performance anti-patterns with evidence and the fix.
     Doctor(DoctorArgs),
     /// Per-function deltas of two recordings and a differential flame graph.
@@ -380,12 +382,37 @@ pub struct CallsArgs {
     /// Probe more functions than the guard allows (every probed call traps into the kernel).
     #[arg(long)]
     pub yes: bool,
+    /// Stop the probes once their estimated cost (each hit priced as measured at the start) passes PCT
+    /// percent of the target's CPU time, as the doctor does; counts are then rates over the window
+    /// they cover. Default: 5 for running processes (-p, --comm), none for a launched command (exact
+    /// counts; it runs on to its end when the probes stop). `none`: never stop.
+    #[arg(long, value_name = "PCT", value_parser = parse_budget)]
+    pub budget: Option<Budget>,
     /// Rows of each table (text output; JSON has every row).
     #[arg(long, default_value_t = DEFAULT_LIMIT)]
     pub limit: usize,
     /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub format: OutputFormat,
+}
+
+/// A probe budget given on the command line.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Budget {
+    /// Never stop the probes.
+    None,
+    /// Percent of the target's CPU time.
+    Pct(f64),
+}
+
+fn parse_budget(s: &str) -> Result<Budget, String> {
+    if s == "none" {
+        return Ok(Budget::None);
+    }
+    match s.parse::<f64>() {
+        Ok(p) if p > 0.0 && p <= 100.0 => Ok(Budget::Pct(p)),
+        _ => Err("a percentage of the target's CPU time, above 0 and at most 100, or `none`".into()),
+    }
 }
 
 impl CallsArgs {
@@ -400,6 +427,48 @@ impl CallsArgs {
             self.stacks_period = n;
         }
     }
+}
+
+#[derive(Args)]
+#[command(
+    after_help = "Keys on a terminal: s sort by self or total, k kernel frames, o on-CPU, off-CPU or wall \
+                        time (with --offcpu), f or space freeze, q quit."
+)]
+pub struct TopArgs {
+    /// Running processes to watch (comma-separated PIDs).
+    #[arg(short = 'p', long = "pid", value_delimiter = ',', conflicts_with_all = ["comm", "all"])]
+    pub pids: Vec<u32>,
+    /// Every running process whose name matches this regular expression (and those that start later).
+    #[arg(long, value_name = "RE", conflicts_with = "all")]
+    pub comm: Option<String>,
+    /// Every process of the host (and those that start later).
+    #[arg(short = 'a', long)]
+    pub all: bool,
+    /// Stop after this many seconds (default: until q, Ctrl-C, or the processes exit).
+    #[arg(short = 'd', long = "duration", value_name = "SECONDS")]
+    pub duration: Option<f64>,
+    /// Seconds per table.
+    #[arg(short = 'i', long, default_value_t = 1.0, value_name = "SECONDS")]
+    pub interval: f64,
+    /// Sampling frequency in Hz.
+    #[arg(short = 'F', long = "freq", default_value_t = 999)]
+    pub freq: u64,
+    /// Record blocked time too (eBPF at sched_switch): the o key cycles the table through on-CPU,
+    /// off-CPU and wall time; it starts on off-CPU time.
+    #[arg(long)]
+    pub offcpu: bool,
+    /// Sort by total (the function and what it calls) instead of self (key: s).
+    #[arg(long)]
+    pub total: bool,
+    /// Leave kernel frames out (key: k).
+    #[arg(long)]
+    pub no_kernel: bool,
+    /// Rows of each table (on a terminal, at most what fits).
+    #[arg(long, default_value_t = DEFAULT_LIMIT)]
+    pub limit: usize,
+    /// Command to launch and watch (after `--`), instead of running processes.
+    #[arg(last = true)]
+    pub command: Vec<String>,
 }
 
 #[derive(Args)]
@@ -713,6 +782,7 @@ fn main() {
         Command::Syscalls(a) => commands::syscalls(a),
         Command::Calls(a) => commands::calls(a),
         Command::Doctor(a) => commands::doctor(a),
+        Command::Top(a) => commands::top(a),
         Command::Diff(a) => commands::diff(a),
         Command::Compare(a) => commands::compare(a),
         Command::Serve(a) => commands::serve(a),

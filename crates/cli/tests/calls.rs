@@ -85,7 +85,7 @@ fn attached_counts_are_exact_and_the_target_keeps_running() {
     let out = attach_to_waiting(
         &workload("calls"),
         &["5000", "64", "wait"],
-        &["calls", "--format", "json", "malloc", "bump"],
+        &["calls", "--format", "json", "--budget", "none", "malloc", "bump"],
     );
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(count(&v, "bump", "calls"), 5000, "{v}");
@@ -212,4 +212,91 @@ fn the_probe_hit_cost_is_measured_and_said() {
     assert_eq!(count(&v, "malloc", "libc.so.6"), 1000, "{v}");
     let err = fails(&["calls", "*", "--", "true"]);
     assert!(err.contains("measured here") && err.contains("--yes"), "{err}");
+}
+
+/// A running target is probed within a budget: with `--budget 1` on a workload making 3M probed calls
+/// (~1 us each, most of its CPU time), the probes stop within the budget's 20 ms credit and 1% of its CPU,
+/// long before its calls end; the output says so and gives rates over the window the counts cover. A
+/// launched command's counts stay exact by default (its 200000 probed calls cost far more than a budget
+/// allows), and with `--budget` it runs on to its end when the probes stop.
+#[test]
+fn a_running_target_is_probed_within_a_budget_and_a_launched_one_exactly() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Command, Stdio};
+    let bin = workload("calls");
+    let mut target = Command::new(&bin)
+        .args(["3000000", "64", "wait"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut target_out = BufReader::new(target.stdout.take().unwrap());
+    let mut pid = String::new();
+    target_out.read_line(&mut pid).unwrap();
+    let mut ws = whyslow()
+        .args(["calls", "--format", "json", "--budget", "1", "bump", "-p", pid.trim()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(ws.stderr.as_mut().unwrap()).read_line(&mut line).unwrap();
+    assert!(line.contains(&format!("calls of pid {} ", pid.trim())), "{line}");
+    target.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+    // whyslow ends at the budget, while the target goes on.
+    let out = ws.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    std::io::copy(&mut target_out, &mut std::io::sink()).unwrap();
+    assert!(target.wait().unwrap().success(), "the target runs to its normal end");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["stopped_at_budget"], true, "{v}");
+    let calls = count(&v, "bump", "calls");
+    assert!(calls > 0 && calls < 3_000_000, "{calls}: {v}");
+    let window = v["window_ns"].as_u64().unwrap();
+    assert!(window > 0 && window <= v["duration_ns"].as_u64().unwrap(), "{v}");
+    let per_s = v["functions"].as_array().unwrap().iter().find(|f| f["name"] == "bump").unwrap()["per_s"]
+        .as_f64()
+        .unwrap();
+    let want = calls as f64 / (window as f64 / 1e9);
+    assert!((per_s - want).abs() <= want * 1e-9, "{per_s} vs {want}: {v}");
+    let notes = v["notes"].to_string();
+    assert!(notes.contains("probes stopped after") && notes.contains("past the budget of 1%"), "{notes}");
+
+    // Launched: exact by default.
+    let v = calls_json(&["bump", "--", bin.to_str().unwrap(), "200000"]);
+    assert_eq!(count(&v, "bump", "calls"), 200000, "{v}");
+    assert_eq!(v["stopped_at_budget"], false, "{v}");
+    assert_eq!(v["window_ns"], v["duration_ns"], "{v}");
+    // Launched with a budget: the probes stop, the command runs to its end (its output, its status).
+    let out = run(&["calls", "--budget", "1", "bump", "--", bin.to_str().unwrap(), "2000000"]);
+    let (text, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{err}");
+    assert!(
+        text.contains("(the probes stopped at the budget; calls/s are per second of that window)"),
+        "{text}"
+    );
+    assert!(err.contains("the command runs on to its end"), "{err}");
+    // The workload prints its checksum at its end: a number on a line of its own.
+    assert!(text.lines().any(|l| !l.is_empty() && l.chars().all(|c| c.is_ascii_digit())), "{text}");
+}
+
+/// On a terminal (a pty from script(1)) a live line says the probes' hits per second and the
+/// slowdown, and is cleared at the end.
+#[test]
+fn a_terminal_shows_what_the_probes_cost_while_they_run() {
+    let bin = workload("calls");
+    let cmd = format!("{} calls bump -- {} 300000", env!("CARGO_BIN_EXE_whyslow"), bin.display());
+    let out = std::process::Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let live = text.split('\r').find(|l| l.contains("hits/s")).unwrap_or_else(|| panic!("{text:?}"));
+    assert!(
+        live.contains("calls:") && live.contains("of the target's") && live.contains("slower"),
+        "{live:?}"
+    );
+    assert!(text.contains("\r\x1b[2K"), "the line is cleared: {text:?}");
 }

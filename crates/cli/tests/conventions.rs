@@ -36,13 +36,14 @@ fn every_subcommands_help_is_as_blessed() {
     }
 }
 
-const SUBCOMMANDS: [&str; 14] = [
+const SUBCOMMANDS: [&str; 15] = [
     "record",
     "report",
     "flamegraph",
     "export",
     "syscalls",
     "calls",
+    "top",
     "doctor",
     "diff",
     "compare",

@@ -20,7 +20,7 @@ pub mod target;
 mod target_env;
 
 pub use bpf::syscall_numbers;
-pub use session::{record, End, Observer, Progress, Session};
+pub use session::{record, End, Observer, ProbeLoad, Progress, Session};
 pub use sources::Objects;
 pub use sys::{monotonic_ns, sampling_period, Clock};
 pub use target::Target;

@@ -21,6 +21,21 @@ pub struct Progress {
     pub elapsed: Duration,
     pub samples: u64,
     pub lost: u64,
+    /// What the probes that cost per hit (call, allocation and syscall counters) cost so far; None
+    /// when the run has none.
+    pub probes: Option<ProbeLoad>,
+}
+
+/// The probes' hits so far and their estimated cost (each hit priced as measured at the start of the
+/// run, see [`crate::RecordOptions::probe_budget`]), beside the CPU time the target used meanwhile.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProbeLoad {
+    pub hits: u64,
+    pub cost_ns: u64,
+    /// The target processes' CPU time since the start (the probes' cost is part of it).
+    pub target_cpu_ns: u64,
+    /// Whether the probe budget stopped the probes (their hits no longer grow).
+    pub stopped: bool,
 }
 
 /// The (name, module) a probed function's stacks end in.
@@ -356,7 +371,13 @@ impl<'a> Session<'a> {
         }
         if self.last_progress.elapsed() >= Duration::from_millis(250) {
             let n = self.c.counters();
-            observer.progress(&Progress { elapsed: self.t0.elapsed(), samples: n.samples, lost: n.lost });
+            let probes = self.probe_load();
+            observer.progress(&Progress {
+                elapsed: self.t0.elapsed(),
+                samples: n.samples,
+                lost: n.lost,
+                probes,
+            });
             self.last_progress = Instant::now();
         }
         if let (Some(every), Some(p)) = (self.opts.interval, &self.src.syscalls) {
@@ -451,6 +472,22 @@ impl<'a> Session<'a> {
     fn target_cpu(&self) -> u64 {
         let cpu: u64 = self.pids.iter().map(|&p| target::cpu_time_ns(p)).sum();
         cpu.saturating_sub(self.cpu_at_start)
+    }
+
+    /// What the per-hit probes cost so far (None without any).
+    fn probe_load(&self) -> Option<ProbeLoad> {
+        if self.src.calls.is_none() && self.src.alloc_sites.is_none() && self.src.syscalls.is_none() {
+            return None;
+        }
+        let latency = self.opts.calls.as_ref().is_some_and(|c| c.latency);
+        let stacks_period = self.opts.syscalls.as_ref().and_then(|s| s.stacks_period);
+        let (hits, cost_ns) = self.src.probe_cost(&self.probes, latency, stacks_period);
+        Some(ProbeLoad {
+            hits,
+            cost_ns,
+            target_cpu_ns: self.target_cpu(),
+            stopped: self.per_call_stopped.is_some(),
+        })
     }
 
     /// The probe budget, while the per-call probes it limits still run.
@@ -574,6 +611,8 @@ impl<'a> Session<'a> {
     /// Detaches everything, ends a launched command still running (unless asked to leave it), and
     /// returns what was recorded since the last cut (the whole run when there was none) with the counters.
     pub fn finish(mut self, observer: &mut impl Observer) -> RawRecording {
+        // The probes' cost up to the end, read while they are there.
+        let probes = self.probe_load();
         if self.gate.is_none() {
             // Attached targets that a signal ended during the run (whyslow is not their parent to wait).
             if let Some(w) = self.src.exits.take() {
@@ -662,6 +701,7 @@ impl<'a> Session<'a> {
             elapsed: t0.elapsed(),
             samples: counters.samples,
             lost: counters.lost,
+            probes,
         });
         let (mut raw, _) = c.finish();
         add_wall(&mut raw);

@@ -205,6 +205,38 @@ pub fn pids_by_comm(name: &str) -> Vec<u32> {
     pids
 }
 
+/// A running process as `top -a` and `--comm RE` choose them: its pid, parent and name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Process {
+    pub pid: u32,
+    pub ppid: u32,
+    pub comm: String,
+}
+
+/// Every running process but whyslow itself, kernel threads (no command line) and zombies, by pid.
+pub fn processes() -> Vec<Process> {
+    let me = std::process::id();
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let mut v: Vec<Process> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid != me)
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let (head, rest) = stat.rsplit_once(") ")?;
+            let comm = head.split_once(" (")?.1.to_string();
+            let mut fields = rest.split(' ');
+            if matches!(fields.next(), Some("Z" | "X")) {
+                return None;
+            }
+            let ppid = fields.next()?.parse().ok()?;
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            (!cmdline.is_empty()).then_some(Process { pid, ppid, comm })
+        })
+        .collect();
+    v.sort_unstable_by_key(|p| p.pid);
+    v
+}
+
 /// Names of running processes, for "did you mean" suggestions.
 pub fn all_comms() -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir("/proc")
@@ -311,11 +343,27 @@ pub(crate) fn ended_unreaped(pid: u32) -> bool {
     r == 0 && unsafe { info.si_pid() } == pid as i32
 }
 
-pub(crate) fn exit_code_of(st: i32) -> i32 {
+/// The exit code of a wait status: its status, or 128 + the signal that killed it.
+pub fn exit_code_of(st: i32) -> i32 {
     if libc::WIFEXITED(st) {
         libc::WEXITSTATUS(st)
     } else {
         128 + libc::WTERMSIG(st)
+    }
+}
+
+/// Waits for a launched command left running ([`crate::RecordOptions::leave_running`]) to end by itself
+/// until `deadline`, or ends it ([`stop_launched`]) then or once a stop is requested (Ctrl-C, SIGTERM).
+/// Returns its wait status when it ended by itself, else the exit code of [`stop_launched`] as `Err`.
+pub fn wait_launched(pid: u32, deadline: Option<Instant>) -> Result<i32, i32> {
+    loop {
+        if let Some(status) = try_wait(pid) {
+            return Ok(status);
+        }
+        if crate::signals::stop_requested() || deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(stop_launched(pid));
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

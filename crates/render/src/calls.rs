@@ -54,11 +54,21 @@ pub fn text(w: &mut impl Write, p: &Profile, rows: &[CallRow], how: &TextOptions
     counted.sort_unstable();
     counted.dedup();
     let n = counted.len();
+    let window = if p.meta.calls_duration_ns > 0 {
+        // The probe budget stopped the probes: the counts cover their window, the rates are per second of it.
+        format!(
+            "the first {} of the {} run (the probes stopped at the budget; calls/s are per second of that \
+             window)",
+            crate::units::duration(p.meta.calls_duration_ns as i64),
+            crate::units::duration(p.meta.duration_ns as i64)
+        )
+    } else {
+        crate::units::duration(p.meta.duration_ns as i64)
+    };
     writeln!(
         w,
-        "{n} function{} counted exactly in the kernel for {}{}\n",
+        "{n} function{} counted exactly in the kernel for {window}{}\n",
         if n == 1 { "" } else { "s" },
-        crate::units::duration(p.meta.duration_ns as i64),
         if how.follow_children {
             " (target and its children)"
         } else {
@@ -106,7 +116,8 @@ pub fn table(
     zeros: bool,
     limit: usize,
 ) -> std::io::Result<()> {
-    let secs = p.meta.duration_ns as f64 / 1e9;
+    // Over the window the counters ran (the run, unless the probe budget stopped them).
+    let secs = p.meta.calls_seconds();
     let uncalled = rows.iter().filter(|r| r.stat.calls == 0).count();
     let listed: Vec<&CallRow> = rows.iter().filter(|r| zeros || r.stat.calls > 0).collect();
     // The first `limit` of each group, and how many of each were left out.
@@ -144,11 +155,7 @@ pub fn table(
         let module = basename(&s.module);
         if timed {
             let avg = s.total_ns.checked_div(s.timed).unwrap_or(0);
-            let wall = if p.meta.duration_ns > 0 {
-                100.0 * s.total_ns as f64 / p.meta.duration_ns as f64
-            } else {
-                0.0
-            };
+            let wall = if secs > 0.0 { 100.0 * s.total_ns as f64 / (secs * 1e9) } else { 0.0 };
             let time = |ns: u64| crate::units::duration(ns as i64);
             writeln!(
                 w,
@@ -179,15 +186,18 @@ pub fn table(
     Ok(())
 }
 
-/// `{"duration_s", "functions": [{"name", "module", "calls", "total_ns"?, "avg_ns"?, ...}], "callers":
+/// `{"duration_s", "window_ns" (what the counts cover: the run, or less when "stopped_at_budget"),
+/// "functions": [{"name", "module", "calls", "per_s" (over the window), "total_ns"?, ...}], "callers":
 /// [{"name", "sampled", "stacks": [{"frames" (root first), "count"}]}], "lost_stacks", "unmatched", ...}`.
 pub fn json(w: &mut impl Write, p: &Profile, rows: &[CallRow], unmatched: &[String]) -> std::io::Result<()> {
+    let window_s = p.meta.calls_seconds();
     let functions: Vec<serde_json::Value> = rows
         .iter()
         .map(|r| {
             let s = &r.stat;
+            let per_s = if window_s > 0.0 { s.calls as f64 / window_s } else { 0.0 };
             let mut v = serde_json::json!({
-                "name": s.name, "module": s.module, "calls": s.calls, "group": s.group,
+                "name": s.name, "module": s.module, "calls": s.calls, "per_s": per_s, "group": s.group,
                 "aliases": s.aliases, "implementation": s.implementation, "processes": r.processes,
             });
             if let Some(avg) = s.total_ns.checked_div(s.timed) {
@@ -220,6 +230,8 @@ pub fn json(w: &mut impl Write, p: &Profile, rows: &[CallRow], unmatched: &[Stri
     let doc = serde_json::json!({
         "duration_s": p.meta.duration_ns as f64 / 1e9,
         "duration_ns": p.meta.duration_ns,
+        "window_ns": if p.meta.calls_duration_ns > 0 { p.meta.calls_duration_ns } else { p.meta.duration_ns },
+        "stopped_at_budget": p.meta.calls_duration_ns > 0,
         "functions": functions,
         "callers": callers,
         "lost_stacks": p.meta.lost_samples,
@@ -275,5 +287,35 @@ allocation
   ... 1 more functions of allocation (--limit)
 ";
         assert_eq!(text, want);
+    }
+
+    /// Counters the budget stopped after 0.5 s of a 2 s run: the title says which window the counts
+    /// cover, calls/s are per second of it (40000 calls in 0.5 s: 80.0k/s), and the JSON says both.
+    #[test]
+    fn counts_stopped_by_the_budget_are_rates_over_their_window() {
+        let mut p = profile();
+        p.meta.calls_duration_ns = 500_000_000;
+        let rows = whyslow_analyze::call_summary(&p);
+        let how = TextOptions { matched: &[], follow_children: false, callers_period: 1, limit: 1 };
+        let mut out = Vec::new();
+        text(&mut out, &p, &rows, &how).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.starts_with(
+                "3 functions counted exactly in the kernel for the first 500ms of the 2.00s run (the probes \
+                 stopped at the budget; calls/s are per second of that window)"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("       40000    80.0k/s    50.0ms    1.25µs    1.50ms   10.0%  malloc"),
+            "{text}"
+        );
+        let mut out = Vec::new();
+        json(&mut out, &p, &rows, &[]).unwrap();
+        let doc: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(doc["window_ns"], 500_000_000);
+        assert_eq!(doc["stopped_at_budget"], true);
+        assert_eq!(doc["functions"][0]["per_s"], 80_000.0);
     }
 }

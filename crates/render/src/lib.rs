@@ -11,6 +11,7 @@ pub mod json;
 pub mod load;
 pub mod syscalls;
 pub mod text;
+pub mod top;
 pub mod tree;
 pub mod units;
 

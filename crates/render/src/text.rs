@@ -122,7 +122,7 @@ pub fn header(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), Rende
     Ok(())
 }
 
-fn functions_table(
+pub(crate) fn functions_table(
     w: &mut impl Write,
     funcs: &[FunctionStat],
     total: i64,

@@ -1,5 +1,5 @@
 use super::*;
-use crate::{CallsArgs, OutputFormat};
+use crate::{Budget, CallsArgs, OutputFormat};
 use whyslow_record::calls::{default_patterns, PatternSpec, ProbeCost};
 use whyslow_record::{CallOptions, RecordOptions};
 use whyslow_render as render;
@@ -45,8 +45,18 @@ pub fn calls(a: CallsArgs) -> Result<()> {
             ProbeCost::of(&res.probes)
         );
     }
+    let launched = matches!(target, Target::Launch(_));
+    // A running process is probed within a budget unless told otherwise; a launched command's counts
+    // stay exact unless a budget is given.
+    let budget = match a.budget {
+        Some(Budget::Pct(p)) => Some(p / 100.0),
+        Some(Budget::None) => None,
+        None if launched => None,
+        None => Some(DEFAULT_BUDGET_PCT / 100.0),
+    };
+    let run_duration = duration(&a.target)?;
     let opts = RecordOptions {
-        duration: duration(&a.target)?,
+        duration: run_duration,
         cpu: false,
         calls: Some(CallOptions {
             probes: res.probes.clone(),
@@ -57,14 +67,40 @@ pub fn calls(a: CallsArgs) -> Result<()> {
             callers_period,
         }),
         target,
+        probe_budget: budget,
+        // When the budget stops the probes of a launched command, it runs on to its end (below).
+        leave_running: launched && budget.is_some(),
         ..Default::default()
     };
     signals::install();
-    let raw = if matches!(opts.target, Target::Launch(_)) {
-        whyslow_record::record(&opts, &mut StatusLine { tty: false, prefetch: None, prefetched: None })?
-    } else {
-        whyslow_record::record(&opts, &mut Attached { what: "calls" })?
-    };
+    let started = std::time::Instant::now();
+    let mut line = StatusLine::new().about("calls", !launched);
+    let raw = whyslow_record::record(&opts, &mut line);
+    end_status_line();
+    let mut raw = raw?;
+    if let (true, Some(&pid), None) = (opts.leave_running, raw.meta.target_pids.first(), raw.meta.exit_code) {
+        if raw.meta.calls_duration_ns > 0 && !signals::stop_requested() {
+            eprintln!(
+                "whyslow: the probes stopped at the budget after {}; the command runs on to its end (Ctrl-C \
+                 stops it)",
+                render::units::duration(raw.meta.calls_duration_ns as i64)
+            );
+        }
+        let deadline = run_duration.map(|d| started + d);
+        let waited = if signals::stop_requested() {
+            Err(whyslow_record::stop_launched(pid))
+        } else {
+            whyslow_record::target::wait_launched(pid, deadline)
+        };
+        match waited {
+            Ok(status) => {
+                raw.meta.exit_code = Some(whyslow_record::target::exit_code_of(status));
+                raw.meta.killed.extend(whyslow_model::Killed::from_wait_status(pid, status));
+            }
+            Err(code) => raw.meta.exit_code = Some(code),
+        }
+        raw.meta.duration_ns = started.elapsed().as_nanos() as u64;
+    }
     remember_outcome(&raw.meta, a.target.duration);
     let mut profile = whyslow_symbolize::symbolize(raw);
     profile.meta.notes.extend(res.notes.iter().cloned());
@@ -85,3 +121,6 @@ pub fn calls(a: CallsArgs) -> Result<()> {
     out.flush()?;
     Ok(())
 }
+
+/// The probe budget of a running target when none is given, in percent of its CPU time (the doctor's).
+const DEFAULT_BUDGET_PCT: f64 = 5.0;

@@ -14,6 +14,7 @@ mod record;
 mod report;
 mod serve;
 mod syscalls;
+mod top;
 mod view;
 
 pub use calls::calls;
@@ -27,6 +28,7 @@ pub use record::record;
 pub use report::report;
 pub use serve::serve;
 pub use syscalls::syscalls;
+pub use top::top;
 pub use view::view;
 
 use crate::shell::split_command;
@@ -106,17 +108,51 @@ fn seconds(what: &str, s: f64, zero: bool) -> Result<Duration> {
     }
 }
 
-/// Shows a live status line on a terminal; nothing otherwise.
+/// Shows a live status line on a terminal; nothing otherwise. With probes that cost per hit (calls,
+/// allocations, syscall counters), the line says their hits per second and what they cost the target.
 struct StatusLine {
     tty: bool,
     /// Symbolizing ahead (see [`StatusLine::prefetching`]): what to read, then the thread reading it.
     prefetch: Option<(Target, bool)>,
     prefetched: Option<std::thread::JoinHandle<whyslow_symbolize::Prefetch>>,
+    /// What the run does, first on the line ("recording", "calls").
+    what: &'static str,
+    /// Announce the start of an attached run on stderr ([`announce`]) with this name.
+    announce: Option<&'static str>,
+    /// The probes' hits per second: when and at how many hits it was last computed, and the rate.
+    rate: Option<(Duration, u64, f64)>,
 }
 
 impl StatusLine {
     fn new() -> StatusLine {
-        StatusLine { tty: std::io::stderr().is_terminal(), prefetch: None, prefetched: None }
+        StatusLine {
+            tty: std::io::stderr().is_terminal(),
+            prefetch: None,
+            prefetched: None,
+            what: "recording",
+            announce: None,
+            rate: None,
+        }
+    }
+
+    /// A line about `what`, which announces an attached run's start when `attached`.
+    fn about(mut self, what: &'static str, attached: bool) -> StatusLine {
+        self.what = what;
+        self.announce = attached.then_some(what);
+        self
+    }
+
+    /// The probes' hits per second, computed again about every second (over the first second, since
+    /// the start).
+    fn hit_rate(&mut self, elapsed: Duration, hits: u64) -> f64 {
+        let since_start = hits as f64 / elapsed.as_secs_f64().max(1e-3);
+        let (at, then, rate) = self.rate.unwrap_or((Duration::ZERO, 0, since_start));
+        if elapsed.saturating_sub(at) < Duration::from_secs(1) {
+            return rate;
+        }
+        let rate = hits.saturating_sub(then) as f64 / (elapsed - at).as_secs_f64();
+        self.rate = Some((elapsed, hits, rate));
+        rate
     }
 
     /// Starts symbolizing on other threads once the run has samples (its first progress with some,
@@ -154,14 +190,48 @@ impl Observer for StatusLine {
             }
         }
         if self.tty {
-            eprint!(
-                "\r\x1b[2Krecording: {:6.1}s  {} samples  {} lost",
-                p.elapsed.as_secs_f64(),
-                p.samples,
-                p.lost
-            );
+            let mut line = format!("{}: {:6.1}s", self.what, p.elapsed.as_secs_f64());
+            if p.samples > 0 || p.probes.is_none() {
+                line += &format!("  {} samples  {} lost", p.samples, p.lost);
+            }
+            if let Some(load) = &p.probes {
+                let rate = self.hit_rate(p.elapsed, load.hits);
+                line += &format!("  {}", probe_cost_line(rate, load));
+            }
+            eprint!("\r\x1b[2K{line}");
         }
     }
+
+    fn started(&mut self, pids: &[u32]) {
+        if let Some(what) = self.announce {
+            announce(what, pids);
+        }
+    }
+}
+
+/// What the probes cost, for the live line: `204.1k hits/s, probes ~1.20s of the target's 1.90s of CPU
+/// (~2.7x slower)`; the slowdown is the probes' time over the rest of the target's CPU time (a hit's
+/// time is the thread's own).
+fn probe_cost_line(hits_per_s: f64, load: &whyslow_record::ProbeLoad) -> String {
+    let rate = match hits_per_s {
+        r if r >= 1e6 => format!("{:.2}M", r / 1e6),
+        r if r >= 1e3 => format!("{:.1}k", r / 1e3),
+        r => format!("{r:.0}"),
+    };
+    let rate = if load.stopped { "stopped at the budget".to_string() } else { format!("{rate} hits/s") };
+    let seconds = |ns: u64| whyslow_render::units::duration(ns as i64);
+    let own = load.target_cpu_ns.saturating_sub(load.cost_ns);
+    let slower = match load.cost_ns as f64 / own.max(1) as f64 {
+        _ if load.target_cpu_ns == 0 => return format!("{rate}, probes ~{} so far", seconds(load.cost_ns)),
+        _ if own == 0 => "nearly all of it: many times slower".to_string(),
+        s if s < 1.0 => format!("~{:.0}% slower", s * 100.0),
+        s => format!("~{:.1}x slower", 1.0 + s),
+    };
+    format!(
+        "{rate}, probes ~{} of the target's {} of CPU ({slower})",
+        seconds(load.cost_ns),
+        seconds(load.target_cpu_ns)
+    )
 }
 
 fn end_status_line() {
@@ -319,17 +389,6 @@ fn print_phases() {
     eprint!("{text}");
 }
 
-/// Says when an attached run started (so Ctrl-C has something to stop); silent for launched commands.
-struct Attached {
-    what: &'static str,
-}
-
-impl Observer for Attached {
-    fn started(&mut self, pids: &[u32]) {
-        announce(self.what, pids);
-    }
-}
-
 /// Tells the user (and scripts waiting for it) that counting has begun on attached processes.
 fn announce(what: &str, pids: &[u32]) {
     let list: Vec<String> = pids.iter().map(u32::to_string).collect();
@@ -351,4 +410,53 @@ fn load_options(l: &LoadArgs) -> Result<Option<LoadOptions>> {
     };
     let ready_timeout = seconds("--ready-timeout", l.ready_timeout)?;
     Ok(Some(LoadOptions { command, ready, ready_timeout }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use whyslow_record::ProbeLoad;
+
+    /// The live line's cost part: hits per second, the probes' time beside the target's CPU time, and
+    /// the slowdown it makes (probe time over the rest of the target's CPU time).
+    #[test]
+    fn the_live_line_says_hits_per_second_and_the_slowdown() {
+        let load = |cost_ms: u64, cpu_ms: u64| ProbeLoad {
+            hits: 0,
+            cost_ns: cost_ms * 1_000_000,
+            target_cpu_ns: cpu_ms * 1_000_000,
+            stopped: false,
+        };
+        assert_eq!(
+            probe_cost_line(204_100.0, &load(3310, 3920)),
+            "204.1k hits/s, probes ~3.31s of the target's 3.92s of CPU (~6.4x slower)"
+        );
+        assert_eq!(
+            probe_cost_line(950.0, &load(12, 1012)),
+            "950 hits/s, probes ~12.0ms of the target's 1.01s of CPU (~1% slower)"
+        );
+        assert_eq!(probe_cost_line(2.5e6, &load(40, 0)), "2.50M hits/s, probes ~40.0ms so far");
+        // The estimate can pass the CPU time read (ticks of 10 ms): then the ratio is not said.
+        assert_eq!(
+            probe_cost_line(27_300.0, &load(80, 70)),
+            "27.3k hits/s, probes ~80.0ms of the target's 70.0ms of CPU (nearly all of it: many times slower)"
+        );
+        let stopped = ProbeLoad { stopped: true, ..load(30, 500) };
+        assert_eq!(
+            probe_cost_line(0.0, &stopped),
+            "stopped at the budget, probes ~30.0ms of the target's 500ms of CPU (~6% slower)"
+        );
+    }
+
+    /// The rate is over the first second until there is one, then over each second since the last.
+    #[test]
+    fn the_hit_rate_is_recomputed_about_every_second() {
+        let mut line = StatusLine { tty: false, ..StatusLine::new() };
+        let ms = Duration::from_millis;
+        assert_eq!(line.hit_rate(ms(250), 1000), 4000.0);
+        assert_eq!(line.hit_rate(ms(1000), 2000), 2000.0);
+        // Kept until a second more has passed.
+        assert_eq!(line.hit_rate(ms(1500), 9000), 2000.0);
+        assert_eq!(line.hit_rate(ms(2000), 12000), 10000.0);
+    }
 }
