@@ -42,6 +42,20 @@ fn cpp_names_are_demangled_with_inlined_frames() {
         v["entries"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
     assert!(names.iter().any(|n| n.starts_with("mix")), "callees of hot_loop: {names:?}");
     assert!(function(&r, |n| n.contains("std::") || n.contains("__gnu_cxx::")).is_some(), "no std:: frames");
+    // Text tables shorten template arguments (`std::map<…>::operator[](...)`); JSON keeps them whole.
+    let templated: Vec<&str> = r["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap())
+        .filter(|n| n.contains("std::") && n.contains(">::"))
+        .collect();
+    assert!(!templated.is_empty(), "no templated std:: function in the JSON report");
+    let text = ok(&["report", &data, "--limit", "100000"]);
+    for full in &templated {
+        assert!(!text.contains(full), "{full} in full in the text report");
+    }
+    assert!(text.contains("<…>"), "{text}");
     assert!(!r["functions"]
         .as_array()
         .unwrap()

@@ -375,6 +375,9 @@ pub fn resolve(
     if patterns.iter().any(|p| p.pattern.trim().is_empty()) {
         return Err(RecordError::EmptyPattern);
     }
+    for p in patterns {
+        whyslow_symbols::check_glob(&p.pattern).map_err(RecordError::BadGlob)?;
+    }
     // Benchmarks set WHYSLOW_PROBE_AT_ENTRY to measure what moving probes saves.
     let at_entry = std::env::var_os("WHYSLOW_PROBE_AT_ENTRY").is_some();
     let mut res = Resolution::default();

@@ -30,7 +30,8 @@ fn wrap(w: &mut impl Write, first: &str, text: &str, width: usize) -> std::io::R
 }
 
 fn path(h: &HotPath) -> String {
-    h.frames.join(" > ")
+    let frames: Vec<_> = h.frames.iter().map(|f| crate::short_name(f)).collect();
+    frames.join(" > ")
 }
 
 fn finding(w: &mut impl Write, n: usize, f: &Finding) -> std::io::Result<()> {
@@ -92,7 +93,7 @@ pub fn text(w: &mut impl Write, p: &Profile, d: &Diagnosis, limit: usize) -> std
             crate::units::seconds(p.meta.calls_seconds())
         )?;
         for c in calls.iter().take(limit) {
-            writeln!(w, "  {:>12} calls {:>12.0}/s  {}", c.calls, c.per_s, c.name)?;
+            writeln!(w, "  {:>12} calls {:>12.0}/s  {}", c.calls, c.per_s, crate::short_name(&c.name))?;
         }
         more(w, calls.len(), limit, "functions")?;
     }
@@ -352,6 +353,35 @@ mod tests {
         let mut json = Vec::new();
         super::json(&mut json, &p, &d).unwrap();
         check_golden("doctor.json", &json);
+    }
+
+    /// C++ template arguments are shortened in the text's hot paths (one line each, not five) and kept
+    /// whole in JSON.
+    #[test]
+    fn template_arguments_are_short_in_text_only() {
+        let p = server();
+        let mut d = whyslow_analyze::doctor::diagnose(&p, "whyslow.data");
+        let full = "std::vector<std::pair<int, std::__cxx11::basic_string<char, std::char_traits<char>, \
+                    std::allocator<char> > >, std::allocator<std::pair<int, std::__cxx11::basic_string<char, \
+                    std::char_traits<char>, std::allocator<char> > > > >::push_back(std::pair<int, \
+                    std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> > > const&)";
+        d.hot_paths.insert(
+            0,
+            whyslow_analyze::doctor::HotPath {
+                frames: vec!["main".into(), full.into()],
+                pct: 99.0,
+                of: "cpu",
+            },
+        );
+        let mut text = Vec::new();
+        super::text(&mut text, &p, &d, 25).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(text.contains(" main > std::vector<…>::push_back(std::pair<…> const&)\n"), "{text}");
+        assert!(!text.contains("basic_string<char"), "{text}");
+        let mut json = Vec::new();
+        super::json(&mut json, &p, &d).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
+        assert_eq!(v["hot_paths"][0]["frames"][1], full);
     }
 
     /// Counters that a budget stopped after 0.5 s, then sampled in three slices: the rates read over the
