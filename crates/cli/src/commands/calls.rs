@@ -61,7 +61,7 @@ pub fn calls(a: CallsArgs) -> Result<()> {
     };
     signals::install();
     let raw = if matches!(opts.target, Target::Launch(_)) {
-        whyslow_record::record(&opts, &mut StatusLine { tty: false, prefetch: None, prefetched: None })?
+        whyslow_record::record(&opts, &mut StatusLine { tty: false, ..StatusLine::new() })?
     } else {
         whyslow_record::record(&opts, &mut Attached { what: "calls" })?
     };

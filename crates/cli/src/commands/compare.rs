@@ -21,7 +21,7 @@ pub fn compare(a: CompareArgs) -> Result<()> {
     signals::install();
     let c = whyslow_investigate::compare::compare(
         &opts,
-        &mut StatusLine { tty: false, prefetch: None, prefetched: None },
+        &mut StatusLine { tty: false, ..StatusLine::new() },
         |r| {
             let rps = r.load.as_ref().map(|l| l.requests_per_sec);
             let line = render::compare::run_line(r.number, a.runs, SIDES[r.side], r.cpu_s, r.wall_s, rps);

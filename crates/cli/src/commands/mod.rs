@@ -112,11 +112,18 @@ struct StatusLine {
     /// Symbolizing ahead (see [`StatusLine::prefetching`]): what to read, then the thread reading it.
     prefetch: Option<(Target, bool)>,
     prefetched: Option<std::thread::JoinHandle<whyslow_symbolize::Prefetch>>,
+    /// What the run is doing, as the line says it (`recording` unless a phase was named).
+    phase: String,
 }
 
 impl StatusLine {
     fn new() -> StatusLine {
-        StatusLine { tty: std::io::stderr().is_terminal(), prefetch: None, prefetched: None }
+        StatusLine {
+            tty: std::io::stderr().is_terminal(),
+            prefetch: None,
+            prefetched: None,
+            phase: "recording".into(),
+        }
     }
 
     /// Starts symbolizing on other threads once the run has samples (its first progress with some,
@@ -155,11 +162,19 @@ impl Observer for StatusLine {
         }
         if self.tty {
             eprint!(
-                "\r\x1b[2Krecording: {:6.1}s  {} samples  {} lost",
+                "\r\x1b[2K{}: {:6.1}s  {} samples  {} lost",
+                self.phase,
                 p.elapsed.as_secs_f64(),
                 p.samples,
                 p.lost
             );
+        }
+    }
+
+    fn phase(&mut self, name: &str) {
+        self.phase = name.to_string();
+        if self.tty {
+            eprint!("\r\x1b[2K{name}...");
         }
     }
 }
