@@ -543,4 +543,22 @@ fn a_recording_is_sliced_after_the_fact() {
     assert_eq!(none["total_samples"].as_i64().unwrap(), 0);
     let err = fails(&["report", &data, "--ignore", "burn_("]);
     assert!(err.contains("--ignore: 'burn_(' is not a regular expression"), "{err}");
+    // The same options, through the same library filter, on flamegraph, export and diff.
+    let folded = dir.path().join("a.folded");
+    ok(&["export", &data, "-f", "folded", "-o", folded.to_str().unwrap(), "--focus", "^burn_a$"]);
+    let folded = std::fs::read_to_string(&folded).unwrap();
+    let sum: i64 = folded.lines().map(|l| l.rsplit_once(' ').unwrap().1.parse::<i64>().unwrap()).sum();
+    assert!(folded.lines().all(|l| l.contains(";burn_a")), "{folded}");
+    assert_eq!(sum, count(&all, "burn_a"), "export --focus keeps exactly burn_a's samples");
+    let svg = dir.path().join("a.svg");
+    ok(&["flamegraph", &data, "-o", svg.to_str().unwrap(), "--ignore", "^burn_a$"]);
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(!svg.contains("burn_a") && svg.contains("burn_b"), "flamegraph --ignore");
+    let diff = ok(&["diff", &data, &data, "--format", "json", "--focus", "^burn_c$"]);
+    let diff: serde_json::Value = serde_json::from_str(&diff).unwrap();
+    assert_eq!(diff["before"]["total"].as_i64().unwrap(), count(&all, "burn_c"), "{diff:#}");
+    assert_eq!(diff["after"]["total"], diff["before"]["total"]);
+    let names: Vec<&str> =
+        diff["functions"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
+    assert!(!names.contains(&"burn_a") && names.contains(&"burn_c"), "{names:?}");
 }
