@@ -289,7 +289,12 @@ fn second_phase<O: Observer>(
     };
     let patterns: Vec<PatternSpec> = candidates
         .iter()
-        .map(|n| PatternSpec { group: n.clone(), pattern: n.clone(), required: false })
+        // Names, not globs: `operator[]`, `<[T]>::iter` and `operator*` match only themselves.
+        .map(|n| PatternSpec {
+            group: n.clone(),
+            pattern: whyslow_record::calls::glob_escape(n),
+            required: false,
+        })
         .collect();
     let res = whyslow_record::calls::resolve(&modules, &patterns, |_| Default::default())?;
     let mut phase2 = RecordOptions {

@@ -8,6 +8,7 @@ use crate::RecordError;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use whyslow_model::close_matches;
+pub use whyslow_symbols::glob_escape;
 use whyslow_symbols::placement::{Code, Placement};
 pub use whyslow_symbols::placement::{Execution, Needs, Site, StackNeed};
 use whyslow_symbols::{functions, glob, name_forms, resolved_in_self, same_file, Function};

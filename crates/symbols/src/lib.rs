@@ -278,6 +278,23 @@ fn glob_tokens(pattern: &str) -> Result<Vec<GlobToken>, GlobError> {
     Ok(out)
 }
 
+/// A glob that matches exactly `name` (its `*`, `?` and `[` each in a set of one), for a function name
+/// used as a pattern: `std::vector<int>::operator[](unsigned long)`, `<[T]>::sort`, `f [clone .isra.0]`.
+pub fn glob_escape(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        match c {
+            '*' | '?' | '[' => {
+                out.push('[');
+                out.push(c);
+                out.push(']');
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// Whether `pattern` is a glob [`glob`] understands (an unclosed `[` is not).
 pub fn check_glob(pattern: &str) -> Result<(), GlobError> {
     glob_tokens(pattern).map(|_| ())
@@ -425,6 +442,17 @@ mod tests {
         assert_eq!(e, "'[' is not a valid glob: '[' opens a set of characters that no ']' closes (write '[[]' for a literal '[')");
         assert!(!glob("[", "[") && check_glob("json_*").is_ok());
         assert!(check_glob("[z-a]").unwrap_err().to_string().contains("backwards"));
+        for name in [
+            "std::vector<int>::operator[](unsigned long)",
+            "<[T]>::sort",
+            "f [clone .isra.0]",
+            "operator*",
+            "a?b",
+        ] {
+            let p = glob_escape(name);
+            assert!(check_glob(&p).is_ok() && glob(&p, name), "{name} -> {p}");
+        }
+        assert!(!glob(&glob_escape("operator*"), "operator*=") && !glob(&glob_escape("a?b"), "axb"));
         assert_eq!(without_clone_suffix("parse_frames.constprop.0.isra.0"), "parse_frames");
         assert_eq!(without_clone_suffix("f(int) [clone .isra.0]"), "f(int)");
         assert_eq!(without_clone_suffix("g.cold"), "g.cold");
