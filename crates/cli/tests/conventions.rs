@@ -204,4 +204,11 @@ fn errors_say_what_to_do_next() {
     );
     let err = fails(&["calls", "", "--", "true"]);
     assert!(err.contains("an empty pattern names no function"), "{err}");
+    assert!(!err.contains("abs"), "{err}");
+    let err = fails(&["calls", "[", "--", "true"]);
+    assert_eq!(
+        err.trim_end(),
+        "whyslow: error: '[' is not a valid glob: '[' opens a set of characters that no ']' closes \
+         (write '[[]' for a literal '[')"
+    );
 }

@@ -982,3 +982,101 @@ fn cpu_oversubscription() {
     assert!(demand >= 1.5 * cpus && demand <= 4.0 * cpus + 0.1, "{evidence:?}");
     assert_text_shows_evidence(&text, f);
 }
+
+/// `-d` is the whole investigation: phase 1, symbolizing and phase 2 fit in it, and the report says both
+/// windows (phase 2 gets what phase 1 left, or is skipped with a note saying so).
+#[test]
+fn duration_covers_both_phases() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("d.data");
+    let out = whyslow()
+        .args(["doctor", "--format", "json", "-d", "5", "-o"])
+        .arg(&data)
+        .arg("--")
+        .arg(workload("cpu_split"))
+        .arg("60")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (phase1, phase2) =
+        (report["duration_ns"].as_u64().unwrap(), report["calls_duration_ns"].as_u64().unwrap());
+    let notes: Vec<&str> = report["notes"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    let counted = notes.iter().any(|n| n.starts_with("phase 2: "));
+    let skipped = notes.iter().any(|n| n.contains("phase 1 and symbolizing took the 5.0 s of the duration"));
+    assert!(counted != skipped, "phase 2 either ran or says why not: {notes:?}");
+    // Phase 1 is two thirds of -d (to within the end of its last poll).
+    assert!((3_300_000_000..=3_450_000_000).contains(&phase1), "phase 1: {phase1} ns");
+    assert!(phase1 + phase2 <= 5_050_000_000, "phase 1 {phase1} ns + phase 2 {phase2} ns past -d 5");
+    println!("phase 1 {:.2} s, phase 2 {:.2} s ({notes:?})", phase1 as f64 / 1e9, phase2 as f64 / 1e9);
+}
+
+/// On a terminal the live line names the phase it is in, phase 2 included (it used to freeze at the
+/// end of phase 1): run under `script`, which gives whyslow a pseudo-terminal.
+#[test]
+fn the_live_line_names_each_phase() {
+    let dir = tempfile::tempdir().unwrap();
+    let cmd = format!(
+        "{} doctor -d 6 -o {} -- {} 60 >/dev/null",
+        env!("CARGO_BIN_EXE_whyslow"),
+        dir.path().join("d.data").display(),
+        workload("cpu_split").display()
+    );
+    let out = std::process::Command::new("script").args(["-qec", &cmd, "/dev/null"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let tty = String::from_utf8_lossy(&out.stdout);
+    for phase in [
+        "phase 1/2 (CPU, off-CPU, syscalls): ",
+        "symbolizing phase 1",
+        "phase 2/2 (call and allocation counts)",
+    ] {
+        assert!(tty.contains(phase), "no '{phase}' on the live line: {tty:?}");
+    }
+}
+
+/// Without root (perf_event_paranoid 2, another user) the doctor samples the target's user-space CPU
+/// time, diagnoses that, and lists what it could not check, instead of failing.
+#[test]
+fn runs_unprivileged_with_what_it_may_do() {
+    let paranoid = "/proc/sys/kernel/perf_event_paranoid";
+    let is_root = std::fs::read_to_string("/proc/self/status")
+        .is_ok_and(|s| s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0")));
+    let setpriv =
+        std::process::Command::new("setpriv").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !is_root || !setpriv {
+        println!("skipped: needs root (to become another user) and setpriv");
+        return;
+    }
+    let before = std::fs::read_to_string(paranoid).unwrap();
+    std::fs::write(paranoid, "2").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"])
+        .arg(env!("CARGO_BIN_EXE_whyslow"))
+        .args(["doctor", "--format", "json", "-o"])
+        .arg(dir.path().join("d.data"))
+        .arg("--")
+        .arg(workload("cpu_split"))
+        .arg("1")
+        .env_remove("LD_LIBRARY_PATH")
+        .output()
+        .unwrap();
+    std::fs::write(paranoid, before.trim()).unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let notes: Vec<&str> = report["notes"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(
+        notes[0].starts_with("without privileges only the target's user-space CPU time was sampled"),
+        "{notes:?}"
+    );
+    assert!(!notes.iter().any(|n| n.starts_with("phase 2: ")), "no uprobes without privileges: {notes:?}");
+    let skipped: Vec<&str> = report["skipped"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    for needs in ["off-CPU", "syscall"] {
+        assert!(skipped.iter().any(|s| s.contains(needs)), "not checked should name {needs}: {skipped:?}");
+    }
+    // The CPU split of cpu_split (60/30/10) is there to diagnose.
+    let paths = hot_paths(&report);
+    let a: f64 = paths.iter().filter(|p| p.0.ends_with("burn_a")).map(|p| p.1).sum();
+    assert!((a - 60.0).abs() < 8.0, "burn_a {a:.1}% of CPU: {paths:?}");
+}

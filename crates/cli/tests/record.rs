@@ -42,6 +42,20 @@ fn cpp_names_are_demangled_with_inlined_frames() {
         v["entries"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
     assert!(names.iter().any(|n| n.starts_with("mix")), "callees of hot_loop: {names:?}");
     assert!(function(&r, |n| n.contains("std::") || n.contains("__gnu_cxx::")).is_some(), "no std:: frames");
+    // Text tables shorten template arguments (`std::map<…>::operator[](...)`); JSON keeps them whole.
+    let templated: Vec<&str> = r["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap())
+        .filter(|n| n.contains("std::") && n.contains(">::"))
+        .collect();
+    assert!(!templated.is_empty(), "no templated std:: function in the JSON report");
+    let text = ok(&["report", &data, "--limit", "100000"]);
+    for full in &templated {
+        assert!(!text.contains(full), "{full} in full in the text report");
+    }
+    assert!(text.contains("<…>"), "{text}");
     assert!(!r["functions"]
         .as_array()
         .unwrap()
@@ -529,4 +543,22 @@ fn a_recording_is_sliced_after_the_fact() {
     assert_eq!(none["total_samples"].as_i64().unwrap(), 0);
     let err = fails(&["report", &data, "--ignore", "burn_("]);
     assert!(err.contains("--ignore: 'burn_(' is not a regular expression"), "{err}");
+    // The same options, through the same library filter, on flamegraph, export and diff.
+    let folded = dir.path().join("a.folded");
+    ok(&["export", &data, "-f", "folded", "-o", folded.to_str().unwrap(), "--focus", "^burn_a$"]);
+    let folded = std::fs::read_to_string(&folded).unwrap();
+    let sum: i64 = folded.lines().map(|l| l.rsplit_once(' ').unwrap().1.parse::<i64>().unwrap()).sum();
+    assert!(folded.lines().all(|l| l.contains(";burn_a")), "{folded}");
+    assert_eq!(sum, count(&all, "burn_a"), "export --focus keeps exactly burn_a's samples");
+    let svg = dir.path().join("a.svg");
+    ok(&["flamegraph", &data, "-o", svg.to_str().unwrap(), "--ignore", "^burn_a$"]);
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(!svg.contains("burn_a") && svg.contains("burn_b"), "flamegraph --ignore");
+    let diff = ok(&["diff", &data, &data, "--format", "json", "--focus", "^burn_c$"]);
+    let diff: serde_json::Value = serde_json::from_str(&diff).unwrap();
+    assert_eq!(diff["before"]["total"].as_i64().unwrap(), count(&all, "burn_c"), "{diff:#}");
+    assert_eq!(diff["after"]["total"], diff["before"]["total"]);
+    let names: Vec<&str> =
+        diff["functions"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
+    assert!(!names.contains(&"burn_a") && names.contains(&"burn_c"), "{names:?}");
 }

@@ -91,6 +91,32 @@ mod tests {
         assert_eq!(seconds("http://h/p?seconds=1e99"), 86_400);
     }
 
+    /// A server that resets every connection (it closes with the request unread, so the kernel answers
+    /// RST) fails the fetch at once: one connection, no retry, no waiting for the timeout (60 s here).
+    #[test]
+    fn reset_connection_fails_at_once() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = accepted.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming().flatten() {
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let mut one = [0u8; 1];
+                let _ = (&conn).read_exact(&mut one);
+                drop(conn);
+            }
+        });
+        let opts = ImportOptions { http_margin: Duration::from_secs(60), ..Default::default() };
+        let started = std::time::Instant::now();
+        let e = fetch(&format!("http://127.0.0.1:{port}/debug/pprof/heap"), &opts).unwrap_err();
+        let s = e.to_string();
+        assert!(matches!(e, ImportError::Unreachable { .. }) && s.contains("reset"), "{s}");
+        assert!(!s.contains('\n'), "{s}");
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1, "no retry");
+        assert!(started.elapsed() < Duration::from_secs(30), "waited {:?}", started.elapsed());
+    }
+
     #[test]
     fn refused_connection_is_one_line() {
         let e = fetch("http://127.0.0.1:1/x", &ImportOptions::default()).unwrap_err();

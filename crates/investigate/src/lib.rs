@@ -13,7 +13,7 @@
 
 pub mod compare;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use whyslow_model::Profile;
 use whyslow_record::calls::PatternSpec;
 use whyslow_record::{
@@ -131,6 +131,7 @@ pub const YIELD_NICE: i32 = 10;
 /// Runs both phases and returns the joined profile; what was done is in `meta.notes`.
 pub fn investigate(opts: &Options, observer: &mut impl Observer) -> Result<Profile, InvestigateError> {
     opts.check()?;
+    let started = Instant::now();
     if !matches!(opts.target, Target::Launch(_)) {
         // A live service comes first: reading the rings, symbolizing and the analysis between and after
         // the phases run at a lower priority (the probes' cost, in the service's own threads, is bounded
@@ -151,7 +152,26 @@ pub fn investigate(opts: &Options, observer: &mut impl Observer) -> Result<Profi
         leave_running: true,
         ..Default::default()
     };
-    let raw = whyslow_record::record(&phase1, observer)?;
+    observer.phase(PHASE1);
+    let (raw, denied) = match whyslow_record::record(&phase1, observer) {
+        // Without root (perf_event_paranoid 2, no CAP_BPF/CAP_PERFMON) the eBPF sources and tracepoints
+        // are refused, while sampling a process's own user-space CPU time is allowed: that much runs, and
+        // the report lists the rules it could not check.
+        Err(e @ (RecordError::BpfPermission(_) | RecordError::Permission(_))) => {
+            let cpu_only = RecordOptions {
+                offcpu: None,
+                syscalls: None,
+                probe_budget: None,
+                kernel: false,
+                ..phase1.clone()
+            };
+            observer.phase(PHASE1_CPU_ONLY);
+            let mut raw = whyslow_record::record(&cpu_only, observer)?;
+            raw.meta.notes.insert(0, unprivileged_note(&e));
+            (raw, true)
+        }
+        other => (other?, false),
+    };
     let launched = matches!(opts.target, Target::Launch(_));
     let running = launched && raw.meta.exit_code.is_none();
     let pids = raw.meta.target_pids.clone();
@@ -159,37 +179,104 @@ pub fn investigate(opts: &Options, observer: &mut impl Observer) -> Result<Profi
     // One symbolizer for both phases: phase 2's samples are in the same files (a Go binary's compressed
     // debug information is inflated once, the kernel's symbol table read once).
     let mut symbolizer = whyslow_symbolize::Resident::default();
-    let result = second_phase(opts, &phase1, raw, running, elapsed, &mut symbolizer);
+    let phases = Phases { started, denied, observer };
+    let result = second_phase(opts, &phase1, raw, running, elapsed, &mut symbolizer, phases);
     if running {
         whyslow_record::stop_launched(pids[0]);
     }
-    result
+    result.map(|mut p| {
+        merge_budget_notes(&mut p.meta.notes);
+        p
+    })
 }
 
-fn second_phase(
+/// What the live line says during phase 1, phase 1 without privileges, between the phases and in
+/// phase 2 (see [`Observer::phase`]).
+pub const PHASE1: &str = "phase 1/2 (CPU, off-CPU, syscalls)";
+pub const PHASE1_CPU_ONLY: &str = "phase 1/2 (user CPU only: not privileged)";
+pub const SYMBOLIZING: &str = "symbolizing phase 1";
+pub const PHASE2: &str = "phase 2/2 (call and allocation counts)";
+
+/// The note of a doctor run without the privileges for eBPF and tracepoints: what it did instead.
+fn unprivileged_note(e: &RecordError) -> String {
+    format!(
+        "without privileges only the target's user-space CPU time was sampled: off-CPU time, syscall, call \
+         and allocation counts were not recorded ({e})"
+    )
+}
+
+/// One note for the probe budget when both phases reached it: `probes stopped after 0.40 s: ... (phase
+/// 1's syscall counters); and after 0.12 s: ... (phase 2's call and allocation counters); their counts
+/// cover those windows`.
+fn merge_budget_notes(notes: &mut Vec<String>) {
+    const TAIL: &str = "; their counts cover that window";
+    let at: Vec<usize> =
+        (0..notes.len()).filter(|&i| notes[i].starts_with(whyslow_record::BUDGET_NOTE)).collect();
+    let [first, second] = at[..] else { return };
+    let body = |n: &str| {
+        let n = n[whyslow_record::BUDGET_NOTE.len()..].trim_start();
+        n.strip_suffix(TAIL).unwrap_or(n).to_string()
+    };
+    let merged = format!(
+        "{} {} (phase 1's syscall counters); and after {} (phase 2's call and allocation counters); their \
+         counts cover those windows",
+        whyslow_record::BUDGET_NOTE,
+        body(&notes[first]),
+        body(&notes[second])
+    );
+    notes.remove(second);
+    notes[first] = merged;
+}
+
+/// What the second phase needs of the first: when the investigation started (`-d` covers both
+/// phases), whether privileges were missing, and the live line.
+struct Phases<'a, O: Observer> {
+    started: Instant,
+    denied: bool,
+    observer: &'a mut O,
+}
+
+fn second_phase<O: Observer>(
     opts: &Options,
     phase1: &RecordOptions,
     raw: whyslow_model::raw::RawRecording,
     running: bool,
     elapsed: Duration,
     symbolizer: &mut whyslow_symbolize::Resident,
+    phases: Phases<'_, O>,
 ) -> Result<Profile, InvestigateError> {
     if raw.samples.is_empty() {
         return Err(InvestigateError::NoSamples(whyslow_record::NoSamples::of(phase1, &raw.meta)));
     }
+    let Phases { started, denied, observer } = phases;
+    observer.phase(SYMBOLIZING);
     let mut profile = symbolizer.symbolize(raw);
     if whyslow_record::signals::stop_requested() {
         profile.meta.notes.push("phase 2 (allocation and call counts) skipped: stopped".into());
         return Ok(profile);
     }
+    if denied {
+        // Uprobes need the privileges phase 1 lacked.
+        return Ok(profile);
+    }
+    // `-d` is the whole investigation: phase 2 gets what phase 1 and symbolizing left of it.
+    let left = opts.duration.map(|d| d.saturating_sub(started.elapsed()));
+    if left.is_some_and(|l| l < MIN_PHASE2) {
+        profile.meta.notes.push(format!(
+            "phase 2 (allocation and call counts) skipped: phase 1 and symbolizing took the {:.1} s of the \
+             duration",
+            opts.duration.unwrap_or_default().as_secs_f64()
+        ));
+        return Ok(profile);
+    }
     let attached = !matches!(opts.target, Target::Launch(_));
     let (target, duration, how) = if running || attached {
-        let d = opts.duration.map_or(opts.calls_duration, |d| d.mul_f64(1.0 / 3.0));
+        let d = left.unwrap_or(opts.calls_duration);
         (Target::Pids(profile.meta.target_pids.clone()), Some(d), "in the same process")
     } else {
-        // The command ended during phase 1: run it again, about as long as it ran.
+        // The command ended during phase 1: run it again, about as long as it ran (within `-d`).
         let cap = (elapsed * 2).max(Duration::from_secs(5));
-        (opts.target.clone(), Some(cap), "in a second run of the command")
+        (opts.target.clone(), Some(left.map_or(cap, |l| l.min(cap))), "in a second run of the command")
     };
     let candidates = whyslow_analyze::doctor::call_candidates(&profile);
     let modules = match whyslow_record::calls::target_modules(&target) {
@@ -202,7 +289,12 @@ fn second_phase(
     };
     let patterns: Vec<PatternSpec> = candidates
         .iter()
-        .map(|n| PatternSpec { group: n.clone(), pattern: n.clone(), required: false })
+        // Names, not globs: `operator[]`, `<[T]>::iter` and `operator*` match only themselves.
+        .map(|n| PatternSpec {
+            group: n.clone(),
+            pattern: whyslow_record::calls::glob_escape(n),
+            required: false,
+        })
         .collect();
     let res = whyslow_record::calls::resolve(&modules, &patterns, |_| Default::default())?;
     let mut phase2 = RecordOptions {
@@ -218,12 +310,18 @@ fn second_phase(
         probe_budget: Some(opts.budget),
         ..Default::default()
     };
-    let mut raw2 = whyslow_record::record(&phase2, &mut NoObserver);
+    // Resolving the probes took a while too: what is left of `-d` now.
+    if let (Some(d), Some(total)) = (phase2.duration.as_mut(), opts.duration) {
+        *d = (*d).min(total.saturating_sub(started.elapsed()).max(MIN_PHASE2));
+    }
+    observer.phase(PHASE2);
+    let mut raw2 = whyslow_record::record(&phase2, observer);
     if matches!(raw2, Err(RecordError::NoAllocator)) && phase2.calls.is_some() {
         // No allocation function to probe (a static binary with its own allocator): calls alone.
         phase2.alloc = None;
-        raw2 = whyslow_record::record(&phase2, &mut NoObserver);
+        raw2 = whyslow_record::record(&phase2, observer);
     }
+    observer.phase(SYMBOLIZING_PHASE2);
     let mut raw2 = match raw2 {
         Ok(r) => r,
         // The target ended between the phases: the diagnosis goes on without call counts.
@@ -247,7 +345,11 @@ fn second_phase(
     };
     let window = raw2.meta.duration_ns;
     let mut notes = std::mem::take(&mut profile.meta.notes);
-    notes.push(format!("phase 2: {counted} counted exactly for {:.1} s {how}", window as f64 / 1e9));
+    notes.push(format!(
+        "{}{counted} counted exactly for {:.1} s {how}",
+        whyslow_model::PHASE2_NOTE,
+        window as f64 / 1e9
+    ));
     notes.extend(raw2.meta.notes.iter().filter(|n| n.starts_with(whyslow_record::BUDGET_NOTE)).cloned());
     let mut meta = profile.meta.clone();
     meta.notes = notes;
@@ -271,13 +373,43 @@ fn second_phase(
     Ok(profile)
 }
 
-struct NoObserver;
+/// Phase 2 shorter than this is not worth its setup (probes resolved and attached, a second run).
+const MIN_PHASE2: Duration = Duration::from_millis(200);
 
-impl Observer for NoObserver {}
+pub const SYMBOLIZING_PHASE2: &str = "symbolizing phase 2";
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Both phases' budget notes become one, the numbers of each kept.
+    #[test]
+    fn budget_notes_are_merged() {
+        let note = |s: &str, hits: u32| {
+            format!(
+                "{} {s} s: {hits} hits cost about 21.0 ms, past the budget of 5% of the target's 10 ms of CPU; \
+                 their counts cover that window",
+                whyslow_record::BUDGET_NOTE
+            )
+        };
+        let mut notes = vec!["a".to_string(), note("0.40", 7), "phase 2: x".into(), note("0.12", 9)];
+        merge_budget_notes(&mut notes);
+        assert_eq!(
+            notes,
+            [
+                "a".to_string(),
+                "probes stopped after 0.40 s: 7 hits cost about 21.0 ms, past the budget of 5% of the target's \
+                 10 ms of CPU (phase 1's syscall counters); and after 0.12 s: 9 hits cost about 21.0 ms, past \
+                 the budget of 5% of the target's 10 ms of CPU (phase 2's call and allocation counters); \
+                 their counts cover those windows"
+                    .into(),
+                "phase 2: x".into(),
+            ]
+        );
+        let mut one = vec![note("0.40", 7)];
+        merge_budget_notes(&mut one);
+        assert_eq!(one, [note("0.40", 7)], "a single note stays as it is");
+    }
 
     #[test]
     fn options_out_of_range_are_named_as_this_library_names_them() {

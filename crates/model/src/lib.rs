@@ -105,6 +105,10 @@ pub mod sample_types {
 /// script): such a profile was not recorded by whyslow, so no command can be re-run to check a fix.
 pub const IMPORTED_NOTE: &str = "imported from ";
 
+/// Start of the note of a doctor investigation's second phase (call and allocation counts, over
+/// `calls_duration_ns` after the `duration_ns` of the first).
+pub const PHASE2_NOTE: &str = "phase 2: ";
+
 /// Marker for "no parent" in the stack trie and "no module" on a frame.
 pub const NONE: u32 = u32::MAX;
 

@@ -8,6 +8,7 @@ use crate::RecordError;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use whyslow_model::close_matches;
+pub use whyslow_symbols::glob_escape;
 use whyslow_symbols::placement::{Code, Placement};
 pub use whyslow_symbols::placement::{Execution, Needs, Site, StackNeed};
 use whyslow_symbols::{functions, glob, name_forms, resolved_in_self, same_file, Function};
@@ -376,6 +377,9 @@ pub fn resolve(
 ) -> Result<Resolution, RecordError> {
     if patterns.iter().any(|p| p.pattern.trim().is_empty()) {
         return Err(RecordError::EmptyPattern);
+    }
+    for p in patterns {
+        whyslow_symbols::check_glob(&p.pattern).map_err(RecordError::BadGlob)?;
     }
     // Benchmarks set WHYSLOW_PROBE_AT_ENTRY to measure what moving probes saves.
     let at_entry = std::env::var_os("WHYSLOW_PROBE_AT_ENTRY").is_some();

@@ -322,6 +322,8 @@ pub enum RecordError {
     NoSuchFunction { pattern: String, suggestions: Vec<String> },
     #[error("an empty pattern names no function: give a name or a glob (malloc, 'json_*', '*::parse')")]
     EmptyPattern,
+    #[error("{0}")]
+    BadGlob(whyslow_symbols::GlobError),
     #[error("unknown syscall '{name}'{}", whyslow_model::did_you_mean(.suggestions))]
     NoSuchSyscall { name: String, suggestions: Vec<String> },
     #[error(

@@ -101,6 +101,9 @@ pub trait Observer {
     fn started(&mut self, _pids: &[u32]) {}
     /// About four times a second.
     fn progress(&mut self, _p: &Progress) {}
+    /// A multi-step caller (the doctor) starts a step: `name` says what it does, in words for a live
+    /// line; [`Observer::progress`] of a run that follows counts from that run's start.
+    fn phase(&mut self, _name: &str) {}
     /// Each traced syscall, in the order they were drained.
     fn trace(&mut self, _e: &TraceEvent) {}
     /// Every [`RecordOptions::interval`]: the syscall counters so far.

@@ -30,7 +30,8 @@ fn wrap(w: &mut impl Write, first: &str, text: &str, width: usize) -> std::io::R
 }
 
 fn path(h: &HotPath) -> String {
-    h.frames.join(" > ")
+    let frames: Vec<_> = h.frames.iter().map(|f| crate::short_name(f)).collect();
+    frames.join(" > ")
 }
 
 fn finding(w: &mut impl Write, n: usize, f: &Finding) -> std::io::Result<()> {
@@ -54,11 +55,21 @@ pub fn text(w: &mut impl Write, p: &Profile, d: &Diagnosis, limit: usize) -> std
     let pids: Vec<String> = p.meta.target_pids.iter().map(u32::to_string).collect();
     // Imported profiles name no process.
     let pids = if pids.is_empty() { String::new() } else { format!(" (pid {})", pids.join(",")) };
+    // A live investigation's second phase counted calls after the first sampled: both windows, so the
+    // header says the time the run took.
+    let phase2 = p.meta.notes.iter().any(|n| n.starts_with(whyslow_model::PHASE2_NOTE));
+    let took = match (phase2, p.meta.calls_duration_ns) {
+        (true, calls) if calls > 0 => format!(
+            "{} sampled, then {} counting calls",
+            crate::units::duration(p.meta.duration_ns as i64),
+            crate::units::duration(calls as i64)
+        ),
+        _ => crate::units::duration(p.meta.duration_ns as i64),
+    };
     writeln!(
         w,
-        "whyslow doctor: {}{pids}, {}: {} finding{}\n",
+        "whyslow doctor: {}{pids}, {took}: {} finding{}\n",
         p.meta.command.join(" "),
-        crate::units::duration(p.meta.duration_ns as i64),
         d.findings.len(),
         if d.findings.len() == 1 { "" } else { "s" }
     )?;
@@ -84,7 +95,8 @@ pub fn text(w: &mut impl Write, p: &Profile, d: &Diagnosis, limit: usize) -> std
         writeln!(w, "  {:5.1}% of {:<width$} {}", h.pct, h.of, path(h))?;
     }
     more(w, d.hot_paths.len(), limit, "hot paths")?;
-    let calls = counted_calls(p);
+    // A function probed but never called in the window is no row (`0 calls 0/s main`); JSON has it.
+    let calls: Vec<Counted> = counted_calls(p).into_iter().filter(|c| c.calls > 0).collect();
     if !calls.is_empty() {
         writeln!(
             w,
@@ -92,7 +104,7 @@ pub fn text(w: &mut impl Write, p: &Profile, d: &Diagnosis, limit: usize) -> std
             crate::units::seconds(p.meta.calls_seconds())
         )?;
         for c in calls.iter().take(limit) {
-            writeln!(w, "  {:>12} calls {:>12.0}/s  {}", c.calls, c.per_s, c.name)?;
+            writeln!(w, "  {:>12} calls {:>12.0}/s  {}", c.calls, c.per_s, crate::short_name(&c.name))?;
         }
         more(w, calls.len(), limit, "functions")?;
     }
@@ -242,6 +254,9 @@ struct Json<'a> {
     duration_s: f64,
     /// The same, exact.
     duration_ns: u64,
+    /// The window of the call and allocation counts (a live investigation's phase 2, after
+    /// `duration_ns`; else within it); 0 when none were counted.
+    calls_duration_ns: u64,
     findings: &'a [Finding],
     hot_paths: &'a [HotPath],
     calls: Vec<Counted>,
@@ -262,6 +277,10 @@ pub fn json(w: &mut impl Write, p: &Profile, d: &Diagnosis) -> std::io::Result<(
         command: &p.meta.command,
         duration_s: p.meta.duration_ns as f64 / 1e9,
         duration_ns: p.meta.duration_ns,
+        calls_duration_ns: match p.meta.calls_duration_ns {
+            0 if !p.calls.is_empty() => p.meta.duration_ns,
+            ns => ns,
+        },
         findings: &d.findings,
         hot_paths: &d.hot_paths,
         calls: counted_calls(p),
@@ -352,6 +371,72 @@ mod tests {
         let mut json = Vec::new();
         super::json(&mut json, &p, &d).unwrap();
         check_golden("doctor.json", &json);
+    }
+
+    /// A live investigation's header names both phases' windows; a probed function never called in
+    /// phase 2 is no row of the text (JSON keeps it).
+    #[test]
+    fn phase_windows_in_the_header_and_no_zero_rows() {
+        let mut p = server();
+        p.meta.notes.push(format!(
+            "{}the allocation functions and 2 hot functions counted",
+            whyslow_model::PHASE2_NOTE
+        ));
+        p.meta.calls_duration_ns = 1_500_000_000;
+        let stat = |name: &str, calls| whyslow_model::CallStat {
+            pid: 4242,
+            name: name.into(),
+            group: name.into(),
+            calls,
+            ..Default::default()
+        };
+        p.calls = vec![stat("parse", 3000), stat("main", 0)];
+        let d = whyslow_analyze::doctor::diagnose(&p, "whyslow.data");
+        let mut text = Vec::new();
+        super::text(&mut text, &p, &d, 25).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(
+            text.starts_with(
+                "whyslow doctor: ./server --port 9000 (pid 4242), 10.0s sampled, then 1.50s counting calls: "
+            ),
+            "{text}"
+        );
+        assert!(text.contains("         3000 calls         2000/s  parse\n"), "{text}");
+        assert!(!text.contains(" 0 calls"), "{text}");
+        let mut json = Vec::new();
+        super::json(&mut json, &p, &d).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
+        assert_eq!(v["calls"].as_array().unwrap().len(), 2, "{v:#}");
+        assert_eq!(v["calls_duration_ns"], 1_500_000_000u64);
+    }
+
+    /// C++ template arguments are shortened in the text's hot paths (one line each, not five) and kept
+    /// whole in JSON.
+    #[test]
+    fn template_arguments_are_short_in_text_only() {
+        let p = server();
+        let mut d = whyslow_analyze::doctor::diagnose(&p, "whyslow.data");
+        let full = "std::vector<std::pair<int, std::__cxx11::basic_string<char, std::char_traits<char>, \
+                    std::allocator<char> > >, std::allocator<std::pair<int, std::__cxx11::basic_string<char, \
+                    std::char_traits<char>, std::allocator<char> > > > >::push_back(std::pair<int, \
+                    std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> > > const&)";
+        d.hot_paths.insert(
+            0,
+            whyslow_analyze::doctor::HotPath {
+                frames: vec!["main".into(), full.into()],
+                pct: 99.0,
+                of: "cpu",
+            },
+        );
+        let mut text = Vec::new();
+        super::text(&mut text, &p, &d, 25).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(text.contains(" main > std::vector<…>::push_back(std::pair<…> const&)\n"), "{text}");
+        assert!(!text.contains("basic_string<char"), "{text}");
+        let mut json = Vec::new();
+        super::json(&mut json, &p, &d).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
+        assert_eq!(v["hot_paths"][0]["frames"][1], full);
     }
 
     /// Counters that a budget stopped after 0.5 s, then sampled in three slices: the rates read over the

@@ -34,6 +34,65 @@ pub(crate) fn sample_type(p: &Profile, value: usize) -> Result<&SampleType, Rend
 
 pub(crate) use whyslow_model::{percent as pct, NO_STACK_FRAME as NO_STACK};
 
+/// A C++ or Rust function name with the arguments of its templates (generics) shortened to `…`, for
+/// text output, where `std::vector<std::pair<int, std::string>>::push_back` would wrap over lines:
+/// `std::vector<…>::push_back`. A `<` opens template arguments only right after a name (an identifier
+/// character); `operator<`, `operator<<`, `operator->` and Rust's `<T as Trait>::f` stay as they are (the
+/// last's inner generics are shortened). JSON keeps the full names.
+pub fn short_name(name: &str) -> std::borrow::Cow<'_, str> {
+    if !name.contains('<') {
+        return name.into();
+    }
+    let b = name.as_bytes();
+    let mut out = String::with_capacity(name.len());
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        // `operator` followed by one of its symbolic names is copied through whole.
+        if name[i..].starts_with("operator") && (i == 0 || !ident(b[i - 1])) {
+            let rest = &name[i + 8..];
+            let op = ["<=>", "<<=", "<<", "<=", "<", "->*", "->", ">>=", ">>", ">=", ">"]
+                .iter()
+                .find(|op| rest.starts_with(**op))
+                .map_or(0, |op| op.len());
+            out.push_str(&name[i..i + 8 + op]);
+            i += 8 + op;
+            continue;
+        }
+        if c == b'<' && i > 0 && ident(b[i - 1]) {
+            // Skip to the matching `>`; unbalanced brackets (a truncated name) are left as they are.
+            let mut depth = 0usize;
+            let mut end = None;
+            for (j, &d) in b.iter().enumerate().skip(i) {
+                match d {
+                    b'<' => depth += 1,
+                    b'>' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            end = Some(j);
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            if let Some(end) = end {
+                out.push_str("<…>");
+                i = end + 1;
+                continue;
+            }
+        }
+        let ch = name[i..].chars().next().unwrap_or('?');
+        out.push(ch);
+        i += ch.len_utf8();
+    }
+    out.into()
+}
+
+fn ident(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'_'
+}
+
 /// Folded stacks (`root;...;leaf`) with their summed value, sorted, zero values left out. With `annotate`,
 /// kernel frames end in `_[k]` and inlined ones in `_[i]`, the suffixes FlameGraph palettes color by.
 pub(crate) fn folded_lines(p: &Profile, value: usize, annotate: bool) -> Vec<(String, i64)> {
@@ -58,6 +117,38 @@ pub(crate) fn folded_lines(p: &Profile, value: usize, annotate: bool) -> Vec<(St
     let mut v: Vec<(String, i64)> = sums.into_iter().collect();
     v.sort();
     v
+}
+
+#[cfg(test)]
+mod names {
+    use super::short_name;
+
+    #[test]
+    fn template_arguments_are_shortened() {
+        let cases = [
+            ("std::vector<std::pair<int, std::string>>::push_back", "std::vector<…>::push_back"),
+            (
+                "std::_Hashtable<int, std::pair<int const, int>, std::allocator<int>>::find(int const&)",
+                "std::_Hashtable<…>::find(int const&)",
+            ),
+            ("void f<int>(std::map<int, int> const&)", "void f<…>(std::map<…> const&)"),
+            ("main", "main"),
+            ("Point::operator<(Point const&) const", "Point::operator<(Point const&) const"),
+            (
+                "std::operator<< <std::char_traits<char>>(std::ostream&)",
+                "std::operator<< <std::char_traits<…>>(std::ostream&)",
+            ),
+            ("Box<int>::operator->()", "Box<…>::operator->()"),
+            (
+                "<alloc::vec::Vec<T> as core::ops::drop::Drop>::drop",
+                "<alloc::vec::Vec<…> as core::ops::drop::Drop>::drop",
+            ),
+            ("broken<int", "broken<int"),
+        ];
+        for (full, short) in cases {
+            assert_eq!(short_name(full), short, "{full}");
+        }
+    }
 }
 
 #[cfg(test)]

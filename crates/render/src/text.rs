@@ -132,17 +132,18 @@ pub(crate) fn functions_table(
     let shown = &funcs[..limit.min(funcs.len())];
     let sw = width("self", scale, shown.iter().map(|f| f.self_));
     let tw = width("total", scale, shown.iter().map(|f| f.total));
-    let nw = shown.iter().map(|f| f.name.chars().count()).max().unwrap_or(0).clamp(8, NAME_WIDTH);
+    let names: Vec<_> = shown.iter().map(|f| crate::short_name(&f.name)).collect();
+    let nw = names.iter().map(|n| n.chars().count()).max().unwrap_or(0).clamp(8, NAME_WIDTH);
     writeln!(
         w,
         "{:>7} {:>sw$} {:>7} {:>tw$}  {:<nw$}  module",
         "self%", "self", "total%", "total", "function"
     )?;
-    for f in shown {
+    for (f, name) in shown.iter().zip(&names) {
         let (sp, tp) = (pct(f.self_, total), pct(f.total, total));
         let module = basename(&f.module);
         let (own, all) = (scale.show(f.self_), scale.show(f.total));
-        writeln!(w, "{sp:>6.2}% {own:>sw$} {tp:>6.2}% {all:>tw$}  {:<nw$}  {module}", f.name)?;
+        writeln!(w, "{sp:>6.2}% {own:>sw$} {tp:>6.2}% {all:>tw$}  {name:<nw$}  {module}")?;
     }
     if funcs.len() > shown.len() {
         writeln!(w, "  ... {} more functions (--limit)", funcs.len() - shown.len())?;
@@ -210,7 +211,7 @@ pub fn neighbors(
 ) -> Result<(), RenderError> {
     let f = &n.function;
     let (total, own) = (scale.show(f.total), scale.show(f.self_));
-    writeln!(w, "{} ({}): total {total}, self {own}", f.name, basename(&f.module))?;
+    writeln!(w, "{} ({}): total {total}, self {own}", crate::short_name(&f.name), basename(&f.module))?;
     if !n.also_matched.is_empty() {
         writeln!(w, "  also matched: {}", n.also_matched.join(", "))?;
     }
@@ -220,7 +221,8 @@ pub fn neighbors(
     for e in n.entries.iter().take(limit) {
         let module = if e.module.is_empty() { String::new() } else { format!("  ({})", basename(&e.module)) };
         let v = scale.show(e.value);
-        writeln!(w, "{:<8} {v:>vw$} {:>6.2}%  {}{module}", "", e.pct_of_function_total, e.name)?;
+        let name = crate::short_name(&e.name);
+        writeln!(w, "{:<8} {v:>vw$} {:>6.2}%  {name}{module}", "", e.pct_of_function_total)?;
     }
     if n.entries.len() > limit {
         writeln!(w, "{:<8} ... {} more (--limit)", "", n.entries.len() - limit)?;

@@ -200,16 +200,125 @@ pub fn functions(path: &Path) -> Result<Vec<Function>, SymbolError> {
     Ok(out)
 }
 
-/// Shell-style glob: `*` any run of characters, `?` one character, everything else literal.
+/// One element of a glob.
+enum GlobToken {
+    /// `*`: any run of characters.
+    Star,
+    /// `?`: one character.
+    One,
+    Literal(char),
+    /// `[abc]`, `[a-z]`, `[!x]` (or `[^x]`): one character of (or not of) the set.
+    Class {
+        negated: bool,
+        ranges: Vec<(char, char)>,
+    },
+}
+
+/// A pattern that is not a glob, and why (one line).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("'{pattern}' is not a valid glob: {reason}")]
+pub struct GlobError {
+    pub pattern: String,
+    pub reason: String,
+}
+
+fn glob_tokens(pattern: &str) -> Result<Vec<GlobToken>, GlobError> {
+    let chars: Vec<char> = pattern.chars().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        match chars[i] {
+            '*' => out.push(GlobToken::Star),
+            '?' => out.push(GlobToken::One),
+            // `[]` is C++'s `operator[]`, not an empty set.
+            '[' if chars.get(i + 1) == Some(&']') => {
+                out.extend([GlobToken::Literal('['), GlobToken::Literal(']')]);
+                i += 1;
+            }
+            '[' => {
+                let mut j = i + 1;
+                let negated = matches!(chars.get(j), Some('!' | '^'));
+                if negated {
+                    j += 1;
+                }
+                let mut ranges = Vec::new();
+                // A `]` first in the set is one of its characters, as in the shell.
+                let first = j;
+                while j < chars.len() && (chars[j] != ']' || j == first) {
+                    if chars.get(j + 1) == Some(&'-') && chars.get(j + 2).is_some_and(|&c| c != ']') {
+                        let (lo, hi) = (chars[j], chars[j + 2]);
+                        if lo > hi {
+                            return Err(GlobError {
+                                pattern: pattern.into(),
+                                reason: format!("the range '{lo}-{hi}' is backwards"),
+                            });
+                        }
+                        ranges.push((lo, hi));
+                        j += 3;
+                    } else {
+                        ranges.push((chars[j], chars[j]));
+                        j += 1;
+                    }
+                }
+                if j >= chars.len() {
+                    return Err(GlobError {
+                        pattern: pattern.into(),
+                        reason: "'[' opens a set of characters that no ']' closes (write '[[]' for a \
+                                 literal '[')"
+                            .into(),
+                    });
+                }
+                out.push(GlobToken::Class { negated, ranges });
+                i = j;
+            }
+            c => out.push(GlobToken::Literal(c)),
+        }
+        i += 1;
+    }
+    Ok(out)
+}
+
+/// A glob that matches exactly `name` (its `*`, `?` and `[` each in a set of one), for a function name
+/// used as a pattern: `std::vector<int>::operator[](unsigned long)`, `<[T]>::sort`, `f [clone .isra.0]`.
+pub fn glob_escape(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        match c {
+            '*' | '?' | '[' => {
+                out.push('[');
+                out.push(c);
+                out.push(']');
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Whether `pattern` is a glob [`glob`] understands (an unclosed `[` is not).
+pub fn check_glob(pattern: &str) -> Result<(), GlobError> {
+    glob_tokens(pattern).map(|_| ())
+}
+
+/// Shell-style glob: `*` any run of characters, `?` one character, `[a-z]`/`[!x]` one character of a
+/// set (`[]` is the two characters, as in C++'s `operator[]`), everything else literal. A pattern that
+/// is not a glob ([`check_glob`]) matches nothing.
 pub fn glob(pattern: &str, text: &str) -> bool {
-    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    let Ok(p) = glob_tokens(pattern) else { return false };
+    let t: Vec<char> = text.chars().collect();
+    let one = |tok: &GlobToken, c: char| match tok {
+        GlobToken::One => true,
+        GlobToken::Literal(l) => *l == c,
+        GlobToken::Class { negated, ranges } => ranges.iter().any(|&(lo, hi)| lo <= c && c <= hi) != *negated,
+        GlobToken::Star => false,
+    };
     let (mut pi, mut ti) = (0, 0);
     let mut star: Option<(usize, usize)> = None;
     while ti < t.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+        if pi < p.len() && one(&p[pi], t[ti]) {
             pi += 1;
             ti += 1;
-        } else if pi < p.len() && p[pi] == '*' {
+        } else if pi < p.len() && matches!(p[pi], GlobToken::Star) {
             star = Some((pi, ti));
             pi += 1;
         } else if let Some((sp, st)) = star {
@@ -220,7 +329,7 @@ pub fn glob(pattern: &str, text: &str) -> bool {
             return false;
         }
     }
-    p[pi..].iter().all(|&c| c == '*')
+    p[pi..].iter().all(|t| matches!(t, GlobToken::Star))
 }
 
 /// The forms of a function's name a pattern may match: the demangled name, without its parameter list,
@@ -325,6 +434,25 @@ mod tests {
         assert!(glob("pthread_rwlock_*", "pthread_rwlock_rdlock"));
         assert!(glob("str?hr", "strchr") && !glob("str?hr", "strrchr"));
         assert!(glob("*", "") && !glob("a*b", "ac"));
+        assert!(glob("str[cr]hr", "strchr") && glob("str[cr]hr", "strrhr") && !glob("str[cr]hr", "strxhr"));
+        assert!(glob("mem[!s]*", "memcpy") && !glob("mem[!s]*", "memset") && glob("[a-c]x", "bx"));
+        assert!(glob("*operator[]*", "std::vector<int>::operator[](unsigned long)"));
+        assert!(glob("a[[]b", "a[b") && glob("a[[]]", "a[]"));
+        let e = check_glob("[").unwrap_err().to_string();
+        assert_eq!(e, "'[' is not a valid glob: '[' opens a set of characters that no ']' closes (write '[[]' for a literal '[')");
+        assert!(!glob("[", "[") && check_glob("json_*").is_ok());
+        assert!(check_glob("[z-a]").unwrap_err().to_string().contains("backwards"));
+        for name in [
+            "std::vector<int>::operator[](unsigned long)",
+            "<[T]>::sort",
+            "f [clone .isra.0]",
+            "operator*",
+            "a?b",
+        ] {
+            let p = glob_escape(name);
+            assert!(check_glob(&p).is_ok() && glob(&p, name), "{name} -> {p}");
+        }
+        assert!(!glob(&glob_escape("operator*"), "operator*=") && !glob(&glob_escape("a?b"), "axb"));
         assert_eq!(without_clone_suffix("parse_frames.constprop.0.isra.0"), "parse_frames");
         assert_eq!(without_clone_suffix("f(int) [clone .isra.0]"), "f(int)");
         assert_eq!(without_clone_suffix("g.cold"), "g.cold");

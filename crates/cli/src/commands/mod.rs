@@ -115,8 +115,8 @@ struct StatusLine {
     /// Symbolizing ahead (see [`StatusLine::prefetching`]): what to read, then the thread reading it.
     prefetch: Option<(Target, bool)>,
     prefetched: Option<std::thread::JoinHandle<whyslow_symbolize::Prefetch>>,
-    /// What the run does, first on the line ("recording", "calls").
-    what: &'static str,
+    /// What the run is doing, first on the line ("recording", "calls", or a phase the run named).
+    what: String,
     /// Announce the start of an attached run on stderr ([`announce`]) with this name.
     announce: Option<&'static str>,
     /// The probes' hits per second: when and at how many hits it was last computed, and the rate.
@@ -129,7 +129,7 @@ impl StatusLine {
             tty: std::io::stderr().is_terminal(),
             prefetch: None,
             prefetched: None,
-            what: "recording",
+            what: "recording".into(),
             announce: None,
             rate: None,
         }
@@ -137,7 +137,7 @@ impl StatusLine {
 
     /// A line about `what`, which announces an attached run's start when `attached`.
     fn about(mut self, what: &'static str, attached: bool) -> StatusLine {
-        self.what = what;
+        self.what = what.into();
         self.announce = attached.then_some(what);
         self
     }
@@ -205,6 +205,13 @@ impl Observer for StatusLine {
     fn started(&mut self, pids: &[u32]) {
         if let Some(what) = self.announce {
             announce(what, pids);
+        }
+    }
+
+    fn phase(&mut self, name: &str) {
+        self.what = name.to_string();
+        if self.tty {
+            eprint!("\r\x1b[2K{name}...");
         }
     }
 }

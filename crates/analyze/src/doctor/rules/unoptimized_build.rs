@@ -32,13 +32,13 @@ pub fn check(f: &Facts) -> Verdict {
     }
     // Hot modules, and those of them whose compile flags are known: with none known the rule cannot tell
     // (imported profiles and binaries built without -g carry no producer records).
-    let (mut hot, mut known) = (0, 0);
+    let (mut hot, mut known) = (Vec::new(), 0);
     for (module, self_cpu) in f.module_self_cpu() {
         let share = pct(self_cpu, f.cpu_total);
         if share < UNOPTIMIZED_CPU_PCT {
             break;
         }
-        hot += 1;
+        hot.push(whyslow_model::basename(&module).to_string());
         let Some(m) = f.p.modules.iter().find(|m| m.path == module) else { continue };
         known += !m.producers.is_empty() as usize;
         let verdicts: Vec<(bool, &String)> =
@@ -54,10 +54,34 @@ pub fn check(f: &Facts) -> Verdict {
         let impact = Match { value: self_cpu, pct: share, ..Default::default() };
         return Verdict::Found(finding(f, &TEXT, &impact, "cpu", Confidence::High, evidence));
     }
-    if hot > 0 && known == 0 {
-        return Verdict::NeedsData(
-            "the compile flags of the hot code (DWARF producer records, from a binary built with -g)",
-        );
+    if !hot.is_empty() && known == 0 {
+        // Say what is true: where the hot code is and that it records no flags; a program built with -g
+        // whose time goes to libc is not "built without -g".
+        let with: Vec<&str> =
+            f.p.modules
+                .iter()
+                .filter(|m| !m.producers.is_empty())
+                .map(|m| whyslow_model::basename(&m.path))
+                .collect();
+        let others = match with.len() {
+            0 => String::new(),
+            1 => format!(
+                " ({} records them, but runs under {UNOPTIMIZED_CPU_PCT}% of CPU time itself)",
+                with[0]
+            ),
+            _ => format!(
+                " ({} record them, but each runs under {UNOPTIMIZED_CPU_PCT}% of CPU time itself)",
+                with.join(", ")
+            ),
+        };
+        let (list, record) = match hot.split_last() {
+            Some((last, rest)) if !rest.is_empty() => (format!("{} and {last}", rest.join(", ")), "record"),
+            _ => (hot.join(""), "records"),
+        };
+        return Verdict::Unchecked(format!(
+            "the hot code is in {list}, which {record} no compile flags (no DWARF producer records: built \
+             without -g, or its debug information is not installed){others}",
+        ));
     }
     Verdict::Clear
 }
@@ -88,8 +112,29 @@ mod tests {
         assert_eq!(fired(super::check, &p), None);
         p.modules[app].producers.clear();
         assert_eq!(fired(super::check, &p), None, "no debug info: cannot tell");
-        let needs =
-            matches!(super::check(&crate::doctor::Facts::new(&p)), crate::doctor::Verdict::NeedsData(_));
-        assert!(needs, "and says so");
+        let why = match super::check(&crate::doctor::Facts::new(&p)) {
+            crate::doctor::Verdict::Unchecked(why) => why,
+            _ => panic!("says it could not check"),
+        };
+        assert!(
+            why.starts_with("the hot code is in app and libc.so.6, which record no compile flags"),
+            "{why}"
+        );
+        assert!(!why.contains(" records them"), "no module has flags: {why}");
+        // The program has DWARF but its time is in libc: the report names libc, not the program.
+        let mut p = profile(&[("main;lib:memcpy", 90, 0), ("main;work", 2, 0)]);
+        let app = p.modules.iter().position(|m| m.path == "/app").unwrap();
+        p.modules[app].producers = vec!["GNU C17 12.2.0 -g -O2".into()];
+        let why = match super::check(&crate::doctor::Facts::new(&p)) {
+            crate::doctor::Verdict::Unchecked(why) => why,
+            _ => panic!("says it could not check"),
+        };
+        let lib =
+            whyslow_model::basename(&p.modules.iter().find(|m| m.path != "/app").unwrap().path).to_string();
+        assert!(
+            why.starts_with(&format!("the hot code is in {lib}, which records no compile flags")),
+            "{why}"
+        );
+        assert!(why.contains("(app records them, but runs under"), "{why}");
     }
 }
