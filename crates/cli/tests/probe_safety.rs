@@ -237,7 +237,8 @@ fn a_killed_run_leaves_no_probe_behind() {
     let _mounted = Mounted(&mnt);
     let bin = mnt.join("calls");
     std::fs::copy(workload("calls"), &bin).unwrap();
-    for args in [&["calls", "--stacks", "bump", "malloc"][..], &["record", "--alloc"]] {
+    // No budget: the probes must still be attached when the run is killed (a budget stops them first).
+    for args in [&["calls", "--budget", "none", "--stacks", "bump", "malloc"][..], &["record", "--alloc"]] {
         let mut target = std::process::Command::new(&bin).arg("1000000000").spawn().unwrap();
         let pid = target.id().to_string();
         // Attached once the loader has mapped libc (malloc is probed there).

@@ -838,11 +838,16 @@ fn serve_all_profiles_short_lived_processes() {
     let exe = dir.path().join(&name);
     std::fs::copy(workload("cpu_split"), &exe).unwrap();
     let a = Agent::start(&dir.path().join("data"), &["--all"]);
-    // Sampling has begun once the agent's recording thread runs (it is there before the first window).
+    // Sampling has begun once a process is listed at its first sample: one of the test's own, as an idle
+    // machine may run nothing else (the agent's own samples are dropped).
+    let mut first =
+        std::process::Command::new(workload("cpu_split")).arg("2").stdout(Stdio::null()).spawn().unwrap();
     wait_for(10, "the whole-host sampling to start", || {
         let (_, v) = a.get("/api/v1/processes");
         (!v.as_array()?.is_empty()).then_some(())
     });
+    first.kill().unwrap();
+    first.wait().unwrap();
     let mut burners = Vec::new();
     for _ in 0..20 {
         burners.push(std::process::Command::new(&exe).arg("0.3").stdout(Stdio::null()).spawn().unwrap());
