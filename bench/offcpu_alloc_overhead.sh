@@ -38,8 +38,11 @@ row "perf record -e sched:sched_switch --call-graph dwarf" "$(m ping_perf)" "$p"
 lost=$("$WHYSLOW" report "$OUT/o.data" --type offcpu --format json | python3 -c 'import json,sys; print(json.load(sys.stdin)["lost_samples"])')
 echo "    lost samples in the last run: whyslow $lost, perf $(perf_lost "$OUT/o.perf")"
 # What each recorder costs the program itself, in its own CPU time per switch-out (pingpong prints it with
-# PINGPONG_CPU set): unlike wall time, not a measure of the wait for a CPU on a shared machine.
-cpu_per_switch() { PINGPONG_CPU=1 "$@" "$PING" "$SWITCHES" 2>&1 >/dev/null | awk '/per switch-out/ {print $1}'; }
+# PINGPONG_CPU set): unlike wall time, not a measure of the wait for a CPU on a shared machine. On one CPU
+# (taskset): across two, an idle VM's wake-ups (IPIs, halt polling) are most of a switch's CPU time.
+cpu_per_switch() {
+  PINGPONG_CPU=1 taskset -c 0 "$@" "$PING" "$SWITCHES" 2>&1 >/dev/null | awk '/per switch-out/ {print $1}'
+}
 declare -A c
 for i in $(seq "$RUNS"); do
   c[plain]+=" $(cpu_per_switch env)"
