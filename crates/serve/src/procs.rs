@@ -200,11 +200,15 @@ pub fn read(pid: u32) -> Option<ProcessView> {
         return None;
     }
     let cmdline = String::from_utf8_lossy(&raw).trim_end_matches('\0').replace('\0', " ");
-    let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+    Some(ProcessView { pid, ppid, comm, cmdline, cgroup: cgroup_of(pid), start_ticks })
+}
+
+/// Process `pid`'s cgroup v2 path ("" when it has none or is gone).
+fn cgroup_of(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
         .ok()
         .and_then(|s| s.lines().find_map(|l| l.strip_prefix("0::").map(str::to_string)))
-        .unwrap_or_default();
-    Some(ProcessView { pid, ppid, comm, cmdline, cgroup, start_ticks })
+        .unwrap_or_default()
 }
 
 /// The kernel's flag of its own threads (`PF_KTHREAD`, /proc/PID/stat's flags).
@@ -227,11 +231,7 @@ pub fn read_sampled(pid: u32) -> Option<ProcessView> {
     let start_ticks = fields.get(19)?.parse().ok()?;
     let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
     let cmdline = String::from_utf8_lossy(&raw).trim_end_matches('\0').replace('\0', " ");
-    let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
-        .ok()
-        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("0::").map(str::to_string)))
-        .unwrap_or_default();
-    Some(ProcessView { pid, ppid, comm, cmdline, cgroup, start_ticks })
+    Some(ProcessView { pid, ppid, comm, cmdline, cgroup: cgroup_of(pid), start_ticks })
 }
 
 #[cfg(test)]
