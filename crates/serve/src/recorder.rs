@@ -458,9 +458,7 @@ fn session_thread(
     let opts = key.options(first, stop);
     let mut objects = Objects::new(&opts)?;
     let mut s = Session::start(&opts, &mut objects, &mut Quiet)?;
-    let window = Duration::from_secs(key.window_s);
-    let mut cut_at = Instant::now() + window;
-    let mut seen = (0, 0);
+    let mut windowing = Windowing::new(key, windows, false);
     loop {
         let end = s.step(&mut Quiet);
         for cmd in rx.try_iter() {
@@ -478,20 +476,62 @@ fn session_thread(
             }
         }
         *known.lock().expect("known lock") = s.processes().collect();
-        let n = s.counters();
-        counters.add(key, n.samples - seen.0, n.lost - seen.1);
-        seen = (n.samples, n.lost);
-        if end == Some(whyslow_record::End::Stopped) {
+        if !windowing.stepped(&mut s, end, counters) {
             break;
         }
-        if Instant::now() >= cut_at {
-            cut_at += window;
-            let _ = windows.send(Window { raw: s.cut(), key: key.clone(), host: false });
-        }
     }
-    let raw = s.finish(&mut Quiet);
-    let _ = windows.send(Window { raw, key: key.clone(), host: false });
+    windowing.finish(s);
     Ok(())
+}
+
+/// A session's windows: counts the samples and losses of each step, cuts a window every `window_s`, and
+/// sends the last one at the end.
+struct Windowing<'a> {
+    key: &'a Key,
+    windows: &'a Sender<Window>,
+    /// Cut by the whole-host session.
+    host: bool,
+    window: Duration,
+    cut_at: Instant,
+    /// Samples and lost samples counted so far.
+    seen: (u64, u64),
+}
+
+impl<'a> Windowing<'a> {
+    fn new(key: &'a Key, windows: &'a Sender<Window>, host: bool) -> Self {
+        let window = Duration::from_secs(key.window_s);
+        Windowing { key, windows, host, window, cut_at: Instant::now() + window, seen: (0, 0) }
+    }
+
+    /// After a step that ended with `end`: counts what it sampled and cuts a window when one is due. False
+    /// once the session was stopped (its last window is sent by [`Windowing::finish`]).
+    fn stepped(
+        &mut self,
+        s: &mut Session,
+        end: Option<whyslow_record::End>,
+        counters: &crate::Counters,
+    ) -> bool {
+        let n = s.counters();
+        counters.add(self.key, n.samples - self.seen.0, n.lost - self.seen.1);
+        self.seen = (n.samples, n.lost);
+        if end == Some(whyslow_record::End::Stopped) {
+            return false;
+        }
+        if Instant::now() >= self.cut_at {
+            self.cut_at += self.window;
+            self.send(s.cut());
+        }
+        true
+    }
+
+    fn finish(self, s: Session) {
+        let raw = s.finish(&mut Quiet);
+        self.send(raw);
+    }
+
+    fn send(&self, raw: RawRecording) {
+        let _ = self.windows.send(Window { raw, key: self.key.clone(), host: self.host });
+    }
 }
 
 fn start_host_session(shared: &Arc<Shared>, key: Key, windows: Sender<Window>) -> HostSession {
@@ -534,10 +574,8 @@ fn host_session_thread(
     };
     let mut objects = Objects::new(&opts)?;
     let mut s = Session::start(&opts, &mut objects, &mut Quiet)?;
-    let window = Duration::from_secs(key.window_s);
-    let mut cut_at = Instant::now() + window;
+    let mut windowing = Windowing::new(key, windows, true);
     let mut swept = Instant::now();
-    let mut seen = (0, 0);
     let mut matchers: HashMap<i64, (TargetSpec, crate::spec::Matcher)> = HashMap::new();
     loop {
         let end = s.step(&mut Quiet);
@@ -584,19 +622,11 @@ fn host_session_thread(
             }
             tracked.retain(|_, t| t.gone_ns.is_none_or(|g| now.saturating_sub(g) < GRACE.as_nanos() as u64));
         }
-        let n = s.counters();
-        shared.counters.add(key, n.samples - seen.0, n.lost - seen.1);
-        seen = (n.samples, n.lost);
-        if end == Some(whyslow_record::End::Stopped) {
+        if !windowing.stepped(&mut s, end, &shared.counters) {
             break;
         }
-        if Instant::now() >= cut_at {
-            cut_at += window;
-            let _ = windows.send(Window { raw: s.cut(), key: key.clone(), host: true });
-        }
     }
-    let raw = s.finish(&mut Quiet);
-    let _ = windows.send(Window { raw, key: key.clone(), host: true });
+    windowing.finish(s);
     Ok(())
 }
 
