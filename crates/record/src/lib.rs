@@ -22,7 +22,7 @@ mod target_env;
 pub use bpf::syscall_numbers;
 pub use session::{record, End, Observer, ProbeLoad, Progress, Session};
 pub use sources::Objects;
-pub use sys::{monotonic_ns, sampling_period, Clock};
+pub use sys::{monotonic_ns, sampling_period, thread_cpu_ns, Clock};
 pub use target::Target;
 pub use target::{stop_launched, yield_cpu};
 

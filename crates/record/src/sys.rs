@@ -384,9 +384,18 @@ fn mount_tracefs() -> io::Result<()> {
 
 /// CLOCK_MONOTONIC now, in ns: the clock of every event time (perf records and eBPF alike).
 pub fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// The calling thread's CPU time, in ns: what work of its own costs, whatever else waits for the CPUs.
+pub fn thread_cpu_ns() -> u64 {
+    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: ts is a timespec owned by this frame.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 

@@ -282,10 +282,7 @@ pub fn regression_json(target: i64, name: Option<&str>, r: &Regression) -> serde
 
 /// CPU seconds this thread has used.
 fn thread_cpu_seconds() -> f64 {
-    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes the struct given.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
-    t.tv_sec as f64 + t.tv_nsec as f64 / 1e9
+    whyslow_record::thread_cpu_ns() as f64 / 1e9
 }
 
 /// Adds the doctor's families to /metrics.

@@ -60,9 +60,11 @@ pub(crate) fn sites() -> Option<(std::path::PathBuf, [u64; 2])> {
     (other == path).then_some((path, [oe, os]))
 }
 
-/// Calls each function `n` times in batches; the least time per call of the batches (preemption only
-/// adds) for (emulated, single-stepped).
+/// Calls each function `n` times in batches; the least time per call of the batches for (emulated,
+/// single-stepped), in this thread's CPU time: the trap and the program run on it, and a wait for a CPU
+/// on a busy machine is not taken for the cost of a hit.
 pub(crate) fn time_calls(n: u32, batches: u32) -> [f64; 2] {
+    use crate::sys::thread_cpu_ns;
     let mut best = [f64::MAX; 2];
     for _ in 0..batches {
         let t = thread_cpu_ns();
@@ -81,16 +83,6 @@ pub(crate) fn time_calls(n: u32, batches: u32) -> [f64; 2] {
         best[1] = best[1].min((thread_cpu_ns() - t) as f64 / f64::from(n));
     }
     best
-}
-
-/// This thread's CPU time, ns: calibration calls are timed by it, not by the wall clock, so that the time
-/// the thread waits for a CPU on a busy machine is not taken for the cost of a hit or a counted syscall
-/// (the trap's and the program's time is the thread's, in the kernel).
-pub(crate) fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes the timespec it is given.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Keeps the kernel's run-time statistics of eBPF programs on for the rest of this process (the first

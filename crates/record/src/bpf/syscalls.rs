@@ -74,7 +74,7 @@ pub fn syscall_numbers(names: &[String]) -> Result<Vec<u32>, RecordError> {
 /// The least CPU time per call over a few batches (this thread's: a wait for a CPU adds nothing) of
 /// getppid, of a stat of "/", and of a write and a read of 32 bytes through the socket `pair`.
 fn time_syscalls(pair: &[std::os::fd::OwnedFd; 2]) -> [f64; 3] {
-    use super::calibrate::thread_cpu_ns;
+    use crate::sys::thread_cpu_ns;
     use std::os::fd::AsRawFd;
     const N: u32 = 300;
     let mut best = [f64::MAX; 3];
