@@ -70,17 +70,27 @@ struct {
 	__type(value, u64);
 } since_sample SEC(".maps");
 
-/* For `sites`, per probe: where the size argument is (0 rdi, 1 rsi, 2 rdx, 3 rdi * rsi, 4 rax for Go),
- * the bytes pushed between the function's entry and the probe's site (a probe moved past a push finds
- * the return address that far up the stack), and its role in nested allocations: glibc's aligned
- * allocators end in a tail jump to malloc for small alignments, so malloc runs with their caller's
- * return address in the same stack slot. That malloc is the wrapper's allocation, counted once. */
-#define ROLE_WRAPPER 1 /* may tail-jump to malloc */
-#define ROLE_MALLOC 2
+/* For `sites`, per probe: where the size argument is, the bytes pushed between the function's entry and
+ * the probe's site (a probe moved past a push finds the return address that far up the stack), and its
+ * role in nested allocations: glibc's aligned allocators end in a tail jump to malloc for small
+ * alignments, so malloc runs with their caller's return address in the same stack slot. That malloc is
+ * the wrapper's allocation, counted once. Which functions these are: crates/record/src/allocators.rs. */
+enum ws_size_how {
+	WS_SIZE_RDI,
+	WS_SIZE_RSI,
+	WS_SIZE_RDX,
+	WS_SIZE_RDI_TIMES_RSI, /* calloc */
+	WS_SIZE_GO_RAX, /* Go's register ABI */
+};
+enum ws_alloc_role {
+	WS_ROLE_OTHER,
+	WS_ROLE_WRAPPER, /* may tail-jump to malloc */
+	WS_ROLE_MALLOC,
+};
 struct ws_size_arg {
-	u32 how;
+	enum ws_size_how how;
 	u32 stack_delta;
-	u32 role;
+	enum ws_alloc_role role;
 	u32 pad;
 };
 
@@ -304,24 +314,24 @@ static __always_inline bool count_site(struct pt_regs *ctx, u32 tgid, u32 probe)
 	/* At a function's first instruction the return address is on top of the stack. */
 	if (bpf_probe_read_user(&k.ret, sizeof(k.ret), (void *)slot))
 		return true;
-	if (arg && arg->role) {
+	if (arg && arg->role != WS_ROLE_OTHER) {
 		struct ws_wrapped *w = bpf_task_storage_get(&wrapped, bpf_get_current_task_btf(), 0,
 							    BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (w) {
-			bool tail = arg->role == ROLE_MALLOC && w->slot == slot && w->ret == k.ret;
-			w->slot = arg->role == ROLE_WRAPPER ? slot : 0;
+			bool tail = arg->role == WS_ROLE_MALLOC && w->slot == slot && w->ret == k.ret;
+			w->slot = arg->role == WS_ROLE_WRAPPER ? slot : 0;
 			w->ret = k.ret;
 			if (tail)
 				return false;
 		}
 	}
 	u64 size = 0;
-	switch (arg ? arg->how : 0) {
-	case 0: size = PT_REGS_PARM1(ctx); break;
-	case 1: size = PT_REGS_PARM2(ctx); break;
-	case 2: size = PT_REGS_PARM3(ctx); break;
-	case 3: size = PT_REGS_PARM1(ctx) * PT_REGS_PARM2(ctx); break;
-	default: size = PT_REGS_RC(ctx); break;
+	switch (arg ? arg->how : WS_SIZE_RDI) {
+	case WS_SIZE_RDI: size = PT_REGS_PARM1(ctx); break;
+	case WS_SIZE_RSI: size = PT_REGS_PARM2(ctx); break;
+	case WS_SIZE_RDX: size = PT_REGS_PARM3(ctx); break;
+	case WS_SIZE_RDI_TIMES_RSI: size = PT_REGS_PARM1(ctx) * PT_REGS_PARM2(ctx); break;
+	case WS_SIZE_GO_RAX: size = PT_REGS_RC(ctx); break;
 	}
 	struct ws_site_val *v = bpf_map_lookup_elem(&site_counts, &k);
 	if (!v) {

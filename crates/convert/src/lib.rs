@@ -86,19 +86,6 @@ pub struct Nesting {
     /// Code of allocation functions that call another probed allocator: (module path, file offsets). A
     /// probed allocation called from there is not counted again.
     pub within: Vec<(String, std::ops::Range<u64>)>,
-    /// Per allocation probe (as `Stream::Alloc::probe`): its role in tail jumps, and the bytes between the
-    /// stack pointer at its site and the return address (the recorder's eBPF program counts and samples
-    /// a malloc tail-jumped to as the wrapper's allocation only).
-    pub tails: Vec<(AllocRole, u32)>,
-}
-
-/// An allocation function's part in tail jumps (see [`Nesting`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AllocRole {
-    Other = 0,
-    /// May end in a tail jump to malloc.
-    Wrapper = 1,
-    Malloc = 2,
 }
 
 /// A process as a host sees it.

@@ -6,6 +6,7 @@
 //! It must never stop or slow the target beyond the sampling itself: no ptrace, and all events are
 //! disabled and closed on every exit path.
 
+mod allocators;
 mod bpf;
 pub mod calls;
 mod files;

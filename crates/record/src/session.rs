@@ -243,8 +243,9 @@ impl<'a> Session<'a> {
         };
         raise_fd_limit();
         let mut notes = std::mem::take(&mut objects.notes);
-        let alloc_names: Vec<(String, String)> = objects.alloc.iter().map(|(p, _)| label_of(p)).collect();
-        let nesting = objects.nesting.clone();
+        let alloc_names: Vec<(String, String)> =
+            objects.alloc.probes.iter().map(|(p, _)| label_of(p)).collect();
+        let nesting = objects.alloc.nesting.clone();
         let (pids, command, mut gate) =
             crate::phases::time("start target", || target::resolve(&opts.target))?;
         // The surroundings' first reading (a /proc scan of every process) runs beside the loading of the

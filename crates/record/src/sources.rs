@@ -3,10 +3,11 @@
 //! allocation-site counters with their sampled stacks, off-CPU blocks, exit watch). Opening, falling back
 //! where the machine refuses, following more processes later, and closing.
 
+use crate::allocators::{self, Allocators};
 use crate::bpf::{
     CallProbe, ClockFilter, ExitWatch, OffCpuConfig, OffCpuProbe, StackSampling, SyscallCost, SyscallProbe,
 };
-use crate::calls::{PatternSpec, Probe};
+use crate::calls::Probe;
 use crate::records;
 use crate::sys::{self, Clock, EventConfig, Ring, Scope, Source};
 use crate::target::{self, Target};
@@ -14,138 +15,8 @@ use crate::{RecordError, RecordOptions};
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use whyslow_convert::records::{Record, Timed};
-use whyslow_convert::{AllocRole, Converter, Host, Nesting, SizeArg, Stream};
+use whyslow_convert::{Converter, Host, Stream};
 use whyslow_model::{sample_types, SampleType};
-use whyslow_symbols::placement::{Args, Needs, StackNeed};
-
-/// How bpf/calls.bpf.c's `size_arg` map names where the size is.
-fn bpf_size_code(size: SizeArg) -> u32 {
-    match size {
-        SizeArg::Arg(n) => n.min(2) as u32,
-        SizeArg::Product => 3,
-        SizeArg::GoFirst => 4,
-    }
-}
-
-/// What a probe reading this size argument and the return address needs kept intact at its site.
-fn size_needs(size: SizeArg) -> Needs {
-    let args = match size {
-        SizeArg::Arg(0) => Args::RDI,
-        SizeArg::Arg(1) => Args::RSI,
-        SizeArg::Arg(_) => Args::RDX,
-        SizeArg::Product => Args::RDI.with(Args::RSI),
-        SizeArg::GoFirst => Args::RAX,
-    };
-    Needs { stack: StackNeed::Known, args, ..Needs::default() }
-}
-
-/// Functions that allocate through malloc (glibc's aligned allocators for small alignments, realloc of a
-/// null pointer): the malloc they call is their own allocation, counted once, at their entry.
-const ALLOCATING_THROUGH_MALLOC: [&str; 14] = [
-    "posix_memalign",
-    "__posix_memalign",
-    "memalign",
-    "__libc_memalign",
-    "aligned_alloc",
-    "_mid_memalign",
-    "valloc",
-    "__libc_valloc",
-    "pvalloc",
-    "__libc_pvalloc",
-    "realloc",
-    "__libc_realloc",
-    "reallocarray",
-    "__libc_reallocarray",
-];
-
-/// The allocation functions of the target, each with where its size argument is, and how they nest.
-fn alloc_probes(
-    t: &Target,
-    notes: &mut Vec<String>,
-) -> Result<(Vec<(Probe, SizeArg)>, Nesting), RecordError> {
-    // C++ operator new (every variant) allocates through malloc, so its allocations are counted once, at
-    // malloc, with operator new as the caller in the stack.
-    let table: [(&str, SizeArg); 7] = [
-        ("malloc", SizeArg::Arg(0)),
-        ("calloc", SizeArg::Product),
-        ("realloc", SizeArg::Arg(1)),
-        ("posix_memalign", SizeArg::Arg(2)),
-        ("aligned_alloc", SizeArg::Arg(1)),
-        ("memalign", SizeArg::Arg(1)),
-        ("runtime.mallocgc", SizeArg::GoFirst),
-    ];
-    let patterns: Vec<PatternSpec> = table
-        .iter()
-        .map(|(p, _)| PatternSpec { group: p.to_string(), pattern: p.to_string(), required: false })
-        .collect();
-    let size_of = |group: &str| table.iter().find(|(pat, _)| *pat == group).map(|(_, s)| *s);
-    let modules = crate::calls::target_modules(t)?;
-    let res = crate::calls::resolve(&modules, &patterns, |spec| {
-        size_of(&spec.group).map_or_else(Needs::default, size_needs)
-    })?;
-    notes.extend(res.notes);
-    // The loader's own minimal malloc is not the program's allocator.
-    let mut probes: Vec<(Probe, SizeArg)> = res
-        .probes
-        .into_iter()
-        .filter(|p| !p.module.to_string_lossy().contains("/ld-linux"))
-        .filter_map(|p| {
-            let size = size_of(&p.group)?;
-            Some((p, size))
-        })
-        .collect();
-    if probes.is_empty() {
-        return Err(RecordError::NoAllocator);
-    }
-    // Aliases (glibc's memalign and aligned_alloc are one function) are named as the program calls them.
-    let imported: std::collections::HashSet<String> =
-        modules.iter().flat_map(|m| whyslow_symbols::imports(m).unwrap_or_default()).collect();
-    for (p, _) in &mut probes {
-        if !imported.contains(&p.name) {
-            if let Some(a) = p.aliases.iter_mut().find(|a| imported.contains(a.as_str())) {
-                std::mem::swap(&mut p.name, a);
-            }
-        }
-    }
-    let mut within = Vec::new();
-    let mut seen: Vec<&std::path::Path> = Vec::new();
-    for (p, _) in &probes {
-        if seen.contains(&p.module.as_path()) {
-            continue;
-        }
-        seen.push(&p.module);
-        let shown = as_the_target_sees_it(&p.module);
-        for f in whyslow_symbols::functions(&p.module).unwrap_or_default() {
-            if ALLOCATING_THROUGH_MALLOC.contains(&f.name.as_str()) {
-                within.push((shown.clone(), f.offset..f.offset + f.size));
-            }
-        }
-    }
-    let role = |p: &Probe| match p.group.as_str() {
-        "malloc" => AllocRole::Malloc,
-        g if ALLOCATING_THROUGH_MALLOC.contains(&g) => AllocRole::Wrapper,
-        _ => AllocRole::Other,
-    };
-    let tails = probes.iter().map(|(p, _)| (role(p), p.site.stack_delta)).collect();
-    Ok((probes, Nesting { within, tails }))
-}
-
-/// A module's path without the `/proc/PID/root` it was reached through: the path the target maps it as.
-/// Symbolic links resolved (as /proc/PID/maps names files), within the process's root directory.
-fn as_the_target_sees_it(module: &std::path::Path) -> String {
-    let real = std::fs::canonicalize(module).unwrap_or_else(|_| module.to_path_buf());
-    let pid = module.to_str().and_then(through_root_of);
-    let root = pid.and_then(|pid| std::fs::canonicalize(format!("/proc/{pid}/root")).ok());
-    match root.as_deref().and_then(|r| real.strip_prefix(r).ok()) {
-        Some(inside) => format!("/{}", inside.display()),
-        None => real.display().to_string(),
-    }
-}
-
-/// The process whose root directory a `/proc/PID/root/...` path (how target modules are named) goes through.
-fn through_root_of(path: &str) -> Option<u32> {
-    path.strip_prefix("/proc/")?.split_once("/root/")?.0.parse().ok()
-}
 
 /// User stack bytes copied per event of streams that fire on every call (syscalls, calls, allocations).
 const EVENT_STACK_BYTES: u32 = 16 * 1024;
@@ -341,9 +212,8 @@ pub struct Objects {
     exits: std::mem::MaybeUninit<libbpf_rs::OpenObject>,
     offcpu: std::mem::MaybeUninit<libbpf_rs::OpenObject>,
     clock: std::mem::MaybeUninit<libbpf_rs::OpenObject>,
-    pub(crate) alloc: Vec<(Probe, SizeArg)>,
-    /// How the allocation functions nest (see [`ALLOCATING_THROUGH_MALLOC`]).
-    pub(crate) nesting: Nesting,
+    /// The allocation functions to probe and how they nest (with --alloc).
+    pub(crate) alloc: Allocators,
     /// What resolving the allocation functions had to say.
     pub(crate) notes: Vec<String>,
 }
@@ -352,8 +222,8 @@ impl Objects {
     /// Resolves the allocation functions (with --alloc).
     pub fn new(opts: &RecordOptions) -> Result<Self, RecordError> {
         let mut notes = Vec::new();
-        let (alloc, nesting) = match &opts.alloc {
-            Some(_) => alloc_probes(&opts.target, &mut notes)?,
+        let alloc = match &opts.alloc {
+            Some(_) => allocators::resolve(&opts.target, &mut notes)?,
             None => Default::default(),
         };
         Ok(Objects {
@@ -364,7 +234,6 @@ impl Objects {
             offcpu: std::mem::MaybeUninit::uninit(),
             clock: std::mem::MaybeUninit::uninit(),
             alloc,
-            nesting,
             notes,
         })
     }
@@ -408,7 +277,7 @@ impl<'obj> Sources<'obj> {
         if opts.target == Target::All {
             return Self::start_host(opts, notes);
         }
-        let alloc = &objects.alloc;
+        let alloc = &objects.alloc.probes;
         let alloc_probes: Vec<Probe> = alloc.iter().map(|(p, _)| p.clone()).collect();
         // Go programs' stacks go on past the runtime's switches to the system stack (bpf/clock.bpf.c).
         let go: Vec<bool> = pids.iter().map(|&pid| target::runs_go(&opts.target, pid)).collect();
@@ -527,13 +396,9 @@ impl<'obj> Sources<'obj> {
         };
         let mut alloc_sites = match &opts.alloc {
             Some(_) => {
-                let codes: Vec<(u32, u32, u32)> = alloc
-                    .iter()
-                    .zip(&objects.nesting.tails)
-                    .map(|((p, s), (role, _))| (bpf_size_code(*s), p.site.stack_delta, *role as u32))
-                    .collect();
+                let sites = objects.alloc.sites();
                 let p = crate::phases::time("load eBPF: allocation probes", || {
-                    CallProbe::load(&mut objects.alloc_obj, false, false, Some(&codes), alloc_stacks)
+                    CallProbe::load(&mut objects.alloc_obj, false, false, Some(&sites), alloc_stacks)
                 })?;
                 for &pid in pids {
                     p.track(pid, launched)?;

@@ -398,6 +398,23 @@ pub fn yield_cpu(nice: i32) {
     }
 }
 
+/// A module's path without the `/proc/PID/root` it was reached through: the path the target maps it as.
+/// Symbolic links resolved (as /proc/PID/maps names files), within the process's root directory.
+pub(crate) fn as_the_target_sees_it(module: &std::path::Path) -> String {
+    let real = std::fs::canonicalize(module).unwrap_or_else(|_| module.to_path_buf());
+    let pid = module.to_str().and_then(through_root_of);
+    let root = pid.and_then(|pid| std::fs::canonicalize(format!("/proc/{pid}/root")).ok());
+    match root.as_deref().and_then(|r| real.strip_prefix(r).ok()) {
+        Some(inside) => format!("/{}", inside.display()),
+        None => real.display().to_string(),
+    }
+}
+
+/// The process whose root directory a `/proc/PID/root/...` path (how target modules are named) goes through.
+fn through_root_of(path: &str) -> Option<u32> {
+    path.strip_prefix("/proc/")?.split_once("/root/")?.0.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,10 +4,12 @@
 //! one grace period, where a perf event per probe took one each, one after the other).
 
 use super::calls_skel::types::{
-    ws_call_key, ws_call_val, ws_sample as Rec, ws_site_key, ws_site_val, ws_stack_key, ws_stack_val,
+    ws_alloc_role, ws_call_key, ws_call_val, ws_sample as Rec, ws_site_key, ws_site_val, ws_size_arg,
+    ws_size_how, ws_stack_key, ws_stack_val,
 };
 use super::calls_skel::{CallsSkel, CallsSkelBuilder, OpenCallsSkel};
 use super::{check_btf, classify, entries, quiet_libbpf, u32_at, u64_at};
+use crate::allocators::{AllocRole, AllocSite};
 use crate::calls::{HitCost, Probe};
 use crate::RecordError;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
@@ -17,6 +19,7 @@ use std::mem::MaybeUninit;
 use std::ops::Range;
 use std::path::PathBuf;
 use whyslow_convert::records::{Record, Sample, Timed, UserRegs};
+use whyslow_convert::SizeArg;
 
 /// Attach-cookie bit of a probe whose hits are subtracted from its function's calls (bpf/calls.bpf.c).
 const SUBTRACT: u64 = 1 << 63;
@@ -106,19 +109,34 @@ fn decode(b: &[u8], s: &StackSampling) -> Option<Timed> {
     Some(Timed { time: u64_of(offset_of!(Rec, time)), record: Record::Sample(sample) })
 }
 
+/// An allocation probe's entry of bpf/calls.bpf.c's `size_arg` map.
+fn size_arg(site: &AllocSite) -> ws_size_arg {
+    let how = match site.size {
+        SizeArg::Arg(0) => ws_size_how::WS_SIZE_RDI,
+        SizeArg::Arg(1) => ws_size_how::WS_SIZE_RSI,
+        SizeArg::Arg(_) => ws_size_how::WS_SIZE_RDX,
+        SizeArg::Product => ws_size_how::WS_SIZE_RDI_TIMES_RSI,
+        SizeArg::GoFirst => ws_size_how::WS_SIZE_GO_RAX,
+    };
+    let role = match site.role {
+        AllocRole::Other => ws_alloc_role::WS_ROLE_OTHER,
+        AllocRole::Wrapper => ws_alloc_role::WS_ROLE_WRAPPER,
+        AllocRole::Malloc => ws_alloc_role::WS_ROLE_MALLOC,
+    };
+    ws_size_arg { how, stack_delta: site.stack_delta, role, pad: 0 }
+}
+
 impl<'obj> CallProbe<'obj> {
     /// Loads the programs. Only tracked processes count (see [`CallProbe::track`]). With `everywhere`,
     /// probes go into every process mapping the files (children are followed); otherwise each target
     /// process gets its own links.
-    /// With `size_args` (one per probe: where the size is, 0 rdi, 1 rsi, 2 rdx, 3 rdi * rsi, 4 rax; the
-    /// bytes pushed between the function's entry and the probe's site; its role in nested allocations,
-    /// 1 an allocator that may tail-jump to malloc, 2 malloc, else 0), calls and requested bytes are also
-    /// counted per call site. With `stacks`, calls' stacks are sampled (see [`CallProbe::drain`]).
+    /// With `size_args` (one per probe, see [`AllocSite`]), calls and requested bytes are also counted
+    /// per call site. With `stacks`, calls' stacks are sampled (see [`CallProbe::drain`]).
     pub fn load(
         obj: &'obj mut MaybeUninit<OpenObject>,
         latency: bool,
         everywhere: bool,
-        size_args: Option<&[(u32, u32, u32)]>,
+        size_args: Option<&[AllocSite]>,
         stacks: Option<StackSampling>,
     ) -> Result<Self, RecordError> {
         check_btf()?;
@@ -150,10 +168,13 @@ impl<'obj> CallProbe<'obj> {
             links.push((-1, skel.progs.on_fork.attach().map_err(|e| classify("attach fork hook", e))?));
         }
         links.push((-1, skel.progs.on_exec.attach().map_err(|e| classify("attach exec hook", e))?));
-        for (i, (how, stack_delta, role)) in size_args.unwrap_or_default().iter().enumerate() {
+        for (i, site) in size_args.unwrap_or_default().iter().enumerate() {
             let key = (i as u32).to_ne_bytes();
-            let value = [how.to_ne_bytes(), stack_delta.to_ne_bytes(), role.to_ne_bytes(), [0; 4]].concat();
-            skel.maps.size_arg.update(&key, &value, MapFlags::ANY).map_err(|e| classify("size args", e))?;
+            let value = size_arg(site);
+            skel.maps
+                .size_arg
+                .update(&key, super::bytes_of(&value), MapFlags::ANY)
+                .map_err(|e| classify("size args", e))?;
         }
         Ok(CallProbe { skel, stats_at: None, links, latency, samples })
     }
@@ -352,14 +373,7 @@ impl<'obj> CallProbe<'obj> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::mem::size_of;
-
-    /// The bytes of a C struct as the program writes them (the generated type has the C layout).
-    fn bytes_of<T>(v: &T) -> &[u8] {
-        // SAFETY: the generated types are #[repr(C)] structs of integers with explicit padding fields, so
-        // every byte is initialized; the slice borrows `v` for its lifetime.
-        unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }
-    }
+    use crate::bpf::bytes_of;
 
     fn sample() -> Box<Rec> {
         let mut r = Box::<Rec>::default();

@@ -170,6 +170,19 @@ unsafe impl Plain for calls_skel::types::ws_stack_val {}
 unsafe impl Plain for calls_skel::types::ws_call_key {}
 // SAFETY: as above.
 unsafe impl Plain for calls_skel::types::ws_call_val {}
+// SAFETY: as above; its enums are #[repr(transparent)] u32s.
+unsafe impl Plain for calls_skel::types::ws_size_arg {}
+// SAFETY: as above, with arrays of u8 and u64.
+unsafe impl Plain for calls_skel::types::ws_sample {}
+// SAFETY: as above (bpf/offcpu.bpf.c).
+unsafe impl Plain for offcpu_skel::types::ws_block {}
+
+/// The bytes of a C struct as the programs lay it out (the generated type has the C layout).
+fn bytes_of<T: Plain>(v: &T) -> &[u8] {
+    // SAFETY: a Plain type is made of integers with explicit padding fields, so every byte is
+    // initialized; the slice borrows `v` for its lifetime.
+    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
+}
 
 /// A map key or value as its C struct; bytes past the end of a short `b` read as zero.
 fn plain<T: Plain>(b: &[u8]) -> T {

@@ -153,11 +153,7 @@ mod tests {
     /// A block as the C side lays it out (the generated type), with `ustack` bytes of stack copied and
     /// `go` of a goroutine's after them, cut where the program cuts its ring record.
     fn record(block: &Block, ustack: usize, go: usize) -> Vec<u8> {
-        // SAFETY: Block is a #[repr(C)] struct of integers and integer arrays: every byte is initialized
-        // (the generated Default zeroes the padding-free layout) and may be read as u8.
-        let all =
-            unsafe { std::slice::from_raw_parts((block as *const Block).cast::<u8>(), size_of::<Block>()) };
-        all[..USTACK_OFFSET + ustack + go].to_vec()
+        super::super::bytes_of(block)[..USTACK_OFFSET + ustack + go].to_vec()
     }
 
     fn block() -> Box<Block> {
