@@ -149,3 +149,122 @@ fn decode_sample(r: &mut Reader, fixed_period: impl Fn(u64) -> Option<u64>) -> O
         }),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sys::{self, Clock, EventConfig, Ring, Scope, Source};
+
+    /// Runs `work` on a thread of its own with a cpu-clock event and its side band open on it (one ring
+    /// per CPU, as a run opens them), and returns every record the kernel wrote, decoded, and the count of
+    /// records that did not decode.
+    fn records_of(work: impl FnOnce() + Send) -> (u32, Vec<Record>, usize) {
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                // SAFETY: gettid has no preconditions.
+                let tid = unsafe { libc::gettid() };
+                let cfg = EventConfig {
+                    source: Source::Clock(Clock::CpuClock),
+                    frequency: 997,
+                    stack_bytes: 1024,
+                    kernel: false,
+                    enable_on_exec: false,
+                };
+                let mut rings: Vec<Ring> = sys::online_cpus()
+                    .into_iter()
+                    .map(|cpu| {
+                        let fd = sys::open_event(&cfg, Scope::Task { tid, side_band: true }, cpu)
+                            .expect("perf_event_open (the tests run as root)");
+                        Ring::map(fd, 512).expect("map the ring")
+                    })
+                    .collect();
+                work();
+                let (mut out, mut bad, mut buf) = (Vec::new(), 0, Vec::new());
+                for ring in &mut rings {
+                    ring.drain(&mut buf, |rec| match decode(rec, |_| None) {
+                        Some(t) => out.push(t.record),
+                        None => bad += 1,
+                    });
+                }
+                (tid as u32, out, bad)
+            })
+            .join()
+            .unwrap()
+        })
+    }
+
+    /// What a run's decoder reads from the real kernel: the thread's new name, a file it maps
+    /// executable (start, length, offset, path exact), a thread it starts and ends, and clock samples
+    /// carrying the registers and the stack bytes asked for.
+    #[test]
+    fn the_kernels_records_decode_to_what_the_thread_did() {
+        let pages = 3;
+        let (mut mapped_at, mut child) = (0u64, 0u32);
+        let (tid, records, bad) = records_of(|| {
+            // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
+            unsafe { libc::prctl(libc::PR_SET_NAME, c"ws-records".as_ptr()) };
+            let file = std::fs::File::open("/proc/self/exe").unwrap();
+            // SAFETY: a fresh private read+exec mapping of a file we hold open, unmapped below.
+            let at = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    pages * 4096,
+                    libc::PROT_READ | libc::PROT_EXEC,
+                    libc::MAP_PRIVATE,
+                    std::os::fd::AsRawFd::as_raw_fd(&file),
+                    4096,
+                )
+            };
+            assert_ne!(at, libc::MAP_FAILED);
+            mapped_at = at as u64;
+            // SAFETY: unmaps exactly the mapping made above.
+            unsafe { libc::munmap(at, pages * 4096) };
+            // SAFETY: gettid has no preconditions.
+            child = std::thread::spawn(|| unsafe { libc::gettid() } as u32).join().unwrap();
+            let until = sys::thread_cpu_ns() + 200_000_000;
+            // User-space work (samples in the kernel are not asked for), the clock read between rounds.
+            let mut x = 1u64;
+            while sys::thread_cpu_ns() < until {
+                for i in 0..100_000u64 {
+                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(i));
+                }
+            }
+        });
+        assert_eq!(bad, 0, "every record decodes");
+        let pid = std::process::id();
+        assert!(records.iter().any(|r| matches!(r,
+            Record::Comm { pid: p, tid: t, name, exec: false } if *p == pid && *t == tid && name == "ws-records")));
+        let exe = std::fs::read_link("/proc/self/exe").unwrap().display().to_string();
+        let maps: Vec<&Record> = records
+            .iter()
+            .filter(|r| matches!(r, Record::Mmap { start, .. } if *start == mapped_at))
+            .collect();
+        assert_eq!(maps.len(), 1, "{maps:?}");
+        assert!(matches!(maps[0], Record::Mmap { pid: p, len, pgoff: 4096, exec: true, path, .. }
+            if *p == pid && *len == pages as u64 * 4096 && *path == exe));
+        assert!(records
+            .iter()
+            .any(|r| matches!(r, Record::Fork { pid: p, tid: t, .. } if *p == pid && *t == child)));
+        assert!(records
+            .iter()
+            .any(|r| matches!(r, Record::Exit { pid: p, tid: t } if *p == pid && *t == child)));
+        let samples: Vec<&Sample> = records
+            .iter()
+            .filter_map(|r| match r {
+                Record::Sample(s) if s.tid == tid => Some(s),
+                _ => None,
+            })
+            .collect();
+        // 200 ms of the thread's CPU at 997 Hz (cpu-clock runs on the thread's own CPU time, so the load
+        // of the machine does not change it): 199 samples expected, 198 measured; within 20%.
+        assert!((160..=240).contains(&samples.len()), "{} samples", samples.len());
+        for s in samples {
+            assert_eq!(s.pid, pid);
+            assert!(s.period > 0);
+            let regs = s.regs.expect("user registers");
+            assert!(regs.sp != 0 && regs.ip != 0);
+            assert_eq!(s.stack.len(), 1024, "the stack bytes asked for");
+            assert!(s.kernel.is_empty(), "kernel frames were not asked for");
+        }
+    }
+}

@@ -521,4 +521,105 @@ mod tests {
         assert_eq!(live - bias, sym.address());
         assert!(!image.build_id.is_empty(), "rustc writes a GNU build id");
     }
+
+    /// One line of /proc/self/maps: the range, its file offset, permissions and path.
+    struct Mapping {
+        range: Range<u64>,
+        pgoff: u64,
+        exec: bool,
+        path: String,
+    }
+
+    fn own_mappings() -> Vec<Mapping> {
+        let hex = |s: &str| u64::from_str_radix(s, 16).unwrap();
+        std::fs::read_to_string("/proc/self/maps")
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                let (s, e) = f[0].split_once('-').unwrap();
+                let path = f.get(5).copied().unwrap_or_default().to_string();
+                Mapping { range: hex(s)..hex(e), pgoff: hex(f[2]), exec: f[1].contains('x'), path }
+            })
+            .collect()
+    }
+
+    /// The registers at a point of the innermost function and a copy of the stack from there up to the
+    /// top of its mapping (at most 256 KB): what the kernel hands over with a sample.
+    #[inline(never)]
+    fn capture() -> (Regs, Vec<u8>) {
+        let (ip, sp, bp): (u64, u64, u64);
+        // SAFETY: reads three registers into outputs; touches no memory and leaves rsp as it was.
+        unsafe {
+            std::arch::asm!("lea {ip}, [rip]", "mov {sp}, rsp", "mov {bp}, rbp",
+                ip = out(reg) ip, sp = out(reg) sp, bp = out(reg) bp, options(nomem, nostack));
+        }
+        let top =
+            own_mappings().into_iter().find(|m| m.range.contains(&sp)).expect("stack mapping").range.end;
+        let len = (top - sp).min(256 << 10) as usize;
+        let mut stack = vec![0u8; len];
+        // SAFETY: [sp, sp + len) lies in this thread's stack mapping (readable); the frames above `sp`
+        // that unwinding reads (return addresses, saved registers) stay as they were while it is copied.
+        unsafe { std::ptr::copy_nonoverlapping(sp as *const u8, stack.as_mut_ptr(), len) };
+        (Regs { ip, sp, bp }, stack)
+    }
+
+    #[inline(never)]
+    fn middle() -> (Regs, Vec<u8>) {
+        let r = capture();
+        std::hint::black_box(r)
+    }
+
+    #[inline(never)]
+    fn outer() -> (Regs, Vec<u8>) {
+        let r = middle();
+        std::hint::black_box(r)
+    }
+
+    /// Unwinding this test's own stack through the CFI of its binary (built without frame pointers in
+    /// the optimized test profile, so the frame-pointer chain alone would not do) finds capture's callers
+    /// in order: middle, then outer, then the test function, each frame inside the function it names.
+    #[test]
+    fn the_test_binary_unwinds_its_own_stack_through_its_cfi() {
+        let (regs, stack) = outer();
+        let mut unwinder = ProcessUnwinder::new();
+        let mut images: Vec<(String, Arc<ObjectImage>)> = Vec::new();
+        for m in own_mappings().into_iter().filter(|m| m.exec && m.path.starts_with('/')) {
+            let image = match images.iter().find(|(p, _)| *p == m.path) {
+                Some((_, i)) => i.clone(),
+                None => {
+                    let bytes = FileBytes::map(&std::fs::File::open(&m.path).unwrap()).unwrap();
+                    let i = Arc::new(ObjectImage::parse(&m.path, &bytes).unwrap());
+                    images.push((m.path.clone(), i.clone()));
+                    i
+                }
+            };
+            unwinder.add_mapping(m.range.start, m.range.end, m.pgoff, image);
+        }
+        let mut frames = Vec::new();
+        unwinder.unwind(regs, &stack, None, &mut frames);
+
+        let exe = FileBytes::map(&std::fs::File::open("/proc/self/exe").unwrap()).unwrap();
+        let obj = object::File::parse(&*exe).unwrap();
+        let image = ObjectImage::parse("self", &exe).unwrap();
+        let me = std::fs::read_link("/proc/self/exe").unwrap();
+        let text = own_mappings()
+            .into_iter()
+            .find(|m| m.exec && std::path::Path::new(&m.path) == me && m.range.contains(&regs.ip))
+            .expect("the test binary's code mapping");
+        let bias = image.bias(text.range.start, text.pgoff).unwrap();
+        let function_of = |live: u64| {
+            obj.symbols()
+                .filter(|s| s.kind() == object::SymbolKind::Text && s.size() > 0)
+                .find(|s| (s.address()..s.address() + s.size()).contains(&(live - bias)))
+                .and_then(|s| s.name().ok().map(str::to_string))
+                .unwrap_or_default()
+        };
+        let names: Vec<String> = frames.iter().take(4).map(|&a| function_of(a)).collect();
+        let expected = ["5tests7capture", "5tests6middle", "5tests5outer", "the_test_binary_unwinds_its_own"];
+        assert_eq!(names.len(), 4, "{frames:x?}");
+        for (name, want) in names.iter().zip(expected) {
+            assert!(name.contains(want), "expected {want} in {names:?}");
+        }
+    }
 }
