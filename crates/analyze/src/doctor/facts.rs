@@ -5,9 +5,16 @@
 //! CPU samples taken inside whyslow's own probes (a uprobe trap, an eBPF program on a syscall) are the
 //! measurement, not the program: they are left out of every CPU share and counted apart.
 
-use super::thresholds::IDLE_THREAD_PCT;
 use std::collections::HashMap;
 use whyslow_model::{is_probe_frame, sample_types, FrameKind, Profile, SyscallStat, PREEMPTED_FRAME};
+
+#[cfg(test)]
+pub mod test_profile;
+mod waits;
+mod wall;
+
+pub use waits::Wait;
+pub use wall::{IdleThread, WallSplit};
 
 /// One function of the profile as a rule sees it.
 pub struct Func<'a> {
@@ -61,18 +68,6 @@ pub struct Match {
     pub sites: Vec<(String, i64)>,
 }
 
-/// What a thread's off-CPU time in one stack was.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Wait {
-    /// Blocked on a resource: I/O, a lock, a page fault, a sleep.
-    Blocked,
-    /// Runnable but preempted: waiting for a CPU.
-    Runnable,
-    /// Waiting for work: an idle pool or runtime thread parked on a condition variable, semaphore or
-    /// futex, or an event loop waiting with nothing ready. Not slowness: left out of every wall share.
-    Idle,
-}
-
 struct View {
     /// Function ids, outermost first.
     funcs: Vec<usize>,
@@ -102,112 +97,6 @@ pub struct Facts<'a> {
     has_syscall_stacks: bool,
     /// The file the profile is saved in (named in the verification commands).
     pub recording: String,
-}
-
-/// A function a thread waits for work in: a pool's condition variable or semaphore, an event loop's
-/// poll, a listener's accept, the Go scheduler parking an idle M, a thread or process waiting for another
-/// to finish (whose time is counted where it runs). User and kernel names, so a stack whose user part
-/// could not be unwound is still known by its kernel frames.
-fn is_idle_wait(f: &Func) -> bool {
-    const USER: [&str; 20] = [
-        "epoll_wait",
-        "epoll_pwait",
-        "epoll_pwait2",
-        "poll",
-        "ppoll",
-        "select",
-        "pselect",
-        "pselect6",
-        "accept",
-        "accept4",
-        "io_uring_enter",
-        "io_uring_wait_cqe",
-        "sem_wait",
-        "sem_timedwait",
-        "sem_clockwait",
-        "sigwaitinfo",
-        "sigtimedwait",
-        "wait4",
-        "waitpid",
-        "waitid",
-    ];
-    const GO: [&str; 8] = [
-        "runtime.stopm",
-        "runtime.notesleep",
-        "runtime.notetsleep",
-        "runtime.notetsleepg",
-        "runtime.sysmon",
-        "runtime.templateThread",
-        "runtime.findRunnable",
-        "runtime.findrunnable",
-    ];
-    const KERNEL: [&str; 8] = [
-        "do_epoll_wait",
-        "do_sys_poll",
-        "do_select",
-        "core_sys_select",
-        "io_cqring_wait",
-        "inet_csk_accept",
-        "do_sigtimedwait",
-        "do_wait",
-    ];
-    if f.kernel {
-        return KERNEL.contains(&f.name);
-    }
-    let plain = f.plain().trim_start_matches('_');
-    (plain.starts_with("pthread_cond_") && plain.contains("wait"))
-        || (plain.starts_with("pthread_") && plain.contains("join"))
-        || USER.contains(&plain)
-        || GO.contains(&f.name)
-        || f.name == "runtime.netpoll"
-}
-
-/// A goroutine parked on a sync.Mutex or RWMutex: its thread's stack goes on past runtime.mcall into the
-/// scheduler, where the thread idles for want of a goroutine to run. That idle time is the lock's: the
-/// threads would run the parked goroutines, as a C thread blocked in pthread_mutex_lock would run on.
-fn is_go_lock_park(f: &Func) -> bool {
-    !f.kernel
-        && (f.name.ends_with(".runtime_SemacquireMutex")
-            || f.name.starts_with("sync.runtime_SemacquireRWMutex"))
-}
-
-/// A lock wait below an idle wait makes the stack blocked: a woken waiter re-taking the condition
-/// variable's mutex, the Go scheduler spinning on its own lock.
-fn is_lock_below_wait(f: &Func) -> bool {
-    !f.kernel
-        && (f.name.contains("lll_lock_wait") || ["runtime.lock2", "runtime.lockWithRank"].contains(&f.name))
-}
-
-/// One thread's time (ns): on and off CPU, idle, and the longest idle stack's value with the function it
-/// waits in.
-#[derive(Default)]
-struct ThreadTime {
-    all: i64,
-    idle: i64,
-    longest_wait: Option<(i64, usize)>,
-}
-
-/// A thread that spent most of its time waiting for work, for the one-line summary of idle threads.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct IdleThread {
-    pub pid: u32,
-    pub tid: u32,
-    pub name: String,
-    /// The function it waits in most (the outermost idle-wait frame of its longest idle stack).
-    pub waits_in: String,
-    /// Idle share of the thread's time (on + off CPU), percent.
-    pub idle_pct: f64,
-}
-
-/// How the threads' time splits, in ns: the three states of working time, and apart from them idle time
-/// and off-CPU time inside whyslow's probes (a thread descheduled in a probe's trap).
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
-pub struct WallSplit {
-    pub running_ns: i64,
-    pub blocked_ns: i64,
-    pub runnable_ns: i64,
-    pub idle_ns: i64,
-    pub probe_ns: i64,
 }
 
 impl<'a> Facts<'a> {
@@ -245,21 +134,7 @@ impl<'a> Facts<'a> {
             let instrumentation = (c != 0 || o != 0)
                 && frames.iter().any(|&f| is_probe_frame(p.frame_name(f), p.frame_module(f)));
             let funcs: Vec<usize> = frames.iter().map(|&f| of_frame[f as usize]).collect();
-            let wait = if o == 0 {
-                Wait::Blocked
-            } else if funcs.last().is_some_and(|&f| names[f] == PREEMPTED_FRAME) {
-                Wait::Runnable
-            } else {
-                match funcs.iter().position(|&f| is_idle_wait(&func(f))) {
-                    Some(i)
-                        if !funcs[i..].iter().any(|&f| is_lock_below_wait(&func(f)))
-                            && !funcs[..i].iter().any(|&f| is_go_lock_park(&func(f))) =>
-                    {
-                        Wait::Idle
-                    }
-                    _ => Wait::Blocked,
-                }
-            };
+            let wait = if o == 0 { Wait::Blocked } else { waits::wait_of(&funcs, func) };
             views.push(View { funcs, thread: s.thread, cpu: c, off: o, wait, syscalls: y, instrumentation });
         }
         let cpu_total = views.iter().filter(|v| !v.instrumentation).map(|v| v.cpu).sum();
@@ -420,68 +295,6 @@ impl<'a> Facts<'a> {
     pub fn blocked_except(&self, pred: &dyn Fn(&Func) -> bool, except: &dyn Fn(&Func) -> bool) -> Match {
         let value = |v: &View| if v.wait == Wait::Blocked && !v.instrumentation { v.off } else { 0 };
         self.matching_except(value, self.wall_total, pred, except)
-    }
-
-    /// The threads' time by state (ns), None without CPU time in ns and off-CPU time.
-    pub fn wall_split(&self) -> Option<WallSplit> {
-        if self.wall_total == 0 {
-            return None;
-        }
-        let mut w = WallSplit { running_ns: self.cpu_total, ..Default::default() };
-        for v in &self.views {
-            match v.wait {
-                _ if v.instrumentation => w.probe_ns += v.off,
-                Wait::Blocked => w.blocked_ns += v.off,
-                Wait::Runnable => w.runnable_ns += v.off,
-                Wait::Idle => w.idle_ns += v.off,
-            }
-        }
-        Some(w)
-    }
-
-    /// Per thread (index into the profile's threads): its time and idle time.
-    fn thread_times(&self) -> HashMap<u32, ThreadTime> {
-        let mut by: HashMap<u32, ThreadTime> = HashMap::new();
-        for v in self.views.iter().filter(|v| !v.instrumentation) {
-            let t = by.entry(v.thread).or_default();
-            t.all += v.cpu + v.off;
-            if v.wait == Wait::Idle && v.off > 0 {
-                t.idle += v.off;
-                let wait = v.funcs.iter().copied().find(|&f| is_idle_wait(&self.func(f)));
-                if let Some(f) = wait.filter(|_| t.longest_wait.is_none_or(|(x, _)| v.off > x)) {
-                    t.longest_wait = Some((v.off, f));
-                }
-            }
-        }
-        by
-    }
-
-    /// Threads idle (waiting for work) for at least [`IDLE_THREAD_PCT`] of their time, most idle first,
-    /// then by tid.
-    pub fn idle_threads(&self) -> Vec<IdleThread> {
-        if self.wall_total == 0 {
-            return Vec::new();
-        }
-        let mut out: Vec<IdleThread> = self
-            .thread_times()
-            .into_iter()
-            .filter_map(|(thread, time)| {
-                let t = self.p.threads.get(thread as usize)?;
-                let idle_pct = pct(time.idle, time.all);
-                (idle_pct >= IDLE_THREAD_PCT).then(|| IdleThread {
-                    pid: t.pid,
-                    tid: t.tid,
-                    name: t.name.clone(),
-                    waits_in: time
-                        .longest_wait
-                        .map(|(_, f)| self.func(f).plain().trim_start_matches('_').to_string())
-                        .unwrap_or_default(),
-                    idle_pct,
-                })
-            })
-            .collect();
-        out.sort_by(|a, b| b.idle_pct.total_cmp(&a.idle_pct).then(a.tid.cmp(&b.tid)).then(a.pid.cmp(&b.pid)));
-        out
     }
 
     /// Sampled stacks of the syscalls `names` (leaf: the syscall's name in module `[syscall]`) that pass through a function `pred`
@@ -649,12 +462,7 @@ impl<'a> Facts<'a> {
     /// off), on-CPU ones and, with off-CPU data, blocked ones; largest first.
     pub fn hot_paths(&self, n: usize) -> Vec<super::HotPath> {
         let mut by: HashMap<(Vec<usize>, Option<Wait>), i64> = HashMap::new();
-        let idle: std::collections::HashSet<u32> = self
-            .thread_times()
-            .into_iter()
-            .filter(|(_, t)| pct(t.idle, t.all) >= IDLE_THREAD_PCT)
-            .map(|(t, _)| t)
-            .collect();
+        let idle = self.idle_thread_ids();
         // Idle threads are summarized apart, whatever little they ran.
         for v in self.views.iter().filter(|v| !idle.contains(&v.thread)) {
             // Time waiting for work is not a hot path; waiting for a CPU is shown apart from blocked.
@@ -705,8 +513,6 @@ pub use whyslow_model::percent as pct;
 
 #[cfg(test)]
 mod tests {
-    use super::test_profile::profile;
-    use super::{Facts, WallSplit};
 
     /// A standard library template instantiated in the program is not user code, with or without the
     /// return type its demangled name starts with.
@@ -717,120 +523,5 @@ mod tests {
         assert!(!f("std::vector<int>::push_back(int const&)"));
         assert!(f("handle_bad(std::vector<int, std::allocator<int> > const&)"));
         assert!(f("int parse<std::string>(char const*)"));
-    }
-
-    /// Idle waits (a pool's condvar, an event loop, Go's parked Ms, a join) are apart from blocked time
-    /// and from waiting for a CPU; a woken waiter re-taking the mutex is blocked.
-    #[test]
-    fn splits_running_blocked_runnable_and_idle() {
-        let p = profile(&[
-            ("main;work", 40, 0),
-            ("main;work;k:[waiting for a CPU]", 0, 20),
-            ("main;save;lib:fdatasync;k:__x64_sys_fdatasync", 0, 15),
-            ("pool;lib:pthread_cond_wait;k:futex_wait", 0, 100),
-            ("pool;lib:pthread_cond_wait;lib:__lll_lock_wait;k:futex_wait", 0, 5),
-            ("loop;lib:epoll_wait;k:do_epoll_wait", 0, 200),
-            ("runtime.mstart;runtime.schedule;runtime.findRunnable;runtime.stopm;runtime.notesleep", 0, 300),
-            ("main;lib:__pthread_clockjoin_ex;k:futex_wait", 0, 50),
-            ("main;work;lib:malloc;[whyslow probe]", 0, 7),
-        ]);
-        let f = Facts::new(&p);
-        let split = f.wall_split().unwrap();
-        assert_eq!(
-            split,
-            WallSplit { running_ns: 40, blocked_ns: 20, runnable_ns: 20, idle_ns: 650, probe_ns: 7 }
-        );
-        assert_eq!(f.wall_total, 80);
-        let of: Vec<(&str, f64)> = f.hot_paths(10).iter().map(|h| (h.of, h.pct)).collect();
-        assert_eq!(
-            of,
-            [
-                ("wall (running)", 50.0),
-                ("wall (waiting for a CPU)", 25.0),
-                ("wall (blocked)", 18.75),
-                ("wall (blocked)", 6.25)
-            ]
-        );
-    }
-
-    /// A Go thread idle in the scheduler after its goroutine parked (the stack goes on past runtime.mcall
-    /// with the goroutine's) is idle, unless the goroutine parked on a sync.Mutex or RWMutex: then the
-    /// thread waits for the lock.
-    #[test]
-    fn go_threads_idle_after_a_goroutine_parked_on_a_lock_are_blocked() {
-        let sched =
-            "runtime.gopark;runtime.mcall;runtime.park_m;runtime.schedule;runtime.findRunnable;runtime.stopm";
-        let stacks = [
-            format!(
-                "runtime.goexit;main.worker;sync.(*Mutex).Lock;internal/sync.runtime_SemacquireMutex;{sched}"
-            ),
-            format!(
-                "runtime.goexit;main.reader;sync.(*RWMutex).RLock;sync.runtime_SemacquireRWMutexR;{sched}"
-            ),
-            format!("runtime.goexit;main.serve;internal/poll.runtime_pollWait;runtime.netpollblock;{sched}"),
-            format!("runtime.goexit;main.worker;main.wait;runtime.chanrecv1;{sched}"),
-        ];
-        let p = profile(&[
-            ("runtime.goexit;main.worker;main.work", 40, 0),
-            (&stacks[0], 0, 30),
-            (&stacks[1], 0, 10),
-            (&stacks[2], 0, 100),
-            (&stacks[3], 0, 200),
-        ]);
-        let split = Facts::new(&p).wall_split().unwrap();
-        assert_eq!(
-            split,
-            WallSplit { running_ns: 40, blocked_ns: 40, runnable_ns: 0, idle_ns: 300, probe_ns: 0 }
-        );
-    }
-}
-
-#[cfg(test)]
-pub mod test_profile {
-    //! Small synthetic profiles for the rules' unit tests.
-    use whyslow_model::{FrameKind, Metadata, Profile, ProfileBuilder, SampleType};
-
-    /// A frame: `name` in `/app` (user code), `lib:name` in libc, `k:name` in the kernel.
-    fn frame(b: &mut ProfileBuilder, spec: &str) -> u32 {
-        if let Some(k) = spec.strip_prefix("k:") {
-            let m = b.module("[kernel]", "");
-            b.frame(k, m, "", FrameKind::Kernel)
-        } else if let Some(l) = spec.strip_prefix("lib:") {
-            let m = b.module("/usr/lib/x86_64-linux-gnu/libc.so.6", "");
-            b.frame(l, m, "", FrameKind::User)
-        } else {
-            let m = b.module("/app", "");
-            b.frame(spec, m, "app.c", FrameKind::User)
-        }
-    }
-
-    /// Stacks (outermost first, `;`-separated frame specs) with CPU and off-CPU nanoseconds; 10 s run.
-    pub fn profile(stacks: &[(&str, i64, i64)]) -> Profile {
-        with_syscalls(stacks, &[])
-    }
-
-    /// Also sampled syscall stacks: the last spec is the syscall name (module `[syscall]`), with a count.
-    pub fn with_syscalls(stacks: &[(&str, i64, i64)], syscall_stacks: &[(&str, i64)]) -> Profile {
-        let types = ["cpu-ns", "offcpu", "syscalls"]
-            .map(|n| SampleType { name: n.into(), unit: "nanoseconds".into() });
-        let mut b = ProfileBuilder::new(
-            Metadata { duration_ns: 10_000_000_000, ..Default::default() },
-            types.to_vec(),
-        );
-        let t = b.thread(1, 1, "app");
-        for (stack, cpu, off) in stacks {
-            let frames: Vec<u32> = stack.split(';').map(|s| frame(&mut b, s)).collect();
-            let s = b.stack(&frames);
-            b.add_sample(s, t, &[*cpu, *off, 0]);
-        }
-        for (stack, n) in syscall_stacks {
-            let (path, name) = stack.rsplit_once(';').unwrap();
-            let mut frames: Vec<u32> = path.split(';').map(|s| frame(&mut b, s)).collect();
-            let m = b.module("[syscall]", "");
-            frames.push(b.frame(name, m, "", FrameKind::Kernel));
-            let s = b.stack(&frames);
-            b.add_sample(s, t, &[0, 0, *n]);
-        }
-        b.finish()
     }
 }

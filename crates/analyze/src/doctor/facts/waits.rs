@@ -1,0 +1,107 @@
+//! What a thread's off-CPU time in one stack was: the functions threads wait for work in, and the lock
+//! waits that make such a stack blocked after all. Name catalogues, user and kernel.
+
+use super::Func;
+use whyslow_model::PREEMPTED_FRAME;
+
+/// What a thread's off-CPU time in one stack was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Wait {
+    /// Blocked on a resource: I/O, a lock, a page fault, a sleep.
+    Blocked,
+    /// Runnable but preempted: waiting for a CPU.
+    Runnable,
+    /// Waiting for work: an idle pool or runtime thread parked on a condition variable, semaphore or
+    /// futex, or an event loop waiting with nothing ready. Not slowness: left out of every wall share.
+    Idle,
+}
+
+/// What the off-CPU time of a stack (function ids outermost first, `func` naming each) was.
+pub(super) fn wait_of<'a>(funcs: &[usize], func: impl Fn(usize) -> Func<'a>) -> Wait {
+    if funcs.last().is_some_and(|&f| func(f).name == PREEMPTED_FRAME) {
+        return Wait::Runnable;
+    }
+    match funcs.iter().position(|&f| is_idle_wait(&func(f))) {
+        Some(i)
+            if !funcs[i..].iter().any(|&f| is_lock_below_wait(&func(f)))
+                && !funcs[..i].iter().any(|&f| is_go_lock_park(&func(f))) =>
+        {
+            Wait::Idle
+        }
+        _ => Wait::Blocked,
+    }
+}
+
+/// A function a thread waits for work in: a pool's condition variable or semaphore, an event loop's
+/// poll, a listener's accept, the Go scheduler parking an idle M, a thread or process waiting for another
+/// to finish (whose time is counted where it runs). User and kernel names, so a stack whose user part
+/// could not be unwound is still known by its kernel frames.
+pub(super) fn is_idle_wait(f: &Func) -> bool {
+    const USER: [&str; 20] = [
+        "epoll_wait",
+        "epoll_pwait",
+        "epoll_pwait2",
+        "poll",
+        "ppoll",
+        "select",
+        "pselect",
+        "pselect6",
+        "accept",
+        "accept4",
+        "io_uring_enter",
+        "io_uring_wait_cqe",
+        "sem_wait",
+        "sem_timedwait",
+        "sem_clockwait",
+        "sigwaitinfo",
+        "sigtimedwait",
+        "wait4",
+        "waitpid",
+        "waitid",
+    ];
+    const GO: [&str; 8] = [
+        "runtime.stopm",
+        "runtime.notesleep",
+        "runtime.notetsleep",
+        "runtime.notetsleepg",
+        "runtime.sysmon",
+        "runtime.templateThread",
+        "runtime.findRunnable",
+        "runtime.findrunnable",
+    ];
+    const KERNEL: [&str; 8] = [
+        "do_epoll_wait",
+        "do_sys_poll",
+        "do_select",
+        "core_sys_select",
+        "io_cqring_wait",
+        "inet_csk_accept",
+        "do_sigtimedwait",
+        "do_wait",
+    ];
+    if f.kernel {
+        return KERNEL.contains(&f.name);
+    }
+    let plain = f.plain().trim_start_matches('_');
+    (plain.starts_with("pthread_cond_") && plain.contains("wait"))
+        || (plain.starts_with("pthread_") && plain.contains("join"))
+        || USER.contains(&plain)
+        || GO.contains(&f.name)
+        || f.name == "runtime.netpoll"
+}
+
+/// A goroutine parked on a sync.Mutex or RWMutex: its thread's stack goes on past runtime.mcall into the
+/// scheduler, where the thread idles for want of a goroutine to run. That idle time is the lock's: the
+/// threads would run the parked goroutines, as a C thread blocked in pthread_mutex_lock would run on.
+fn is_go_lock_park(f: &Func) -> bool {
+    !f.kernel
+        && (f.name.ends_with(".runtime_SemacquireMutex")
+            || f.name.starts_with("sync.runtime_SemacquireRWMutex"))
+}
+
+/// A lock wait below an idle wait makes the stack blocked: a woken waiter re-taking the condition
+/// variable's mutex, the Go scheduler spinning on its own lock.
+fn is_lock_below_wait(f: &Func) -> bool {
+    !f.kernel
+        && (f.name.contains("lll_lock_wait") || ["runtime.lock2", "runtime.lockWithRank"].contains(&f.name))
+}

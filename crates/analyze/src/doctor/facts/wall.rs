@@ -1,0 +1,180 @@
+//! How the threads' time splits: running, blocked, waiting for a CPU, idle (waiting for work), and in
+//! whyslow's probes; and which threads were mostly idle.
+
+use super::waits::{is_idle_wait, Wait};
+use super::{pct, Facts};
+use crate::doctor::thresholds::IDLE_THREAD_PCT;
+use std::collections::{HashMap, HashSet};
+
+/// One thread's time (ns): on and off CPU, idle, and the longest idle stack's value with the function it
+/// waits in.
+#[derive(Default)]
+struct ThreadTime {
+    all: i64,
+    idle: i64,
+    longest_wait: Option<(i64, usize)>,
+}
+
+/// A thread that spent most of its time waiting for work, for the one-line summary of idle threads.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct IdleThread {
+    pub pid: u32,
+    pub tid: u32,
+    pub name: String,
+    /// The function it waits in most (the outermost idle-wait frame of its longest idle stack).
+    pub waits_in: String,
+    /// Idle share of the thread's time (on + off CPU), percent.
+    pub idle_pct: f64,
+}
+
+/// How the threads' time splits, in ns: the three states of working time, and apart from them idle time
+/// and off-CPU time inside whyslow's probes (a thread descheduled in a probe's trap).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct WallSplit {
+    pub running_ns: i64,
+    pub blocked_ns: i64,
+    pub runnable_ns: i64,
+    pub idle_ns: i64,
+    pub probe_ns: i64,
+}
+
+impl Facts<'_> {
+    /// The threads' time by state (ns), None without CPU time in ns and off-CPU time.
+    pub fn wall_split(&self) -> Option<WallSplit> {
+        if self.wall_total == 0 {
+            return None;
+        }
+        let mut w = WallSplit { running_ns: self.cpu_total, ..Default::default() };
+        for v in &self.views {
+            match v.wait {
+                _ if v.instrumentation => w.probe_ns += v.off,
+                Wait::Blocked => w.blocked_ns += v.off,
+                Wait::Runnable => w.runnable_ns += v.off,
+                Wait::Idle => w.idle_ns += v.off,
+            }
+        }
+        Some(w)
+    }
+
+    /// Per thread (index into the profile's threads): its time and idle time.
+    fn thread_times(&self) -> HashMap<u32, ThreadTime> {
+        let mut by: HashMap<u32, ThreadTime> = HashMap::new();
+        for v in self.views.iter().filter(|v| !v.instrumentation) {
+            let t = by.entry(v.thread).or_default();
+            t.all += v.cpu + v.off;
+            if v.wait == Wait::Idle && v.off > 0 {
+                t.idle += v.off;
+                let wait = v.funcs.iter().copied().find(|&f| is_idle_wait(&self.func(f)));
+                if let Some(f) = wait.filter(|_| t.longest_wait.is_none_or(|(x, _)| v.off > x)) {
+                    t.longest_wait = Some((v.off, f));
+                }
+            }
+        }
+        by
+    }
+
+    /// The threads (index into the profile's threads) idle for at least [`IDLE_THREAD_PCT`] of their time.
+    pub(super) fn idle_thread_ids(&self) -> HashSet<u32> {
+        let times = self.thread_times().into_iter();
+        times.filter(|(_, t)| pct(t.idle, t.all) >= IDLE_THREAD_PCT).map(|(t, _)| t).collect()
+    }
+
+    /// Threads idle (waiting for work) for at least [`IDLE_THREAD_PCT`] of their time, most idle first,
+    /// then by tid.
+    pub fn idle_threads(&self) -> Vec<IdleThread> {
+        if self.wall_total == 0 {
+            return Vec::new();
+        }
+        let mut out: Vec<IdleThread> = self
+            .thread_times()
+            .into_iter()
+            .filter_map(|(thread, time)| {
+                let t = self.p.threads.get(thread as usize)?;
+                let idle_pct = pct(time.idle, time.all);
+                (idle_pct >= IDLE_THREAD_PCT).then(|| IdleThread {
+                    pid: t.pid,
+                    tid: t.tid,
+                    name: t.name.clone(),
+                    waits_in: time
+                        .longest_wait
+                        .map(|(_, f)| self.func(f).plain().trim_start_matches('_').to_string())
+                        .unwrap_or_default(),
+                    idle_pct,
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| b.idle_pct.total_cmp(&a.idle_pct).then(a.tid.cmp(&b.tid)).then(a.pid.cmp(&b.pid)));
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_profile::profile;
+    use super::{Facts, WallSplit};
+
+    /// Idle waits (a pool's condvar, an event loop, Go's parked Ms, a join) are apart from blocked time
+    /// and from waiting for a CPU; a woken waiter re-taking the mutex is blocked.
+    #[test]
+    fn splits_running_blocked_runnable_and_idle() {
+        let p = profile(&[
+            ("main;work", 40, 0),
+            ("main;work;k:[waiting for a CPU]", 0, 20),
+            ("main;save;lib:fdatasync;k:__x64_sys_fdatasync", 0, 15),
+            ("pool;lib:pthread_cond_wait;k:futex_wait", 0, 100),
+            ("pool;lib:pthread_cond_wait;lib:__lll_lock_wait;k:futex_wait", 0, 5),
+            ("loop;lib:epoll_wait;k:do_epoll_wait", 0, 200),
+            ("runtime.mstart;runtime.schedule;runtime.findRunnable;runtime.stopm;runtime.notesleep", 0, 300),
+            ("main;lib:__pthread_clockjoin_ex;k:futex_wait", 0, 50),
+            ("main;work;lib:malloc;[whyslow probe]", 0, 7),
+        ]);
+        let f = Facts::new(&p);
+        let split = f.wall_split().unwrap();
+        assert_eq!(
+            split,
+            WallSplit { running_ns: 40, blocked_ns: 20, runnable_ns: 20, idle_ns: 650, probe_ns: 7 }
+        );
+        assert_eq!(f.wall_total, 80);
+        let of: Vec<(&str, f64)> = f.hot_paths(10).iter().map(|h| (h.of, h.pct)).collect();
+        assert_eq!(
+            of,
+            [
+                ("wall (running)", 50.0),
+                ("wall (waiting for a CPU)", 25.0),
+                ("wall (blocked)", 18.75),
+                ("wall (blocked)", 6.25)
+            ]
+        );
+    }
+
+    /// A Go thread idle in the scheduler after its goroutine parked (the stack goes on past runtime.mcall
+    /// with the goroutine's) is idle, unless the goroutine parked on a sync.Mutex or RWMutex: then the
+    /// thread waits for the lock.
+    #[test]
+    fn go_threads_idle_after_a_goroutine_parked_on_a_lock_are_blocked() {
+        let sched =
+            "runtime.gopark;runtime.mcall;runtime.park_m;runtime.schedule;runtime.findRunnable;runtime.stopm";
+        let stacks = [
+            format!(
+                "runtime.goexit;main.worker;sync.(*Mutex).Lock;internal/sync.runtime_SemacquireMutex;{sched}"
+            ),
+            format!(
+                "runtime.goexit;main.reader;sync.(*RWMutex).RLock;sync.runtime_SemacquireRWMutexR;{sched}"
+            ),
+            format!("runtime.goexit;main.serve;internal/poll.runtime_pollWait;runtime.netpollblock;{sched}"),
+            format!("runtime.goexit;main.worker;main.wait;runtime.chanrecv1;{sched}"),
+        ];
+        let p = profile(&[
+            ("runtime.goexit;main.worker;main.work", 40, 0),
+            (&stacks[0], 0, 30),
+            (&stacks[1], 0, 10),
+            (&stacks[2], 0, 100),
+            (&stacks[3], 0, 200),
+        ]);
+        let split = Facts::new(&p).wall_split().unwrap();
+        assert_eq!(
+            split,
+            WallSplit { running_ns: 40, blocked_ns: 40, runnable_ns: 0, idle_ns: 300, probe_ns: 0 }
+        );
+    }
+}
