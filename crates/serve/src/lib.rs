@@ -13,6 +13,7 @@ pub mod cgroup;
 mod housekeeping;
 mod metrics;
 mod procs;
+mod prom;
 mod pusher;
 mod recorder;
 pub mod spec;

@@ -1,41 +1,12 @@
 //! /metrics in the Prometheus text format: `whyslow_` prefix, base units, `_total` counters, no pid labels.
 
+use crate::prom::Out;
 use crate::Shared;
-use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
-pub struct Out(String, std::collections::HashSet<String>);
-
-impl Out {
-    /// A sample, after its family's HELP and TYPE the first time the family shows.
-    pub fn sample(&mut self, name: &str, kind: &str, help: &str, labels: &[(&str, &str)], v: String) {
-        if self.1.insert(name.to_string()) {
-            self.family(name, kind, help);
-        }
-        self.value(name, labels, v);
-    }
-
-    fn family(&mut self, name: &str, kind: &str, help: &str) {
-        let _ = writeln!(self.0, "# HELP {name} {help}\n# TYPE {name} {kind}");
-    }
-    fn value(&mut self, name: &str, labels: &[(&str, &str)], v: impl std::fmt::Display) {
-        let l: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{}\"", escape(v))).collect();
-        let l = if l.is_empty() { String::new() } else { format!("{{{}}}", l.join(",")) };
-        let _ = writeln!(self.0, "{name}{l} {v}");
-    }
-    fn one(&mut self, name: &str, kind: &str, help: &str, v: impl std::fmt::Display) {
-        self.family(name, kind, help);
-        self.value(name, &[], v);
-    }
-}
-
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
-}
-
-pub fn render(s: &Shared) -> Result<String, crate::api::ApiError> {
+pub fn render(s: &Shared) -> Result<String, crate::store::StoreError> {
     let c = &s.counters;
-    let mut o = Out(String::new(), Default::default());
+    let mut o = Out::default();
     o.family("whyslow_build_info", "gauge", "Version of the agent.");
     o.value("whyslow_build_info", &[("version", env!("CARGO_PKG_VERSION"))], 1);
     let targets = s.targets.read().expect("targets lock");
@@ -151,22 +122,8 @@ pub fn render(s: &Shared) -> Result<String, crate::api::ApiError> {
     crate::pusher::metrics(s, &mut o);
     crate::watch::metrics(s, &mut o);
     crate::webhook::metrics(s, &mut o);
-    let (cpu, rss) = own_usage();
+    let (cpu, rss) = crate::procs::own_usage();
     o.one("whyslow_process_cpu_seconds_total", "counter", "CPU time of the agent (user + system).", cpu);
     o.one("whyslow_process_resident_memory_bytes", "gauge", "Resident memory of the agent.", rss);
-    Ok(o.0)
-}
-
-/// The agent's own CPU seconds and resident bytes, from /proc/self.
-pub fn own_usage() -> (f64, u64) {
-    // SAFETY: sysconf takes no pointers.
-    let (tick, page) = unsafe { (libc::sysconf(libc::_SC_CLK_TCK), libc::sysconf(libc::_SC_PAGESIZE)) };
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let fields: Vec<&str> = stat.rsplit_once(") ").map(|(_, r)| r.split(' ').collect()).unwrap_or_default();
-    let ticks: u64 = [11, 12].iter().filter_map(|&i| fields.get(i)?.parse::<u64>().ok()).sum();
-    let rss_pages: u64 = std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| s.split(' ').nth(1)?.parse().ok())
-        .unwrap_or(0);
-    (ticks as f64 / tick.max(1) as f64, rss_pages * page.max(1) as u64)
+    Ok(o.into_text())
 }

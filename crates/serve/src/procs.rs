@@ -234,6 +234,26 @@ pub fn read_sampled(pid: u32) -> Option<ProcessView> {
     Some(ProcessView { pid, ppid, comm, cmdline, cgroup: cgroup_of(pid), start_ticks })
 }
 
+/// Fields of /proc/PID/stat counted from the one after the command's closing parenthesis (`state` is 0):
+/// user and system CPU time in clock ticks (proc(5) fields 14 and 15).
+const STAT_UTIME: usize = 11;
+const STAT_STIME: usize = 12;
+
+/// The agent's own CPU seconds and resident bytes, from /proc/self.
+pub fn own_usage() -> (f64, u64) {
+    // SAFETY: sysconf takes no pointers.
+    let (tick, page) = unsafe { (libc::sysconf(libc::_SC_CLK_TCK), libc::sysconf(libc::_SC_PAGESIZE)) };
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat.rsplit_once(") ").map(|(_, r)| r.split(' ').collect()).unwrap_or_default();
+    let ticks: u64 =
+        [STAT_UTIME, STAT_STIME].iter().filter_map(|&i| fields.get(i)?.parse::<u64>().ok()).sum();
+    let rss_pages: u64 = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split(' ').nth(1)?.parse().ok())
+        .unwrap_or(0);
+    (ticks as f64 / tick.max(1) as f64, rss_pages * page.max(1) as u64)
+}
+
 #[cfg(test)]
 mod tests {
     /// A child started after the watcher is seen through events (not a full scan), and its exit too.

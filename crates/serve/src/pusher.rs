@@ -197,7 +197,7 @@ pub(crate) fn sleep(s: &Shared, d: Duration) {
 }
 
 /// Adds the push families to /metrics.
-pub fn metrics(s: &Shared, o: &mut crate::metrics::Out) {
+pub fn metrics(s: &Shared, o: &mut crate::prom::Out) {
     let stats = s.push_stats.lock().expect("stats lock").clone();
     for p in &s.opts.push {
         let name = p.backend.name();

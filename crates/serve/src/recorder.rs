@@ -644,7 +644,7 @@ fn window_worker(shared: Arc<Shared>, rx: Receiver<Window>) {
     // build of the agent reached 532 MB in 30 s of `serve --all` on a machine compiling Rust). When the
     // agent has grown SYMBOLIZER_MEMORY over what it took after the last reset, the caches are dropped
     // and rebuilt from what the next windows need.
-    let mut base_rss = crate::metrics::own_usage().1;
+    let mut base_rss = crate::procs::own_usage().1;
     for w in rx {
         for &(child, parent) in &w.raw.forks {
             parents.insert(child, (parent, Instant::now()));
@@ -681,13 +681,13 @@ fn window_worker(shared: Arc<Shared>, rx: Receiver<Window>) {
         // of which 15.1 MB were in use. Hand the free pages back after every window.
         // SAFETY: malloc_trim takes no pointers.
         unsafe { libc::malloc_trim(0) };
-        let rss = crate::metrics::own_usage().1;
+        let rss = crate::procs::own_usage().1;
         if rss > base_rss + SYMBOLIZER_MEMORY {
             symbolizer = whyslow_symbolize::Resident::caching_debug_files_in(&debug_files);
             // SAFETY: malloc_trim takes no pointers.
             unsafe { libc::malloc_trim(0) };
             shared.counters.symbolizer_resets.fetch_add(1, Ordering::Relaxed);
-            base_rss = crate::metrics::own_usage().1.min(rss);
+            base_rss = crate::procs::own_usage().1.min(rss);
         }
     }
 }

@@ -286,7 +286,7 @@ fn thread_cpu_seconds() -> f64 {
 }
 
 /// Adds the doctor's families to /metrics.
-pub fn metrics(s: &Shared, o: &mut crate::metrics::Out) {
+pub fn metrics(s: &Shared, o: &mut crate::prom::Out) {
     if !s.opts.doctor {
         return;
     }

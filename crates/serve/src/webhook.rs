@@ -80,7 +80,7 @@ pub fn run(s: Arc<Shared>, url: String) {
 }
 
 /// Adds the webhook families to /metrics.
-pub fn metrics(s: &Shared, o: &mut crate::metrics::Out) {
+pub fn metrics(s: &Shared, o: &mut crate::prom::Out) {
     let stats = s.hook_stats.lock().expect("hook stats lock").clone();
     for url in &s.opts.webhooks {
         let hook = name(url);
