@@ -22,6 +22,8 @@ use whyslow_model::{sample_types, SampleType};
 const EVENT_STACK_BYTES: u32 = 16 * 1024;
 /// Ring data pages per CPU for such streams (16 MB with 4 KB pages).
 const EVENT_RING_PAGES: usize = 4096;
+/// The largest ring an eBPF stream of such events gets (one ring for all CPUs).
+const EBPF_RING_MAX: usize = 32 << 20;
 /// Ids of the stack samples of probed calls and of allocations (bpf/calls.bpf.c), probe index added:
 /// apart from the kernel's event ids, which count up from 1.
 const CALL_SAMPLE_IDS: u64 = 1 << 62;
@@ -348,7 +350,8 @@ impl<'obj> Sources<'obj> {
         // Streams of samples that come from eBPF follow the events' (an event's index is its stream's),
         // reached through the sample ids their sources give them.
         let mut ebpf_ids = Vec::new();
-        let ring_bytes = |pages: usize| (pages * 4096 * sys::online_cpus().len()).min(32 << 20);
+        let ring_bytes =
+            |pages: usize| (pages * sys::page_size() * sys::online_cpus().len()).min(EBPF_RING_MAX);
         let stacks = |period: u64, first_id: u64| StackSampling {
             period: crate::sampling_period(period),
             stack_bytes: event_base.stack_bytes,

@@ -239,6 +239,12 @@ pub fn disable(fd: &OwnedFd) {
     unsafe { pe::ioctls::DISABLE(fd.as_raw_fd(), 0) };
 }
 
+/// The machine's memory page size (perf rings are counted in pages).
+pub fn page_size() -> usize {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }
+}
+
 /// A mapped perf ring buffer (one metadata page + 2^n data pages).
 pub struct Ring {
     fd: OwnedFd,
@@ -254,8 +260,7 @@ unsafe impl Send for Ring {}
 
 impl Ring {
     pub fn map(fd: OwnedFd, data_pages: usize) -> io::Result<Ring> {
-        // SAFETY: sysconf has no memory-safety preconditions.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        let page = page_size();
         let len = page * (1 + data_pages);
         // SAFETY: a fresh shared mapping of the event fd; the result is checked against MAP_FAILED.
         let base = unsafe {
