@@ -34,6 +34,7 @@ with tempfile.TemporaryDirectory() as d:
         with sync_playwright() as pw:
             b = pw.chromium.launch(executable_path="/usr/bin/chromium")
             page = b.new_page(viewport={"width": 1600, "height": 1000})
+            page.add_init_script("window.whyslowTestHooks = true")  # window.whyslow, read below
             t = time.time()
             page.goto(url)
             page.wait_for_function("window.whyslow && window.whyslow.ready", timeout=60000)

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 
 from playwright.sync_api import sync_playwright
@@ -68,7 +69,7 @@ def main():
         with sync_playwright() as pw:
             t1 = time.time()
             browser = pw.chromium.launch(executable_path=CHROMIUM)
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page = new_page(browser)
             errors = []
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.goto(url)
@@ -114,6 +115,26 @@ def main():
             page.keyboard.press("Escape")
             page.wait_for_function("window.whyslow.zoomed() === 'all'")
 
+            # The view state is in the URL: a link opens the same zoom in another page; Back and Forward
+            # move between the zooms shown.
+            page.mouse.click(box["x"] + a["x"] + a["width"] / 2, box["y"] + a["y"] + 9)
+            page.wait_for_function("window.whyslow.zoomed() === 'burn_a'")
+            link = page.url
+            assert "burn_a" in urllib.parse.unquote(link.split("zoom=")[-1]), link
+            other = new_page(browser)
+            other.goto(link)
+            other.wait_for_function("window.whyslow && window.whyslow.ready && window.whyslow.zoomed() === 'burn_a'",
+                                    timeout=10000)
+            assert abs(widest(frames(other), "burn_a")["width"] - box["width"]) < 2
+            other.close()
+            page.go_back()
+            page.wait_for_function("window.whyslow.zoomed() === 'all'")
+            page.go_forward()
+            page.wait_for_function("window.whyslow.zoomed() === 'burn_a'")
+            log(f"a link to the zoom: {link}")
+            page.keyboard.press("Escape")
+            page.wait_for_function("window.whyslow.zoomed() === 'all'")
+
             # Keyboard: the first arrow focuses the zoomed frame; up goes to the heaviest child, right and left
             # to siblings (by name), down to the parent; Enter zooms, Escape unzooms.
             page.keyboard.press("ArrowUp")
@@ -144,6 +165,18 @@ def main():
             assert len(tl["values"]) >= 55 and sum(tl["values"]) == everything, (tl["values"], everything)
             selected = select_timeline(page, 0, 0.5)
             half = page.evaluate("window.whyslow.total")
+            # A link to the selection shows the same samples; Back returns to the whole range.
+            link = page.url
+            assert f"sel={selected[0]}-{selected[1]}" in link, (link, selected)
+            other = new_page(browser)
+            other.goto(link)
+            other.wait_for_function(f"window.whyslow && window.whyslow.ready && window.whyslow.total === {half}",
+                                    timeout=10000)
+            other.close()
+            page.go_back()
+            page.wait_for_function(f"window.whyslow.total === {everything}")
+            page.go_forward()
+            page.wait_for_function(f"window.whyslow.total === {half}")
             log(f"timeline: {len(tl['values'])} slices, {everything} samples; first half {selected} -> {half}")
             # Half the width is half the slices, give or take the one the drag rounds to; the samples follow
             # the time selected within 10% (a steady workload on a shared machine).
@@ -246,9 +279,16 @@ def select_timeline(page, a, b):
     return page.evaluate("window.whyslow.timeline().sel")
 
 
+def new_page(browser):
+    """A page with the UI's test hooks (window.whyslow) turned on before its scripts run."""
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.add_init_script("window.whyslowTestHooks = true")
+    return page
+
+
 def open_page(pw, url):
     browser = pw.chromium.launch(executable_path=CHROMIUM)
-    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page = new_page(browser)
     errors = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(url)
@@ -307,7 +347,7 @@ def live_processes(whyslow, bindir, out):
         urllib.request.urlopen(req).read()
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM)
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page = new_page(browser)
             errors = []
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.goto(url)
