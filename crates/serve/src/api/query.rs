@@ -1,0 +1,175 @@
+//! Query parameters: strictly parsed, the targets and labels a query selects, its time range and
+//! threads, and the stored windows it loads.
+
+use super::profiles::join;
+use super::targets::target_id;
+use super::*;
+
+/// Query parameters, every one of them known to the endpoint.
+pub(super) fn params(
+    q: Result<Query<Vec<(String, String)>>, QueryRejection>,
+    known: &[&str],
+) -> Result<BTreeMap<String, String>, ApiError> {
+    let Query(pairs) = q.map_err(|r| ApiError::bad(r.body_text()))?;
+    let mut out = BTreeMap::new();
+    for (k, v) in pairs {
+        if !known.contains(&k.as_str()) {
+            return Err(ApiError::bad(format!(
+                "unknown parameter '{k}' (this endpoint takes {})",
+                known.join(", ")
+            )));
+        }
+        if out.insert(k.clone(), v).is_some() {
+            return Err(ApiError::bad(format!("parameter '{k}' given twice")));
+        }
+    }
+    Ok(out)
+}
+
+/// What a query names: targets, and optionally labels of the processes' cgroups (unit, container_id,
+/// pod_uid) their windows must carry.
+#[derive(Clone)]
+pub(super) struct Selection {
+    pub(super) targets: Vec<i64>,
+    pub(super) process_labels: Vec<(String, String)>,
+}
+
+/// The targets a query names: `target=ID[,ID]` or `selector=label=value[,label=value]`, where a label is
+/// a target's label or one of a process's cgroup labels (`unit=nginx.service`, `container_id=`,
+/// `pod_uid=`: the windows of those processes, in any target).
+pub(super) fn selected(s: &Shared, q: &BTreeMap<String, String>) -> Result<Selection, ApiError> {
+    match (q.get("target"), q.get("selector")) {
+        (Some(_), Some(_)) => Err(ApiError::bad("give target or selector, not both")),
+        (Some(t), None) => Ok(Selection {
+            targets: t.split(',').map(|id| target_id(id.trim(), s)).collect::<Result<_, _>>()?,
+            process_labels: Vec::new(),
+        }),
+        (None, Some(sel)) => {
+            let mut want = Vec::new();
+            let mut process_labels = Vec::new();
+            for pair in sel.split(',') {
+                let (k, v) = pair
+                    .split_once('=')
+                    .ok_or_else(|| ApiError::bad(format!("selector '{pair}' is not label=value")))?;
+                let (k, v) = (k.trim(), v.trim());
+                if crate::cgroup::LABELS.contains(&k) {
+                    process_labels.push((k.to_string(), v.to_string()));
+                } else {
+                    want.push((k, v));
+                }
+            }
+            let ids: Vec<i64> = s
+                .targets
+                .read()
+                .expect("targets lock")
+                .iter()
+                .filter(|(_, t)| want.iter().all(|(k, v)| t.labels.get(*k).is_some_and(|x| x == v)))
+                .map(|(&id, _)| id)
+                .collect();
+            if ids.is_empty() {
+                return Err(ApiError::not_found(format!("no target has the labels {sel}")));
+            }
+            Ok(Selection { targets: ids, process_labels })
+        }
+        (None, None) => Err(ApiError::bad("name the targets: target=ID or selector=label=value")),
+    }
+}
+
+/// The [from, until) range of a query (`from` defaults to now-15m, `until` to now).
+pub(super) fn range(
+    q: &BTreeMap<String, String>,
+    from_key: &str,
+    until_key: &str,
+) -> Result<(u64, u64), ApiError> {
+    let now = now_ns();
+    let get = |k: &str, default: &str| {
+        timespec::parse(q.get(k).map_or(default, String::as_str), now).map_err(ApiError::bad)
+    };
+    let (from, until) = (get(from_key, "now-15m")?, get(until_key, "now")?);
+    if from >= until {
+        return Err(ApiError::bad(format!("{from_key} must be before {until_key}")));
+    }
+    Ok((from, until))
+}
+
+/// Largest sum of stored window bytes one query merges.
+const MAX_QUERY_BYTES: u64 = 512 << 20;
+
+/// The samples of `targets` in [from, until): the stored windows overlapping it, merged, without the
+/// samples of time slices outside it.
+pub(super) fn load(s: &Shared, sel: &Selection, from: u64, until: u64) -> Result<Profile, ApiError> {
+    let mut p = load_windows(s, sel, from, until)?;
+    p.retain_time(from, until);
+    Ok(p)
+}
+
+/// The threads a query names: `thread=TID[,TID]` and/or `pid=PID[,PID]` (None: any).
+pub(super) struct ThreadFilter {
+    tids: Option<Vec<u32>>,
+    pids: Option<Vec<u32>>,
+}
+
+impl ThreadFilter {
+    pub(super) fn of(q: &BTreeMap<String, String>) -> Result<Self, ApiError> {
+        let ids = |k: &str| -> Result<Option<Vec<u32>>, ApiError> {
+            let num =
+                |x: &str| x.trim().parse().map_err(|_| ApiError::bad(format!("{k} '{x}' is not a number")));
+            q.get(k).map(|v| v.split(',').map(num).collect()).transpose()
+        };
+        Ok(ThreadFilter { tids: ids("thread")?, pids: ids("pid")? })
+    }
+
+    /// Keeps the samples of the threads named.
+    pub(super) fn apply(&self, p: &mut Profile) {
+        if self.tids.is_some() || self.pids.is_some() {
+            let has = |l: &Option<Vec<u32>>, v: u32| l.as_ref().is_none_or(|l| l.contains(&v));
+            p.retain_threads(|t| has(&self.tids, t.tid) && has(&self.pids, t.pid));
+        }
+    }
+}
+
+/// Every stored window of `targets` overlapping [from, until), merged into one profile.
+fn load_windows(s: &Shared, sel: &Selection, from: u64, until: u64) -> Result<Profile, ApiError> {
+    let mut rows = s.store.lock().expect("store lock").windows(&sel.targets, from, until)?;
+    if !sel.process_labels.is_empty() {
+        rows.retain(|w| {
+            let l = crate::cgroup::labels(&w.cgroup);
+            sel.process_labels.iter().all(|(k, v)| l.get(k.as_str()) == Some(v))
+        });
+    }
+    if rows.is_empty() {
+        let ids = join(&sel.targets);
+        let of = match sel.process_labels.is_empty() {
+            true => String::new(),
+            false => {
+                let l: Vec<String> = sel.process_labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                format!(" with {}", l.join(","))
+            }
+        };
+        return Err(ApiError::not_found(format!(
+            "no recorded windows of target {ids}{of} in the range (yet)"
+        )));
+    }
+    if rows.iter().map(|w| w.bytes).sum::<u64>() > MAX_QUERY_BYTES {
+        return Err(ApiError(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "the range holds too much data: query a shorter one".into(),
+        ));
+    }
+    let ids: Vec<i64> = rows.iter().map(|w| w.id).collect();
+    Ok(crate::merged(s, &ids)?)
+}
+
+/// The index of the sample type a query asks for (`type`, default the profile's: cpu, else the first).
+pub(super) fn value(p: &Profile, q: &BTreeMap<String, String>) -> Result<usize, ApiError> {
+    match q.get("type") {
+        None => Ok(p.default_type().unwrap_or(0)),
+        Some(t) => p.sample_type(t).ok_or_else(|| {
+            let have: Vec<&str> = p.sample_types.iter().map(|t| t.name.as_str()).collect();
+            ApiError::unprocessable(format!(
+                "no sample type '{t}' in this range (it has {})",
+                have.join(", ")
+            ))
+        }),
+    }
+}
