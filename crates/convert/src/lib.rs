@@ -88,11 +88,20 @@ pub struct Nesting {
     pub within: Vec<(String, std::ops::Range<u64>)>,
 }
 
+/// An executable file mapping of a process: [start, end) maps `path` from file offset `pgoff`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    pub pgoff: u64,
+    pub path: String,
+}
+
 /// A process as a host sees it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProcessInfo {
-    /// Executable mappings: (start, end, file offset, path).
-    pub maps: Vec<(u64, u64, u64, String)>,
+    /// Executable mappings.
+    pub maps: Vec<Mapping>,
     /// (tid, name) of each thread.
     pub threads: Vec<(u32, String)>,
 }
@@ -223,15 +232,24 @@ pub struct Counters {
     pub images_loaded: u64,
 }
 
+/// A mapping of a process as the converter keeps it: its file as a module id.
+#[derive(Debug, Clone, Copy)]
+struct Mapped {
+    start: u64,
+    end: u64,
+    pgoff: u64,
+    module: u32,
+}
+
 /// A process: its executable mappings and an unwinder over them, and the symbols of its JIT code.
 #[derive(Default)]
 struct Proc {
-    maps: Vec<(u64, u64, u64, u32)>, // start, end, pgoff, module
+    maps: Vec<Mapped>,
     unwinder: ProcessUnwinder,
     jit: Jit,
-    /// Lazily (see [`Converter::lazily`]): the mappings its records described, as (start, end, pgoff,
-    /// path), not read or parsed until its first sample; None once they were (or when not lazy).
-    pending: Option<Vec<(u64, u64, u64, String)>>,
+    /// Lazily (see [`Converter::lazily`]): the mappings its records described, not read or parsed until
+    /// its first sample; None once they were (or when not lazy).
+    pending: Option<Vec<Mapping>>,
     /// Whether a sample of it was seen (since its last exec).
     sampled: bool,
 }
@@ -269,11 +287,9 @@ impl Proc {
     }
 
     fn normalize(&self, addr: u64) -> RawFrame {
-        match self.maps.iter().find(|m| m.0 <= addr && addr < m.1) {
+        match self.maps.iter().find(|m| m.start <= addr && addr < m.end) {
             // A corrupt perf.data can name any page offset: wrap as the kernel's arithmetic would.
-            Some(&(start, _, pgoff, module)) => {
-                RawFrame::User { module, offset: (addr - start).wrapping_add(pgoff) }
-            }
+            Some(m) => RawFrame::User { module: m.module, offset: (addr - m.start).wrapping_add(m.pgoff) },
             None => RawFrame::Unmapped(addr),
         }
     }
@@ -576,8 +592,8 @@ impl<H: Host> Converter<H> {
         let build_id = image.as_ref().map(|i| i.build_id.clone()).unwrap_or_default();
         let module = self.module_id(pid, path, &build_id, foreign.map(|f| f.file));
         let proc = self.procs.entry(pid).or_default();
-        proc.maps.retain(|m| m.1 <= start || end <= m.0);
-        proc.maps.push((start, end, pgoff, module));
+        proc.maps.retain(|m| m.end <= start || end <= m.start);
+        proc.maps.push(Mapped { start, end, pgoff, module });
         if let Some(image) = image {
             proc.unwinder.add_mapping(start, end, pgoff, image);
         }
@@ -587,8 +603,8 @@ impl<H: Host> Converter<H> {
     pub fn add_process(&mut self, pid: u32) {
         self.procs.entry(pid).or_default();
         let Some(info) = self.host.process(pid) else { return };
-        for (start, end, pgoff, path) in &info.maps {
-            self.add_mapping(pid, *start, *end, *pgoff, path);
+        for m in &info.maps {
+            self.add_mapping(pid, m.start, m.end, m.pgoff, &m.path);
         }
         for (tid, name) in info.threads {
             self.raw.thread_names.insert((pid, tid), name);
@@ -624,7 +640,9 @@ impl<H: Host> Converter<H> {
                     self.add_mapping(pid, start, start.saturating_add(len), pgoff, &path);
                 } else if let Some(p) = self.procs.get_mut(&pid) {
                     match &mut p.pending {
-                        Some(pending) => pending.push((start, start.saturating_add(len), pgoff, path)),
+                        Some(pending) => {
+                            pending.push(Mapping { start, end: start.saturating_add(len), pgoff, path })
+                        }
                         None => self.add_mapping(pid, start, start.saturating_add(len), pgoff, &path),
                     }
                 }
@@ -871,8 +889,8 @@ impl<H: Host> Converter<H> {
             None => self.add_process(s.pid),
             Some(p) => {
                 if let Some(pending) = p.pending.take() {
-                    for (start, end, pgoff, path) in pending {
-                        self.add_mapping(s.pid, start, end, pgoff, &path);
+                    for m in pending {
+                        self.add_mapping(s.pid, m.start, m.end, m.pgoff, &m.path);
                     }
                 }
             }

@@ -64,7 +64,7 @@ impl Host for LiveHost {
     }
 
     fn process(&self, pid: u32) -> Option<ProcessInfo> {
-        let maps = target::exec_maps(pid).into_iter().map(|m| (m.start, m.end, m.pgoff, m.path)).collect();
+        let maps = target::exec_maps(pid);
         let threads =
             target::threads_of(pid).into_iter().filter_map(|t| Some((t, target::comm_of(pid, t)?))).collect();
         Some(ProcessInfo { maps, threads })

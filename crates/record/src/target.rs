@@ -7,6 +7,7 @@ use std::ffi::CString;
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
+pub use whyslow_convert::Mapping;
 
 /// What to profile.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -255,20 +256,13 @@ pub fn all_comms() -> Vec<String> {
     v
 }
 
-/// One executable file mapping of a live process, from /proc/PID/maps.
-pub struct MapEntry {
-    pub start: u64,
-    pub end: u64,
-    pub pgoff: u64,
-    pub path: String,
-}
-
-pub fn exec_maps(pid: u32) -> Vec<MapEntry> {
+/// The executable file mappings of a live process, from /proc/PID/maps.
+pub fn exec_maps(pid: u32) -> Vec<Mapping> {
     let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { return Vec::new() };
     text.lines().filter_map(parse_maps_line).collect()
 }
 
-fn parse_maps_line(line: &str) -> Option<MapEntry> {
+fn parse_maps_line(line: &str) -> Option<Mapping> {
     let mut it = line.splitn(6, ' ');
     let range = it.next()?;
     let perms = it.next()?;
@@ -280,7 +274,7 @@ fn parse_maps_line(line: &str) -> Option<MapEntry> {
         return None;
     }
     let (s, e) = range.split_once('-')?;
-    Some(MapEntry {
+    Some(Mapping {
         start: u64::from_str_radix(s, 16).ok()?,
         end: u64::from_str_radix(e, 16).ok()?,
         pgoff,
