@@ -170,3 +170,53 @@ impl Comparison {
         side(0).zip(side(1))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use whyslow_analyze::diff::Scale;
+
+    struct Quiet;
+    impl Observer for Quiet {}
+
+    /// A shell loop of `n` iterations: CPU time the command itself controls.
+    fn shell_loop(n: u32) -> Vec<String> {
+        let script = format!("i=0; while [ $i -lt {n} ]; do i=$((i+1)); done");
+        ["/bin/sh", "-c", &script].map(String::from).to_vec()
+    }
+
+    /// Two commands run interleaved (before, after, before, ...), each run recorded and measured; a command
+    /// doing twice the work measures about twice the CPU time (CPU time, not wall time: it holds on a busy
+    /// machine), and each side's profile is scaled by its median so that its total is that median.
+    #[test]
+    fn twice_the_work_measures_twice_the_cpu_time_in_interleaved_runs() {
+        let o = CompareOptions {
+            commands: [shell_loop(100_000), shell_loop(200_000)],
+            runs: 3,
+            frequency: 499,
+            load: None,
+        };
+        let mut order = Vec::new();
+        let c = compare(&o, &mut Quiet, |r| order.push((r.side, r.number))).expect("both commands run");
+        assert_eq!(order, [(0, 1), (1, 1), (0, 2), (1, 2), (0, 3), (1, 3)]);
+        let cpu = c.measures[0].comparison.as_ref().expect("CPU time on both sides");
+        let ratio = cpu.after.median / cpu.before.median;
+        assert!((1.6..=2.5).contains(&ratio), "after/before CPU time {ratio:.2} (want about 2)");
+        assert_eq!(c.measures[1].name, "wall time");
+        assert_eq!(c.primary, 0, "without a load, the verdict is about CPU time");
+        let (before, after) = c.sides().expect("both sides have CPU samples");
+        for (side, median) in [(before, cpu.before.median), (after, cpu.after.median)] {
+            let Scale::SecondsPerUnit(per) = side.scale else { panic!("scaled by the median") };
+            let seconds = per * side.profile.total(side.value) as f64;
+            assert!((seconds - median).abs() < 1e-9 * median.max(1.0), "{seconds} s vs median {median} s");
+        }
+    }
+
+    #[test]
+    fn fewer_than_two_runs_per_side_are_refused_before_running() {
+        let o =
+            CompareOptions { commands: [shell_loop(1), shell_loop(1)], runs: 1, frequency: 99, load: None };
+        let e = compare(&o, &mut Quiet, |_| panic!("nothing runs")).err().expect("refused");
+        assert_eq!(e.to_string(), "runs must be at least 2 per side (5 or more for a useful verdict)");
+    }
+}
