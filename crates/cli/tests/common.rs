@@ -158,7 +158,7 @@ pub fn split_shares(report: &Value) -> [f64; 3] {
 pub fn assert_split(report: &Value) {
     let s = split_shares(report);
     let in_workers = match report["unit"].as_str() {
-        Some("count") => {
+        Some("samples" | "count") => {
             let share: f64 = ["burn_a", "burn_b", "burn_c"].iter().map(|f| self_pct(report, f)).sum();
             report["total_samples"].as_f64().unwrap_or(0.0) * share / 100.0
         }

@@ -5,6 +5,7 @@ mod common;
 
 use common::{fails, ok, whyslow, workload};
 use serde_json::Value;
+use std::time::{Duration, Instant};
 
 /// Runs the doctor on a workload and returns its JSON report.
 fn doctor(prog: &str, args: &[&str], env: &[(&str, &str)]) -> Value {
@@ -543,27 +544,49 @@ fn cpu_seconds_at_exit(child: &mut std::process::Child) -> f64 {
     secs(usage.ru_utime) + secs(usage.ru_stime)
 }
 
-/// `doctor -p` on a target that ends during phase 1 (after 2 s of the 4 s phase 1 of a 6 s run) or around
-/// phase 2 (after 5 s; when phase 2 starts depends on the machine's load): it diagnoses and saves what it
-/// recorded, like `record`, and says what it skipped.
+/// `doctor -p -d 6` (phase 1 four seconds) on a target that ends 1 s after the doctor attached (during
+/// phase 1) or 4 s after (around phase 2; when phase 2 starts depends on the machine's load): it diagnoses
+/// and saves what it recorded, like `record`, and says what it skipped. The target is ended by the test
+/// counting from the doctor's "diagnosing pid N" line: on a busy machine its start can take longer than
+/// a life fixed in advance (a 2 s life ended before a run beside stress-ng attached).
 #[test]
 fn a_target_that_ends_is_diagnosed_from_what_was_recorded() {
-    for (life, skipped) in [("2", Some(true)), ("5", None)] {
+    for (after_attach, skipped) in [(1.0, Some(true)), (4.0, None)] {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("d.data");
+        let t0 = Instant::now();
         let mut target = std::process::Command::new(workload("cpu_split"))
-            .args(["--wall", life])
+            .args(["--wall", "120"])
             .stdout(std::process::Stdio::null())
             .spawn()
             .unwrap();
         let pid = target.id().to_string();
-        let out = whyslow()
+        let mut doctor = whyslow()
             .args(["doctor", "--format", "json", "-d", "6", "-p", &pid, "-o"])
             .arg(&data)
-            .output()
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
             .unwrap();
+        // "whyslow: diagnosing pid N (Ctrl-C to stop)" once its events are attached.
+        let mut said = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(doctor.stderr.as_mut().unwrap()), &mut said)
+            .unwrap();
+        assert_eq!(said, format!("whyslow: diagnosing pid {pid} (Ctrl-C to stop)\n"));
+        std::thread::sleep(Duration::from_secs_f64(after_attach));
+        // SAFETY: kill takes no pointers; the pid is our own unreaped child.
+        unsafe { libc::kill(target.id() as i32, libc::SIGTERM) };
         let cpu = cpu_seconds_at_exit(&mut target);
-        assert!(out.status.success(), "life {life}: {}", String::from_utf8_lossy(&out.stderr));
+        let life_s = t0.elapsed().as_secs_f64();
+        let out = doctor.wait_with_output().unwrap();
+        let life = format!("{after_attach} s after attaching");
+        // A target killed by a signal during the run: the diagnosis, then 128 + the signal, as `time` does.
+        assert_eq!(
+            out.status.code(),
+            Some(128 + 15),
+            "life {life}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let report: Value = serde_json::from_slice(&out.stdout).unwrap();
         let hot = report["hot_paths"][0]["frames"].as_array().unwrap();
         assert!(hot.iter().any(|f| f == "burn_a"), "life {life}: {report}");
@@ -577,12 +600,11 @@ fn a_target_that_ends_is_diagnosed_from_what_was_recorded() {
         // A running process is sampled at 99 Hz of its CPU time: at least half of what it ran while the
         // recording ran (attaching takes longer on a busy machine), taken at its average rate over its
         // life. Its CPU time, not its life: on a busy machine it runs a fraction of it.
-        let life_s: f64 = life.parse().unwrap();
         let sampled = r["duration_s"].as_f64().unwrap().min(life_s);
         let least = (99.0 * cpu / life_s * sampled / 2.0) as i64;
         assert!(
             r["total_samples"].as_i64().unwrap() >= least,
-            "life {life} ({cpu:.2} s CPU, {sampled:.2} s of it recorded): {}",
+            "life {life} ({cpu:.2} s CPU in {life_s:.2} s, {sampled:.2} s of it recorded): {}",
             r["total_samples"]
         );
     }

@@ -332,11 +332,15 @@ fn otlp_grpc_exports_the_http_request_with_shares_resource_and_metadata() {
     assert!(err.contains("PermissionDenied") && err.trim().lines().count() == 1, "{err}");
 }
 
-/// `whyslow serve` pushing to `to`, with one target (`split`, 1 s windows) following cpu_split.
+/// `whyslow serve` pushing to `to`, with one target (`split`, 1 s windows) following the cpu_split that
+/// [`Agent::drain`] runs.
 struct Agent {
     child: std::process::Child,
     addr: String,
 }
+
+/// The argument of the agent's workload (3 s of CPU), which its target matches.
+const MARK: &str = "3.0417";
 
 impl Agent {
     fn start(dir: &std::path::Path, to: &str) -> Agent {
@@ -352,8 +356,10 @@ impl Agent {
         let addr = first.split("http://").nth(1).unwrap().split(' ').next().unwrap().to_string();
         std::thread::spawn(move || lines.for_each(|l| eprintln!("serve: {}", l.unwrap_or_default())));
         let agent = Agent { child, addr };
-        let created = agent
-            .get("/api/v1/targets", Some(r#"{"name":"split","match":{"comm":"^cpu_split$"},"window_s":1}"#));
+        let created = agent.get(
+            "/api/v1/targets",
+            Some(&format!(r#"{{"name":"split","match":{{"cmdline":"cpu_split {MARK}"}},"window_s":1}}"#)),
+        );
         assert!(created.starts_with("HTTP/1.1 201"), "{created}");
         agent
     }
@@ -372,12 +378,13 @@ impl Agent {
         out
     }
 
-    /// Runs cpu_split for 3 s, then waits until at least 3 windows are stored, `answered()` requests
+    /// Runs cpu_split for 3 s (its argument marks it: only it is the target's, not another test's or a
+    /// benchmark's cpu_split running beside, whose windows would share its starts), then waits until at least 3 windows are stored, `answered()` requests
     /// (not counting those the backend was told to fail for a while) cover them and the queue is empty;
     /// returns /metrics then.
     fn drain(&self, up: impl Fn() -> bool, answered: impl Fn() -> usize) -> String {
         let mut w = std::process::Command::new(workload("cpu_split"))
-            .arg("3")
+            .arg(MARK)
             .stdout(std::process::Stdio::null())
             .spawn()
             .unwrap();

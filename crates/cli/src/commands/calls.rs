@@ -74,7 +74,7 @@ pub fn calls(a: CallsArgs) -> Result<()> {
     };
     signals::install();
     let started = std::time::Instant::now();
-    let mut line = StatusLine::new().about("calls", !launched);
+    let mut line = StatusLine::new().about("calls", "counting calls of", !launched);
     let raw = whyslow_record::record(&opts, &mut line);
     end_status_line();
     let mut raw = raw?;

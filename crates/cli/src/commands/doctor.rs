@@ -31,7 +31,9 @@ pub fn doctor(a: DoctorArgs) -> Result<()> {
                 ..Default::default()
             };
             signals::install();
-            let profile = whyslow_investigate::investigate(&opts, &mut StatusLine::new());
+            let attached = !matches!(opts.target, Target::Launch(_));
+            let mut line = StatusLine::new().about("diagnosing", "diagnosing", attached);
+            let profile = whyslow_investigate::investigate(&opts, &mut line);
             end_status_line();
             let profile = profile?;
             remember_killed(&profile.meta);

@@ -117,7 +117,7 @@ struct StatusLine {
     prefetched: Option<std::thread::JoinHandle<whyslow_symbolize::Prefetch>>,
     /// What the run is doing, first on the line ("recording", "calls", or a phase the run named).
     what: String,
-    /// Announce the start of an attached run on stderr ([`announce`]) with this name.
+    /// Announce the start of an attached run on stderr, once: "whyslow: {this} pid N (Ctrl-C to stop)".
     announce: Option<&'static str>,
     /// The probes' hits per second: when and at how many hits it was last computed, and the rate.
     rate: Option<(Duration, u64, f64)>,
@@ -135,10 +135,11 @@ impl StatusLine {
         }
     }
 
-    /// A line about `what`, which announces an attached run's start when `attached`.
-    fn about(mut self, what: &'static str, attached: bool) -> StatusLine {
+    /// A line about `what`, which announces an attached run's start (`doing`, as "counting calls of")
+    /// when `attached`.
+    fn about(mut self, what: &'static str, doing: &'static str, attached: bool) -> StatusLine {
         self.what = what.into();
-        self.announce = attached.then_some(what);
+        self.announce = attached.then_some(doing);
         self
     }
 
@@ -203,8 +204,8 @@ impl Observer for StatusLine {
     }
 
     fn started(&mut self, pids: &[u32]) {
-        if let Some(what) = self.announce {
-            announce(what, pids);
+        if let Some(doing) = self.announce.take() {
+            announce(doing, pids);
         }
     }
 
@@ -397,9 +398,11 @@ fn print_phases() {
 }
 
 /// Tells the user (and scripts waiting for it) that counting has begun on attached processes.
-fn announce(what: &str, pids: &[u32]) {
+/// Says on stderr that an attached run started (as strace and perf say they attached): "whyslow:
+/// counting calls of pid 12 (Ctrl-C to stop)".
+fn announce(doing: &str, pids: &[u32]) {
     let list: Vec<String> = pids.iter().map(u32::to_string).collect();
-    eprintln!("whyslow: counting {what} of pid {} (Ctrl-C to stop)", list.join(","));
+    eprintln!("whyslow: {doing} pid {} (Ctrl-C to stop)", list.join(","));
 }
 
 /// The load options from the command line (None without --load).

@@ -19,7 +19,7 @@ struct SyscallsView {
 impl Observer for SyscallsView {
     fn started(&mut self, pids: &[u32]) {
         if self.attach {
-            announce("syscalls", pids);
+            announce("counting syscalls of", pids);
         }
     }
 
