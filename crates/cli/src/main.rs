@@ -265,6 +265,11 @@ pub struct ReportArgs {
     /// Show who calls this function, with shares.
     #[arg(long, value_name = "FUNCTION")]
     pub callers: Option<String>,
+    /// Show the source lines of the functions matching this regular expression with the samples of
+    /// each line, self and total (as pprof -list). The source is read from the path in the line table,
+    /// else from debuginfod (DEBUGINFOD_URLS).
+    #[arg(long, value_name = "FUNCTION", conflicts_with_all = ["callers", "callees"])]
+    pub source: Option<String>,
     /// Sample type to weigh by (e.g. cpu, cpu-ns, syscalls; default: cpu, else the recording's first).
     #[arg(long = "type")]
     pub value_type: Option<String>,
