@@ -15,6 +15,7 @@ mod metrics;
 mod procs;
 mod pusher;
 mod recorder;
+mod slicing;
 pub mod spec;
 pub mod store;
 pub mod timespec;

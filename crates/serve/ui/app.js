@@ -71,6 +71,16 @@
     return { [k]: id };
   }
 
+  // Slicing, as report's --focus/--ignore/--no-kernel: the profile endpoints' focus, ignore, no_kernel.
+  function sliceParams() {
+    const out = {};
+    const focus = $("focus").value.trim(), ignore = $("ignore").value.trim();
+    if (focus) out.focus = focus;
+    if (ignore) out.ignore = ignore;
+    if ($("no-kernel").checked) out.no_kernel = 1;
+    return out;
+  }
+
   function q(params) {
     return Object.entries(params).filter(([, v]) => v !== null && v !== undefined)
       .map(([k, v]) => k + "=" + encodeURIComponent(v)).join("&");
@@ -104,7 +114,7 @@
     if (!r) { status("No recorded windows of " + targetLabel(t) + " yet."); return; }
     status("");
     const timeline = api("/api/v1/profile?" + q({ target: t.id, type: st.type, from: r.from, until: r.until,
-      ...filterParams(), format: "timeline" })).then((tl) => {
+      ...filterParams(), ...sliceParams(), format: "timeline" })).then((tl) => {
       st.timeline = { start: tl.start_unix_ns, slice: tl.slice_ns, values: tl.values, threads: tl.threads };
     }, (e) => { status(e.message); st.timeline = null; }).then(() => { threadOptions(); drawTimeline(); loadFindings(); });
     await Promise.all([timeline, loadTree()]);
@@ -119,7 +129,7 @@
     let data;
     try {
       data = await api("/api/v1/profile?" + q({ target: t.id, type: st.type, from: r.from, until: r.until,
-        ...filterParams(), format: "tree" }));
+        ...filterParams(), ...sliceParams(), format: "tree" }));
       if (seq !== st.seq) return;
     } catch (e) {
       if (seq !== st.seq) return;
@@ -142,7 +152,8 @@
 
   function shown() {
     const el = $("shown");
-    el.textContent = `${fmt(st.total)} in ${rangeLabel(st.sel)}` + ($("thread").value ? " (filtered)" : "");
+    const sliced = $("thread").value || Object.keys(sliceParams()).length;
+    el.textContent = `${fmt(st.total)} in ${rangeLabel(st.sel)}` + (sliced ? " (filtered)" : "");
     el.dataset.total = st.total;
     $("sel-clear").disabled = !st.sel;
     $("sel-base").disabled = !st.sel;
@@ -786,7 +797,7 @@
     const rb = ranges ? st.base.range : rangeOf(b), ra = ranges ? shownRange() : rangeOf(a);
     if (!rb || !ra) { el.textContent = "A target has no recorded windows."; return; }
     const params = { target: b.id, after_target: a.id, type: st.type, before_from: rb.from, before_until: rb.until,
-      after_from: ra.from, after_until: ra.until, ...(ranges ? filterParams() : {}) };
+      after_from: ra.from, after_until: ra.until, ...(ranges ? filterParams() : {}), ...sliceParams() };
     $("diff-ranges").textContent = ranges
       ? `${targetLabel(b)}: ${st.base.label} (before) vs ${rangeLabel(st.sel)} (after)`
       : "whole ranges (set a baseline on the timeline to compare two ranges of one target)";
@@ -943,6 +954,8 @@
   $("type").onchange = () => { st.type = $("type").value; loadProfile(); };
   $("range").onchange = () => { st.sel = null; st.base = null; loadProfile(); };
   $("thread").onchange = () => loadProfile();
+  // A pattern is sent when typed out (Enter or leaving the field), not at every key.
+  for (const id of ["focus", "ignore", "no-kernel"]) $(id).onchange = () => loadProfile();
 
   window.whyslow = {
     get ready() { return st.ready; },
