@@ -471,6 +471,10 @@ pub struct TopArgs {
     /// Rows of each table (on a terminal, at most what fits).
     #[arg(long, default_value_t = DEFAULT_LIMIT)]
     pub limit: usize,
+    /// Output format: json prints one JSON object per interval, one line each (NDJSON), with the
+    /// table's columns, also on a terminal.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
     /// Command to launch and watch (after `--`), instead of running processes.
     #[arg(last = true)]
     pub command: Vec<String>,
