@@ -321,11 +321,11 @@ fn copy_samples(
             continue;
         }
         let thread = *threads[s.thread as usize].get_or_insert_with(|| b.thread(t.pid, t.tid, &t.name));
-        let stack: Vec<u32> = p
-            .stack_frames(s.stack)
+        let stack: Vec<(u32, u32)> = p
+            .stack_lines(s.stack)
             .iter()
-            .map(|&f| {
-                *frames[f as usize].get_or_insert_with(|| {
+            .map(|&(f, line)| {
+                let frame = *frames[f as usize].get_or_insert_with(|| {
                     let fr = &p.frames[f as usize];
                     let module = if fr.module == whyslow_model::NONE {
                         fr.module
@@ -333,10 +333,11 @@ fn copy_samples(
                         modules[fr.module as usize]
                     };
                     b.frame(p.str(fr.name), module, p.str(fr.file), fr.kind)
-                })
+                });
+                (frame, line)
             })
             .collect();
-        let leaf = b.stack(&stack);
+        let leaf = b.stack_at_lines(&stack);
         let values: Vec<i64> =
             value_map.iter().map(|i| i.and_then(|i| s.values.get(i).copied()).unwrap_or(0)).collect();
         b.add_sample_at(leaf, thread, s.time.saturating_add(shift), &values);

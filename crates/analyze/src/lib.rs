@@ -11,6 +11,7 @@ pub mod doctor;
 pub mod load;
 pub mod regress;
 pub mod slice;
+pub mod source;
 pub mod stats;
 
 use serde::Serialize;

@@ -2,7 +2,7 @@
 //! `-ignore` do: which samples are kept, and whether kernel frames are. Pure: a profile in, a profile out.
 
 use regex::Regex;
-use whyslow_model::{basename, FrameKind, Profile, ProfileBuilder};
+use whyslow_model::{basename, FrameKind, Profile, ProfileBuilder, NONE};
 
 /// Which samples and frames to keep. The default keeps everything.
 #[derive(Debug, Clone, Default)]
@@ -81,22 +81,29 @@ impl Slice {
                     continue;
                 }
             }
-            let mut kept: Vec<u32> = Vec::with_capacity(frames.len());
-            for &f in &frames {
+            let mut kept: Vec<(u32, u32)> = Vec::with_capacity(frames.len());
+            for (f, line) in p.stack_lines(s.stack) {
                 let frame = &p.frames[f as usize];
                 if self.no_kernel && frame.kind == FrameKind::Kernel {
                     continue;
                 }
-                let module = b.module_of(&p.modules[frame.module as usize]);
-                kept.push(b.frame(p.str(frame.name), module, p.str(frame.file), frame.kind));
+                // A frame in no module (an address no mapping covered) keeps having none.
+                let module = match p.modules.get(frame.module as usize) {
+                    Some(m) => b.module_of(m),
+                    None => NONE,
+                };
+                kept.push((b.frame(p.str(frame.name), module, p.str(frame.file), frame.kind), line));
             }
             if kept.is_empty() {
-                kept.push(*kernel_only.get_or_insert_with(|| {
-                    let m = b.module("[kernel.kallsyms]", "");
-                    b.frame("[kernel]", m, "", FrameKind::Kernel)
-                }));
+                kept.push((
+                    *kernel_only.get_or_insert_with(|| {
+                        let m = b.module("[kernel.kallsyms]", "");
+                        b.frame("[kernel]", m, "", FrameKind::Kernel)
+                    }),
+                    0,
+                ));
             }
-            let stack = b.stack(&kept);
+            let stack = b.stack_at_lines(&kept);
             let thread = b.thread(t.pid, t.tid, name);
             b.add_sample_at(stack, thread, s.time, &s.values);
         }

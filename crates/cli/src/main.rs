@@ -265,6 +265,11 @@ pub struct ReportArgs {
     /// Show who calls this function, with shares.
     #[arg(long, value_name = "FUNCTION")]
     pub callers: Option<String>,
+    /// Show the source lines of the functions matching this regular expression with the samples of
+    /// each line, self and total (as pprof -list). The source is read from the path in the line table,
+    /// else from debuginfod (DEBUGINFOD_URLS).
+    #[arg(long, value_name = "FUNCTION", conflicts_with_all = ["callers", "callees"])]
+    pub source: Option<String>,
     /// Sample type to weigh by (e.g. cpu, cpu-ns, syscalls; default: cpu, else the recording's first).
     #[arg(long = "type")]
     pub value_type: Option<String>,
@@ -466,6 +471,10 @@ pub struct TopArgs {
     /// Rows of each table (on a terminal, at most what fits).
     #[arg(long, default_value_t = DEFAULT_LIMIT)]
     pub limit: usize,
+    /// Output format: json prints one JSON object per interval, one line each (NDJSON), with the
+    /// table's columns, also on a terminal.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
     /// Command to launch and watch (after `--`), instead of running processes.
     #[arg(last = true)]
     pub command: Vec<String>,

@@ -1364,3 +1364,98 @@ fn baselines_survive_a_restart_of_the_agent() {
     doctor_caught_up(&a, &[id]);
     assert_eq!(regressions(&a, id).len(), 1);
 }
+
+/// `whyslow view FILE`: its address, and the process (killed when the test ends).
+struct View(Child, String);
+
+impl View {
+    fn start(file: &str) -> View {
+        let mut child =
+            whyslow().args(["view", file]).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+        let addr = line
+            .split("http://")
+            .nth(1)
+            .and_then(|r| r.split('/').next())
+            .expect("view's address")
+            .to_string();
+        View(child, addr)
+    }
+
+    fn get(&self, path: &str) -> (u16, Value) {
+        let head = format!("GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", self.1);
+        let (code, body) = raw(&self.1, head.as_bytes());
+        (code, serde_json::from_slice(&body).unwrap_or(Value::Null))
+    }
+}
+
+impl Drop for View {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// report's slicing options as query parameters of the profile endpoint: each filtered profile holds
+/// exactly the samples the unfiltered one says it should; a bad pattern is a 400 with one line.
+#[test]
+fn the_profile_endpoint_slices_like_report() {
+    let dir = tmp();
+    let data = record(dir.path(), "split", &["-F", "499"], &[workload("cpu_split").to_str().unwrap(), "1"]);
+    let view = View::start(&data);
+    let profile = |extra: &str| {
+        let (code, v) = view.get(&format!("/api/v1/profile?target=1&from=0&until=now{extra}"));
+        assert_eq!(code, 200, "{extra}: {v}");
+        v
+    };
+    let total = |v: &Value| v["total_samples"].as_i64().unwrap();
+    let fn_total =
+        |v: &Value, name: &str| function(v, |n| n == name).map_or(0, |f| f["total"].as_i64().unwrap());
+    let all = profile("");
+    let (t, a) = (total(&all), fn_total(&all, "burn_a"));
+    assert!(a > 0 && a < t, "burn_a {a} of {t}");
+    // The CLI's answer for the same slice is the API's.
+    let cli = report_json(&data, &["--focus", "^burn_a$"]);
+    let focused = profile("&focus=%5Eburn_a%24");
+    assert_eq!(total(&focused), a);
+    assert_eq!(total(&cli), a);
+    assert_eq!(fn_total(&focused, "burn_a"), a);
+    assert_eq!(fn_total(&focused, "burn_b"), 0);
+    let ignored = profile("&ignore=%5Eburn_a%24");
+    assert_eq!(total(&ignored), t - a);
+    assert_eq!(fn_total(&ignored, "burn_a"), 0);
+    assert_eq!(fn_total(&ignored, "burn_b"), fn_total(&all, "burn_b"));
+    let user = profile("&no_kernel=1");
+    assert_eq!(total(&user), t);
+    let kernel_frames = user["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["module"] == "[kernel.kallsyms]" && f["name"] != "[kernel]")
+        .count();
+    assert_eq!(kernel_frames, 0, "{user}");
+    assert_eq!(total(&profile("&comm=cpu_spl")), t);
+    assert_eq!(total(&profile("&comm=%5Enothing%24")), 0);
+    // Folded output under the same slice sums to the same total.
+    let head = format!("GET /api/v1/profile?target=1&from=0&until=now&focus=burn_a&format=folded HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", view.1);
+    let (code, body) = raw(&view.1, head.as_bytes());
+    assert_eq!(code, 200);
+    let folded: i64 = String::from_utf8(body)
+        .unwrap()
+        .lines()
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<i64>().unwrap())
+        .sum();
+    assert_eq!(folded, a);
+
+    let (code, v) = view.get("/api/v1/profile?target=1&from=0&until=now&focus=burn_%5B");
+    assert_eq!(code, 400);
+    let e = v["error"].as_str().unwrap();
+    assert!(e.starts_with("focus: 'burn_[' is not a regular expression: "), "{e}");
+    assert_eq!(e.lines().count(), 1);
+    let (code, v) = view.get("/api/v1/profile?target=1&from=0&until=now&no_kernel=yes");
+    assert_eq!(
+        (code, v["error"].as_str().unwrap()),
+        (400, "no_kernel 'yes' is not one of 1, true, 0, false")
+    );
+}

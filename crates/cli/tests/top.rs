@@ -178,3 +178,47 @@ fn offcpu_tables_show_where_the_process_blocks() {
     assert_eq!(nap.len(), 2, "{out}");
     assert!(nap.iter().all(|&p| p >= 90.0), "{nap:?}\n{out}");
 }
+
+/// `--format json`: one JSON object per interval on its own line (NDJSON), the table's columns with
+/// exact values: the shares are the values over the total, every function listed with `--limit` high
+/// enough (their self values add up to the total), burn_a first at 60% of the three burners within 6
+/// points averaged over the intervals, as the table says.
+#[test]
+fn json_is_one_line_per_interval_with_the_tables_columns() {
+    let w = Running::start("cpu_split", &["--wall", "30"]);
+    let out = whyslow()
+        .args(["top", "-p", &w.pid(), "-d", "3", "--format", "json", "--limit", "10000"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    let lines: Vec<serde_json::Value> =
+        stdout.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect();
+    assert_eq!(lines.len(), 3, "one object per interval:\n{stdout}");
+    let mut a_share = 0.0;
+    let mut last_time = 0;
+    for j in &lines {
+        assert_eq!((&j["weigh"], &j["order"], &j["kernel"]), (&"cpu".into(), &"self".into(), &true.into()));
+        let time = j["time_unix_ns"].as_u64().unwrap();
+        assert!(time > last_time, "{j}");
+        last_time = time;
+        let total = j["total"].as_i64().unwrap();
+        let funcs = j["functions"].as_array().unwrap();
+        assert_eq!(j["more_functions"], 0);
+        assert_eq!(funcs.iter().map(|f| f["self"].as_i64().unwrap()).sum::<i64>(), total, "{j}");
+        for f in funcs {
+            let (own, all) = (f["self"].as_i64().unwrap(), f["total"].as_i64().unwrap());
+            assert!(own <= all && all <= total, "{f}");
+            // Up to the last bit a JSON float keeps.
+            let close =
+                |k: &str, v: i64| (f[k].as_f64().unwrap() - 100.0 * v as f64 / total as f64).abs() < 1e-9;
+            assert!(close("self_pct", own) && close("total_pct", all), "{f}");
+        }
+        assert_eq!(funcs[0]["name"], "burn_a", "{j}");
+        let own = |n: &str| funcs.iter().find(|f| f["name"] == n).map_or(0, |f| f["self"].as_i64().unwrap());
+        let sum = own("burn_a") + own("burn_b") + own("burn_c");
+        a_share += 100.0 * own("burn_a") as f64 / sum as f64 / lines.len() as f64;
+    }
+    assert!((a_share - 60.0).abs() <= 6.0, "burn_a's share {a_share:.1}% vs 60%:\n{stdout}");
+    assert!(stderr.contains(&format!("top of pid {}, a JSON line every 1.00s", w.pid())), "{stderr}");
+}

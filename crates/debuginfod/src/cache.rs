@@ -1,6 +1,6 @@
 //! The on-disk cache, laid out as elfutils' client lays it out so `debuginfod-find`, gdb and whyslow share
-//! one: `<cache>/<buildid>/debuginfo` holds the file (mode 0400, directory 0700); an empty `debuginfo`
-//! there is a remembered miss, honoured for as many seconds as the control file `<cache>/cache_miss_s`
+//! one: `<cache>/<buildid>/debuginfo` holds the file (mode 0400, directory 0700), `<cache>/<buildid>/
+//! source##dir##file.c` a source file; an empty file there is a remembered miss, honoured for as many seconds as the control file `<cache>/cache_miss_s`
 //! says (600 when absent).
 //!
 //! Must never put a file at its final name that was not verified, nor truncate a file another client
@@ -29,12 +29,17 @@ pub(crate) enum Lookup {
     Unknown,
 }
 
-pub(crate) fn entry_path(cache: &Path, id: &str) -> PathBuf {
-    cache.join(id).join("debuginfo")
+/// The file name of an artifact in its build id's directory: `debuginfo`, or for a source file elfutils'
+/// `source` followed by its path with every `/` written `##` (`source##usr##src##app.c`).
+pub(crate) fn entry_name(artifact: &crate::Artifact) -> String {
+    match artifact {
+        crate::Artifact::Debuginfo => "debuginfo".to_string(),
+        crate::Artifact::Source(path) => format!("source{}", path.replace('/', "##")),
+    }
 }
 
-pub(crate) fn lookup(cache: &Path, id: &str) -> Lookup {
-    let path = entry_path(cache, id);
+pub(crate) fn lookup(cache: &Path, id: &str, name: &str) -> Lookup {
+    let path = cache.join(id).join(name);
     let Ok(meta) = fs::metadata(&path) else { return Lookup::Unknown };
     if !meta.is_file() {
         // Not ours nor elfutils': leave it, and let the download's rename report the conflict.
@@ -68,13 +73,13 @@ fn cache_miss_s(cache: &Path) -> u64 {
 
 /// Remembers that no server has `id`. Failing to is ignored: the miss is still the answer, and forgetting
 /// it costs only one more request next time.
-pub(crate) fn remember_miss(cache: &Path, id: &str) {
+pub(crate) fn remember_miss(cache: &Path, id: &str, name: &str) {
     let dir = cache.join(id);
     if DirBuilder::new().recursive(true).mode(0o700).create(&dir).is_err() {
         return;
     }
     // Exclusive create: a real file that another client just put there must survive.
-    let _ = OpenOptions::new().write(true).create_new(true).open(dir.join("debuginfo"));
+    let _ = OpenOptions::new().write(true).create_new(true).open(dir.join(name));
 }
 
 /// A temporary file in the cache root (same file system as the entry, so the final rename is atomic),
@@ -89,13 +94,13 @@ pub(crate) fn temp_file(cache: &Path, id: &str) -> Result<NamedTempFile, FetchEr
         .map_err(cache_err)
 }
 
-/// Moves a verified download to `<cache>/<id>/debuginfo`, read-only as elfutils leaves its files.
-pub(crate) fn install(cache: &Path, id: &str, tmp: NamedTempFile) -> Result<PathBuf, FetchError> {
+/// Moves a verified download to `<cache>/<id>/<name>`, read-only as elfutils leaves its files.
+pub(crate) fn install(cache: &Path, id: &str, name: &str, tmp: NamedTempFile) -> Result<PathBuf, FetchError> {
     let dir = cache.join(id);
     let cache_err = |source: io::Error| FetchError::Cache { path: dir.clone(), source };
     fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o400)).map_err(cache_err)?;
     DirBuilder::new().recursive(true).mode(0o700).create(&dir).map_err(cache_err)?;
-    let path = dir.join("debuginfo");
+    let path = dir.join(name);
     // rename(2) replaces a remembered miss or a copy another client just finished, never half a file.
     tmp.persist(&path).map_err(|e| cache_err(e.error))?;
     Ok(path)

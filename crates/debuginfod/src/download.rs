@@ -8,7 +8,26 @@ use std::io::{self, Read, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::{cache, FetchError, Options};
+use crate::{cache, Artifact, FetchError, Options};
+
+/// The URL path after `/buildid/ID/`: `debuginfo`, or `source` and the absolute path, each byte outside
+/// the unreserved set and `/` percent-encoded (as elfutils' client escapes it).
+fn artifact_url(artifact: &Artifact) -> String {
+    match artifact {
+        Artifact::Debuginfo => "debuginfo".to_string(),
+        Artifact::Source(path) => {
+            let mut out = String::from("source");
+            for b in path.bytes() {
+                if b.is_ascii_alphanumeric() || matches!(b, b'/' | b'-' | b'_' | b'.' | b'~') {
+                    out.push(b as char);
+                } else {
+                    out.push_str(&format!("%{b:02X}"));
+                }
+            }
+            out
+        }
+    }
+}
 
 /// elfutils calls a transfer stalled when less than this arrives in one timeout period.
 const STALL_BYTES: u64 = 100 * 1024;
@@ -26,6 +45,7 @@ pub(crate) fn fetch_from(
     options: &Options,
     url: &str,
     id: &str,
+    artifact: &Artifact,
     deadline: Option<(Instant, Duration)>,
 ) -> Result<Answer, FetchError> {
     let timeout = options.timeout;
@@ -40,7 +60,7 @@ pub(crate) fn fetch_from(
         (_, Some(timeout)) => FetchError::Timeout { url: url.into(), timeout },
         (_, None) => FetchError::Unreachable { url: url.into(), reason },
     };
-    let mut request = agent.get(&format!("{url}/buildid/{id}/debuginfo"));
+    let mut request = agent.get(&format!("{url}/buildid/{id}/{}", artifact_url(artifact)));
     if let Some((end, _)) = deadline {
         let left = end.checked_duration_since(Instant::now()).ok_or_else(past_deadline)?;
         // ureq's own deadline replaces the per-read timeout, so use it only when it is the tighter bound.
@@ -104,12 +124,17 @@ pub(crate) fn fetch_from(
     }
     tmp.flush().map_err(|source| FetchError::Cache { path: options.cache.clone(), source })?;
 
-    match gnu_build_id(tmp.as_file_mut()) {
-        Ok(found) if found == id => {}
-        Ok(found) => return Err(FetchError::WrongBuildId { url: url.into(), expected: id.into(), found }),
-        Err(reason) => return Err(FetchError::NotElf { url: url.into(), id: id.into(), reason }),
+    // A source file is text with nothing to check it by; a debug file carries the build id asked for.
+    if *artifact == Artifact::Debuginfo {
+        match gnu_build_id(tmp.as_file_mut()) {
+            Ok(found) if found == id => {}
+            Ok(found) => {
+                return Err(FetchError::WrongBuildId { url: url.into(), expected: id.into(), found })
+            }
+            Err(reason) => return Err(FetchError::NotElf { url: url.into(), id: id.into(), reason }),
+        }
     }
-    let path = cache::install(&options.cache, id, tmp)?;
+    let path = cache::install(&options.cache, id, &cache::entry_name(artifact), tmp)?;
     Ok(Answer::Found { path, bytes })
 }
 

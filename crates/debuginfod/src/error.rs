@@ -17,6 +17,14 @@ pub enum FetchError {
     #[error("no debuginfod server has build id {id} (tried: {}); the binary's debug info was never published there", tried.join(", "))]
     NotFound { id: String, tried: Vec<String> },
 
+    /// Every server answered 404 for a source file. The miss is remembered like a debug file's.
+    #[error("no debuginfod server has the source {path} of build id {id} (tried: {})", tried.join(", "))]
+    SourceNotFound { id: String, path: String, tried: Vec<String> },
+
+    /// A source path that is not absolute or climbs with `..`: nothing was asked.
+    #[error("'{path}' is not an absolute source path a debuginfod server can be asked for")]
+    BadSourcePath { path: String },
+
     /// A server said 404 recently and the cache still remembers it, so nothing was asked.
     #[error(
         "no debuginfod server had build id {id} {age_s} s ago (a miss remembered for cache_miss_s = {cache_miss_s} s); delete {} to ask again",

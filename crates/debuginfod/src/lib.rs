@@ -24,7 +24,10 @@
 //! Must never touch the network when no URL is configured or the cache already answers, never build a
 //! URL or path from an id that is not plain hex, never put an unverified file at a cache name, and never
 //! hang past the timeout on a server that accepts and stays silent. It does not clean the cache (elfutils'
-//! client does that for the shared one) and does not fetch executables or sources.
+//! client does that for the shared one) and does not fetch executables.
+//! - Sources ([`Client::fetch_source`]): `GET {url}/buildid/{id}/source/ABSOLUTE/PATH`, cached as elfutils
+//!   caches them (`<cache>/<id>/source##abs##path`), misses remembered the same way. A source file has no
+//!   build id to check; it is only bounded in size and time like a debug file.
 
 mod cache;
 mod download;
@@ -116,6 +119,14 @@ fn default_cache_dir(var: &dyn Fn(&str) -> Option<String>) -> PathBuf {
     }
 }
 
+/// What is asked for a build id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Artifact {
+    Debuginfo,
+    /// A source file by the absolute path its line table names.
+    Source(String),
+}
+
 /// What [`Client::fetch_all`] is doing, for a progress line.
 #[derive(Debug)]
 pub enum Event<'a> {
@@ -161,6 +172,15 @@ impl Client {
         self.fetch_reporting(build_id_hex, &|_| {})
     }
 
+    /// The path of a cached copy of the source file `path` (absolute, as the line table of the file with
+    /// this build id names it), fetched if not cached.
+    pub fn fetch_source(&self, build_id_hex: &str, path: &str) -> Result<PathBuf, FetchError> {
+        if !path.starts_with('/') || path.split('/').any(|c| c == "..") {
+            return Err(FetchError::BadSourcePath { path: path.chars().take(200).collect() });
+        }
+        self.fetch(build_id_hex, &Artifact::Source(path.to_string()), &|_| {})
+    }
+
     /// Fetches every id on up to `parallel` threads (at least one), reporting progress; results come back
     /// in the order of `ids`.
     pub fn fetch_all(
@@ -194,18 +214,24 @@ impl Client {
     }
 
     fn fetch_reporting(&self, id: &str, progress: &dyn Fn(&Event)) -> Result<PathBuf, FetchError> {
-        let result = self.fetch(id, progress);
+        let result = self.fetch(id, &Artifact::Debuginfo, progress);
         if let Err(error) = &result {
             progress(&Event::Failed { id, error });
         }
         result
     }
 
-    fn fetch(&self, raw_id: &str, progress: &dyn Fn(&Event)) -> Result<PathBuf, FetchError> {
+    fn fetch(
+        &self,
+        raw_id: &str,
+        artifact: &Artifact,
+        progress: &dyn Fn(&Event),
+    ) -> Result<PathBuf, FetchError> {
         let id = validate_build_id(raw_id)?;
         let id = id.as_str();
         let cache = &self.options.cache;
-        match cache::lookup(cache, id) {
+        let name = cache::entry_name(artifact);
+        match cache::lookup(cache, id, &name) {
             cache::Lookup::Hit(path) => {
                 let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
                 progress(&Event::Done { id, path: &path, bytes, cached: true });
@@ -221,7 +247,7 @@ impl Client {
         for url in &self.options.urls {
             let base = url.trim_end_matches('/');
             progress(&Event::Started { id, url: base });
-            match download::fetch_from(&self.agent, &self.options, base, id, deadline) {
+            match download::fetch_from(&self.agent, &self.options, base, id, artifact, deadline) {
                 Ok(download::Answer::Found { path, bytes }) => {
                     progress(&Event::Done { id, path: &path, bytes, cached: false });
                     return Ok(path);
@@ -239,8 +265,14 @@ impl Client {
             return Err(e);
         }
         // Only a unanimous 404 is knowledge about the id worth remembering.
-        cache::remember_miss(cache, id);
-        Err(FetchError::NotFound { id: id.to_string(), tried: self.options.urls.clone() })
+        cache::remember_miss(cache, id, &name);
+        let tried = self.options.urls.clone();
+        Err(match artifact {
+            Artifact::Debuginfo => FetchError::NotFound { id: id.to_string(), tried },
+            Artifact::Source(path) => {
+                FetchError::SourceNotFound { id: id.to_string(), path: path.clone(), tried }
+            }
+        })
     }
 }
 

@@ -138,3 +138,34 @@ fn a_miss_is_remembered_in_the_way_debuginfod_find_honours() {
     let age = std::fs::metadata(&entry).unwrap().modified().unwrap().elapsed().unwrap();
     assert!(age < Duration::from_secs(30), "the renewed miss is not fresh: {age:?}");
 }
+
+/// elfutils' server serves the sources its line tables name: what arrives is the file, cached where
+/// `debuginfod-find source` looks; a path it does not serve is a one-line miss, and a relative path is
+/// refused without a request.
+#[test]
+fn sources_come_from_the_source_endpoint_and_share_the_cache() {
+    let tmp = tempfile::Builder::new().prefix("whyslow-source").tempdir().unwrap();
+    let served = tmp.path().join("served");
+    let split = build_split(tmp.path(), &served, "hello", "5eed0000000000000000000000000000000050c0");
+    let server = Debuginfod::start(&served, &tmp.path().join("db.sqlite"), &split.build_id);
+    let cache = tmp.path().join("cache");
+    let client = Client::new(options(vec![server.url.clone()], &cache));
+    let src = tmp.path().join("hello.c");
+    let path = client.fetch_source(&split.build_id, src.to_str().unwrap()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(std::fs::read(&path).unwrap(), std::fs::read(&src).unwrap());
+    let name = format!("source{}", src.to_str().unwrap().replace('/', "##"));
+    assert_eq!(path, cache.join(&split.build_id).join(name));
+
+    let out = Command::new("debuginfod-find")
+        .args(["source", &split.build_id, src.to_str().unwrap()])
+        .env("DEBUGINFOD_CACHE_PATH", &cache)
+        .env("DEBUGINFOD_URLS", format!("http://127.0.0.1:{}", common::free_port()))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), path.to_str().unwrap());
+
+    let e = client.fetch_source(&split.build_id, "/nonexistent/x.c").unwrap_err().to_string();
+    assert!(e.starts_with("no debuginfod server has the source /nonexistent/x.c of build id"), "{e}");
+    let e = client.fetch_source(&split.build_id, "x.c").unwrap_err().to_string();
+    assert_eq!(e, "'x.c' is not an absolute source path a debuginfod server can be asked for");
+}

@@ -108,7 +108,7 @@ pub(crate) fn convert(prof: &proto::Profile, origin: &str) -> Result<whyslow_mod
         modules.insert(m.id, (id, m));
     }
     let functions: HashMap<u64, &proto::Function> = prof.function.iter().map(|f| (f.id, f)).collect();
-    let mut locations: HashMap<u64, Vec<u32>> = HashMap::new();
+    let mut locations: HashMap<u64, Vec<(u32, u32)>> = HashMap::new();
     for loc in &prof.location {
         let (module, mapping) = match loc.mapping_id {
             0 => (NONE, None),
@@ -130,7 +130,7 @@ pub(crate) fn convert(prof: &proto::Profile, origin: &str) -> Result<whyslow_mod
                 }
                 None => format!("{:#x}", loc.address),
             };
-            frames.push(b.frame(&name, module, "", FrameKind::Unknown));
+            frames.push((b.frame(&name, module, "", FrameKind::Unknown), 0));
         }
         for (i, line) in loc.line.iter().enumerate().rev() {
             let f = functions.get(&line.function_id).ok_or_else(|| {
@@ -148,7 +148,9 @@ pub(crate) fn convert(prof: &proto::Profile, origin: &str) -> Result<whyslow_mod
                 (false, true) => FrameKind::User,
                 (false, false) => FrameKind::Inlined,
             };
-            frames.push(b.frame(name, module, st(f.filename)?, kind));
+            // The line each function was at (`report --source`); pprof's 0 is unknown, as ours.
+            let at = line.line.clamp(0, u32::MAX as i64) as u32;
+            frames.push((b.frame(name, module, st(f.filename)?, kind), at));
         }
         locations.insert(loc.id, frames);
     }
@@ -184,7 +186,7 @@ pub(crate) fn convert(prof: &proto::Profile, origin: &str) -> Result<whyslow_mod
                 locations.get(id).ok_or_else(|| bad(format!("sample {n} names a missing location {id}")))?;
             let room = MAX_DEPTH - stack.len();
             deeper |= frames.len() > room;
-            stack.extend(frames.iter().rev().take(room));
+            stack.extend(frames.iter().rev().take(room).copied());
         }
         stack.reverse();
         if deeper {
@@ -205,7 +207,7 @@ pub(crate) fn convert(prof: &proto::Profile, origin: &str) -> Result<whyslow_mod
         } else {
             b.thread(pid, tid, name)
         };
-        let leaf = b.stack(&stack);
+        let leaf = b.stack_at_lines(&stack);
         b.add_sample(leaf, thread, &values);
     }
     if cut > 0 {

@@ -193,6 +193,28 @@ fn pprof_lines_mappings_and_default_type() {
     assert_eq!(p.threads.len(), 1);
 }
 
+/// pprof's line numbers become the stack nodes' lines (`report --source`): each function of a location,
+/// inlined ones too, at its own line.
+#[test]
+fn pprof_line_numbers_are_kept() {
+    let mut prof = hand_built();
+    let at = [(1, 12), (3, 40), (2, 30), (4, 7)];
+    for loc in &mut prof.location {
+        for l in &mut loc.line {
+            l.line = at.iter().find(|a| a.0 == l.function_id).unwrap().1;
+        }
+    }
+    let p = decode(&prost::Message::encode_to_vec(&prof), "lines.pb", &ImportOptions::default()).unwrap();
+    let lines: Vec<(String, u32)> = p
+        .stack_lines(p.samples[0].stack)
+        .iter()
+        .map(|&(f, line)| (p.frame_name(f).to_string(), line))
+        .collect();
+    assert_eq!(lines, [("main".into(), 12), ("parse".into(), 30), ("inline_helper".into(), 40)]);
+    // An address without lines is at line 0.
+    assert_eq!(p.stack_lines(p.samples[1].stack).iter().map(|l| l.1).collect::<Vec<_>>(), [12, 0, 7]);
+}
+
 #[test]
 fn pprof_bad_references_are_errors() {
     type Change = Box<dyn Fn(&mut proto::Profile)>;

@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 8] = b"WHYSLOW\0";
-pub const FORMAT_VERSION: u32 = 9;
+pub const FORMAT_VERSION: u32 = 10;
 /// The oldest format this build still reads (converting it on load).
 pub const OLDEST_READ: u32 = 6;
 const HEADER_LEN: usize = 8 + 4 + 8 + 4;
@@ -92,6 +92,7 @@ pub fn decode(bytes: &[u8], path: &Path) -> Result<Profile, FileError> {
         6 => older::decode_v6(&raw),
         7 => older::decode_v7(&raw),
         8 => older::decode_v8(&raw),
+        9 => older::decode_v9(&raw),
         _ => postcard::from_bytes(&raw),
     };
     let profile: Profile =
@@ -189,7 +190,23 @@ mod older {
         Ok(take::<MetadataV7>(b)?.into())
     }
 
-    /// Formats 7 and 8: the current layout but for the metadata.
+    /// Formats 6 to 9: stack nodes had no source line.
+    #[derive(serde::Deserialize)]
+    struct StackNodeV9 {
+        parent: u32,
+        frame: u32,
+    }
+
+    fn take_stacks_v9(b: &mut &[u8]) -> postcard::Result<Vec<StackNode>> {
+        let v: Vec<StackNodeV9> = take(b)?;
+        Ok(v.into_iter().map(|n| StackNode { parent: n.parent, frame: n.frame, line: 0 }).collect())
+    }
+
+    fn take_meta_v9(b: &mut &[u8]) -> postcard::Result<Metadata> {
+        take(b)
+    }
+
+    /// Formats 7 to 9: the current layout but for the metadata and the stack nodes.
     fn decode_with_meta(
         mut b: &[u8],
         meta: fn(&mut &[u8]) -> postcard::Result<Metadata>,
@@ -200,7 +217,7 @@ mod older {
             strings: take(b)?,
             modules: take(b)?,
             frames: take(b)?,
-            stacks: take(b)?,
+            stacks: take_stacks_v9(b)?,
             threads: take(b)?,
             sample_types: take(b)?,
             samples: take(b)?,
@@ -215,6 +232,10 @@ mod older {
 
     pub fn decode_v8(b: &[u8]) -> postcard::Result<Profile> {
         decode_with_meta(b, take_meta_v8)
+    }
+
+    pub fn decode_v9(b: &[u8]) -> postcard::Result<Profile> {
+        decode_with_meta(b, take_meta_v9)
     }
 
     pub fn decode_v6(mut b: &[u8]) -> postcard::Result<Profile> {
@@ -232,7 +253,7 @@ mod older {
             })
             .collect();
         let frames: Vec<Frame> = take(b)?;
-        let stacks: Vec<StackNode> = take(b)?;
+        let stacks = take_stacks_v9(b)?;
         let threads: Vec<Thread> = take(b)?;
         let sample_types: Vec<SampleType> = take(b)?;
         let samples: Vec<Sample> = take(b)?;
@@ -307,12 +328,19 @@ mod tests {
             let split = p.modules.iter().find(|m| m.path.ends_with("cpu_split")).expect("cpu_split module");
             let source = if version == 6 { "" } else { "its symbols and DWARF" };
             assert_eq!(split.symbols, source);
+            // From format 10 each stack node says its source line: cpu_split's burn_a is on line 8.
+            let burn_a = p.frames.iter().position(|f| p.strings[f.name as usize] == "burn_a").unwrap() as u32;
+            let lines: Vec<u32> = p.stacks.iter().filter(|n| n.frame == burn_a).map(|n| n.line).collect();
+            let expected = if version >= 10 { vec![8] } else { vec![0] };
+            let mut distinct = lines.clone();
+            distinct.dedup();
+            assert_eq!(distinct, expected, "{}", path.display());
         }
         // A newer format than this build reads names both versions.
         let mut newer = std::fs::read(dir.join(format!("format{FORMAT_VERSION}.data"))).unwrap();
         newer[8..12].copy_from_slice(&(FORMAT_VERSION + 1).to_le_bytes());
         let e = decode(&newer, Path::new("x.data")).unwrap_err().to_string();
-        assert!(e.contains(&format!("format {}", FORMAT_VERSION + 1)) && e.contains("reads 6 to 9"), "{e}");
+        assert!(e.contains(&format!("format {}", FORMAT_VERSION + 1)) && e.contains("reads 6 to 10"), "{e}");
     }
 
     #[test]

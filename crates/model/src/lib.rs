@@ -150,11 +150,15 @@ pub struct Module {
     pub symbols: String,
 }
 
-/// A node of the stack trie: the frame and the node of its caller.
+/// A node of the stack trie: the frame, the source line it was at, and the node of its caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct StackNode {
     pub parent: u32,
     pub frame: u32,
+    /// The line (in the frame's [`Frame::file`]) of the sampled instruction in a leaf, of the call in a
+    /// caller; 0 when unknown (no line table, an imported profile, a recording older than format 10).
+    /// One function at two lines is two nodes with the same frame.
+    pub line: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -631,6 +635,19 @@ impl Profile {
         out
     }
 
+    /// Frames of a stack with the source line each was at ([`StackNode::line`]), root first.
+    pub fn stack_lines(&self, leaf: u32) -> Vec<(u32, u32)> {
+        let mut out = Vec::new();
+        let mut node = leaf;
+        while node != NONE {
+            let n = self.stacks[node as usize];
+            out.push((n.frame, n.line));
+            node = n.parent;
+        }
+        out.reverse();
+        out
+    }
+
     /// Index of a sample type by name.
     pub fn sample_type(&self, name: &str) -> Option<usize> {
         self.sample_types.iter().position(|t| t.name == name)
@@ -845,18 +862,29 @@ impl ProfileBuilder {
     pub fn stack(&mut self, frames_root_first: &[u32]) -> u32 {
         let mut parent = NONE;
         for &frame in frames_root_first {
-            let node = StackNode { parent, frame };
-            parent = match self.nodes.get(&node) {
-                Some(&id) => id,
-                None => {
-                    let id = self.profile.stacks.len() as u32;
-                    self.profile.stacks.push(node);
-                    self.nodes.insert(node, id);
-                    id
-                }
-            };
+            parent = self.node(parent, frame, 0);
         }
         parent
+    }
+
+    /// [`ProfileBuilder::stack`] with the source line of each frame ([`StackNode::line`]), root first.
+    pub fn stack_at_lines(&mut self, root_first: &[(u32, u32)]) -> u32 {
+        let mut parent = NONE;
+        for &(frame, line) in root_first {
+            parent = self.node(parent, frame, line);
+        }
+        parent
+    }
+
+    fn node(&mut self, parent: u32, frame: u32, line: u32) -> u32 {
+        let node = StackNode { parent, frame, line };
+        if let Some(&id) = self.nodes.get(&node) {
+            return id;
+        }
+        let id = self.profile.stacks.len() as u32;
+        self.profile.stacks.push(node);
+        self.nodes.insert(node, id);
+        id
     }
 
     pub fn thread(&mut self, pid: u32, tid: u32, name: &str) -> u32 {
@@ -977,6 +1005,11 @@ mod tests {
         b.add_sample(s1, t, &[3]);
         b.add_sample(s2, t, &[2]);
         b.add_sample(s1, t, &[1]);
+        // f at two lines: two nodes of one frame under main's line 7.
+        let s3 = b.stack_at_lines(&[(main, 7), (f, 12)]);
+        let s4 = b.stack_at_lines(&[(main, 7), (f, 13)]);
+        b.add_sample(s3, t, &[4]);
+        b.add_sample(s4, t, &[5]);
         b.finish()
     }
 
@@ -984,11 +1017,13 @@ mod tests {
     fn builder_interns_and_aggregates() {
         let p = sample_profile();
         assert_eq!(p.frames.len(), 3);
-        assert_eq!(p.stacks.len(), 3, "main->f shared between both stacks");
-        assert_eq!(p.samples.len(), 2);
-        assert_eq!(p.total(0), 6);
+        assert_eq!(p.stacks.len(), 6, "main->f shared between two stacks, main:7 between two others");
+        assert_eq!(p.samples.len(), 4);
+        assert_eq!(p.total(0), 15);
         let names: Vec<&str> = p.stack_frames(p.samples[1].stack).iter().map(|&f| p.frame_name(f)).collect();
         assert_eq!(names, ["main", "f", "g"]);
+        assert_eq!(p.stack_lines(p.samples[3].stack), [(0, 7), (1, 13)]);
+        assert_eq!(p.stack_lines(p.samples[0].stack), [(0, 0), (1, 0)]);
         p.validate().unwrap();
     }
 

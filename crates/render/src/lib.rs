@@ -9,6 +9,7 @@ pub mod export;
 pub mod flamegraph;
 pub mod json;
 pub mod load;
+pub mod source;
 pub mod syscalls;
 pub mod text;
 pub mod top;

@@ -184,6 +184,54 @@ pub fn table(w: &mut impl Write, p: &Profile, view: &View, iv: &Interval) -> Res
     Ok(())
 }
 
+/// One window as one line of JSON (NDJSON: a line per refresh), the table's columns with exact values:
+/// `{"time_unix_ns", "elapsed_s", "interval_s", "samples", "weigh", "order", "kernel", "sample_type",
+/// "unit", "total", "functions": [{"name", "module", "self", "self_pct", "total", "total_pct"}],
+/// "more_functions"}`; `functions` is empty (and `sample_type` null) when the window has no samples of
+/// the view's type.
+pub fn json_line(w: &mut impl Write, p: &Profile, view: &View, iv: &Interval) -> Result<(), RenderError> {
+    let samples = p.sample_type(sample_types::CPU).map_or(0, |v| p.total(v));
+    let (rows, total, more) = match view.functions(p) {
+        Some((funcs, total, _)) => {
+            let more = funcs.len().saturating_sub(view.limit);
+            let rows: Vec<serde_json::Value> = funcs
+                .iter()
+                .take(view.limit)
+                .map(|f| {
+                    serde_json::json!({
+                        "name": f.name,
+                        "module": f.module,
+                        "self": f.self_,
+                        "self_pct": crate::pct(f.self_, total),
+                        "total": f.total,
+                        "total_pct": crate::pct(f.total, total),
+                    })
+                })
+                .collect();
+            (rows, total, more)
+        }
+        None => (Vec::new(), 0, 0),
+    };
+    let st = view.weigh.value(p).map(|v| &p.sample_types[v]);
+    let line = serde_json::json!({
+        "time_unix_ns": iv.end_unix_ns,
+        "elapsed_s": iv.elapsed_s,
+        "interval_s": iv.seconds,
+        "samples": samples,
+        "weigh": view.weigh.name(),
+        "order": match view.order { Order::Self_ => "self", Order::Total => "total" },
+        "kernel": view.kernel,
+        "sample_type": st.map(|t| t.name.as_str()),
+        "unit": st.map(|t| t.unit.as_str()),
+        "total": total,
+        "functions": rows,
+        "more_functions": more,
+    });
+    serde_json::to_writer(&mut *w, &line).map_err(std::io::Error::from)?;
+    writeln!(w)?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -287,5 +335,40 @@ whyslow top 23:15:23 UTC +3.0s: interval 1.00s, 11 samples, cpu by self
         let mut out = Vec::new();
         table(&mut out, &p, &v, &iv).unwrap();
         assert!(String::from_utf8(out).unwrap().ends_with("\n  no off-cpu samples in this interval\n"));
+    }
+
+    /// The JSON line holds the table's rows with exact values, and what was left out.
+    #[test]
+    fn a_json_line_has_the_tables_columns() {
+        let p = window();
+        let iv = Interval { end_unix_ns: 7, elapsed_s: 3.0, seconds: 1.0 };
+        let v = View { limit: 2, ..View::default() };
+        let mut out = Vec::new();
+        json_line(&mut out, &p, &v, &iv).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(text.matches('\n').count(), 1);
+        let j: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            j,
+            serde_json::json!({
+                "time_unix_ns": 7, "elapsed_s": 3.0, "interval_s": 1.0, "samples": 11, "weigh": "cpu",
+                "order": "self", "kernel": true, "sample_type": "cpu-ns", "unit": "nanoseconds",
+                "total": 11_000_000, "more_functions": 2,
+                "functions": [
+                    {"name": "work", "module": "/bin/app", "self": 5_000_000, "self_pct": 100.0 * 5e6 / 11e6,
+                     "total": 7_000_000, "total_pct": 100.0 * 7e6 / 11e6},
+                    {"name": "spin", "module": "/bin/app", "self": 4_000_000, "self_pct": 100.0 * 4e6 / 11e6,
+                     "total": 4_000_000, "total_pct": 100.0 * 4e6 / 11e6},
+                ],
+            })
+        );
+        let off = View { offcpu: true, weigh: Weigh::OffCpu, ..v };
+        let mut out = Vec::new();
+        json_line(&mut out, &p, &off, &iv).unwrap();
+        let j: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(
+            (&j["functions"], &j["sample_type"], &j["total"]),
+            (&serde_json::json!([]), &serde_json::Value::Null, &serde_json::json!(0))
+        );
     }
 }

@@ -16,6 +16,7 @@ mod procs;
 mod prom;
 mod pusher;
 mod recorder;
+mod slicing;
 pub mod spec;
 pub mod store;
 pub mod timespec;

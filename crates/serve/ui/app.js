@@ -2,8 +2,8 @@
 // reads the service's JSON API (/api/v1/...), the same one scripts use. This module loads the profiles,
 // draws the flame graph view, switches views and keeps the view state in the URL (state.js); the other
 // views are in views.js, the timeline in timeline.js, the drawing in flame.js.
-import { $, st, actions, status, targetLabel, rangeOf, shownRange, rangeLabel, filterParams, readUrl,
-  writeUrl, fromUrl, nodeAt } from "./state.js";
+import { $, st, actions, status, targetLabel, rangeOf, shownRange, rangeLabel, filterParams, sliceParams,
+  readUrl, writeUrl, fromUrl, nodeAt } from "./state.js";
 import { api, q } from "./api.js";
 import { fmt, pct } from "./format.js";
 import { decodeTree, render, hit, tooltip, matches, heaviest } from "./flame.js";
@@ -36,7 +36,7 @@ async function loadProfile() {
   if (!r) { status("No recorded windows of " + targetLabel(t) + " yet."); return; }
   status("");
   const timeline = api("/api/v1/profile?" + q({ target: t.id, type: st.type, from: r.from, until: r.until,
-    ...filterParams(), format: "timeline" })).then((tl) => {
+    ...filterParams(), ...sliceParams(), format: "timeline" })).then((tl) => {
     st.timeline = { start: tl.start_unix_ns, slice: tl.slice_ns, values: tl.values, threads: tl.threads };
   }, (e) => { status(e.message); st.timeline = null; }).then(() => { threadOptions(); drawTimeline(); loadFindings(); });
   await Promise.all([timeline, loadTree()]);
@@ -51,7 +51,7 @@ async function loadTree() {
   let data;
   try {
     data = await api("/api/v1/profile?" + q({ target: t.id, type: st.type, from: r.from, until: r.until,
-      ...filterParams(), format: "tree" }));
+      ...filterParams(), ...sliceParams(), format: "tree" }));
     if (seq !== st.seq) return;
   } catch (e) {
     if (seq !== st.seq) return;
@@ -75,7 +75,8 @@ async function loadTree() {
 
 function shown() {
   const el = $("shown");
-  el.textContent = `${fmt(st.total)} in ${rangeLabel(st.sel)}` + ($("thread").value ? " (filtered)" : "");
+  const sliced = $("thread").value || Object.keys(sliceParams()).length;
+  el.textContent = `${fmt(st.total)} in ${rangeLabel(st.sel)}` + (sliced ? " (filtered)" : "");
   el.dataset.total = st.total;
   $("sel-clear").disabled = !st.sel;
   $("sel-base").disabled = !st.sel;
@@ -112,11 +113,13 @@ async function applyUrl(u) {
     const t = st.targets.find((x) => String(x.id) === u.target) || st.target;
     const reload = !st.root || t !== st.target || (u.range || $("range").value) !== $("range").value
       || (u.type && u.type !== st.type) || u.thread !== $("thread").value
-      || String(u.sel) !== String(st.sel);
+      || String(u.sel) !== String(st.sel) || u.focus !== $("focus").value.trim()
+      || u.ignore !== $("ignore").value.trim() || u.noKernel !== $("no-kernel").checked;
     st.target = t; $("target").value = t.id;
     if (u.range) $("range").value = u.range;
     if (u.type) st.type = u.type;
     setThread(u.thread);
+    $("focus").value = u.focus; $("ignore").value = u.ignore; $("no-kernel").checked = u.noKernel;
     if (reload) {
       st.sel = null;
       await loadProfile();
@@ -270,6 +273,8 @@ $("target").onchange = () => {
 $("type").onchange = () => { st.type = $("type").value; loadProfile(); };
 $("range").onchange = () => { st.sel = null; st.base = null; loadProfile(); };
 $("thread").onchange = () => loadProfile();
+// A pattern is sent when typed out (Enter or leaving the field), not at every key.
+for (const id of ["focus", "ignore", "no-kernel"]) $(id).onchange = () => loadProfile();
 installTimeline();
 installViews();
 

@@ -1,5 +1,6 @@
 // The view's state, the page's controls, and the view state kept in the URL's fragment (target, range,
-// type, threads, view, timeline selection, zoom, search) so a view can be linked and Back goes back.
+// type, threads, slicing, view, timeline selection, zoom, search) so a view can be linked and Back goes
+// back.
 export const $ = (id) => document.getElementById(id);
 
 export const st = {
@@ -57,6 +58,16 @@ export function filterParams() {
   return { [k]: id };
 }
 
+// Slicing, as report's --focus/--ignore/--no-kernel: the profile endpoints' focus, ignore, no_kernel.
+export function sliceParams() {
+  const out = {};
+  const focus = $("focus").value.trim(), ignore = $("ignore").value.trim();
+  if (focus) out.focus = focus;
+  if (ignore) out.ignore = ignore;
+  if ($("no-kernel").checked) out.no_kernel = 1;
+  return out;
+}
+
 // ---- the view state in the URL ----------------------------------------------------------------------
 // The frames from the root to `n`, without the root: how a zoom is named in the URL (";" between names,
 // as in folded stacks).
@@ -77,13 +88,15 @@ export function nodeAt(root, path) {
   return n;
 }
 
-// The URL's view state: {target, range, type, thread, view, sel: [i, j] | null, zoom, search}.
+// The URL's view state: {target, range, type, thread, view, sel: [i, j] | null, zoom, search, focus,
+// ignore, noKernel}.
 export function readUrl() {
   const p = new URLSearchParams(location.hash.slice(1));
   const sel = (p.get("sel") || "").split("-").map(Number);
   return {
     target: p.get("target"), range: p.get("range"), type: p.get("type"), thread: p.get("thread") || "",
     view: p.get("view"), zoom: p.get("zoom") || "", search: p.get("search") || "",
+    focus: p.get("focus") || "", ignore: p.get("ignore") || "", noKernel: p.get("no_kernel") === "1",
     sel: sel.length === 2 && sel.every(Number.isInteger) && sel[0] < sel[1] ? sel : null,
   };
 }
@@ -95,6 +108,7 @@ function urlOf() {
   put("range", $("range").value);
   put("type", st.type);
   put("thread", $("thread").value);
+  for (const [k, v] of Object.entries(sliceParams())) put(k, v);
   put("view", st.view);
   put("sel", st.sel && st.sel.join("-"));
   put("zoom", zoomPath(st.zoom));

@@ -1,5 +1,5 @@
 // The views beside the flame graph: top functions, sandwich, doctor, diff, processes.
-import { $, st, actions, shownRange, rangeOf, rangeLabel, filterParams, targetLabel } from "./state.js";
+import { $, st, actions, shownRange, rangeOf, rangeLabel, filterParams, sliceParams, targetLabel } from "./state.js";
 import { api, q } from "./api.js";
 import { fmt, pct, duration } from "./format.js";
 import { prepare, render, hit, tooltip, sandwichTrees } from "./flame.js";
@@ -124,7 +124,7 @@ export async function loadDiff() {
   const rb = ranges ? st.base.range : rangeOf(b), ra = ranges ? shownRange() : rangeOf(a);
   if (!rb || !ra) { el.textContent = "A target has no recorded windows."; return; }
   const params = { target: b.id, after_target: a.id, type: st.type, before_from: rb.from, before_until: rb.until,
-    after_from: ra.from, after_until: ra.until, ...(ranges ? filterParams() : {}) };
+    after_from: ra.from, after_until: ra.until, ...(ranges ? filterParams() : {}), ...sliceParams() };
   $("diff-ranges").textContent = ranges
     ? `${targetLabel(b)}: ${st.base.label} (before) vs ${rangeLabel(st.sel)} (after)`
     : "whole ranges (set a baseline on the timeline to compare two ranges of one target)";

@@ -35,20 +35,29 @@ pub const KERNEL_MODULE: &str = "[kernel.kallsyms]";
 /// One function of the frames an address expands to (outermost first).
 struct Func {
     name: String,
+    /// The source file, as its line table names it (joined to its directory).
     file: String,
+    /// The line of the address inside this function (for an inlined callee's caller: of the call); 0 when
+    /// unknown.
+    line: u32,
     kind: FrameKind,
 }
 
 /// The frames of one symbol blazesym found (outermost first).
 fn blazesym_frames(sym: &blazesym::symbolize::Sym) -> Vec<Func> {
+    // blazesym gives each function the location inside it: the outer symbol the call to its first
+    // inlined callee, the innermost callee the address's own line.
     let file = |ci: Option<&blazesym::symbolize::CodeInfo>| {
-        ci.map(|c| c.file.to_string_lossy().into_owned()).unwrap_or_default()
+        ci.map(|c| c.to_path().to_string_lossy().into_owned()).unwrap_or_default()
     };
+    let line = |ci: Option<&blazesym::symbolize::CodeInfo>| ci.and_then(|c| c.line).unwrap_or(0);
+    let outer = sym.code_info.as_deref();
     let mut v =
-        vec![Func { name: demangle(&sym.name), file: file(sym.code_info.as_deref()), kind: FrameKind::User }];
+        vec![Func { name: demangle(&sym.name), file: file(outer), line: line(outer), kind: FrameKind::User }];
     v.extend(sym.inlined.iter().map(|i| Func {
         name: demangle(&i.name),
         file: file(i.code_info.as_ref()),
+        line: line(i.code_info.as_ref()),
         kind: FrameKind::Inlined,
     }));
     v
@@ -104,6 +113,7 @@ impl Worker {
                             .map(|f| Func {
                                 name: f.name.into_owned(),
                                 file: f.file.map(|f| f.into_owned()).unwrap_or_default(),
+                                line: f.line,
                                 kind: if f.inlined { FrameKind::Inlined } else { FrameKind::User },
                             })
                             .collect::<Vec<_>>(),
@@ -134,7 +144,12 @@ impl Worker {
 type Placed = (Vec<Func>, usize);
 
 fn unknown(path: &str, offset: u64) -> Func {
-    Func { name: format!("{}+{offset:#x}", basename(path)), file: String::new(), kind: FrameKind::Unknown }
+    Func {
+        name: format!("{}+{offset:#x}", basename(path)),
+        file: String::new(),
+        line: 0,
+        kind: FrameKind::Unknown,
+    }
 }
 
 fn new_symbolizer() -> Symbolizer {
@@ -477,7 +492,7 @@ fn build(
                 Some(name) => (name.to_string(), FrameKind::Kernel),
                 None => (format!("{KERNEL_MODULE}+{a:#x}"), FrameKind::Unknown),
             };
-            resolved.insert(RawFrame::Kernel(a), vec![Func { name, file: String::new(), kind }]);
+            resolved.insert(RawFrame::Kernel(a), vec![Func { name, file: String::new(), line: 0, kind }]);
         }
     }
     let mut producers: HashMap<u32, Vec<String>> = HashMap::new();
@@ -527,7 +542,7 @@ fn build(
     let module_ids: Vec<u32> = raw.modules.iter().map(|m| b.module(&m.path, &m.build_id)).collect();
     let kernel_module = b.module(KERNEL_MODULE, "");
     // Each raw frame's function frames, and whether it is inside one of our probes.
-    let mut frame_cache: HashMap<RawFrame, (Vec<u32>, bool)> = HashMap::new();
+    let mut frame_cache: HashMap<RawFrame, (Vec<(u32, u32)>, bool)> = HashMap::new();
     let mut probe_frame = None;
     // Deterministic output order: sort the aggregated samples.
     let mut samples: Vec<_> = raw.samples.into_iter().collect();
@@ -546,29 +561,39 @@ fn build(
                     RawFrame::Kernel(_) => (kernel_module, KERNEL_MODULE),
                     RawFrame::Unmapped(a) => {
                         let name = format!("[unknown]+{a:#x}");
-                        return (vec![b.frame(&name, NONE, "", FrameKind::Unknown)], is_probe_address(a));
+                        return (
+                            vec![(b.frame(&name, NONE, "", FrameKind::Unknown), 0)],
+                            is_probe_address(a),
+                        );
                     }
                     RawFrame::Label(i) => {
                         let l = &raw.labels[i as usize];
                         let m = b.module(&l.module, "");
-                        return (vec![b.frame(&l.name, m, "", l.kind)], is_probe_frame(&l.name, &l.module));
+                        return (
+                            vec![(b.frame(&l.name, m, "", l.kind), 0)],
+                            is_probe_frame(&l.name, &l.module),
+                        );
                     }
                 };
                 let funcs = resolved.get(raw_frame).expect("user and kernel frames resolved");
                 let probe = funcs.iter().any(|f| is_probe_frame(&f.name, path));
-                (funcs.iter().map(|f| b.frame(&f.name, module, &f.file, f.kind)).collect(), probe)
+                let ids = funcs.iter().map(|f| (b.frame(&f.name, module, &f.file, f.kind), f.line)).collect();
+                (ids, probe)
             });
             // A sample inside our probes: everything from the outermost probe frame down is one frame.
             if *probe {
-                root_first.push(*probe_frame.get_or_insert_with(|| {
-                    let m = b.module(PROBE_MODULE, "");
-                    b.frame(PROBE_FRAME, m, "", FrameKind::User)
-                }));
+                root_first.push((
+                    *probe_frame.get_or_insert_with(|| {
+                        let m = b.module(PROBE_MODULE, "");
+                        b.frame(PROBE_FRAME, m, "", FrameKind::User)
+                    }),
+                    0,
+                ));
                 break;
             }
             root_first.extend_from_slice(ids);
         }
-        let leaf = b.stack(&root_first);
+        let leaf = b.stack_at_lines(&root_first);
         let name = raw.thread_names.get(&(thread.pid, thread.tid)).map(String::as_str).unwrap_or("");
         let t = b.thread(thread.pid, thread.tid, name);
         b.add_sample_at(leaf, t, time, &values);

@@ -7,6 +7,9 @@ pub fn report(a: ReportArgs) -> Result<()> {
     let p = sliced(load(&a.file, a.value_type.as_deref())?, &a.slice)?;
     let value = value_index(&p, a.value_type.as_deref())?;
     let mut out = std::io::stdout().lock();
+    if let Some(query) = &a.source {
+        return source(&mut out, &p, value, query, a.format);
+    }
     let neighbors = match (&a.callees, &a.callers) {
         (Some(f), _) => Some((whyslow_analyze::callees(&p, value, f)?, false)),
         (_, Some(f)) => Some((whyslow_analyze::callers(&p, value, f)?, true)),
@@ -44,4 +47,67 @@ pub fn report(a: ReportArgs) -> Result<()> {
         write_flamegraph(&p, value, svg, None, false)?;
     }
     Ok(())
+}
+
+/// `--source`: the matched functions' lines with their samples, the text read once per file.
+fn source(out: &mut impl Write, p: &Profile, value: usize, query: &str, format: OutputFormat) -> Result<()> {
+    use render::source::{Listing, Source};
+    let found = whyslow_analyze::source::source_lines(p, value, query)?;
+    let debuginfod = whyslow_debuginfod::Client::from_env();
+    let mut texts: Vec<((String, String), Source)> = Vec::new();
+    for f in &found {
+        let key = (f.file.clone(), f.build_id.clone());
+        if !texts.iter().any(|(k, _)| *k == key) {
+            let text = read_source(&f.file, &f.build_id, debuginfod.as_ref());
+            texts.push((key, text));
+        }
+    }
+    let listings: Vec<Listing> = found
+        .iter()
+        .map(|f| Listing {
+            function: f,
+            source: &texts.iter().find(|(k, _)| k.0 == f.file && k.1 == f.build_id).expect("read above").1,
+        })
+        .collect();
+    let t = &p.sample_types[value];
+    let total = p.total(value);
+    match format {
+        OutputFormat::Text => render::source::text(out, &listings, total, render::units::Scale::of(&t.unit))?,
+        OutputFormat::Json => render::source::json(out, &listings, &t.name, &t.unit, total)?,
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// A source file's lines: from the path its line table names, else from debuginfod by the module's
+/// build id; or why neither had it.
+fn read_source(
+    file: &str,
+    build_id: &str,
+    debuginfod: Option<&whyslow_debuginfod::Client>,
+) -> render::source::Source {
+    use render::source::Source;
+    if file.is_empty() {
+        return Source::Missing("the function has no line table".into());
+    }
+    let lines = |bytes: Vec<u8>| String::from_utf8_lossy(&bytes).lines().map(str::to_string).collect();
+    let disk = match std::fs::read(file) {
+        Ok(bytes) => return Source::Text { lines: lines(bytes), from: "disk".into() },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => format!("{file} is not on this machine"),
+        Err(e) => format!("cannot read {file}: {e}"),
+    };
+    let Some(client) = debuginfod else {
+        return Source::Missing(format!("{disk}, and no debuginfod server is set (DEBUGINFOD_URLS)"));
+    };
+    if build_id.is_empty() {
+        return Source::Missing(format!("{disk}, and its module has no build id to ask debuginfod by"));
+    }
+    match client.fetch_source(build_id, file).map(std::fs::read) {
+        Ok(Ok(bytes)) => {
+            let from = format!("debuginfod {}", client.options().urls.join(" "));
+            Source::Text { lines: lines(bytes), from }
+        }
+        Ok(Err(e)) => Source::Missing(format!("{disk}; debuginfod's copy cannot be read: {e}")),
+        Err(e) => Source::Missing(format!("{disk}; {e}")),
+    }
 }

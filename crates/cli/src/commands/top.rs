@@ -89,11 +89,13 @@ pub fn top(a: TopArgs) -> Result<()> {
             format!("pid {}", pids.join(","))
         }
     };
-    let tty = std::io::stdout().is_terminal();
+    let json = matches!(a.format, crate::OutputFormat::Json);
+    let tty = std::io::stdout().is_terminal() && !json;
     if !tty {
-        eprintln!("whyslow: top of {what}, a table every {} (Ctrl-C to stop)", render_seconds(interval));
+        let each = if json { "a JSON line" } else { "a table" };
+        eprintln!("whyslow: top of {what}, {each} every {} (Ctrl-C to stop)", render_seconds(interval));
     }
-    let run = Run { view, interval, t0: Instant::now(), tables: 0, symbolizer: Default::default() };
+    let run = Run { view, interval, t0: Instant::now(), tables: 0, json, symbolizer: Default::default() };
     let end = if tty { run.on_screen(s, duration, &select)? } else { run.plain(s, duration, &select)? };
     if end == Some(End::TargetEnded) {
         eprintln!("whyslow: the watched processes exited; top stopped");
@@ -111,6 +113,8 @@ struct Run {
     t0: Instant,
     /// Tables printed (plain output).
     tables: usize,
+    /// One JSON object per line instead of a table.
+    json: bool,
     symbolizer: whyslow_symbolize::Resident,
 }
 
@@ -203,10 +207,14 @@ impl Run {
     }
 
     fn print(&mut self, out: &mut impl Write, p: &Profile, iv: &Interval) -> Result<()> {
-        if self.tables > 0 {
-            writeln!(out)?;
+        if self.json {
+            whyslow_render::top::json_line(out, p, &self.view, iv)?;
+        } else {
+            if self.tables > 0 {
+                writeln!(out)?;
+            }
+            whyslow_render::top::table(out, p, &self.view, iv)?;
         }
-        whyslow_render::top::table(out, p, &self.view, iv)?;
         out.flush()?;
         self.tables += 1;
         Ok(())

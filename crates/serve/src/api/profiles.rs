@@ -9,10 +9,15 @@ pub(super) async fn profile(
     State(s): State<Arc<Shared>>,
     q: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> ApiResult {
-    let q = params(q, &["target", "selector", "type", "from", "until", "thread", "pid", "format"])?;
+    let keys = [
+        &["target", "selector", "type", "from", "until", "thread", "pid", "format"][..],
+        &crate::slicing::KEYS,
+    ];
+    let q = params(q, &keys.concat())?;
     let targets = selected(&s, &q)?;
     let (from, until) = range(&q, "from", "until")?;
     let only = ThreadFilter::of(&q)?;
+    let slice = crate::slicing::of(&q).map_err(ApiError::bad)?;
     let format = q.get("format").map_or("json", String::as_str).to_string();
     const FORMATS: [&str; 7] = ["json", "tree", "timeline", "folded", "pprof", "speedscope", "svg"];
     if !FORMATS.contains(&format.as_str()) {
@@ -20,6 +25,9 @@ pub(super) async fn profile(
     }
     blocking(move || {
         let mut p = load(&s, &targets, from, until)?;
+        if !slice.is_everything() {
+            p = slice.apply(&p);
+        }
         let v = value(&p, &q)?;
         let threads = (format == "timeline").then(|| thread_totals(&p, v));
         only.apply(&mut p);
@@ -270,7 +278,8 @@ pub(super) async fn diff(
         "pid",
         "format",
     ];
-    let q = params(q, &keys)?;
+    let q = params(q, &[&keys[..], &crate::slicing::KEYS].concat())?;
+    let slice = crate::slicing::of(&q).map_err(ApiError::bad)?;
     let targets = selected(&s, &q)?;
     // The after range may come from other targets (two recordings opened by `whyslow view`).
     let after_targets = match q.get("after_target") {
@@ -299,6 +308,9 @@ pub(super) async fn diff(
         let mut a = load(&s, &after_targets, after.0, after.1)?;
         only.apply(&mut b);
         only.apply(&mut a);
+        if !slice.is_everything() {
+            (b, a) = (slice.apply(&b), slice.apply(&a));
+        }
         let vb = value(&b, &q)?;
         let va = a.sample_type(&b.sample_types[vb].name).ok_or_else(|| {
             ApiError::unprocessable(format!("the after range has no '{}' samples", b.sample_types[vb].name))
