@@ -562,3 +562,101 @@ fn a_recording_is_sliced_after_the_fact() {
         diff["functions"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
     assert!(!names.contains(&"burn_a") && names.contains(&"burn_c"), "{names:?}");
 }
+
+/// How many perf events process `pid` has open.
+fn perf_events_open(pid: u32) -> usize {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return 0 };
+    dir.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|l| l.to_string_lossy() == "anon_inode:[perf_event]")
+        .count()
+}
+
+/// A shell script that runs forker thirty times, whose children each work 20 ms (most of them are gone,
+/// their /proc with them, by the time their samples are read), then dlplug, which loads libplug.so with
+/// dlopen and calls its plug_parse 20 million times.
+fn starts_programs() -> String {
+    format!(
+        "i=0; while [ $i -lt 30 ]; do {} 0.02; i=$((i + 1)); done; {} 20000000 0 >/dev/null",
+        workload("forker").display(),
+        workload("dlplug").display()
+    )
+}
+
+/// The programs [`starts_programs`] started are in recording `data` (CPU and off-CPU), unwound and
+/// named; process `other` is not.
+fn assert_started_programs_named(data: &str, other: u32) {
+    let r = report_json(data, &[]);
+    let pids: std::collections::BTreeSet<i64> =
+        r["threads"].as_array().unwrap().iter().map(|t| t["pid"].as_i64().unwrap()).collect();
+    assert!(!pids.contains(&(other as i64)), "the unfollowed spin is not sampled: {pids:?}");
+    // Most of the 30 forkers and their two children each, dlplug (and the shell, when it was sampled).
+    assert!(pids.len() >= 45, "{pids:?}");
+    let of = |r: &serde_json::Value, name: &str, module: &str| {
+        r["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["name"] == name && f["module"].as_str().unwrap().ends_with(&format!("/{module}")))
+            .map_or(0, |f| f["total"].as_i64().unwrap())
+    };
+    let (child, parent) = (of(&r, "child_work", "forker"), of(&r, "parent_work", "forker"));
+    // The same work in the parent and in each of its two children: twice the parent's in the children
+    // (20 ms each at most; forker sizes its work by the CPU it gets, 3 ms was seen here under load).
+    assert!(parent >= 10 && child >= parent, "child_work {child}, parent_work {parent}: {r}");
+    let plug = of(&r, "plug_parse", "libplug.so");
+    assert!(plug > 20, "plug_parse: {plug} samples");
+    assert!(of(&r, "main", "dlplug") >= plug, "plug_parse's samples go on to dlplug's main");
+    let unwind = &r["unwind"];
+    let (complete, partial) = (unwind["complete"].as_i64().unwrap(), unwind["partial"].as_i64().unwrap());
+    assert!(complete as f64 >= 0.99 * (complete + partial) as f64, "{unwind}");
+    // dlplug sleeps 300 ms after it loads the library: a blocked stack through its main.
+    let off = report_json(data, &["--type", "offcpu"]);
+    let blocked = of(&off, "main", "dlplug");
+    assert!(blocked >= 290_000_000, "dlplug's main blocked {blocked} ns");
+}
+
+/// Programs that a followed process starts after the recording began are unwound and named from the
+/// side band (mappings, execs, forks) that one event per CPU gives of every process, kept for the
+/// followed process and its children: a shell's children that exec `forker` (short-lived), whose two
+/// children each fork without exec; then `dlplug`, which loads a library with dlopen.
+#[test]
+fn programs_started_after_attaching_are_named() {
+    let dir = tmp();
+    let fifo = dir.path().join("go");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let script = format!("read x < {}; {}", fifo.display(), starts_programs());
+    let sh = Spinner(std::process::Command::new("sh").arg("-c").arg(&script).spawn().unwrap());
+    let pid = sh.0.id();
+    let (_other, other) = spawn_spin("spin");
+    let data = dir.path().join("started.data");
+    let data = data.to_str().unwrap();
+    let mut ws = whyslow()
+        .args(["record", "-q", "--cpu", "--offcpu", "-p", &pid.to_string(), "-o", data])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Released once whyslow has its events open: the clock and the side band on each CPU.
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    for _ in 0..6000 {
+        if perf_events_open(ws.id()) >= 2 * cpus {
+            break;
+        }
+        assert!(ws.try_wait().unwrap().is_none(), "whyslow ended before the target started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::fs::write(&fifo, "go\n").unwrap();
+    // The recording ends with the shell, after dlplug.
+    let out = ws.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    drop(sh);
+    assert_started_programs_named(data, other);
+}
+
+/// The same programs started by a launched command.
+#[test]
+fn programs_a_launched_command_starts_are_named() {
+    let dir = tmp();
+    let (_other, other) = spawn_spin("spin");
+    let data = record(dir.path(), "launched", &["--cpu", "--offcpu"], &["sh", "-c", &starts_programs()]);
+    assert_started_programs_named(&data, other);
+}

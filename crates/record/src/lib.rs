@@ -14,6 +14,7 @@ pub mod load;
 pub mod phases;
 mod records;
 mod session;
+mod sideband;
 pub mod signals;
 mod sources;
 mod sys;

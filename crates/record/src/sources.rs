@@ -9,6 +9,7 @@ use crate::bpf::{
 };
 use crate::calls::Probe;
 use crate::records;
+use crate::sideband::SideBand;
 use crate::sys::{self, Clock, EventConfig, Ring, Scope, Source};
 use crate::target::{self, Target};
 use crate::{RecordError, RecordOptions};
@@ -29,11 +30,13 @@ const EBPF_RING_MAX: usize = 32 << 20;
 const CALL_SAMPLE_IDS: u64 = 1 << 62;
 const ALLOC_SAMPLE_IDS: u64 = CALL_SAMPLE_IDS + (1 << 32);
 
-/// The open events: one ring per CPU (owned by the first event on that CPU: the clock when it is counted
-/// per CPU), plus the extra fds redirected into it (with the process each was opened for, so a process
-/// that ended can be let go, and its index into `cfgs`).
+/// The open events: one ring per CPU (owned by the first event on that CPU: one counted per CPU where
+/// there is one), plus the extra fds redirected into it: the other per-CPU events, and those opened per
+/// thread (with the process each was opened for, so a process that ended can be let go, and its index
+/// into `cfgs`).
 pub(crate) struct Events {
     rings: Vec<Ring>,
+    cpu_extra: Vec<OwnedFd>,
     extra: Vec<(u32, usize, OwnedFd)>,
     cfgs: Vec<EventConfig>,
     cpus: Vec<i32>,
@@ -44,40 +47,70 @@ pub(crate) struct Events {
     /// The eBPF program (see [`ClockFilter`]) that keeps the followed processes' samples of a clock
     /// counted per CPU; without one, the clock is counted per thread like the other events.
     filter: Option<i32>,
+    /// The processes whose records of the side band, asked per CPU for every process, are kept (see
+    /// [`SideBand`]); None where the side band is asked per thread (inherited by the target's threads
+    /// and children): no event samples nothing, or the machine refuses events per CPU.
+    side_band: Option<SideBand>,
 }
 
 impl Events {
-    /// Whether event `k` is counted per CPU, for every process, and filtered.
+    /// Whether event `k` is counted per CPU, for every process: the clock where an eBPF program keeps
+    /// the followed processes' samples, the event that samples nothing where its side band is filtered
+    /// as it is read.
     fn per_cpu(&self, k: usize) -> bool {
-        self.filter.is_some() && matches!(self.cfgs[k].source, Source::Clock(_))
+        match self.cfgs[k].source {
+            Source::Clock(_) => self.filter.is_some(),
+            Source::Track => self.side_band.is_some(),
+            Source::Tracepoint { .. } => false,
+        }
     }
 
-    /// Opens the per-CPU events (the clock, the first of `cfgs`), each owning its CPU's ring: mapped, then
-    /// filtered, then enabled, so that no sample of another process is ever taken.
+    /// The event that asks for the records that follow mappings, names, forks and exits: the one that
+    /// samples nothing where there is one, else the first.
+    fn side_band_event(&self) -> usize {
+        self.cfgs.iter().position(|c| c.source == Source::Track).unwrap_or(0)
+    }
+
+    /// Opens the per-CPU events, the first on each CPU owning its ring: mapped, then the clock filtered,
+    /// then enabled, so that no sample of another process is ever taken.
     fn open_cpus(&mut self) -> Result<(), std::io::Error> {
-        let Some(prog) = self.filter.filter(|_| self.per_cpu(0)) else { return Ok(()) };
+        let per_cpu: Vec<usize> = (0..self.cfgs.len()).filter(|&k| self.per_cpu(k)).collect();
+        let side_band = self.side_band_event();
         for &cpu in &self.cpus {
-            let fd = sys::open_event(&self.cfgs[0], Scope::Cpu { side_band: false }, cpu)?;
-            self.ids.insert(sys::event_id(&fd)?, 0);
-            let ring = Ring::map(fd, self.pages)?;
-            sys::set_filter(ring.fd(), prog)?;
-            sys::enable(ring.fd())?;
-            self.rings.push(ring);
+            for &k in &per_cpu {
+                let scope = Scope::Cpu { side_band: k == side_band };
+                let fd = sys::open_event(&self.cfgs[k], scope, cpu)?;
+                self.ids.insert(sys::event_id(&fd)?, k);
+                if let (Source::Clock(_), Some(prog)) = (self.cfgs[k].source, self.filter) {
+                    sys::set_filter(&fd, prog)?;
+                }
+                if k == per_cpu[0] {
+                    let ring = Ring::map(fd, self.pages)?;
+                    sys::enable(ring.fd())?;
+                    self.rings.push(ring);
+                } else {
+                    let ring = self.rings.last().expect("the CPU's first event maps its ring");
+                    sys::redirect_output(&fd, ring.fd())?;
+                    sys::enable(&fd)?;
+                    self.cpu_extra.push(fd);
+                }
+            }
         }
         Ok(())
     }
 
     /// Opens every per-thread event on every CPU for task `tid` of process `pid` (inherited by its future
-    /// threads and children); the first of them follows its mappings, names, forks and exits. The first
-    /// task opened opens the per-CPU events too.
+    /// threads and children); where no event counted per CPU asks for the side band, the first of them
+    /// follows its mappings, names, forks and exits. The first task opened opens the per-CPU events too.
     fn open_task(&mut self, pid: u32, tid: u32) -> Result<(), std::io::Error> {
         if self.rings.is_empty() {
             self.open_cpus()?;
         }
         let pages = self.pages;
+        let side_band = self.side_band_event();
         let per_task: Vec<usize> = (0..self.cfgs.len()).filter(|&k| !self.per_cpu(k)).collect();
         for &k in &per_task {
-            let scope = Scope::Task { tid: tid as i32, side_band: k == per_task[0] };
+            let scope = Scope::Task { tid: tid as i32, side_band: k == side_band };
             for (i, &cpu) in self.cpus.iter().enumerate() {
                 let fd = sys::open_event(&self.cfgs[k], scope, cpu)?;
                 self.ids.insert(sys::event_id(&fd)?, k);
@@ -93,7 +126,8 @@ impl Events {
     }
 
     pub(crate) fn set_enabled(&self, on: bool) {
-        for fd in self.rings.iter().map(Ring::fd).chain(self.extra.iter().map(|(_, _, fd)| fd)) {
+        let extra = self.cpu_extra.iter().chain(self.extra.iter().map(|(_, _, fd)| fd));
+        for fd in self.rings.iter().map(Ring::fd).chain(extra) {
             if on {
                 let _ = sys::enable(fd);
             } else {
@@ -120,15 +154,24 @@ impl Events {
     }
 
     /// Reads the records of every ring into `batch`.
+    /// Reads the records of every ring into `batch`: of the side band asked per CPU, those of the
+    /// followed processes.
     pub(crate) fn read<H: Host>(&mut self, c: &mut Converter<H>, buf: &mut Vec<u8>, batch: &mut Vec<Timed>) {
         let (ids, cfgs) = (&self.ids, &self.cfgs);
         let fixed_period = |id| ids.get(&id).and_then(|&i| cfgs[i].fixed_period());
+        // Every record timed before now is in its ring by the time that ring is read.
+        let read_at = sys::monotonic_ns();
+        let mut read = Vec::new();
         for ring in &mut self.rings {
             ring.drain(buf, |rec| match records::decode(rec, fixed_period) {
-                Some(t) => batch.push(t),
+                Some(t) => read.push(t),
                 None => c.count_malformed(),
             });
         }
+        if let Some(sb) = self.side_band.as_mut() {
+            sb.filter(&mut read, read_at);
+        }
+        batch.append(&mut read);
     }
 
     pub(crate) fn rings(&self) -> &[Ring] {
@@ -138,6 +181,16 @@ impl Events {
     /// Closes the events opened for process `pid` (not the rings, which other processes share).
     pub(crate) fn forget(&mut self, pid: u32) {
         self.extra.retain(|(p, _, _)| *p != pid);
+        if let Some(sb) = self.side_band.as_mut() {
+            sb.forget(pid);
+        }
+    }
+
+    /// Keeps the side band of process `pid` too (its per-thread events are opened by [`open_all`]).
+    fn follow(&mut self, pid: u32) {
+        if let Some(sb) = self.side_band.as_mut() {
+            sb.follow(pid);
+        }
     }
 
     pub(crate) fn clock(&self) -> Option<Clock> {
@@ -175,9 +228,17 @@ fn open_first(ev: &mut Events, pid: u32, tid: u32, notes: &mut Vec<String>) -> R
             Ok(()) => return Ok(()),
             Err(e) => {
                 ev.rings.clear();
+                ev.cpu_extra.clear();
                 ev.extra.clear();
                 ev.ids.clear();
                 let code = e.raw_os_error();
+                let refused = matches!(code, Some(libc::EACCES) | Some(libc::EPERM));
+                if refused && ev.side_band.is_some() {
+                    // Events for every process are not allowed here (perf_event_paranoid): the side band
+                    // is asked per thread, of the target's threads only.
+                    ev.side_band = None;
+                    continue;
+                }
                 let kernel = ev.cfgs.iter().any(|c| c.kernel);
                 let clock = ev.cfgs.iter_mut().find(|c| matches!(c.source, Source::Clock(_)));
                 match clock {
@@ -193,7 +254,7 @@ fn open_first(ev: &mut Events, pid: u32, tid: u32, notes: &mut Vec<String>) -> R
                         }
                         c.source = Source::Clock(Clock::CpuClock);
                     }
-                    _ if kernel && matches!(code, Some(libc::EACCES) | Some(libc::EPERM)) => {
+                    _ if kernel && refused => {
                         notes
                             .push("kernel stacks not allowed (perf_event_paranoid): user stacks only".into());
                         ev.cfgs.iter_mut().for_each(|c| c.kernel = false);
@@ -295,17 +356,14 @@ impl<'obj> Sources<'obj> {
         let mut cfgs = Vec::new();
         let mut streams = Vec::new();
         let mut sample_types = Vec::new();
-        // Per-task perf events will be opened (a clock, syscall stacks, or the mappings that stacks
-        // sampled in eBPF are unwound with): their one-time kernel wait runs beside the eBPF loads.
-        let per_task = opts.cpu
-            || opts.syscalls.as_ref().is_some_and(|s| s.stacks_period.is_some())
-            || opts.offcpu.is_some()
-            || opts.alloc.is_some()
-            || opts.calls.as_ref().is_some_and(|c| c.callers_period.is_some());
-        let warm = per_task.then(|| std::thread::spawn(sys::warm_task_events));
+        // Per-task perf events will be opened (syscall stacks): their one-time kernel wait runs beside the
+        // eBPF loads.
+        let per_task = opts.syscalls.as_ref().is_some_and(|s| s.stacks_period.is_some());
+        let mut warm = per_task.then(|| std::thread::spawn(sys::warm_task_events));
         // The clock is counted per CPU and filtered in the kernel where eBPF allows (bpf/clock.bpf.c): a
-        // per-thread clock costs the target at each of its context switches. One event per thread that
-        // samples nothing then follows the processes' mappings, threads and children.
+        // per-thread clock costs the target at each of its context switches. One event per CPU that
+        // samples nothing then follows every process's mappings, threads and children, and the records
+        // of the followed processes and their children are kept as they are read (see [`SideBand`]).
         let clock_filter = if opts.cpu {
             crate::phases::time("load eBPF: clock filter", || {
                 // Only tracked processes said to run Go get goroutine stacks: a launched command that is not
@@ -316,6 +374,10 @@ impl<'obj> Sources<'obj> {
         } else {
             None
         };
+        if opts.cpu && clock_filter.is_none() && warm.is_none() {
+            // The clock is counted per thread.
+            warm = Some(std::thread::spawn(sys::warm_task_events));
+        }
         if opts.cpu {
             cfgs.push(base);
             streams.push(Stream::Cpu { slot: 0 });
@@ -450,14 +512,17 @@ impl<'obj> Sources<'obj> {
         };
         let bursty = cfgs.iter().any(|c| matches!(c.source, Source::Tracepoint { .. }));
         let pages = if bursty { opts.ring_pages.max(EVENT_RING_PAGES) } else { opts.ring_pages };
+        let side_band = cfgs.iter().any(|c| c.source == Source::Track).then(|| SideBand::new(pids));
         let mut ev = Events {
             rings: Vec::new(),
+            cpu_extra: Vec::new(),
             extra: Vec::new(),
             cfgs,
             cpus: sys::online_cpus(),
             ids: HashMap::new(),
             pages,
             filter: clock_filter.as_ref().map(ClockFilter::program_fd),
+            side_band,
         };
         if let Some(f) = &clock_filter {
             for (&pid, &go) in pids.iter().zip(&go) {
@@ -550,12 +615,14 @@ impl<'obj> Sources<'obj> {
         };
         let mut ev = Events {
             rings: Vec::new(),
+            cpu_extra: Vec::new(),
             extra: Vec::new(),
             cfgs: Vec::new(),
             cpus: sys::online_cpus(),
             ids: HashMap::new(),
             pages: opts.ring_pages,
             filter: None,
+            side_band: None,
         };
         let open = |ev: &mut Events, cfg: &EventConfig| -> Result<(), std::io::Error> {
             for &cpu in &ev.cpus {
@@ -709,6 +776,7 @@ impl<'obj> Sources<'obj> {
             return Ok(());
         }
         if !self.ev.cfgs.is_empty() {
+            self.ev.follow(pid);
             open_all(&mut self.ev, &[pid], false, notes)?;
         }
         if let Some(p) = self.syscalls.as_mut() {
