@@ -68,17 +68,60 @@ struct Worker {
     symbolizer: Symbolizer,
     plans: Plans,
     debuginfod: Option<Arc<Client>>,
+    /// The files whose symbols, debug information and plan this thread holds, with the round (a
+    /// [`Resident`] symbolization) each was last used in: what [`Worker::trim`] lets go.
+    held: HashMap<String, u64>,
+    round: u64,
 }
+
+/// How many rounds (a [`Resident`] symbolizes one window per round) a file no window needed stays held.
+const KEEP_ROUNDS: u64 = 30;
+/// The most files one pool thread holds (the least recently used go first).
+const MAX_HELD: usize = 48;
 
 impl Worker {
     fn new(debuginfod: Option<Arc<Client>>) -> Worker {
-        Worker { symbolizer: new_symbolizer(), plans: Plans::default(), debuginfod }
+        Worker {
+            symbolizer: new_symbolizer(),
+            plans: Plans::default(),
+            debuginfod,
+            held: HashMap::new(),
+            round: 0,
+        }
+    }
+
+    /// Ends a round: drops what blazesym and the plans hold of the files not used in the last
+    /// [`KEEP_ROUNDS`] rounds, and of the least recently used beyond [`MAX_HELD`] (a whole host's or a
+    /// churning set of binaries would otherwise stay read, mapped and parsed for good).
+    fn trim(&mut self) {
+        self.round += 1;
+        let round = self.round;
+        let mut gone: Vec<String> =
+            self.held.iter().filter(|(_, &r)| round - r > KEEP_ROUNDS).map(|(p, _)| p.clone()).collect();
+        if self.held.len() - gone.len() > MAX_HELD {
+            let mut kept: Vec<(u64, &String)> =
+                self.held.iter().filter(|(_, &r)| round - r <= KEEP_ROUNDS).map(|(p, &r)| (r, p)).collect();
+            kept.sort_unstable();
+            let n = kept.len() - MAX_HELD;
+            gone.extend(kept.into_iter().take(n).map(|(_, p)| p.clone()));
+        }
+        for path in gone {
+            self.held.remove(&path);
+            self.plans.forget(&path);
+            let _ = self.symbolizer.evict(&blazesym::symbolize::evict::Evict::Elf(
+                blazesym::symbolize::evict::Elf::new(path.as_str()),
+            ));
+        }
     }
 
     /// Symbolizes all offsets of the file at `path` (named `shown`) in one batch, by the source its plan
     /// chose.
     fn symbolize(&mut self, path: &str, shown: &str, offsets: &[u64]) -> Result<(Funcs, Arc<Plan>), String> {
+        self.held.insert(path.to_string(), self.round);
         let plan = self.plans.get(path, shown, self.debuginfod.as_deref())?;
+        if let sources::Source::Fetched(debug) = &plan.source {
+            self.held.insert(debug.clone(), self.round);
+        }
         // Each symbolized offset with its distance from the symbol's start.
         let by_blazesym = |file: &str, input: Input<&[u64]>| -> Result<Vec<Option<Placed>>, String> {
             let src = Source::Elf(Elf::new(file));
@@ -166,6 +209,8 @@ type Funcs = Vec<Vec<Func>>;
 enum Job {
     /// Read the file's symbols and debug information now (blazesym keeps them for the next job).
     Warm(String),
+    /// End a round: let go of the files no recent round used ([`Worker::trim`]), then say so.
+    Trim(mpsc::Sender<usize>),
     /// Symbolize these offsets of `file` (the module `shown`) and send the frames back, tagged with
     /// `module`; with `producers`, also the compilers that built that file.
     Symbolize {
@@ -191,6 +236,10 @@ impl Job {
             Job::Warm(path) => {
                 let _ = worker.symbolize(&path, &path, &[0]);
             }
+            Job::Trim(done) => {
+                worker.trim();
+                let _ = done.send(worker.held.len());
+            }
             Job::Symbolize { module, file, shown, offsets, producers, reply } => {
                 let funcs = worker.symbolize(&file, &shown, &offsets);
                 let producers = producers
@@ -207,7 +256,9 @@ impl Job {
 /// fetched from debuginfod on these threads too: as many at once as there are threads.
 struct Pool {
     workers: Vec<(mpsc::Sender<Job>, std::thread::JoinHandle<()>)>,
-    owner: HashMap<String, usize>,
+    /// Which thread a file goes to, and the round it was last sent in.
+    owner: HashMap<String, (usize, u64)>,
+    round: u64,
     debuginfod: Option<Arc<Client>>,
 }
 
@@ -220,18 +271,34 @@ impl Default for Pool {
 
 impl Pool {
     fn new(debuginfod: Option<Arc<Client>>) -> Pool {
-        Pool { workers: Vec::new(), owner: HashMap::new(), debuginfod }
+        Pool { workers: Vec::new(), owner: HashMap::new(), round: 0, debuginfod }
+    }
+
+    /// Ends a round on every thread ([`Worker::trim`]) and forgets which thread had the files none
+    /// holds any more; the files held, over all threads.
+    fn trim(&mut self) -> usize {
+        self.round += 1;
+        let round = self.round;
+        self.owner.retain(|_, (_, r)| round - *r <= KEEP_ROUNDS);
+        let (tx, rx) = mpsc::channel();
+        let asked = self.workers.iter().filter(|(w, _)| w.send(Job::Trim(tx.clone())).is_ok()).count();
+        drop(tx);
+        rx.iter().take(asked).sum()
     }
 
     /// Hands `job` about `path` to its thread; gives it back where no thread could be started.
     fn send(&mut self, path: &str, job: Job) -> Result<(), Job> {
-        let n = match self.owner.get(path) {
-            Some(&n) => n,
+        let round = self.round;
+        let n = match self.owner.get_mut(path) {
+            Some((n, r)) => {
+                *r = round;
+                *n
+            }
             None => {
                 let most = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(2, 8);
                 let n = if self.workers.len() < most { self.spawn() } else { Some(self.owner.len() % most) };
                 let Some(n) = n.or_else(|| (!self.workers.is_empty()).then_some(0)) else { return Err(job) };
-                self.owner.insert(path.to_string(), n);
+                self.owner.insert(path.to_string(), (n, round));
                 n
             }
         };
@@ -401,6 +468,7 @@ const KERNEL_REFRESH: std::time::Duration = std::time::Duration::from_secs(60);
 pub struct Resident {
     pool: Pool,
     kernel: Option<(std::time::Instant, Kallsyms)>,
+    held: usize,
 }
 
 impl Resident {
@@ -409,20 +477,28 @@ impl Resident {
     pub fn caching_debug_files_in(cache: &Path) -> Resident {
         let client = whyslow_debuginfod::Options::from_env()
             .map(|o| Client::new(whyslow_debuginfod::Options { cache: cache.to_path_buf(), ..o }));
-        Resident { pool: Pool::new(client.map(Arc::new)), kernel: None }
+        Resident { pool: Pool::new(client.map(Arc::new)), kernel: None, held: 0 }
     }
 
     pub fn symbolize(&mut self, raw: RawRecording) -> Profile {
         let cached = &mut self.kernel;
-        build(raw, &mut self.pool, &mut |recorded| match recorded.filter(|k| !k.build_id.is_empty()) {
-            Some(k) => kernel_table(&k.build_id),
-            None => {
-                if cached.as_ref().is_none_or(|(at, _)| at.elapsed() > KERNEL_REFRESH) {
-                    *cached = Some((std::time::Instant::now(), Kallsyms::load()));
+        let p =
+            build(raw, &mut self.pool, &mut |recorded| match recorded.filter(|k| !k.build_id.is_empty()) {
+                Some(k) => kernel_table(&k.build_id),
+                None => {
+                    if cached.as_ref().is_none_or(|(at, _)| at.elapsed() > KERNEL_REFRESH) {
+                        *cached = Some((std::time::Instant::now(), Kallsyms::load()));
+                    }
+                    (cached.as_ref().expect("loaded above").1.clone(), false)
                 }
-                (cached.as_ref().expect("loaded above").1.clone(), false)
-            }
-        })
+            });
+        self.held = self.pool.trim();
+        p
+    }
+
+    /// The files whose symbols the pool's threads hold after the last [`Resident::symbolize`].
+    pub fn files_held(&self) -> usize {
+        self.held
     }
 }
 
@@ -632,6 +708,60 @@ mod tests {
         let mut k = KernelSymbols::new((table(), false), None);
         assert_eq!(k.lookup(0xffff0015), Some("do_sys_open"));
         assert_eq!(k.lookup(0xfffe0000), None);
+    }
+
+    /// Symbolizes one offset of each of `files` on `pool` and waits for every answer.
+    fn ask(pool: &mut Pool, files: &[String]) {
+        let (tx, rx) = mpsc::channel();
+        for (i, f) in files.iter().enumerate() {
+            let (file, shown, reply) = (f.clone(), f.clone(), tx.clone());
+            let job = Job::Symbolize {
+                module: i as u32,
+                file,
+                shown,
+                offsets: vec![0x1000],
+                producers: None,
+                reply,
+            };
+            assert!(pool.send(f, job).is_ok(), "no pool thread");
+        }
+        drop(tx);
+        assert_eq!(rx.iter().count(), files.len());
+    }
+
+    /// A resident symbolizer used to keep every file it ever read (a churning or whole-host agent grew by
+    /// each binary and library seen): now a thread holds at most MAX_HELD files, and lets go of those no
+    /// round asked for in KEEP_ROUNDS rounds, its plans and the pool's routing with them.
+    #[test]
+    fn files_no_round_needs_are_let_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let elf = ["/usr/bin/true", "/bin/true"].into_iter().find(|p| Path::new(p).exists()).expect("true");
+        let files: Vec<String> = (0..100)
+            .map(|i| {
+                let f = dir.path().join(format!("prog{i}"));
+                std::fs::copy(elf, &f).unwrap();
+                f.display().to_string()
+            })
+            .collect();
+        let mut pool = Pool::new(None);
+        ask(&mut pool, &files);
+        // Each thread keeps the MAX_HELD files it was given last.
+        let mut per_thread = vec![0usize; pool.workers.len()];
+        for (n, _) in pool.owner.values() {
+            per_thread[*n] += 1;
+        }
+        let want: usize = per_thread.iter().map(|&n| n.min(MAX_HELD)).sum();
+        assert_eq!(pool.trim(), want, "files per thread {per_thread:?}");
+        // One file asked for every round stays; the others go after KEEP_ROUNDS rounds without use.
+        let keep = vec![files[7].clone()];
+        for round in 1..KEEP_ROUNDS {
+            ask(&mut pool, &keep);
+            let held = pool.trim();
+            assert!(held > 1, "round {round}: {held} held");
+        }
+        ask(&mut pool, &keep);
+        assert_eq!(pool.trim(), 1);
+        assert_eq!(pool.owner.len(), 1);
     }
 
     #[test]

@@ -187,6 +187,11 @@ impl Plans {
         self.0.insert(path.to_string(), (key, p.clone()));
         Ok(p)
     }
+
+    /// Drops the plan of `path` (made again when it is asked for).
+    pub fn forget(&mut self, path: &str) {
+        self.0.remove(path);
+    }
 }
 
 #[cfg(test)]
