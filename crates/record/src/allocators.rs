@@ -111,10 +111,10 @@ fn size_needs(size: SizeArg) -> Needs {
 
 /// The allocation functions of the target, each with where its size argument is, and how they nest.
 pub fn resolve(t: &Target, notes: &mut Vec<String>) -> Result<Allocators, RecordError> {
-    let probed = ALLOCATORS.iter().filter_map(|a| Some((a.name, a.size?)));
-    let patterns: Vec<PatternSpec> = probed
-        .clone()
-        .map(|(name, _)| PatternSpec { group: name.to_string(), pattern: name.to_string(), required: false })
+    let patterns: Vec<PatternSpec> = ALLOCATORS
+        .iter()
+        .filter(|a| a.size.is_some())
+        .map(|a| PatternSpec { group: a.name.to_string(), pattern: a.name.to_string(), required: false })
         .collect();
     let size_of = |group: &str| find(group).and_then(|a| a.size);
     let modules = crate::calls::target_modules(t)?;
