@@ -1,7 +1,9 @@
 // Built twice: with symbols and DWARF (gostrip), and as production ships Go (gostrip_stripped:
 // -ldflags="-s -w", then strip). main.step runs exactly N times; each run gives main.hot 3 units of work
 // and main.cold 1 (a 75/25 split of CPU time), both through main.mix, which the compiler inlines into
-// them. Usage: gostrip N (default 2000).
+// them. main.deep recurses 2000 deep on a fresh goroutine's stack, which has to grow: each growth runs a
+// prologue twice (Go's stack check restarts the function), which a probe must count once. Usage: gostrip N
+// (default 2000).
 package main
 
 import (
@@ -43,7 +45,23 @@ func step() {
 	cold(1)
 }
 
+// deep(n) calls itself n times below the first call: n+1 calls, with a frame big enough that the
+// goroutine's stack grows several times on the way down.
+//
+//go:noinline
+func deep(n int) int {
+	var pad [128]byte
+	pad[n%128] = byte(n)
+	if n == 0 {
+		return int(pad[0])
+	}
+	return deep(n-1) + int(pad[(n+1)%128])
+}
+
 func main() {
+	done := make(chan int)
+	go func() { done <- deep(2000) }()
+	sink += uint64(<-done)
 	n := 2000
 	if len(os.Args) > 1 {
 		n, _ = strconv.Atoi(os.Args[1])

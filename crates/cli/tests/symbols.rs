@@ -27,7 +27,8 @@ fn completeness(r: &Value) -> f64 {
 
 /// The Go workload built as production ships Go (`-ldflags="-s -w"`, then strip: no symbol table, no
 /// DWARF) is named from its .gopclntab like its unstripped build: the same functions, the inlined one
-/// included, the same shares within sampling error, complete stacks, and exactly the same call counts.
+/// included, the same shares within sampling error, complete stacks, and exactly the same call counts,
+/// however often Go's stack check restarts a function.
 #[test]
 fn stripped_go_is_named_like_its_unstripped_build() {
     let dir = tmp();
@@ -65,6 +66,7 @@ fn stripped_go_is_named_like_its_unstripped_build() {
                 "json",
                 "main.step",
                 "main.cold",
+                "main.deep",
                 "--",
                 bin.to_str().unwrap(),
                 "40",
@@ -80,7 +82,8 @@ fn stripped_go_is_named_like_its_unstripped_build() {
             c.join(" ")
         })
         .collect();
-    assert_eq!(counts[0], "main.cold=40 main.step=40");
+    // main.deep's stack growth restarts its prologue (8 times here): still one count per call.
+    assert_eq!(counts[0], "main.cold=40 main.deep=2001 main.step=40");
     assert_eq!(counts[1], counts[0]);
 }
 

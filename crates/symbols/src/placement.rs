@@ -13,6 +13,9 @@
 //! only other ways in are unconditional direct jumps from other functions (glibc's mempcpy jumps into
 //! memmove's first instructions), a probe that only counts may still move, and each of those jumps gets a
 //! probe that subtracts one (every hit of such a jump is followed by exactly one extra hit of the site).
+//! A function that jumps back to its own entry re-runs that prefix: Go's stack check does (its slow path
+//! calls runtime.morestack, also taken when the scheduler preempts, and jumps to the entry). There the
+//! probe goes past the check's branch, which the second run also passes, or else the jump back subtracts.
 //! A function with indirect jumps or bytes that do not decode is not provable: its entry is probed when
 //! safe, otherwise it is not probed at all.
 //! This module reads bytes only; it never touches a process.
@@ -208,6 +211,17 @@ impl Code {
         };
         let whole = size > 0 && code.len() as u64 == size;
         let movable = whole && self.provable(code, address);
+        let inside = |s: u64| (address..address + size).contains(&s);
+        // Jumps from the function back to its own entry re-run the prefix: Go's stack check branches to
+        // `call runtime.morestack; jmp entry` (also taken when the scheduler asks to preempt), so a probe
+        // before that branch would count the call twice.
+        let restarts: Vec<u64> = self.jumps_to(address).filter(|&s| inside(s)).collect();
+        let guard = if movable { self.restart_guard(code, address, &restarts) } else { None };
+        let mut compensate: Vec<u64> = Vec::new();
+        if guard.is_none() && needs.compensable() {
+            // Without a guard to go past, each restart is one extra hit of any site in the prefix.
+            compensate.extend(restarts.iter().filter_map(|&s| self.file_offset(s)));
+        }
         let mut decoder =
             Decoder::with_ip(64, &code[..code.len().min(MAX_PREFIX_BYTES)], address, DecoderOptions::NONE);
         let mut info = InstructionInfoFactory::new();
@@ -215,7 +229,6 @@ impl Code {
         let mut written = Args::NONE;
         let mut first_safe: Option<Site> = None;
         let mut entry_problem: Option<String> = None;
-        let mut compensate: Vec<u64> = Vec::new();
         for k in 0..MAX_PREFIX_INSNS {
             if !decoder.can_decode() {
                 break;
@@ -226,7 +239,6 @@ impl Code {
             }
             let mut from_elsewhere = self.jumps_to(insn.ip()).peekable();
             if k > 0 && from_elsewhere.peek().is_some() {
-                let inside = |s: u64| (address..address + size).contains(&s);
                 let offsets: Option<Vec<u64>> =
                     from_elsewhere.map(|s| (!inside(s)).then(|| self.file_offset(s)).flatten()).collect();
                 match offsets {
@@ -239,7 +251,10 @@ impl Code {
                 StackNeed::Known => stack.is_some(),
                 StackNeed::Untouched => stack == Some(0),
             } && written.0 & needs.args.0 == 0;
+            let restarted = guard.is_some_and(|g| insn.ip() < g);
             match classify(&insn) {
+                // Runs again on every restart: not once per call.
+                _ if restarted => {}
                 Ok(execution) if fits => {
                     let site = Site {
                         address: insn.ip(),
@@ -260,7 +275,8 @@ impl Code {
                 }
                 Err(_) => {}
             }
-            if insn.is_invalid() || insn.flow_control() != FlowControl::Next {
+            let to_guard = restarted && insn.next_ip() == guard.unwrap_or(0);
+            if insn.is_invalid() || (insn.flow_control() != FlowControl::Next && !to_guard) {
                 break;
             }
             let increment = insn.stack_pointer_increment();
@@ -294,6 +310,36 @@ impl Code {
                 Placement::Unsafe(format!("{problem}, {tail}"))
             }
         }
+    }
+
+    /// Where the code after a function's restart guard starts: the guard is the prefix's first branch,
+    /// a conditional one whose target runs straight (calls return) into the function's only jump back to
+    /// its entry. Past it, an instruction runs once per call however often the prefix restarts.
+    fn restart_guard(&self, code: &[u8], address: u64, restarts: &[u64]) -> Option<u64> {
+        let [restart] = restarts else { return None };
+        let mut d = Decoder::with_ip(64, code, address, DecoderOptions::NONE);
+        let branch = (0..MAX_PREFIX_INSNS)
+            .map(|_| d.decode())
+            .find(|i| i.is_invalid() || i.flow_control() != FlowControl::Next)?;
+        if branch.flow_control() != FlowControl::ConditionalBranch
+            || branch.op0_kind() != OpKind::NearBranch64
+        {
+            return None;
+        }
+        let target = branch.near_branch_target();
+        if !(address..address + code.len() as u64).contains(&target) {
+            return None;
+        }
+        let tail = self.bytes(target, (address + code.len() as u64).checked_sub(target)?)?;
+        let mut d = Decoder::with_ip(64, tail, target, DecoderOptions::NONE);
+        let end = (0..MAX_PREFIX_INSNS)
+            .map(|_| d.decode())
+            .find(|i| i.is_invalid() || !matches!(i.flow_control(), FlowControl::Next | FlowControl::Call))?;
+        let back = end.flow_control() == FlowControl::UnconditionalBranch
+            && end.op0_kind() == OpKind::NearBranch64
+            && end.near_branch_target() == address
+            && end.ip() == *restart;
+        back.then(|| branch.next_ip())
     }
 
     /// Whether every byte of the function decodes and no jump inside it goes to a computed address (a
@@ -533,6 +579,36 @@ mod tests {
         let code = Code::new(vec![section(BASE, &memmove), section(mempcpy_at, &jcc)], &[BASE, mempcpy_at]);
         let s = site(code.place(BASE, memmove.len() as u64, Needs::default()));
         assert_eq!(s.moved, 0);
+    }
+
+    /// Go's prologue: `cmp 0x10(%r14),%rsp; jbe grow; push %rbp; ...; grow: call morestack; jmp entry`.
+    fn go_function(indirect_jump: bool) -> Vec<u8> {
+        let mut f = vec![0x49, 0x3b, 0x66, 0x10, 0x76, 0x00, 0x55, 0x48, 0x89, 0xe5, 0x5d, 0xc3];
+        if indirect_jump {
+            f.extend_from_slice(&[0xff, 0xe0]); // jmp *%rax
+        }
+        let grow = f.len();
+        f[5] = (grow - 6) as u8;
+        f.push(0xe8); // call BASE+0x100
+        f.extend_from_slice(&((0x100 - (grow + 5)) as i32).to_le_bytes());
+        f.extend_from_slice(&[0xeb, (-(grow as i64 + 7)) as i8 as u8]); // jmp BASE
+        f
+    }
+
+    #[test]
+    fn a_go_function_is_probed_past_its_stack_check_which_restarts_it() {
+        let f = go_function(false);
+        for needs in
+            [Needs::default(), Needs { per_call: true, stack: StackNeed::Untouched, ..Default::default() }]
+        {
+            let s = site(place(&f, needs));
+            assert_eq!((s.moved, s.instruction.as_str(), s.stack_delta), (6, "push %rbp", 0), "{needs:?}");
+            assert!(s.compensate.is_empty());
+        }
+        // Not provable (a computed jump): the entry counts once more per restart, which its jmp subtracts.
+        let f = go_function(true);
+        let s = site(place(&f, Needs::default()));
+        assert_eq!((s.moved, s.compensate), (0, vec![f.len() as u64 - 2 + 0x200]));
     }
 
     #[test]
