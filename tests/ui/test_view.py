@@ -262,6 +262,7 @@ def main():
     diff_view(whyslow, bindir, out)
     doctor_view(whyslow, bindir, out)
     findings_track(whyslow, bindir, out)
+    label_filter(whyslow, bindir, out)
     log(f"passed in {time.time() - t0:.1f} s (screenshots in {out})")
 
 
@@ -516,6 +517,78 @@ def findings_track(whyslow, bindir, out):
         assert w.wait() == 0
     finally:
         stop(agent)
+
+
+def label_filter(whyslow, bindir, out):
+    """`whyslow serve`'s label filter: two cpu_split of one target, one in a systemd unit's cgroup; the unit is
+    offered among the labels present, and choosing it shows that process's samples only."""
+    root = next((r for r in ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
+                 if os.path.exists(f"{r}/cgroup.procs") and os.path.exists(f"{r}/cgroup.controllers")), None)
+    unit = f"wsui-{os.getpid()}.service"
+    cg = root and os.path.join(root, "system.slice", unit)
+    try:
+        os.makedirs(cg, exist_ok=True)
+    except (OSError, TypeError):
+        log("label filter: no writable cgroup v2 here: skipped")
+        return
+    data = os.path.join(out, "serve-label-data")
+    shutil.rmtree(data, ignore_errors=True)
+    agent = subprocess.Popen([whyslow, "serve", "--listen", "127.0.0.1:0", "--data-dir", data],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    work = []
+    try:
+        line = agent.stderr.readline()
+        m = re.search(r"http://(\S+?)/?(\s|$)", line)
+        assert m, line
+        url = f"http://{m.group(1)}/"
+
+        def api(path, body=None):
+            req = urllib.request.Request(url + path, method="POST" if body else "GET",
+                                         data=json.dumps(body).encode() if body else None,
+                                         headers={"Content-Type": "application/json"})
+            return json.loads(urllib.request.urlopen(req).read())
+
+        tid = api("api/v1/targets", {"name": "split", "match": {"cmdline": "cpu_split 8.0419"}, "sources": ["cpu"],
+                                     "frequency": 99, "window_s": 1})["id"]
+        split = os.path.join(bindir, "cpu_split")
+        inside = subprocess.Popen(["sh", "-c", f"echo $$ > {cg}/cgroup.procs && exec {split} 8.0419"],
+                                  stdout=subprocess.DEVNULL)
+        outside = subprocess.Popen([split, "8.0419"], stdout=subprocess.DEVNULL)
+        work = [inside, outside]
+        deadline = time.time() + 20
+        while next(t for t in api("api/v1/targets?windows=true") if t["id"] == tid)["windows"]["count"] < 2:
+            assert time.time() < deadline, "no windows of cpu_split"
+            time.sleep(0.2)
+        with sync_playwright() as pw:
+            browser, page, errors = open_page(pw, url)
+            want = f"unit={unit}"
+            page.wait_for_function(f"window.whyslow.labels().includes({json.dumps(want)})", timeout=10000)
+            full = page.evaluate("window.whyslow.threads()")
+            assert {t["pid"] for t in full} >= {inside.pid, outside.pid}, full
+            loads = page.evaluate("window.whyslow.loads")
+            page.select_option("#labels", want)
+            page.wait_for_function(f"window.whyslow.loads > {loads}")
+            page.wait_for_function(f"window.whyslow.threads().length > 0 && window.whyslow.threads()"
+                                   f".every((t) => t.pid === {inside.pid})", timeout=10000)
+            got = page.evaluate("window.whyslow.total")
+            log(f"label filter: {want} shows {got} samples of pid {inside.pid} only")
+            assert got > 0 and "(filtered)" in page.inner_text("#shown")
+            assert "labels=" + urllib.parse.quote(want) in page.url, page.url
+            assert len(frames(page)) > 1
+            page.screenshot(path=os.path.join(out, "label_filter.png"), full_page=True)
+            assert not errors, errors
+            browser.close()
+    finally:
+        for w in work:
+            w.kill()
+            w.wait()
+        stop(agent)
+        for _ in range(50):
+            try:
+                os.rmdir(cg)
+                break
+            except OSError:
+                time.sleep(0.1)
 
 
 if __name__ == "__main__":

@@ -978,6 +978,16 @@ fn processes_are_labelled_and_selected_by_their_cgroup() {
             r["total_samples"]
         );
     }
+    // A target by id and a selector combine: that target's windows of the unit's processes; a target
+    // label the target lacks selects nothing.
+    let tid = t["id"].as_i64().unwrap();
+    let (code, r) = a.get(&format!("/api/v1/profile?target={tid}&selector=unit={unit}&type=cpu&from=now-5m"));
+    assert_eq!(code, 200, "{r}");
+    let pids: Vec<u64> =
+        r["threads"].as_array().unwrap().iter().map(|t| t["pid"].as_u64().unwrap()).collect();
+    assert!(!pids.is_empty() && pids.iter().all(|&p| p == pu), "target {tid} and unit={unit}: {pids:?}");
+    let (code, e) = a.get(&format!("/api/v1/profile?target={tid}&selector=app=nothing&from=now-5m"));
+    assert_eq!(code, 404, "{e}");
     // Target labels and process labels combine; a unit nobody runs in has no windows.
     let (code, e) = a.get(&format!("/api/v1/profile?selector=unit={unit},container_id={id}&from=now-5m"));
     assert_eq!(code, 404, "{e}");

@@ -35,6 +35,7 @@ async function loadProfile() {
   const r = rangeOf(t);
   if (!r) { status("No recorded windows of " + targetLabel(t) + " yet."); return; }
   status("");
+  await labelOptions();
   const timeline = api("/api/v1/profile?" + q({ target: t.id, type: st.type, from: r.from, until: r.until,
     ...filterParams(), ...sliceParams(), format: "timeline" })).then((tl) => {
     st.timeline = { start: tl.start_unix_ns, slice: tl.slice_ns, values: tl.values, threads: tl.threads };
@@ -75,7 +76,7 @@ async function loadTree() {
 
 function shown() {
   const el = $("shown");
-  const sliced = $("thread").value || Object.keys(sliceParams()).length;
+  const sliced = $("thread").value || $("labels").value || Object.keys(sliceParams()).length;
   el.textContent = `${fmt(st.total)} in ${rangeLabel(st.sel)}` + (sliced ? " (filtered)" : "");
   el.dataset.total = st.total;
   $("sel-clear").disabled = !st.sel;
@@ -100,9 +101,29 @@ function threadOptions() {
   sel.value = [...sel.options].some((o) => o.value === keep) ? keep : "";
 }
 
-// The thread filter a URL names, before the timeline has listed the threads to choose from.
-function setThread(v) {
-  const sel = $("thread");
+// The label filter's choices: every cgroup label (unit, container, pod) of the target's processes
+// followed now, and the one chosen (its windows stay after its processes exit).
+const LABEL_NAMES = { unit: "unit", container_id: "container", pod_uid: "pod" };
+async function labelOptions() {
+  const sel = $("labels"), keep = sel.value;
+  let ps = [];
+  try { ps = await api("/api/v1/processes?" + q({ target: st.target.id })); } catch (e) { ps = []; }
+  const found = new Map();
+  for (const p of ps) {
+    for (const [k, v] of Object.entries(p.labels || {})) found.set(k + "=" + v, (found.get(k + "=" + v) || 0) + 1);
+  }
+  if (keep && !found.has(keep)) found.set(keep, 0);
+  sel.innerHTML = "";
+  sel.add(new Option("all processes", ""));
+  for (const [key, n] of [...found.entries()].sort()) {
+    const k = key.slice(0, key.indexOf("=")), v = key.slice(key.indexOf("=") + 1);
+    sel.add(new Option(`${LABEL_NAMES[k] || k} ${k === "unit" ? v : v.slice(0, 12)} (${n} followed now)`, key));
+  }
+  sel.value = keep;
+}
+
+// A filter a URL names (thread, labels), before its choices are listed.
+function setOption(sel, v) {
   if (v && ![...sel.options].some((o) => o.value === v)) sel.add(new Option(v, v));
   sel.value = v;
 }
@@ -112,13 +133,14 @@ async function applyUrl(u) {
   await fromUrl(async () => {
     const t = st.targets.find((x) => String(x.id) === u.target) || st.target;
     const reload = !st.root || t !== st.target || (u.range || $("range").value) !== $("range").value
-      || (u.type && u.type !== st.type) || u.thread !== $("thread").value
+      || (u.type && u.type !== st.type) || u.thread !== $("thread").value || u.labels !== $("labels").value
       || String(u.sel) !== String(st.sel) || u.focus !== $("focus").value.trim()
       || u.ignore !== $("ignore").value.trim() || u.noKernel !== $("no-kernel").checked;
     st.target = t; $("target").value = t.id;
     if (u.range) $("range").value = u.range;
     if (u.type) st.type = u.type;
-    setThread(u.thread);
+    setOption($("thread"), u.thread);
+    setOption($("labels"), u.labels);
     $("focus").value = u.focus; $("ignore").value = u.ignore; $("no-kernel").checked = u.noKernel;
     if (reload) {
       st.sel = null;
@@ -268,8 +290,9 @@ document.addEventListener("keydown", (e) => {
 document.querySelectorAll("#tabs button").forEach((b) => { b.onclick = () => show(b.dataset.view); });
 $("target").onchange = () => {
   st.target = st.targets.find((t) => String(t.id) === $("target").value);
-  st.type = null; st.sel = null; $("thread").value = ""; loadProfile();
+  st.type = null; st.sel = null; $("thread").value = ""; $("labels").value = ""; loadProfile();
 };
+$("labels").onchange = () => { $("thread").value = ""; loadProfile(); };
 $("type").onchange = () => { st.type = $("type").value; loadProfile(); };
 $("range").onchange = () => { st.sel = null; st.base = null; loadProfile(); };
 $("thread").onchange = () => loadProfile();
@@ -301,6 +324,8 @@ if (window.whyslowTestHooks) {
     findings: () => st.findings,
     // The threads of the whole range, {pid, tid, name, value} each, largest first.
     threads: () => (st.timeline ? st.timeline.threads : []),
+    // The label filter's choices (values: "unit=nginx.service"), "" for all processes.
+    labels: () => [...$("labels").options].map((o) => o.value),
     // The timeline: its slices (per slice, of the whole range) and the selected ones [i, j) or null.
     timeline: () => (st.timeline ? { values: st.timeline.values.slice(), sel: st.sel && st.sel.slice() } : null),
     // Drawn frames in canvas pixels: x, y (top of the row), width, depth (root 0), matched by the search.

@@ -1,5 +1,5 @@
 // The view's state, the page's controls, and the view state kept in the URL's fragment (target, range,
-// type, threads, slicing, view, timeline selection, zoom, search) so a view can be linked and Back goes
+// type, threads, labels, slicing, view, timeline selection, zoom, search) so a view can be linked and Back goes
 // back.
 export const $ = (id) => document.getElementById(id);
 
@@ -50,12 +50,17 @@ export function rangeLabel(sel) {
   return `${(sel[0] * tl.slice / 1e9).toFixed(1)}–${(sel[1] * tl.slice / 1e9).toFixed(1)} s`;
 }
 
-// The thread/process filter as query parameters ({thread: tid} or {pid: pid}, or none).
+// The thread/process filter and the cgroup label filter as query parameters ({thread: tid} or
+// {pid: pid}, and {selector: "unit=nginx.service"}, or none).
 export function filterParams() {
+  const out = {};
   const v = $("thread").value;
-  if (!v) return {};
-  const [k, id] = v.split("=");
-  return { [k]: id };
+  if (v) {
+    const [k, id] = v.split("=");
+    out[k] = id;
+  }
+  if ($("labels").value) out.selector = $("labels").value;
+  return out;
 }
 
 // Slicing, as report's --focus/--ignore/--no-kernel: the profile endpoints' focus, ignore, no_kernel.
@@ -88,13 +93,14 @@ export function nodeAt(root, path) {
   return n;
 }
 
-// The URL's view state: {target, range, type, thread, view, sel: [i, j] | null, zoom, search, focus,
+// The URL's view state: {target, range, type, thread, labels, view, sel: [i, j] | null, zoom, search, focus,
 // ignore, noKernel}.
 export function readUrl() {
   const p = new URLSearchParams(location.hash.slice(1));
   const sel = (p.get("sel") || "").split("-").map(Number);
   return {
     target: p.get("target"), range: p.get("range"), type: p.get("type"), thread: p.get("thread") || "",
+    labels: p.get("labels") || "",
     view: p.get("view"), zoom: p.get("zoom") || "", search: p.get("search") || "",
     focus: p.get("focus") || "", ignore: p.get("ignore") || "", noKernel: p.get("no_kernel") === "1",
     sel: sel.length === 2 && sel.every(Number.isInteger) && sel[0] < sel[1] ? sel : null,
@@ -108,6 +114,7 @@ function urlOf() {
   put("range", $("range").value);
   put("type", st.type);
   put("thread", $("thread").value);
+  put("labels", $("labels").value);
   for (const [k, v] of Object.entries(sliceParams())) put(k, v);
   put("view", st.view);
   put("sel", st.sel && st.sel.join("-"));

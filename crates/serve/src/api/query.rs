@@ -34,45 +34,52 @@ pub(super) struct Selection {
     pub(super) process_labels: Vec<(String, String)>,
 }
 
-/// The targets a query names: `target=ID[,ID]` or `selector=label=value[,label=value]`, where a label is
-/// a target's label or one of a process's cgroup labels (`unit=nginx.service`, `container_id=`,
-/// `pod_uid=`: the windows of those processes, in any target).
+/// The targets a query names: `target=ID[,ID]`, `selector=label=value[,label=value]`, or both, where a
+/// label is a target's label or one of a process's cgroup labels (`unit=nginx.service`, `container_id=`,
+/// `pod_uid=`: the windows of those processes, in any target). Both together: the targets named by id
+/// that carry the selector's target labels, narrowed to the processes with its cgroup labels
+/// (`target=3&selector=unit=nginx.service`: nginx's windows of target 3).
 pub(super) fn selected(s: &Shared, q: &BTreeMap<String, String>) -> Result<Selection, ApiError> {
-    match (q.get("target"), q.get("selector")) {
-        (Some(_), Some(_)) => Err(ApiError::bad("give target or selector, not both")),
-        (Some(t), None) => Ok(Selection {
-            targets: t.split(',').map(|id| target_id(id.trim(), s)).collect::<Result<_, _>>()?,
-            process_labels: Vec::new(),
-        }),
-        (None, Some(sel)) => {
-            let mut want = Vec::new();
-            let mut process_labels = Vec::new();
-            for pair in sel.split(',') {
-                let (k, v) = pair
-                    .split_once('=')
-                    .ok_or_else(|| ApiError::bad(format!("selector '{pair}' is not label=value")))?;
-                let (k, v) = (k.trim(), v.trim());
-                if crate::cgroup::LABELS.contains(&k) {
-                    process_labels.push((k.to_string(), v.to_string()));
-                } else {
-                    want.push((k, v));
-                }
-            }
-            let ids: Vec<i64> = s
-                .targets
-                .read()
-                .expect("targets lock")
-                .iter()
-                .filter(|(_, t)| want.iter().all(|(k, v)| t.labels.get(*k).is_some_and(|x| x == v)))
-                .map(|(&id, _)| id)
-                .collect();
-            if ids.is_empty() {
-                return Err(ApiError::not_found(format!("no target has the labels {sel}")));
-            }
-            Ok(Selection { targets: ids, process_labels })
-        }
-        (None, None) => Err(ApiError::bad("name the targets: target=ID or selector=label=value")),
+    let (named, sel) = (q.get("target"), q.get("selector"));
+    if named.is_none() && sel.is_none() {
+        return Err(ApiError::bad("name the targets: target=ID or selector=label=value"));
     }
+    let named: Option<Vec<i64>> = named
+        .map(|t| t.split(',').map(|id| target_id(id.trim(), s)).collect::<Result<_, _>>())
+        .transpose()?;
+    let mut want = Vec::new();
+    let mut process_labels = Vec::new();
+    for pair in sel.into_iter().flat_map(|s| s.split(',')) {
+        let (k, v) = pair
+            .split_once('=')
+            .ok_or_else(|| ApiError::bad(format!("selector '{pair}' is not label=value")))?;
+        let (k, v) = (k.trim(), v.trim());
+        if crate::cgroup::LABELS.contains(&k) {
+            process_labels.push((k.to_string(), v.to_string()));
+        } else {
+            want.push((k, v));
+        }
+    }
+    let targets: Vec<i64> = match named {
+        Some(ids) if want.is_empty() => ids,
+        named => s
+            .targets
+            .read()
+            .expect("targets lock")
+            .iter()
+            .filter(|(id, _)| named.as_ref().is_none_or(|n| n.contains(id)))
+            .filter(|(_, t)| want.iter().all(|(k, v)| t.labels.get(*k).is_some_and(|x| x == v)))
+            .map(|(&id, _)| id)
+            .collect(),
+    };
+    if targets.is_empty() {
+        let sel = sel.map_or("", String::as_str);
+        return Err(ApiError::not_found(match q.get("target") {
+            Some(t) => format!("no target of {t} has the labels {sel}"),
+            None => format!("no target has the labels {sel}"),
+        }));
+    }
+    Ok(Selection { targets, process_labels })
 }
 
 /// The [from, until) range of a query (`from` defaults to now-15m, `until` to now).
