@@ -504,10 +504,11 @@ fn resolve_ifunc<'a>(module: &Path, f: &Function, funcs: &'a [Function]) -> Opti
 }
 
 #[cfg(test)]
-mod cost_tests {
+pub(crate) mod cost_tests {
     use super::*;
 
-    fn probe(name: &str, execution: Execution, moved: u64, compensate: Vec<u64>) -> Probe {
+    /// A probe of libc's `name` (the layout and cost tests' fixture).
+    pub(crate) fn probe(name: &str, execution: Execution, moved: u64, compensate: Vec<u64>) -> Probe {
         Probe {
             module: "/lib/libc.so.6".into(),
             offset: 0xa0b20 + moved,

@@ -10,6 +10,7 @@ mod allocators;
 mod bpf;
 pub mod calls;
 mod files;
+mod layout;
 pub mod load;
 pub mod phases;
 mod records;

@@ -4,10 +4,9 @@
 //! where the machine refuses, following more processes later, and closing.
 
 use crate::allocators::{self, Allocators};
-use crate::bpf::{
-    CallProbe, ClockFilter, ExitWatch, OffCpuConfig, OffCpuProbe, StackSampling, SyscallCost, SyscallProbe,
-};
+use crate::bpf::{CallProbe, ClockFilter, ExitWatch, OffCpuConfig, OffCpuProbe, SyscallCost, SyscallProbe};
 use crate::calls::Probe;
+use crate::layout::{ebpf_ring_bytes, Layout};
 use crate::records;
 use crate::sideband::SideBand;
 use crate::sys::{self, Clock, EventConfig, Ring, Scope, Source};
@@ -16,19 +15,8 @@ use crate::{RecordError, RecordOptions};
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use whyslow_convert::records::{Record, Timed};
-use whyslow_convert::{Converter, Host, Stream};
-use whyslow_model::{sample_types, SampleType};
-
-/// User stack bytes copied per event of streams that fire on every call (syscalls, calls, allocations).
-const EVENT_STACK_BYTES: u32 = 16 * 1024;
-/// Ring data pages per CPU for such streams (16 MB with 4 KB pages).
-const EVENT_RING_PAGES: usize = 4096;
-/// The largest ring an eBPF stream of such events gets (one ring for all CPUs).
-const EBPF_RING_MAX: usize = 32 << 20;
-/// Ids of the stack samples of probed calls and of allocations (bpf/calls.bpf.c), probe index added:
-/// apart from the kernel's event ids, which count up from 1.
-const CALL_SAMPLE_IDS: u64 = 1 << 62;
-const ALLOC_SAMPLE_IDS: u64 = CALL_SAMPLE_IDS + (1 << 32);
+use whyslow_convert::{Converter, Host, SizeArg, Stream};
+use whyslow_model::SampleType;
 
 /// The open events: one ring per CPU (owned by the first event on that CPU: one counted per CPU where
 /// there is one), plus the extra fds redirected into it: the other per-CPU events, and those opened per
@@ -342,20 +330,9 @@ impl<'obj> Sources<'obj> {
         }
         let alloc = &objects.alloc.probes;
         let alloc_probes: Vec<Probe> = alloc.iter().map(|(p, _)| p.clone()).collect();
+        let alloc_sizes: Vec<SizeArg> = alloc.iter().map(|&(_, size)| size).collect();
         // Go programs' stacks go on past the runtime's switches to the system stack (bpf/clock.bpf.c).
         let go: Vec<bool> = pids.iter().map(|&pid| target::runs_go(&opts.target, pid)).collect();
-        let base = EventConfig {
-            source: Source::Clock(opts.clock),
-            frequency: opts.frequency,
-            stack_bytes: opts.stack_bytes,
-            kernel: opts.kernel,
-            enable_on_exec: launched,
-        };
-        // Events that fire on every call come in bursts: a smaller stack copy each, and a larger ring.
-        let event_base = EventConfig { stack_bytes: opts.stack_bytes.min(EVENT_STACK_BYTES), ..base };
-        let mut cfgs = Vec::new();
-        let mut streams = Vec::new();
-        let mut sample_types = Vec::new();
         // Per-task perf events will be opened (syscall stacks): their one-time kernel wait runs beside the
         // eBPF loads.
         let per_task = opts.syscalls.as_ref().is_some_and(|s| s.stacks_period.is_some());
@@ -378,74 +355,25 @@ impl<'obj> Sources<'obj> {
             // The clock is counted per thread.
             warm = Some(std::thread::spawn(sys::warm_task_events));
         }
-        if opts.cpu {
-            cfgs.push(base);
-            streams.push(Stream::Cpu { slot: 0 });
-            sample_types.push(SampleType { name: sample_types::CPU.into(), unit: "samples".into() });
-            sample_types.push(SampleType { name: sample_types::CPU_NS.into(), unit: "nanoseconds".into() });
-            if clock_filter.is_some() {
-                cfgs.push(EventConfig { source: Source::Track, ..base });
-                streams.push(Stream::Events { slot: 0 });
+        let sys_enter = match per_task {
+            true => {
+                Some(sys::tracepoint_id("raw_syscalls", "sys_enter").map_err(|e| match e.raw_os_error() {
+                    Some(libc::EACCES) | Some(libc::EPERM) => RecordError::Permission(e),
+                    _ => RecordError::Io("tracefs (raw_syscalls/sys_enter)".into(), e),
+                })?)
             }
-        }
-        if let Some(period) = opts.syscalls.as_ref().and_then(|s| s.stacks_period) {
-            let id = sys::tracepoint_id("raw_syscalls", "sys_enter").map_err(|e| match e.raw_os_error() {
-                Some(libc::EACCES) | Some(libc::EPERM) => RecordError::Permission(e),
-                _ => RecordError::Io("tracefs (raw_syscalls/sys_enter)".into(), e),
-            })?;
-            let source = Source::Tracepoint { id, period, kernel_stack: false };
-            cfgs.push(EventConfig { source, ..event_base });
-            streams.push(Stream::Syscalls { slot: sample_types.len() });
-            sample_types.push(SampleType { name: sample_types::SYSCALLS.into(), unit: "calls".into() });
-        }
-        // Stacks sampled in eBPF (off-CPU blocks, callers of probed calls, allocations) are unwound with
-        // the mappings the events follow.
-        let callers_period = opts.calls.as_ref().and_then(|c| c.callers_period);
-        let ebpf_stacks = opts.offcpu.is_some() || opts.alloc.is_some() || callers_period.is_some();
-        if !opts.cpu && (!cfgs.is_empty() || ebpf_stacks) {
-            // The first event owns the rings and the records that follow mappings, threads and children,
-            // and stays open to the end, while the syscalls' stack events are closed when the probe budget
-            // stops them: without a clock, the first is one that samples nothing.
-            cfgs.insert(0, EventConfig { source: Source::Track, ..base });
-            streams.insert(0, Stream::Events { slot: 0 });
-        }
-        // Streams of samples that come from eBPF follow the events' (an event's index is its stream's),
-        // reached through the sample ids their sources give them.
-        let mut ebpf_ids = Vec::new();
-        let ring_bytes =
-            |pages: usize| (pages * sys::page_size() * sys::online_cpus().len()).min(EBPF_RING_MAX);
-        let stacks = |period: u64, first_id: u64| StackSampling {
-            period: crate::sampling_period(period),
-            stack_bytes: event_base.stack_bytes,
-            ring_bytes: ring_bytes(EVENT_RING_PAGES),
-            first_id,
-            keyed: false,
+            false => None,
         };
-        let call_stacks = callers_period.map(|period| {
-            let slot = sample_types.len();
-            sample_types.push(SampleType { name: sample_types::CALLS.into(), unit: "calls".into() });
-            for i in 0..opts.calls.as_ref().map_or(0, |c| c.probes.len()) {
-                ebpf_ids.push((CALL_SAMPLE_IDS + i as u64, streams.len()));
-                streams.push(Stream::Call { slot, probe: i });
-            }
-            stacks(period, CALL_SAMPLE_IDS)
-        });
-        let offcpu_slot = opts.offcpu.as_ref().map(|_| {
-            sample_types.push(SampleType { name: sample_types::OFFCPU.into(), unit: "nanoseconds".into() });
-            sample_types.len() - 1
-        });
-        let alloc_stacks = opts.alloc.as_ref().map(|ao| {
-            let slot = sample_types.len();
-            sample_types.push(SampleType { name: sample_types::ALLOC_COUNT.into(), unit: "count".into() });
-            sample_types.push(SampleType { name: sample_types::ALLOC_BYTES.into(), unit: "bytes".into() });
-            for (i, (_, size)) in alloc.iter().enumerate() {
-                ebpf_ids.push((ALLOC_SAMPLE_IDS + i as u64, streams.len()));
-                streams.push(Stream::Alloc { slot, probe: i, size: *size });
-            }
-            // Counts are exact per stack key in the kernel; samples only name the keys' stacks, so the
-            // period is the longest gap between two samples of a key (not rounded to a prime).
-            StackSampling { period: ao.period.max(1), keyed: true, ..stacks(1, ALLOC_SAMPLE_IDS) }
-        });
+        let Layout {
+            cfgs,
+            streams,
+            mut sample_types,
+            ebpf_ids,
+            call_stacks,
+            alloc_stacks,
+            event_stack_bytes,
+            ring_pages,
+        } = Layout::of(opts, launched, clock_filter.is_some(), sys_enter, &alloc_sizes);
         let mut probe = match &opts.syscalls {
             Some(_) => Some(crate::phases::time("load eBPF: syscall counters", || {
                 SyscallProbe::load(&mut objects.syscalls, trace)
@@ -487,17 +415,14 @@ impl<'obj> Sources<'obj> {
             // The allocation program's time per run is the run's from here on too.
             a.mark_stats();
         }
-        let offcpu = match (&opts.offcpu, offcpu_slot) {
-            (Some(oo), Some(slot)) => {
-                // Off-CPU samples come from eBPF, not from an event: the stream goes after the events'
-                // streams (no event id leads to it).
-                streams.push(Stream::OffCpu { slot, state_offset: 0, min_block_ns: 0 });
+        let offcpu = match &opts.offcpu {
+            Some(oo) => {
                 let cfg = OffCpuConfig {
                     min_block: oo.min_block,
                     sample_period: oo.sample_period,
-                    stack_bytes: event_base.stack_bytes,
+                    stack_bytes: event_stack_bytes,
                     kernel_stack: opts.kernel,
-                    ring_bytes: ring_bytes(opts.ring_pages),
+                    ring_bytes: ebpf_ring_bytes(opts.ring_pages),
                 };
                 let mut p = crate::phases::time("load eBPF: off-CPU", || {
                     OffCpuProbe::load(&mut objects.offcpu, &cfg)
@@ -508,10 +433,8 @@ impl<'obj> Sources<'obj> {
                 p.attach()?;
                 Some(p)
             }
-            _ => None,
+            None => None,
         };
-        let bursty = cfgs.iter().any(|c| matches!(c.source, Source::Tracepoint { .. }));
-        let pages = if bursty { opts.ring_pages.max(EVENT_RING_PAGES) } else { opts.ring_pages };
         let side_band = cfgs.iter().any(|c| c.source == Source::Track).then(|| SideBand::new(pids));
         let mut ev = Events {
             rings: Vec::new(),
@@ -520,7 +443,7 @@ impl<'obj> Sources<'obj> {
             cfgs,
             cpus: sys::online_cpus(),
             ids: HashMap::new(),
-            pages,
+            pages: ring_pages,
             filter: clock_filter.as_ref().map(ClockFilter::program_fd),
             side_band,
         };
@@ -556,12 +479,6 @@ impl<'obj> Sources<'obj> {
                     notes.extend(cp.attach(&co.probes, 0..co.probes.len(), pid as i32)?);
                 }
             }
-        }
-        if alloc_sites.is_some() {
-            sample_types
-                .push(SampleType { name: sample_types::ALLOC_SITE_COUNT.into(), unit: "count".into() });
-            sample_types
-                .push(SampleType { name: sample_types::ALLOC_SITE_BYTES.into(), unit: "bytes".into() });
         }
         crate::phases::add("attach probes", attach_t0.elapsed());
         // How attached targets end (a launched command is whyslow's child: its wait status says).
@@ -606,6 +523,7 @@ impl<'obj> Sources<'obj> {
         if opts.syscalls.is_some() || opts.calls.is_some() || opts.alloc.is_some() || opts.offcpu.is_some() {
             return Err(RecordError::Invalid("a whole-host recording samples CPU time only".into()));
         }
+        let layout = Layout::of(opts, false, false, None, &[]);
         let mut cfg = EventConfig {
             source: Source::Clock(Clock::CpuClock),
             frequency: opts.frequency,
@@ -656,11 +574,8 @@ impl<'obj> Sources<'obj> {
             exits: None,
             offcpu: None,
             clock_filter: None,
-            streams: vec![Stream::Cpu { slot: 0 }],
-            sample_types: vec![
-                SampleType { name: sample_types::CPU.into(), unit: "samples".into() },
-                SampleType { name: sample_types::CPU_NS.into(), unit: "nanoseconds".into() },
-            ],
+            streams: layout.streams,
+            sample_types: layout.sample_types,
             alloc_probes: Vec::new(),
             hit_cost: None,
             syscall_cost: None,
