@@ -43,6 +43,29 @@ def stop(p):
         p.wait()
 
 
+def serve(whyslow, out, name):
+    """A `whyslow serve` on a free port with its data in OUT/NAME: (the process, its URL, api(path, body=None),
+    which GETs, or POSTs body as JSON, and returns the JSON answer)."""
+    data = os.path.join(out, name)
+    shutil.rmtree(data, ignore_errors=True)
+    agent = subprocess.Popen([whyslow, "serve", "--listen", "127.0.0.1:0", "--data-dir", data],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    line = agent.stderr.readline()
+    m = re.search(r"http://(\S+?)/?(\s|$)", line)
+    if not m:
+        stop(agent)
+        raise AssertionError(f"whyslow serve did not start: {line}")
+    url = f"http://{m.group(1)}/"
+
+    def api(path, body=None):
+        req = urllib.request.Request(url + path, method="POST" if body else "GET",
+                                     data=json.dumps(body).encode() if body else None,
+                                     headers={"Content-Type": "application/json"})
+        return json.loads(urllib.request.urlopen(req).read())
+
+    return agent, url, api
+
+
 def frames(page):
     return page.evaluate("window.whyslow.frames()")
 
@@ -333,19 +356,9 @@ def threads_view(whyslow, bindir, out):
 def live_processes(whyslow, bindir, out):
     """`whyslow serve` with a command-line target: a cpu_split started while the Processes view is open appears in
     it, and leaves it when it ends, without a reload (the view polls)."""
-    data = os.path.join(out, "serve-data")
-    shutil.rmtree(data, ignore_errors=True)
-    agent = subprocess.Popen([whyslow, "serve", "--listen", "127.0.0.1:0", "--data-dir", data],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    agent, url, api = serve(whyslow, out, "serve-data")
     try:
-        line = agent.stderr.readline()
-        m = re.search(r"http://(\S+?)/?(\s|$)", line)
-        assert m, line
-        url = f"http://{m.group(1)}/"
-        req = urllib.request.Request(url + "api/v1/targets", method="POST", data=json.dumps(
-            {"match": {"cmdline": "cpu_split 5.0417"}, "sources": ["cpu"], "window_s": 1}).encode(),
-            headers={"Content-Type": "application/json"})
-        urllib.request.urlopen(req).read()
+        api("api/v1/targets", {"match": {"cmdline": "cpu_split 5.0417"}, "sources": ["cpu"], "window_s": 1})
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM)
             page = new_page(browser)
@@ -453,22 +466,8 @@ def findings_track(whyslow, bindir, out):
     """`whyslow serve`'s always-on doctor above the timeline: an -O0 build's finding is a bar on its row, and
     hotswitch's change (SIGUSR1 after 11 windows) one regression mark that opens the Diff view of the two ranges,
     where hot_new grew."""
-    data = os.path.join(out, "serve-doctor-data")
-    shutil.rmtree(data, ignore_errors=True)
-    agent = subprocess.Popen([whyslow, "serve", "--listen", "127.0.0.1:0", "--data-dir", data],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    agent, url, api = serve(whyslow, out, "serve-doctor-data")
     try:
-        line = agent.stderr.readline()
-        m = re.search(r"http://(\S+?)/?(\s|$)", line)
-        assert m, line
-        url = f"http://{m.group(1)}/"
-
-        def api(path, body=None):
-            req = urllib.request.Request(url + path, method="POST" if body else "GET",
-                                         data=json.dumps(body).encode() if body else None,
-                                         headers={"Content-Type": "application/json"})
-            return json.loads(urllib.request.urlopen(req).read())
-
         common = {"sources": ["cpu"], "frequency": 999, "window_s": 1}
         hot = api("api/v1/targets", {"name": "hot", "match": {"cmdline": "hotswitch 18 ui"}, **common})["id"]
         opt = api("api/v1/targets", {"name": "opt", "match": {"cmdline": "doctor_optwork_O0"}, **common})["id"]
@@ -531,23 +530,9 @@ def label_filter(whyslow, bindir, out):
     except (OSError, TypeError):
         log("label filter: no writable cgroup v2 here: skipped")
         return
-    data = os.path.join(out, "serve-label-data")
-    shutil.rmtree(data, ignore_errors=True)
-    agent = subprocess.Popen([whyslow, "serve", "--listen", "127.0.0.1:0", "--data-dir", data],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    agent, url, api = serve(whyslow, out, "serve-label-data")
     work = []
     try:
-        line = agent.stderr.readline()
-        m = re.search(r"http://(\S+?)/?(\s|$)", line)
-        assert m, line
-        url = f"http://{m.group(1)}/"
-
-        def api(path, body=None):
-            req = urllib.request.Request(url + path, method="POST" if body else "GET",
-                                         data=json.dumps(body).encode() if body else None,
-                                         headers={"Content-Type": "application/json"})
-            return json.loads(urllib.request.urlopen(req).read())
-
         tid = api("api/v1/targets", {"name": "split", "match": {"cmdline": "cpu_split 8.0419"}, "sources": ["cpu"],
                                      "frequency": 99, "window_s": 1})["id"]
         split = os.path.join(bindir, "cpu_split")
