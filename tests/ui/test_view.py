@@ -201,11 +201,11 @@ def main():
             page.go_forward()
             page.wait_for_function(f"window.whyslow.total === {half}")
             log(f"timeline: {len(tl['values'])} slices, {everything} samples; first half {selected} -> {half}")
-            # Half the width is half the slices, give or take the one the drag rounds to; the samples follow
-            # the time selected within 10% (a steady workload on a shared machine).
+            # Half the width is half the slices, give or take the one the drag rounds to, and the views show
+            # exactly those slices' samples. (How many that is depends on the machine: beside other work the
+            # first half of a run held 44.6% of its samples.)
             frac = (selected[1] - selected[0]) / len(tl["values"])
-            assert abs(frac - 0.5) <= 1 / len(tl["values"]) and abs(half / everything / frac - 1) <= 0.10, \
-                (half, everything, selected)
+            assert abs(frac - 0.5) <= 1 / len(tl["values"]) and 0 < half < everything, (half, everything, selected)
             assert half == sum(tl["values"][selected[0]:selected[1]]), (half, selected)
             assert int(page.get_attribute("#shown", "data-total")) == half
             fs = frames(page)
