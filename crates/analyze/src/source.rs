@@ -118,19 +118,10 @@ pub fn source_lines(p: &Profile, value: usize, query: &str) -> Result<Vec<Functi
         })
         .collect();
     if found.is_empty() {
-        let mut live = vec![false; p.frames.len()];
-        for s in p.samples.iter().filter(|s| value_of(&s.values) != 0) {
-            let mut node = s.stack;
-            while node != NONE {
-                let n = p.stacks[node as usize];
-                live[n.frame as usize] = true;
-                node = n.parent;
-            }
-        }
-        let names = p.frames.iter().zip(&live).filter(|(_, &l)| l).map(|(f, _)| p.str(f.name));
+        let sampled = crate::top_functions(p, value);
         return Err(AnalyzeError::NoSuchFunction {
             query: query.to_string(),
-            suggestions: close_matches(query, names, 5),
+            suggestions: close_matches(query, sampled.iter().map(|f| f.name.as_str()), 5),
         });
     }
     found.sort_by(|a, b| b.total.cmp(&a.total).then_with(|| a.name.cmp(&b.name)));

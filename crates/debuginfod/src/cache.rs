@@ -1,7 +1,7 @@
 //! The on-disk cache, laid out as elfutils' client lays it out so `debuginfod-find`, gdb and whyslow share
 //! one: `<cache>/<buildid>/debuginfo` holds the file (mode 0400, directory 0700), `<cache>/<buildid>/
-//! source##dir##file.c` a source file; an empty file there is a remembered miss, honoured for as many seconds as the control file `<cache>/cache_miss_s`
-//! says (600 when absent).
+//! source##dir##file.c` a source file; an empty file there is a remembered miss, honoured for as many
+//! seconds as the control file `<cache>/cache_miss_s` says (600 when absent).
 //!
 //! Must never put a file at its final name that was not verified, nor truncate a file another client
 //! put there: real files arrive only by rename, misses only by exclusive create.

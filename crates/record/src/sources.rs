@@ -141,7 +141,6 @@ impl Events {
         by_event.into_values().collect()
     }
 
-    /// Reads the records of every ring into `batch`.
     /// Reads the records of every ring into `batch`: of the side band asked per CPU, those of the
     /// followed processes.
     pub(crate) fn read<H: Host>(&mut self, c: &mut Converter<H>, buf: &mut Vec<u8>, batch: &mut Vec<Timed>) {
@@ -355,15 +354,14 @@ impl<'obj> Sources<'obj> {
             // The clock is counted per thread.
             warm = Some(std::thread::spawn(sys::warm_task_events));
         }
-        let sys_enter = match per_task {
-            true => {
-                Some(sys::tracepoint_id("raw_syscalls", "sys_enter").map_err(|e| match e.raw_os_error() {
+        let sys_enter = per_task
+            .then(|| {
+                sys::tracepoint_id("raw_syscalls", "sys_enter").map_err(|e| match e.raw_os_error() {
                     Some(libc::EACCES) | Some(libc::EPERM) => RecordError::Permission(e),
                     _ => RecordError::Io("tracefs (raw_syscalls/sys_enter)".into(), e),
-                })?)
-            }
-            false => None,
-        };
+                })
+            })
+            .transpose()?;
         let Layout {
             cfgs,
             streams,

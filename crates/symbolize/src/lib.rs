@@ -468,7 +468,6 @@ const KERNEL_REFRESH: std::time::Duration = std::time::Duration::from_secs(60);
 pub struct Resident {
     pool: Pool,
     kernel: Option<(std::time::Instant, Kallsyms)>,
-    held: usize,
 }
 
 impl Resident {
@@ -477,7 +476,7 @@ impl Resident {
     pub fn caching_debug_files_in(cache: &Path) -> Resident {
         let client = whyslow_debuginfod::Options::from_env()
             .map(|o| Client::new(whyslow_debuginfod::Options { cache: cache.to_path_buf(), ..o }));
-        Resident { pool: Pool::new(client.map(Arc::new)), kernel: None, held: 0 }
+        Resident { pool: Pool::new(client.map(Arc::new)), kernel: None }
     }
 
     pub fn symbolize(&mut self, raw: RawRecording) -> Profile {
@@ -492,13 +491,8 @@ impl Resident {
                     (cached.as_ref().expect("loaded above").1.clone(), false)
                 }
             });
-        self.held = self.pool.trim();
+        self.pool.trim();
         p
-    }
-
-    /// The files whose symbols the pool's threads hold after the last [`Resident::symbolize`].
-    pub fn files_held(&self) -> usize {
-        self.held
     }
 }
 

@@ -52,23 +52,17 @@ pub fn report(a: ReportArgs) -> Result<()> {
 /// `--source`: the matched functions' lines with their samples, the text read once per file.
 fn source(out: &mut impl Write, p: &Profile, value: usize, query: &str, format: OutputFormat) -> Result<()> {
     use render::source::{Listing, Source};
+    use std::collections::HashMap;
+    use whyslow_analyze::source::FunctionLines;
     let found = whyslow_analyze::source::source_lines(p, value, query)?;
     let debuginfod = whyslow_debuginfod::Client::from_env();
-    let mut texts: Vec<((String, String), Source)> = Vec::new();
+    let key = |f: &FunctionLines| (f.file.clone(), f.build_id.clone());
+    let mut texts: HashMap<(String, String), Source> = HashMap::new();
     for f in &found {
-        let key = (f.file.clone(), f.build_id.clone());
-        if !texts.iter().any(|(k, _)| *k == key) {
-            let text = read_source(&f.file, &f.build_id, debuginfod.as_ref());
-            texts.push((key, text));
-        }
+        texts.entry(key(f)).or_insert_with(|| read_source(&f.file, &f.build_id, debuginfod.as_ref()));
     }
-    let listings: Vec<Listing> = found
-        .iter()
-        .map(|f| Listing {
-            function: f,
-            source: &texts.iter().find(|(k, _)| k.0 == f.file && k.1 == f.build_id).expect("read above").1,
-        })
-        .collect();
+    let listings: Vec<Listing> =
+        found.iter().map(|f| Listing { function: f, source: &texts[&key(f)] }).collect();
     let t = &p.sample_types[value];
     let total = p.total(value);
     match format {
