@@ -11,7 +11,7 @@ use whyslow_model::close_matches;
 pub use whyslow_symbols::glob_escape;
 use whyslow_symbols::placement::{Code, Placement};
 pub use whyslow_symbols::placement::{Execution, Needs, Site, StackNeed};
-use whyslow_symbols::{functions, glob, name_forms, resolved_in_self, same_file, Function};
+use whyslow_symbols::{functions, name_forms, resolved_in_self, same_file, Function};
 
 /// One pattern and the output group it belongs to.
 #[derive(Debug, Clone)]
@@ -378,28 +378,37 @@ pub fn resolve(
     if patterns.iter().any(|p| p.pattern.trim().is_empty()) {
         return Err(RecordError::EmptyPattern);
     }
-    for p in patterns {
-        whyslow_symbols::check_glob(&p.pattern).map_err(RecordError::BadGlob)?;
-    }
+    let globs = patterns
+        .iter()
+        .map(|p| whyslow_symbols::Glob::new(&p.pattern))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(RecordError::BadGlob)?;
     // Benchmarks set WHYSLOW_PROBE_AT_ENTRY to measure what moving probes saves.
     let at_entry = std::env::var_os("WHYSLOW_PROBE_AT_ENTRY").is_some();
     let mut res = Resolution::default();
-    let mut tables: Vec<(&PathBuf, Vec<Function>, Option<Code>)> = Vec::new();
+    let mut tables: Vec<(&PathBuf, Vec<Function>)> = Vec::new();
     for m in modules {
         match functions(m) {
-            Ok(f) => tables.push((m, f, None)),
+            Ok(f) => tables.push((m, f)),
             Err(e) => res.notes.push(format!("not probed: {e}")),
         }
     }
+    // Each function's name forms, worked out once for every pattern (libc alone has thousands).
+    let forms: Vec<Vec<[&str; 4]>> =
+        tables.iter().map(|(_, fs)| fs.iter().map(name_forms).collect()).collect();
+    // Each module's code, read when a function of it is first placed.
+    let mut codes: Vec<Option<Code>> = tables.iter().map(|_| None).collect();
     // (module index, entry offset) -> probe index (None: skipped), so aliases and overlapping patterns
     // share one probe, and a function is placed (or skipped) once.
     let mut at: HashMap<(usize, u64), Option<usize>> = HashMap::new();
-    for spec in patterns {
+    for (spec, g) in patterns.iter().zip(&globs) {
         let mut n = 0;
-        for (mi, (module, funcs, code)) in tables.iter_mut().enumerate() {
+        for (mi, (module, funcs)) in tables.iter().enumerate() {
+            let code = &mut codes[mi];
             // One entry per code address: the first matching name wins, the rest are aliases.
             let mut hits: BTreeMap<u64, Vec<&Function>> = BTreeMap::new();
-            for f in funcs.iter().filter(|f| name_forms(f).iter().any(|form| glob(&spec.pattern, form))) {
+            for (f, _) in funcs.iter().zip(&forms[mi]).filter(|(_, fm)| fm.iter().any(|form| g.matches(form)))
+            {
                 hits.entry(f.offset).or_default().push(f);
             }
             for (_, fs) in hits {
@@ -480,7 +489,7 @@ pub fn resolve(
             }
         }
         if n == 0 && spec.required {
-            let names = tables.iter().flat_map(|(_, fs, _)| fs.iter().map(|f| f.name.as_str()));
+            let names = tables.iter().flat_map(|(_, fs)| fs.iter().map(|f| f.name.as_str()));
             return Err(RecordError::NoSuchFunction {
                 pattern: spec.pattern.clone(),
                 suggestions: close_matches(&spec.pattern, names, 5),

@@ -109,6 +109,11 @@ pub fn separate_debug_file(path: &Path, file: &object::File) -> Option<String> {
 /// `f(int) [clone .isra.0]` -> `f(int)`): a clone is the function, specialized. `.cold` parts are not
 /// entry points and keep their name.
 fn without_clone_suffix(name: &str) -> &str {
+    // Every suffix starts with '.' or " [": most names have neither, and
+    // this runs for every symbol a pattern is matched against.
+    if !name.bytes().any(|b| b == b'.' || b == b'[') {
+        return name;
+    }
     [".constprop.", ".isra.", ".part.", ".lto_priv.", " [clone .constprop", " [clone .isra", " [clone .part"]
         .iter()
         .filter_map(|s| name.find(s))
@@ -297,39 +302,78 @@ pub fn glob_escape(name: &str) -> String {
 
 /// Whether `pattern` is a glob [`glob`] understands (an unclosed `[` is not).
 pub fn check_glob(pattern: &str) -> Result<(), GlobError> {
-    glob_tokens(pattern).map(|_| ())
+    Glob::new(pattern).map(|_| ())
 }
 
 /// Shell-style glob: `*` any run of characters, `?` one character, `[a-z]`/`[!x]` one character of a
 /// set (`[]` is the two characters, as in C++'s `operator[]`), everything else literal. A pattern that
-/// is not a glob ([`check_glob`]) matches nothing.
+/// is not a glob ([`check_glob`]) matches nothing. To match one pattern against many names, compile it
+/// once with [`Glob::new`].
 pub fn glob(pattern: &str, text: &str) -> bool {
-    let Ok(p) = glob_tokens(pattern) else { return false };
-    let t: Vec<char> = text.chars().collect();
-    let one = |tok: &GlobToken, c: char| match tok {
-        GlobToken::One => true,
-        GlobToken::Literal(l) => *l == c,
-        GlobToken::Class { negated, ranges } => ranges.iter().any(|&(lo, hi)| lo <= c && c <= hi) != *negated,
-        GlobToken::Star => false,
-    };
-    let (mut pi, mut ti) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while ti < t.len() {
-        if pi < p.len() && one(&p[pi], t[ti]) {
-            pi += 1;
-            ti += 1;
-        } else if pi < p.len() && matches!(p[pi], GlobToken::Star) {
-            star = Some((pi, ti));
-            pi += 1;
-        } else if let Some((sp, st)) = star {
-            pi = sp + 1;
-            ti = st + 1;
-            star = Some((sp, st + 1));
-        } else {
-            return false;
-        }
+    Glob::new(pattern).is_ok_and(|g| g.matches(text))
+}
+
+/// A glob parsed once, matched against names without allocating.
+pub struct Glob {
+    tokens: Vec<GlobToken>,
+    /// The one text a glob without wildcards or sets of several characters matches (an escaped name).
+    literal: Option<String>,
+}
+
+impl Glob {
+    pub fn new(pattern: &str) -> Result<Glob, GlobError> {
+        let tokens = glob_tokens(pattern)?;
+        let literal = tokens
+            .iter()
+            .map(|t| match t {
+                GlobToken::Literal(c) => Some(*c),
+                GlobToken::Class { negated: false, ranges }
+                    if ranges.len() == 1 && ranges[0].0 == ranges[0].1 =>
+                {
+                    Some(ranges[0].0)
+                }
+                _ => None,
+            })
+            .collect();
+        Ok(Glob { tokens, literal })
     }
-    p[pi..].iter().all(|t| matches!(t, GlobToken::Star))
+
+    pub fn matches(&self, text: &str) -> bool {
+        if let Some(l) = &self.literal {
+            return l == text;
+        }
+        let p = &self.tokens;
+        let one = |tok: &GlobToken, c: char| match tok {
+            GlobToken::One => true,
+            GlobToken::Literal(l) => *l == c,
+            GlobToken::Class { negated, ranges } => {
+                ranges.iter().any(|&(lo, hi)| lo <= c && c <= hi) != *negated
+            }
+            GlobToken::Star => false,
+        };
+        let next = |at: usize| text[at..].chars().next().expect("inside the text");
+        // `ti` is a byte offset into `text`; the last star and the text offset it resumes from.
+        let (mut pi, mut ti) = (0, 0);
+        let mut star: Option<(usize, usize)> = None;
+        while ti < text.len() {
+            let c = next(ti);
+            if pi < p.len() && one(&p[pi], c) {
+                pi += 1;
+                ti += c.len_utf8();
+            } else if pi < p.len() && matches!(p[pi], GlobToken::Star) {
+                star = Some((pi, ti));
+                pi += 1;
+            } else if let Some((sp, st)) = star {
+                let st = st + next(st).len_utf8();
+                pi = sp + 1;
+                ti = st;
+                star = Some((sp, st));
+            } else {
+                return false;
+            }
+        }
+        p[pi..].iter().all(|t| matches!(t, GlobToken::Star))
+    }
 }
 
 /// The forms of a function's name a pattern may match: the demangled name, without its parameter list,
@@ -453,6 +497,16 @@ mod tests {
             assert!(check_glob(&p).is_ok() && glob(&p, name), "{name} -> {p}");
         }
         assert!(!glob(&glob_escape("operator*"), "operator*=") && !glob(&glob_escape("a?b"), "axb"));
+        // An escaped name is compared as text; a star steps over whole characters, not bytes.
+        let g = Glob::new(&glob_escape("operator[]")).unwrap();
+        assert_eq!(g.literal.as_deref(), Some("operator[]"));
+        assert!(g.matches("operator[]") && !g.matches("operator[]="));
+        assert!(
+            glob("a*\u{f6}?", "a\u{df}\u{f6}\u{f6}x")
+                && glob("?\u{f6}", "\u{df}\u{f6}")
+                && !glob("??", "\u{f6}")
+        );
+        assert!(Glob::new("a*").unwrap().literal.is_none() && Glob::new("[ab]").unwrap().literal.is_none());
         assert_eq!(without_clone_suffix("parse_frames.constprop.0.isra.0"), "parse_frames");
         assert_eq!(without_clone_suffix("f(int) [clone .isra.0]"), "f(int)");
         assert_eq!(without_clone_suffix("g.cold"), "g.cold");
