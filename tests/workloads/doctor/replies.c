@@ -4,6 +4,7 @@
  * the writes are most of the time; 8: they are a small share of it). */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -28,6 +29,14 @@ static void *server(void *arg) {
 
 int main(int argc, char **argv) {
     units = argc > 1 ? atol(argv[1]) : 0;
+    /* Both threads on one CPU: each request then costs the two syscalls and a switch between the
+     * threads, not a wake-up of a CPU that went idle. That wake-up (an IPI, a VM exit on a virtual
+     * machine) can cost more than everything else together, and only sometimes: on a VM it made the
+     * reads, which wake the other thread too, outweigh the writes one day and not the next. */
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(sched_getcpu(), &one);
+    sched_setaffinity(0, sizeof one, &one);
     if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) < 0) return 1;
     pthread_t t;
     pthread_create(&t, NULL, server, NULL);
