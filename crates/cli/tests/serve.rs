@@ -184,8 +184,12 @@ fn a_comm_target_follows_processes_that_start_later() {
         pids(&a).contains(&u64::from(second.id())).then_some(())
     });
     assert!(first.wait().unwrap().success() && second.wait().unwrap().success());
-    // Both gone: let go within a scan or two.
+    // Both gone: let go within a scan or two, and their state (mappings, unwinder) a second after they
+    // ended, whether the exit record came before they were let go or not (it then never comes).
     wait_for(3, "exited processes to leave /processes", || pids(&a).is_empty().then_some(()));
+    wait_for(4, "the sessions to drop the exited processes", || {
+        (metric(&a, "whyslow_processes_held") == 0.0).then_some(())
+    });
     // Their last windows are stored once the sessions cut them: wait until the total holds still for
     // longer than a window.
     // ~7000 samples with the CPU to themselves; fewer when other tests share the two cores.

@@ -391,6 +391,17 @@ fn exited_processes_are_forgotten_so_memory_stays_bounded_over_churn() {
         }
     }
     assert_eq!(c.raw.modules.len(), 1, "one module for the one file");
+    // A process let go before its exit record came (the side band drops it from then on) is forgotten
+    // like an exited one, once records a second (EXITED_GRACE_NS) later arrive.
+    let mut c = converter();
+    c.handle(at(1, mmap(7, 0x40_0000, EXE)), &ids);
+    c.handle(at(2, sample(1, 7, 7, 0x40_0010)), &ids);
+    c.forget(7, 10);
+    c.forget(7, 20);
+    c.handle(at(500_000_000, Record::Lost(1)), &ids);
+    assert_eq!(c.live_processes(), 1, "within the grace its late samples still resolve");
+    c.handle(at(1_000_000_010, Record::Lost(1)), &ids);
+    assert_eq!(c.live_processes(), 0);
     // Kept when asked (allocation sites are read after the run).
     let mut c = converter().retaining_exited();
     c.handle(at(1, mmap(5, 0x40_0000, EXE)), &ids);

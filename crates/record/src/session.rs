@@ -353,6 +353,7 @@ impl<'a> Session<'a> {
     /// Lets process `pid` go: closes its events (the converter dropped its state when it exited).
     pub fn forget(&mut self, pid: u32) {
         self.src.forget(pid);
+        self.c.forget(pid, sys::monotonic_ns());
         self.pids.retain(|&p| p != pid);
     }
 
@@ -534,6 +535,7 @@ impl<'a> Session<'a> {
             // Allocations counted since the last window, over the stacks sampled so far.
             self.c.add_alloc_counts(&sites.site_counts(), &sites.stack_counts());
         }
+        self.c.forget_exited(sys::monotonic_ns());
         let mut raw = self.c.cut();
         add_wall(&mut raw);
         let n = self.c.counters();

@@ -128,6 +128,8 @@ pub struct Counters {
     pub connections_timed_out: AtomicU64,
     /// Times the symbolizer's caches were dropped to bound the agent's memory.
     pub symbolizer_resets: AtomicU64,
+    /// Processes whose state the recording sessions hold (summed over them).
+    pub processes_held: AtomicU64,
 }
 
 impl Counters {

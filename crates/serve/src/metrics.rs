@@ -31,6 +31,13 @@ pub fn render(s: &Shared) -> Result<String, crate::store::StoreError> {
     drop(tracked);
     let host = s.host_tracked.lock().expect("tracked lock").values().filter(|t| t.gone_ns.is_none()).count();
     o.value("whyslow_tracked_processes", &[("followed", "host")], host);
+    o.one(
+        "whyslow_processes_held",
+        "gauge",
+        "Processes whose state (mappings, unwinder) the recording sessions hold: the followed ones, and \
+         those that ended or were let go within the last second.",
+        c.processes_held.load(Ordering::Relaxed),
+    );
     let samples = c.samples.lock().expect("counters lock").clone();
     o.family(
         "whyslow_samples_total",

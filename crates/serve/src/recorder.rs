@@ -459,6 +459,8 @@ fn session_thread(
     let mut objects = Objects::new(&opts)?;
     let mut s = Session::start(&opts, &mut objects, &mut Quiet)?;
     let mut windowing = Windowing::new(key, windows, false);
+    // This session's part of the processes held, as last added to the counter.
+    let mut held = 0u64;
     loop {
         let end = s.step(&mut Quiet);
         for cmd in rx.try_iter() {
@@ -475,11 +477,15 @@ fn session_thread(
                 Cmd::Forget(pid) => s.forget(pid),
             }
         }
-        *known.lock().expect("known lock") = s.processes().collect();
+        let now: std::collections::HashSet<u32> = s.processes().collect();
+        counters.processes_held.fetch_add(now.len() as u64, Ordering::Relaxed);
+        counters.processes_held.fetch_sub(std::mem::replace(&mut held, now.len() as u64), Ordering::Relaxed);
+        *known.lock().expect("known lock") = now;
         if !windowing.stepped(&mut s, end, counters) {
             break;
         }
     }
+    counters.processes_held.fetch_sub(held, Ordering::Relaxed);
     windowing.finish(s);
     Ok(())
 }
