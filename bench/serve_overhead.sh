@@ -126,7 +126,8 @@ def row(mpath, state, t, t0, rps, fds):
         o.write(f"{t:.3f} {cur['cpu']} {rss:.2f} {rps}\n")
     print(f"    {t - t0:6.0f}  {rps:>9}  {cpu:8.2f}  {rss:7.1f}  {fds:>4}  {direct:>3}+{inh:<3}"
           f"  {(cur['samples'] - prev['samples']) / dt:9.0f}  {(cur['lost'] - prev['lost']) / dt:7.0f}"
-          f"  {int(m.get('whyslow_windows_stored_total', 0)):7d}  {m.get('whyslow_store_disk_bytes', 0) / 2**20:6.1f}")
+          f"  {int(m.get('whyslow_windows_stored_total', 0)):7d}  {m.get('whyslow_store_disk_bytes', 0) / 2**20:6.1f}"
+          f"  {int(m.get('whyslow_processes_held', 0)):4d}  {int(m.get('whyslow_symbolizer_resets_total', 0)):6d}")
 
 def ab(path, drop_target):
     """Phase-1 summary from lines 'pair mode rps'."""
@@ -330,7 +331,7 @@ T_FOLLOW=$(now)
 CPU_FOLLOW=$(api /metrics | awk '/^whyslow_process_cpu_seconds_total/ {print $2}')
 python3 "$OUT/h.py" sampler "$AGENT_PID" "$NGINX_PID" "$OUT/persec.txt" &
 SAMPLER_PID=$!
-echo "         t    req/s  agentCPU%  RSS(MB)   fds  followed  samples/s  lost/s  windows  disk(MB)"
+echo "         t    req/s  agentCPU%  RSS(MB)   fds  followed  samples/s  lost/s  windows  disk(MB)  held  resets"
 api /metrics >"$OUT/m.txt"
 h row "$OUT/m.txt" "$OUT/state.json" "$(now)" "$T_FOLLOW" - -
 elapsed=0

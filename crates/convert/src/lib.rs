@@ -496,9 +496,9 @@ impl<H: Host> Converter<H> {
         self.procs.keys().copied()
     }
 
-    /// Forgets process `pid` as if it exited at `now` (event clock): a process let go sends no exit record
-    /// through a side band that stopped following it, and its state (mappings, unwinder, its cache) would
-    /// stay for the rest of the run (48 MB after 7,000 short-lived processes of an agent).
+    /// Forgets process `pid` as if it exited at `now` (event clock): a process let go while it runs sends
+    /// no exit record through a side band that stopped following it, and its state (mappings, unwinder,
+    /// its cache) would stay for the rest of the run.
     pub fn forget(&mut self, pid: u32, now: u64) {
         if !self.retain_exited && self.procs.contains_key(&pid) && !self.exited.iter().any(|&(p, _)| p == pid)
         {

@@ -535,7 +535,15 @@ impl<'a> Session<'a> {
             // Allocations counted since the last window, over the stacks sampled so far.
             self.c.add_alloc_counts(&sites.site_counts(), &sites.stack_counts());
         }
-        self.c.forget_exited(sys::monotonic_ns());
+        // Processes that are gone, whatever the records said: one whose exit record never came (the side
+        // band let it go first, a full ring) kept its state for the rest of the run (an agent held 64
+        // such processes 220 s after this machine's pids wrapped around, and more with every one).
+        let now = sys::monotonic_ns();
+        let gone: Vec<u32> = self.c.process_ids().filter(|&p| !target::alive(p)).collect();
+        for pid in gone {
+            self.c.forget(pid, now);
+        }
+        self.c.forget_exited(now);
         let mut raw = self.c.cut();
         add_wall(&mut raw);
         let n = self.c.counters();

@@ -477,10 +477,12 @@ fn session_thread(
                 Cmd::Forget(pid) => s.forget(pid),
             }
         }
-        let now: std::collections::HashSet<u32> = s.processes().collect();
-        counters.processes_held.fetch_add(now.len() as u64, Ordering::Relaxed);
-        counters.processes_held.fetch_sub(std::mem::replace(&mut held, now.len() as u64), Ordering::Relaxed);
-        *known.lock().expect("known lock") = now;
+        let procs: std::collections::HashSet<u32> = s.processes().collect();
+        counters.processes_held.fetch_add(procs.len() as u64, Ordering::Relaxed);
+        counters
+            .processes_held
+            .fetch_sub(std::mem::replace(&mut held, procs.len() as u64), Ordering::Relaxed);
+        *known.lock().expect("known lock") = procs;
         if !windowing.stepped(&mut s, end, counters) {
             break;
         }
