@@ -350,7 +350,8 @@ impl<'a> Session<'a> {
         self.c.take_first_sampled()
     }
 
-    /// Lets process `pid` go: closes its events (the converter dropped its state when it exited).
+    /// Lets process `pid` go: closes its events, and the converter drops its state a second later (no exit
+    /// record of it comes through the side band from now on).
     pub fn forget(&mut self, pid: u32) {
         self.src.forget(pid);
         self.c.forget(pid, sys::monotonic_ns());
