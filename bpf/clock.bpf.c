@@ -16,6 +16,7 @@
 #include <bpf/bpf_tracing.h>
 /* A perf_event program: its hash maps must be preallocated. */
 #define WS_TRACKED_PREALLOC
+#define WS_OWN_EXIT
 #include "track.h"
 #include "go.h"
 
@@ -105,6 +106,17 @@ int keep(void *ctx)
 	if (runs_go(tgid))
 		goroutine_stack();
 	return 1;
+}
+
+/* A process that ends leaves the maps: its pid goes to another process sooner or later. */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(on_process_exit, struct task_struct *p)
+{
+	u32 tgid = p->tgid;
+	if (process_ended(p))
+		bpf_map_delete_elem(&go_procs, &tgid);
+	untrack_ended(p);
+	return 0;
 }
 
 char LICENSE[] SEC("license") = "GPL";

@@ -7,6 +7,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
+#define WS_OWN_EXIT
 #include "track.h"
 
 struct {
@@ -27,6 +28,7 @@ int BPF_PROG(on_exit, struct task_struct *p)
 	/* A fatal signal ends every thread with it; otherwise the leader's status is the process's. */
 	if ((status & 0x7f) || p->pid == tgid)
 		bpf_map_update_elem(&exits, &tgid, &status, (status & 0x7f) ? BPF_ANY : BPF_NOEXIST);
+	untrack_ended(p);
 	return 0;
 }
 

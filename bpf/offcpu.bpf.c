@@ -22,6 +22,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
+#define WS_OWN_EXIT
 #include "track.h"
 #include "go.h"
 #include "ustack.h"
@@ -324,6 +325,7 @@ int BPF_PROG(on_thread_exit, struct task_struct *p)
 	bpf_map_delete_elem(&blocks, &tid);
 	if (tid == p->tgid)
 		bpf_map_delete_elem(&go_procs, &tid);
+	untrack_ended(p);
 	return 0;
 }
 

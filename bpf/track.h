@@ -3,7 +3,8 @@
  * The processes a program observes: user space puts the target's tgids into `tracked`; children forked
  * by a tracked process are added from their first instruction. A launched command is put in ARMED while
  * it is still whyslow's forked child (its calls before exec are whyslow's own, e.g. execvp's PATH search)
- * and becomes TRACKED at its exec. Shared by the programs of bpf/.
+ * and becomes TRACKED at its exec. A process leaves the map when its last thread ends. Shared by the
+ * programs of bpf/.
  */
 #ifndef WHYSLOW_TRACK_H
 #define WHYSLOW_TRACK_H
@@ -40,6 +41,33 @@ int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
 	}
 	return 0;
 }
+
+/* A process whose last thread ends leaves `tracked`: its pid is handed to another process sooner or later
+ * (pids wrap around: an agent with a process every second sees it within hours), which would be observed
+ * in its stead, and the map would fill. Each thread's exit has already taken it off the group's `live`
+ * count when the tracepoint fires, so the last one reads 0 (process_ended). A program with an exit handler of its own
+ * defines WS_OWN_EXIT and calls this at its end (after it looked the process up); others get
+ * on_process_exit below. */
+static __always_inline bool process_ended(struct task_struct *p)
+{
+	return p->signal->live.counter == 0;
+}
+
+static __always_inline void untrack_ended(struct task_struct *p)
+{
+	u32 tgid = p->tgid;
+	if (process_ended(p))
+		bpf_map_delete_elem(&tracked, &tgid);
+}
+
+#ifndef WS_OWN_EXIT
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(on_process_exit, struct task_struct *p)
+{
+	untrack_ended(p);
+	return 0;
+}
+#endif
 
 /* A program that wants to act when an armed command's exec succeeds defines WS_ON_ARMED_EXEC(task)
  * before including this file. */

@@ -536,9 +536,10 @@ impl<'a> Session<'a> {
             // Allocations counted since the last window, over the stacks sampled so far.
             self.c.add_alloc_counts(&sites.site_counts(), &sites.stack_counts());
         }
-        // Processes that are gone, whatever the records said: one whose exit record never came (the side
-        // band let it go first, a full ring) kept its state for the rest of the run (an agent held 64
-        // such processes 220 s after this machine's pids wrapped around, and more with every one).
+        // Processes that are gone, whatever the records said: one whose exit record never came (a full
+        // ring) would keep its state for the rest of the run. (After this machine's pids wrapped around,
+        // an agent held hundreds: the eBPF programs kept the pids of ended processes and sampled the new
+        // processes under them, which nothing followed to their exit; bpf/track.h now lets them go.)
         let now = sys::monotonic_ns();
         let gone: Vec<u32> = self.c.process_ids().filter(|&p| !target::alive(p)).collect();
         for pid in gone {

@@ -730,11 +730,18 @@ impl<'obj> Sources<'obj> {
         }
     }
 
-    /// Lets process `pid` go: closes its events and drops its clock samples.
+    /// Lets process `pid` go: closes its events, and drops its clock samples, its blocks and its exit
+    /// status.
     pub(crate) fn forget(&mut self, pid: u32) {
         self.ev.forget(pid);
         if let Some(f) = &self.clock_filter {
             f.untrack(pid);
+        }
+        if let Some(p) = &self.offcpu {
+            p.untrack(pid);
+        }
+        if let Some(w) = &self.exits {
+            w.untrack(pid);
         }
     }
 }

@@ -168,6 +168,7 @@ impl<'obj> CallProbe<'obj> {
             links.push((-1, skel.progs.on_fork.attach().map_err(|e| classify("attach fork hook", e))?));
         }
         links.push((-1, skel.progs.on_exec.attach().map_err(|e| classify("attach exec hook", e))?));
+        links.push((-1, skel.progs.on_process_exit.attach().map_err(|e| classify("attach exit hook", e))?));
         for (i, site) in size_args.unwrap_or_default().iter().enumerate() {
             let key = (i as u32).to_ne_bytes();
             let value = size_arg(site);

@@ -7,7 +7,7 @@ use super::clock_skel::{ClockSkel, ClockSkelBuilder, OpenClockSkel};
 use super::{check_btf, classify, quiet_libbpf, u32_at, u64_at};
 use crate::RecordError;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
-use libbpf_rs::{MapCore, OpenObject, RingBuffer, RingBufferBuilder};
+use libbpf_rs::{OpenObject, RingBuffer, RingBufferBuilder};
 use std::cell::RefCell;
 use std::mem::{offset_of, MaybeUninit};
 use std::os::fd::{AsFd, AsRawFd};
@@ -98,8 +98,7 @@ impl<'obj> ClockFilter<'obj> {
 
     /// Drops the samples of process `pid` from now on.
     pub fn untrack(&self, pid: u32) {
-        let _ = self.skel.maps.tracked.delete(&pid.to_ne_bytes());
-        let _ = self.skel.maps.go_procs.delete(&pid.to_ne_bytes());
+        super::untrack(&self.skel.maps.tracked, &self.skel.maps.go_procs, pid);
     }
 
     /// The program to attach to each clock event (PERF_EVENT_IOC_SET_BPF).

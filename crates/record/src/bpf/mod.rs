@@ -88,6 +88,13 @@ fn track(tracked: &impl libbpf_rs::MapCore, pid: u32, launched: bool) -> Result<
     tracked.update(&pid.to_ne_bytes(), &[state], libbpf_rs::MapFlags::ANY).map_err(|e| classify("track", e))
 }
 
+/// Takes process `pid` out of a program's `tracked` and `go_procs` maps (the program leaves it alone from
+/// now on; the processes it forked stay tracked).
+fn untrack(tracked: &impl libbpf_rs::MapCore, go_procs: &impl libbpf_rs::MapCore, pid: u32) {
+    let _ = tracked.delete(&pid.to_ne_bytes());
+    let _ = go_procs.delete(&pid.to_ne_bytes());
+}
+
 /// Puts process `pid` into a program's `go_procs` map (bpf/go.h) when it runs Go (`go`).
 fn track_go(go_procs: &impl libbpf_rs::MapCore, pid: u32, go: bool) -> Result<(), RecordError> {
     if !go {

@@ -112,6 +112,11 @@ impl<'obj> OffCpuProbe<'obj> {
         super::track(&self.skel.maps.tracked, pid, launched)
     }
 
+    /// Records no more blocks of process `pid` from now on.
+    pub fn untrack(&self, pid: u32) {
+        super::untrack(&self.skel.maps.tracked, &self.skel.maps.go_procs, pid);
+    }
+
     pub fn attach(&mut self) -> Result<(), RecordError> {
         self.skel.attach().map_err(|e| classify("attach", e))
     }

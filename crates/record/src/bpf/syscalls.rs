@@ -196,6 +196,7 @@ impl<'obj> SyscallProbe<'obj> {
             let p = &self.skel.progs;
             self.hooks.push(p.on_fork.attach().map_err(|e| classify("attach fork hook", e))?);
             self.hooks.push(p.on_exec.attach().map_err(|e| classify("attach exec hook", e))?);
+            self.hooks.push(p.on_process_exit.attach().map_err(|e| classify("attach exit hook", e))?);
         }
         self.resume()
     }
