@@ -384,7 +384,7 @@ impl Store {
     /// Every target, by id.
     pub fn targets(&self) -> Result<Vec<(i64, TargetSpec)>, StoreError> {
         let mut st =
-            self.conn.prepare("SELECT id, spec FROM targets ORDER BY id").map_err(|e| self.sql(e))?;
+            self.conn.prepare_cached("SELECT id, spec FROM targets ORDER BY id").map_err(|e| self.sql(e))?;
         let rows = st
             .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))
             .map_err(|e| self.sql(e))?;
@@ -459,7 +459,7 @@ impl Store {
     ) -> Result<Vec<WindowRow>, StoreError> {
         let mut st = self
             .conn
-            .prepare(
+            .prepare_cached(
                 "SELECT w.id, w.pid, w.start_ns, w.end_ns, w.bytes, w.cgroup FROM window_targets t
                  JOIN windows w ON w.id = t.window
                  WHERE t.target = ?1 AND t.start_ns < ?2 AND w.end_ns > ?3",
@@ -573,7 +573,7 @@ impl Store {
         let Some((row, comm)) = next else { return Ok(None) };
         let mut st = self
             .conn
-            .prepare("SELECT target FROM window_targets WHERE window = ?1 ORDER BY target")
+            .prepare_cached("SELECT target FROM window_targets WHERE window = ?1 ORDER BY target")
             .map_err(|e| self.sql(e))?;
         let targets = st
             .query_map(params![row.id], |r| r.get(0))
@@ -602,7 +602,7 @@ impl Store {
     pub fn cut_after(&self, after: i64) -> Result<Vec<(WindowRow, Vec<i64>)>, StoreError> {
         let mut st = self
             .conn
-            .prepare(
+            .prepare_cached(
                 "SELECT id, pid, start_ns, end_ns, bytes, cgroup FROM windows WHERE id > ?1 ORDER BY id LIMIT 256",
             )
             .map_err(|e| self.sql(e))?;
@@ -614,7 +614,7 @@ impl Store {
         let mut out = Vec::new();
         let mut t = self
             .conn
-            .prepare("SELECT target FROM window_targets WHERE window = ?1 ORDER BY target")
+            .prepare_cached("SELECT target FROM window_targets WHERE window = ?1 ORDER BY target")
             .map_err(|e| self.sql(e))?;
         for (i, row) in rows.iter().enumerate() {
             if i > 0 && (row.start_ns != rows[0].start_ns || row.id != rows[i - 1].id + 1) {
@@ -635,7 +635,7 @@ impl Store {
     pub fn last_cuts(&self, target: i64, until_id: i64, cuts: usize) -> Result<Vec<Vec<i64>>, StoreError> {
         let mut st = self
             .conn
-            .prepare(
+            .prepare_cached(
                 "SELECT w.id, w.start_ns FROM window_targets t JOIN windows w ON w.id = t.window
                  WHERE t.target = ?1 AND w.id <= ?2 ORDER BY w.start_ns DESC, w.id DESC LIMIT ?3",
             )
@@ -703,7 +703,7 @@ impl Store {
     ) -> Result<Vec<FindingRow>, StoreError> {
         let mut st = self
             .conn
-            .prepare(
+            .prepare_cached(
                 "SELECT target, start_ns, end_ns, rule, title, impact_pct, impact_of, confidence, evidence
                  FROM findings WHERE target = ?1 AND start_ns < ?2 AND end_ns > ?3 ORDER BY rule, start_ns",
             )
@@ -742,7 +742,7 @@ impl Store {
     ) -> Result<Vec<EventRow>, StoreError> {
         let mut st = self
             .conn
-            .prepare(
+            .prepare_cached(
                 "SELECT id, target, at_ns, kind, body FROM events
                  WHERE target = ?1 AND at_ns >= ?2 AND at_ns < ?3 AND (?4 IS NULL OR kind = ?4) ORDER BY id",
             )
