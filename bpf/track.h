@@ -45,9 +45,9 @@ int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
 /* A process whose last thread ends leaves `tracked`: its pid is handed to another process sooner or later
  * (pids wrap around: an agent with a process every second sees it within hours), which would be observed
  * in its stead, and the map would fill. Each thread's exit has already taken it off the group's `live`
- * count when the tracepoint fires, so the last one reads 0 (process_ended). A program with an exit handler of its own
- * defines WS_OWN_EXIT and calls this at its end (after it looked the process up); others get
- * on_process_exit below. */
+ * count when the tracepoint fires, so the last one reads 0 (process_ended). A program with an exit
+ * handler of its own defines WS_OWN_EXIT and calls untrack_ended at its end (after it looked the process
+ * up); others get on_process_exit below. */
 static __always_inline bool process_ended(struct task_struct *p)
 {
 	return p->signal->live.counter == 0;
