@@ -571,16 +571,18 @@ impl Store {
             .optional()
             .map_err(|e| self.sql(e))?;
         let Some((row, comm)) = next else { return Ok(None) };
+        let targets = self.window_targets(row.id)?;
+        Ok(Some((row, comm, targets)))
+    }
+
+    /// The targets window `id` belongs to, in id order.
+    fn window_targets(&self, id: i64) -> Result<Vec<i64>, StoreError> {
         let mut st = self
             .conn
             .prepare_cached("SELECT target FROM window_targets WHERE window = ?1 ORDER BY target")
             .map_err(|e| self.sql(e))?;
-        let targets = st
-            .query_map(params![row.id], |r| r.get(0))
-            .map_err(|e| self.sql(e))?
-            .collect::<Result<Vec<i64>, _>>()
-            .map_err(|e| self.sql(e))?;
-        Ok(Some((row, comm, targets)))
+        let targets = st.query_map(params![id], |r| r.get(0)).map_err(|e| self.sql(e))?;
+        targets.collect::<Result<_, _>>().map_err(|e| self.sql(e))
     }
 
     /// Windows waiting for `backend`, and those retention removed before it got them.
@@ -612,20 +614,11 @@ impl Store {
             .collect::<Result<_, _>>()
             .map_err(|e| self.sql(e))?;
         let mut out = Vec::new();
-        let mut t = self
-            .conn
-            .prepare_cached("SELECT target FROM window_targets WHERE window = ?1 ORDER BY target")
-            .map_err(|e| self.sql(e))?;
         for (i, row) in rows.iter().enumerate() {
             if i > 0 && (row.start_ns != rows[0].start_ns || row.id != rows[i - 1].id + 1) {
                 break;
             }
-            let targets = t
-                .query_map(params![row.id], |r| r.get(0))
-                .map_err(|e| self.sql(e))?
-                .collect::<Result<Vec<i64>, _>>()
-                .map_err(|e| self.sql(e))?;
-            out.push((row.clone(), targets));
+            out.push((row.clone(), self.window_targets(row.id)?));
         }
         Ok(out)
     }
