@@ -46,7 +46,7 @@ impl<'obj> ExitWatch<'obj> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::{BufRead, BufReader};
+    use std::io::{BufRead, BufReader, Write};
     use std::process::{Command, Stdio};
 
     fn tracks(w: &ExitWatch<'_>, pid: u32) -> bool {
@@ -67,7 +67,6 @@ mod tests {
             .expect("sh");
         let pid = sh.id();
         w.track(pid, false).expect("track");
-        use std::io::Write;
         writeln!(sh.stdin.take().expect("stdin"), "go").expect("go");
         let mut line = String::new();
         BufReader::new(sh.stdout.take().expect("stdout")).read_line(&mut line).expect("child pid");
