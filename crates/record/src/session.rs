@@ -3,9 +3,9 @@
 //! signal or target exit, and always detach. A [`Session`] is that run step by step: `record` drives it to
 //! the end, a long-running service follows processes as they appear and cuts it into windows.
 
-use crate::bpf::{syscall_numbers, CallCount, CallProbe, SyscallProbe};
+use crate::bpf::{syscall_numbers, CallCount, CallProbe, Seen, SyscallProbe};
 use crate::calls::{PatternSpec, Probe};
-use crate::sources::{raise_fd_limit, Objects, Sources};
+use crate::sources::{raise_fd_limit, Objects, Sources, SyscallPrices};
 use crate::sys::{self, Clock};
 use crate::target::{self, exit_code_of, stop_launched, try_wait, Gated};
 use crate::{signals, RecordError, RecordOption, RecordOptions};
@@ -417,7 +417,7 @@ impl<'a> Session<'a> {
                 self.src.drain(&mut self.c, &mut self.buf);
                 self.sampler = self.src.syscalls.as_ref().map(|p| {
                     let cpu = self.target_cpu();
-                    SyscallSampler::new(at, p.counted(), spent, self.src.syscall_ns(), share, cpu)
+                    SyscallSampler::new(at, p.seen(), spent, self.src.syscall_prices(), share, cpu)
                 });
             }
         }
@@ -487,10 +487,10 @@ impl<'a> Session<'a> {
         }
         let latency = self.opts.calls.as_ref().is_some_and(|c| c.latency);
         let stacks_period = self.opts.syscalls.as_ref().and_then(|s| s.stacks_period);
-        let (hits, cost_ns) = self.src.probe_cost(&self.probes, latency, stacks_period);
+        let cost = self.src.probe_cost(&self.probes, latency, stacks_period);
         Some(ProbeLoad {
-            hits,
-            cost_ns,
+            hits: cost.hits,
+            cost_ns: cost.ns,
             target_cpu_ns: self.target_cpu(),
             stopped: self.per_call_stopped.is_some(),
         })
@@ -510,22 +510,27 @@ impl<'a> Session<'a> {
         self.last_budget_check = Instant::now();
         let latency = self.opts.calls.as_ref().is_some_and(|c| c.latency);
         let stacks_period = self.opts.syscalls.as_ref().and_then(|s| s.stacks_period);
-        let (hits, cost) = self.src.probe_cost(&self.probes, latency, stacks_period);
+        let cost = self.src.probe_cost(&self.probes, latency, stacks_period);
         let cpu: u64 = self.pids.iter().map(|&p| target::cpu_time_ns(p)).sum();
         let cpu = cpu.saturating_sub(self.cpu_at_start);
         let allowed = (share * cpu as f64) as u64 + crate::BUDGET_CREDIT_NS;
         let at = self.t0.elapsed();
-        (cost > allowed).then(|| {
+        (cost.ns > allowed).then(|| {
+            let others = match cost.others {
+                0 => String::new(),
+                n => format!(" (and {n} syscalls of other processes, which the syscall counters slow too)"),
+            };
             let note = format!(
-                "{} {:.2} s: {hits} hits cost about {:.1} ms, past the budget of {}% of the target's {} ms \
+                "{} {:.2} s: {} hits{others} cost about {:.1} ms, past the budget of {}% of the target's {} ms \
                  of CPU; their counts cover that window",
                 crate::BUDGET_NOTE,
                 at.as_secs_f64(),
-                cost as f64 / 1e6,
+                cost.hits,
+                cost.ns as f64 / 1e6,
                 share * 100.0,
                 cpu / 1_000_000
             );
-            (note, at, cost)
+            (note, at, cost.ns)
         })
     }
 
@@ -645,11 +650,13 @@ impl<'a> Session<'a> {
             self.notes.push(format!(
                 "a counted syscall cost {:.2} us here (measured at the start of the run, the counters attached \
                  to whyslow's own thread: {:.2} us more per getppid, {:.2} us per stat, {:.2} us per socket \
-                 write or read)",
+                 write or read); a syscall of any other process {:.2} us while they were attached, priced in \
+                 too",
                 c.ns() / 1e3,
                 c.light_ns / 1e3,
                 c.path_ns / 1e3,
-                c.socket_ns / 1e3
+                c.socket_ns / 1e3,
+                c.other_ns / 1e3
             ));
         }
         self.src.ev.set_enabled(false);
@@ -743,48 +750,66 @@ const SLICE_SHARE: f64 = 0.5;
 struct SyscallSampler {
     /// Each window as (ns, syscalls counted): the first, then each slice.
     slices: Vec<(u64, u64)>,
-    /// When the current slice began and the count then.
-    on: Option<(Instant, u64)>,
+    /// The syscalls the first window saw: the targets' (the first slice's count) and other processes'.
+    first: Seen,
+    /// Syscalls of other processes seen in the slices since.
+    others: u64,
+    /// When the current slice began and what had been seen then.
+    on: Option<(Instant, Seen)>,
     next: Instant,
     period: Duration,
-    /// What the first window cost (its syscalls and the stacks sampled with them).
+    /// What the first window cost (its syscalls, the stacks sampled with them and other processes').
     first_cost: u64,
-    /// The price of one counted syscall (ns).
-    price: u64,
+    /// The price of a syscall in a slice (ns).
+    prices: SyscallPrices,
     share: f64,
     skipped: u32,
 }
 
 impl SyscallSampler {
-    /// After a first window of `window` that counted `counted` syscalls at a cost of `first_cost` ns
-    /// (`price` ns each, and their stacks), the target having used `cpu` ns of CPU, under a budget of
+    /// After a first window of `window` that saw `first` syscalls at a cost of `first_cost` ns (each at
+    /// `prices`, and the counted ones' stacks), the target having used `cpu` ns of CPU, under a budget of
     /// `share` of that CPU.
-    fn new(window: Duration, counted: u64, first_cost: u64, price: u64, share: f64, cpu: u64) -> Self {
+    fn new(
+        window: Duration,
+        first: Seen,
+        first_cost: u64,
+        prices: SyscallPrices,
+        share: f64,
+        cpu: u64,
+    ) -> Self {
         let window_ns = window.as_nanos().max(1) as f64;
-        // A slice's syscalls cost what the first window's did each, the stacks taken with every Nth one
-        // included (on redis 0.58 us against a bare 0.38 us: priced bare, the slices spent the whole budget).
-        let price = price.max(first_cost.checked_div(counted).unwrap_or(0));
+        // A slice's counted syscalls cost what the first window's did each, the stacks taken with every Nth
+        // one included (on redis 0.58 us against a bare 0.38 us: priced bare, the slices spent the whole
+        // budget).
+        let counted_cost = first_cost.saturating_sub(first.others.saturating_mul(prices.other));
+        let prices = SyscallPrices {
+            counted: prices.counted.max(counted_cost.checked_div(first.counted).unwrap_or(0)),
+            ..prices
+        };
         // Cost and the budget's allowance, each per ns of wall time in the first window.
-        let cost_rate = counted as f64 * price as f64 / window_ns;
+        let cost_rate = prices.cost(first) as f64 / window_ns;
         let allowance = SLICE_SHARE * share * cpu as f64 / window_ns;
         let duty = if cost_rate > 0.0 { (allowance / cost_rate).clamp(0.01, 0.5) } else { 0.5 };
         let period = SLICE.div_f64(duty).min(Duration::from_secs(5));
         SyscallSampler {
-            slices: vec![(window.as_nanos().max(1) as u64, counted)],
+            slices: vec![(window.as_nanos().max(1) as u64, first.counted)],
+            first,
+            others: 0,
             on: None,
             next: Instant::now() + period - SLICE,
             period,
             first_cost,
-            price,
+            prices,
             share,
             skipped: 0,
         }
     }
 
-    /// What every syscall counted so far cost.
+    /// What every syscall seen so far cost.
     fn counted_cost(&self) -> u64 {
-        let later: u64 = self.slices[1..].iter().map(|s| s.1).sum();
-        self.first_cost.saturating_add(later.saturating_mul(self.price))
+        let counted: u64 = self.slices[1..].iter().map(|s| s.1).sum();
+        self.first_cost.saturating_add(self.prices.cost(Seen { counted, others: self.others }))
     }
 
     /// What the budget allows after `cpu` ns of the target's CPU.
@@ -800,14 +825,15 @@ impl SyscallSampler {
             Some(_) => {}
             None if Instant::now() >= self.next => {
                 self.next += self.period;
-                let expected = self.slices[0].1 as f64 * SLICE.as_nanos() as f64 / self.slices[0].0 as f64;
-                // Read before attaching: every syscall counted from here on is in this slice's count.
-                let n0 = p.counted();
-                if cost as f64 + expected * self.price as f64 > allowed as f64 || p.resume().is_err() {
+                let expected =
+                    self.prices.cost(self.first) as f64 * SLICE.as_nanos() as f64 / self.slices[0].0 as f64;
+                // Read before attaching: every syscall seen from here on is in this slice's count.
+                let seen = p.seen();
+                if cost as f64 + expected > allowed as f64 || p.resume().is_err() {
                     self.skipped += 1;
                     return;
                 }
-                self.on = Some((Instant::now(), n0));
+                self.on = Some((Instant::now(), seen));
             }
             None => {}
         }
@@ -815,10 +841,12 @@ impl SyscallSampler {
 
     /// Ends the current slice, if one is on, and keeps its window and count.
     fn end_slice(&mut self, p: &mut SyscallProbe<'_>) {
-        if let Some((t0, n0)) = self.on.take() {
+        if let Some((t0, seen0)) = self.on.take() {
             let ns = t0.elapsed().as_nanos() as u64;
             p.detach();
-            self.slices.push((ns, p.counted().saturating_sub(n0)));
+            let seen = p.seen();
+            self.slices.push((ns, seen.counted.saturating_sub(seen0.counted)));
+            self.others += seen.others.saturating_sub(seen0.others);
         }
     }
 
@@ -947,8 +975,14 @@ fn read_trim(path: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{SyscallSampler, SLICE};
+    use super::{Seen, SyscallPrices, SyscallSampler, SLICE};
     use std::time::Duration;
+
+    const PRICES: SyscallPrices = SyscallPrices { counted: 300, other: 200 };
+
+    fn counted(counted: u64) -> Seen {
+        Seen { counted, others: 0 }
+    }
 
     /// A first window of 1 s that counted 1,000,000 syscalls at 300 ns, 310 ns each with their stacks
     /// (0.31 ms of cost per ms), while the target used 1 s of CPU, under a 5% budget: the slices may spend
@@ -956,8 +990,8 @@ mod tests {
     /// first window's, at 310 ns each.
     #[test]
     fn slices_are_planned_from_the_first_window() {
-        let mut s =
-            SyscallSampler::new(Duration::from_secs(1), 1_000_000, 310_000_000, 300, 0.05, 1_000_000_000);
+        let window = Duration::from_secs(1);
+        let mut s = SyscallSampler::new(window, counted(1_000_000), 310_000_000, PRICES, 0.05, 1_000_000_000);
         assert_eq!(s.period, Duration::from_millis(620));
         assert_eq!(s.counted_cost(), 310_000_000);
         s.slices.push((SLICE.as_nanos() as u64, 40_000));
@@ -970,9 +1004,24 @@ mod tests {
         );
         // A target whose counters cost little next to its CPU is sampled half the time at most; one that
         // made no syscall too.
-        let cheap = SyscallSampler::new(Duration::from_secs(1), 1_000, 300_000, 300, 0.05, 1_000_000_000);
+        let cheap = SyscallSampler::new(window, counted(1_000), 300_000, PRICES, 0.05, 1_000_000_000);
         assert_eq!(cheap.period, SLICE * 2);
-        let none = SyscallSampler::new(Duration::from_secs(1), 0, 0, 300, 0.05, 1_000_000_000);
+        let none = SyscallSampler::new(window, counted(0), 0, PRICES, 0.05, 1_000_000_000);
         assert_eq!(none.period, SLICE * 2);
+    }
+
+    /// The same first window beside a client making as many syscalls, each slowed by 200 ns while the
+    /// counters are attached: 0.51 ms of cost per ms, so the slices run 1/20.4 of the time (50 ms every
+    /// 1020 ms); the targets' syscalls are still priced at 310 ns, and each slice adds the others' cost.
+    #[test]
+    fn other_processes_syscalls_are_priced_in() {
+        let first = Seen { counted: 1_000_000, others: 1_000_000 };
+        let mut s =
+            SyscallSampler::new(Duration::from_secs(1), first, 510_000_000, PRICES, 0.05, 1_000_000_000);
+        assert_eq!(s.prices, SyscallPrices { counted: 310, other: 200 });
+        assert_eq!(s.period, Duration::from_millis(1020));
+        s.slices.push((SLICE.as_nanos() as u64, 40_000));
+        s.others += 50_000;
+        assert_eq!(s.counted_cost(), 510_000_000 + 40_000 * 310 + 50_000 * 200);
     }
 }

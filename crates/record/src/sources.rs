@@ -4,7 +4,9 @@
 //! where the machine refuses, following more processes later, and closing.
 
 use crate::allocators::{self, Allocators};
-use crate::bpf::{CallProbe, ClockFilter, ExitWatch, OffCpuConfig, OffCpuProbe, SyscallCost, SyscallProbe};
+use crate::bpf::{
+    CallProbe, ClockFilter, ExitWatch, OffCpuConfig, OffCpuProbe, Seen, SyscallCost, SyscallProbe,
+};
 use crate::calls::Probe;
 use crate::layout::{ebpf_ring_bytes, Layout};
 use crate::records;
@@ -287,6 +289,31 @@ impl Objects {
             notes,
         })
     }
+}
+
+/// What a syscall costs while the counters are attached, in ns (see [`Sources::syscall_prices`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SyscallPrices {
+    /// One of a target's, counted.
+    pub counted: u64,
+    /// One of any other process's.
+    pub other: u64,
+}
+
+impl SyscallPrices {
+    /// What the syscalls `seen` cost.
+    pub fn cost(&self, seen: Seen) -> u64 {
+        seen.counted.saturating_mul(self.counted).saturating_add(seen.others.saturating_mul(self.other))
+    }
+}
+
+/// The per-call probes' hits so far and what they cost.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct ProbeCost {
+    pub hits: u64,
+    /// Syscalls of other processes that the attached syscall counters slowed (their cost is in `ns`).
+    pub others: u64,
+    pub ns: u64,
 }
 
 /// The sources of a run, attached and ready.
@@ -581,21 +608,26 @@ impl<'obj> Sources<'obj> {
         })
     }
 
-    /// The price of one counted syscall in ns: measured at the start of the run where that worked, else
-    /// the assumed [`crate::SYSCALL_COST_NS`].
-    pub(crate) fn syscall_ns(&self) -> u64 {
-        self.syscall_cost.map_or(crate::SYSCALL_COST_NS, |c| c.ns().round() as u64)
+    /// The price in ns of one counted syscall, and of one syscall of another process while the counters
+    /// are attached: measured at the start of the run where that worked, else the assumed
+    /// [`crate::SYSCALL_COST_NS`] and [`crate::SYSCALL_OTHER_COST_NS`].
+    pub(crate) fn syscall_prices(&self) -> SyscallPrices {
+        match self.syscall_cost {
+            Some(c) => SyscallPrices { counted: c.ns().round() as u64, other: c.other_ns.round() as u64 },
+            None => SyscallPrices { counted: crate::SYSCALL_COST_NS, other: crate::SYSCALL_OTHER_COST_NS },
+        }
     }
 
     /// Probe hits so far (counted syscalls, with every `stacks_period`th stack sampled; calls probes,
     /// whose placements are `call_probes`; allocation probes) and their estimated cost in ns (see
-    /// [`crate::RecordOptions::probe_budget`]).
+    /// [`crate::RecordOptions::probe_budget`]), the syscalls of other processes that the syscall
+    /// counters slowed included.
     pub(crate) fn probe_cost(
         &self,
         call_probes: &[Probe],
         latency: bool,
         stacks_period: Option<u64>,
-    ) -> (u64, u64) {
+    ) -> ProbeCost {
         use whyslow_symbols::placement::Execution;
         // Measured at the start of the run where that worked, with the counting program's time per hit
         // in the run so far; else the assumed costs.
@@ -607,15 +639,21 @@ impl<'obj> Sources<'obj> {
                 None => crate::HIT_COST_STEPPED_NS,
             }
         };
-        let mut hits = (0, 0);
-        let mut add = |n: u64, per: u64| {
-            hits.0 += n;
-            hits.1 += n.saturating_mul(per);
-        };
+        let mut total = ProbeCost::default();
         if let Some(p) = &self.syscalls {
             let stack = stacks_period.map_or(0, |n| crate::STACK_SAMPLE_COST_NS / crate::sampling_period(n));
-            add(p.counted(), self.syscall_ns() + stack);
+            let prices = self.syscall_prices();
+            let seen = p.seen();
+            total = ProbeCost {
+                hits: seen.counted,
+                others: seen.others,
+                ns: SyscallPrices { counted: prices.counted + stack, ..prices }.cost(seen),
+            };
         }
+        let mut add = |n: u64, per: u64| {
+            total.hits += n;
+            total.ns += n.saturating_mul(per);
+        };
         if let Some(cp) = &self.calls {
             // A timed call takes the return probe's trap too.
             let factor = if latency { 2 } else { 1 };
@@ -629,7 +667,7 @@ impl<'obj> Sources<'obj> {
                 .iter()
                 .for_each(|s| add(s.calls, cost_in(sites, self.alloc_probes.get(s.probe as usize))));
         }
-        hits
+        total
     }
 
     /// Stops the probes that cost per call (syscall and call counters, allocation probes and the stacks

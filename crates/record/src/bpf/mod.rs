@@ -12,7 +12,7 @@ pub use calls::{CallCount, CallProbe, StackSampling};
 pub use clock::ClockFilter;
 pub use exits::ExitWatch;
 pub use offcpu::{OffCpuConfig, OffCpuProbe};
-pub use syscalls::{syscall_numbers, SyscallCost, SyscallProbe};
+pub use syscalls::{syscall_numbers, Seen, SyscallCost, SyscallProbe};
 
 use crate::RecordError;
 

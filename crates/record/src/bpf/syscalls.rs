@@ -21,6 +21,9 @@ const PATH_LEN: usize = 256;
 const EVENT_LEN: usize = 8 * 4 + 8 + 8 * 6 + 2 * PATH_LEN;
 const STAT_LEN: usize = 8 * (5 + HIST_BUCKETS);
 const DROP_SLOTS: u32 = 2;
+/// Slots of the `counted` map.
+const SEEN_COUNTED: u32 = 0;
+const SEEN_OTHERS: u32 = 1;
 /// Size of `struct ws_inflight` (the per-task storage a calibrating thread is given).
 const INFLIGHT_LEN: usize = 8 + 4 + 2 + 2 + 8 * 6;
 
@@ -33,13 +36,22 @@ pub struct SyscallProbe<'obj> {
     hooks: Vec<Link>,
     /// The two counting programs' links, while they are attached.
     counters: Vec<Link>,
-    /// Syscalls counted by the cost measurement (whyslow's own), left out of [`SyscallProbe::counted`].
-    calibration_counted: u64,
+    /// Syscalls seen during the cost measurement (whyslow's own and others' meanwhile), left out of
+    /// [`SyscallProbe::seen`].
+    calibration: Seen,
+}
+
+/// Syscalls the counting programs saw while attached: the targets' (counted) and those of every other
+/// process, which pay for the attached programs too (see [`SyscallCost::other_ns`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Seen {
+    pub counted: u64,
+    pub others: u64,
 }
 
 /// What a counted syscall costs on this kernel and CPU, measured at the start of a run: the same
 /// syscalls timed in whyslow's own thread with the counting programs attached (the thread counted as a
-/// target's) and without them.
+/// target's, then not) and without them.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SyscallCost {
     /// ns more per getppid (the least work a syscall does: the floor of the tracepoints and programs).
@@ -48,6 +60,9 @@ pub struct SyscallCost {
     pub path_ns: f64,
     /// ns more per write or read of 32 bytes on a Unix socket pair (a server's requests and replies).
     pub socket_ns: f64,
+    /// ns more per syscall of a process that is not counted, the largest of the three kinds: an attached
+    /// sys_enter program puts every syscall of the machine on the traced path (~0.2 us here).
+    pub other_ns: f64,
 }
 
 impl SyscallCost {
@@ -166,7 +181,7 @@ impl<'obj> SyscallProbe<'obj> {
             ring: None,
             hooks: Vec::new(),
             counters: Vec::new(),
-            calibration_counted: 0,
+            calibration: Seen::default(),
         };
         if !trace.is_empty() {
             let events = Rc::new(RefCell::new(Vec::new()));
@@ -227,14 +242,23 @@ impl<'obj> SyscallProbe<'obj> {
         !self.counters.is_empty()
     }
 
-    /// Syscalls of the targets counted so far (cheap to read: one slot per CPU).
-    pub fn counted(&self) -> u64 {
-        super::per_cpu_total(&self.skel.maps.counted, 0..1).saturating_sub(self.calibration_counted)
+    /// Syscalls of the targets counted so far, and of other processes seen (cheap to read: a slot per
+    /// CPU each).
+    pub fn seen(&self) -> Seen {
+        Seen {
+            counted: self.total_seen(SEEN_COUNTED).saturating_sub(self.calibration.counted),
+            others: self.total_seen(SEEN_OTHERS).saturating_sub(self.calibration.others),
+        }
     }
 
-    /// Measures what a counted syscall costs here (see [`SyscallCost`]): about 10 ms, before the counters
-    /// are attached for the targets. None where the calling thread cannot be counted (no pidfd for it:
-    /// kernels before 6.9) or the programs cannot be attached.
+    fn total_seen(&self, slot: u32) -> u64 {
+        super::per_cpu_total(&self.skel.maps.counted, slot..slot + 1)
+    }
+
+    /// Measures what a syscall costs here while the counters are attached, counted and not (see
+    /// [`SyscallCost`]): about 15 ms, before the counters are attached for the targets. None where the
+    /// calling thread cannot be counted (no pidfd for it: kernels before 6.9) or the programs cannot be
+    /// attached.
     pub fn measure_cost(&mut self) -> Option<SyscallCost> {
         if self.counting() {
             return None;
@@ -248,22 +272,11 @@ impl<'obj> SyscallProbe<'obj> {
         let pair =
             pair.map(|fd| unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) });
         let without = time_syscalls(&pair);
-        // SAFETY: pidfd_open takes a tid and flags and returns a new fd or -1; PIDFD_THREAD (O_EXCL) names
-        // the calling thread rather than its process.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::gettid(), libc::O_EXCL) };
-        if fd < 0 {
-            return None;
-        }
-        // SAFETY: a non-negative result is a new fd owned by nobody else.
-        let pidfd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
-        let key = (fd as i32).to_ne_bytes();
-        let given = self.skel.maps.inflight.update(&key, &[0u8; INFLIGHT_LEN], MapFlags::ANY).is_ok();
-        let attached = given && self.resume().is_ok();
-        let with = attached.then(|| time_syscalls(&pair));
+        // Attached, this thread not counted: what every other process pays meanwhile.
+        let others = self.resume().is_ok().then(|| time_syscalls(&pair));
+        let with = others.and_then(|_| self.time_counted(&pair));
         self.detach();
-        let _ = self.skel.maps.inflight.delete(&key);
-        drop(pidfd);
-        // whyslow's own syscalls are no target's: their counters go, and `counted` leaves them out.
+        // whyslow's own syscalls are no target's: their counters go, and [`SyscallProbe::seen`] leaves them out.
         let me = std::process::id();
         for k in self.skel.maps.stats.keys().filter(|k| u32_at(k, 0) == me) {
             let _ = self.skel.maps.stats.delete(&k);
@@ -271,10 +284,34 @@ impl<'obj> SyscallProbe<'obj> {
         for k in self.skel.maps.errnos.keys().filter(|k| u32_at(k, 0) == me) {
             let _ = self.skel.maps.errnos.delete(&k);
         }
-        self.calibration_counted = super::per_cpu_total(&self.skel.maps.counted, 0..1);
-        let with = with?;
-        let more = |i: usize| (with[i] - without[i]).max(0.0);
-        Some(SyscallCost { light_ns: more(0), path_ns: more(1), socket_ns: more(2) })
+        self.calibration =
+            Seen { counted: self.total_seen(SEEN_COUNTED), others: self.total_seen(SEEN_OTHERS) };
+        let (with, others) = (with?, others?);
+        let more = |t: [f64; 3], i: usize| (t[i] - without[i]).max(0.0);
+        Some(SyscallCost {
+            light_ns: more(with, 0),
+            path_ns: more(with, 1),
+            socket_ns: more(with, 2),
+            other_ns: (0..3).map(|i| more(others, i)).fold(0.0, f64::max),
+        })
+    }
+
+    /// [`time_syscalls`] with the calling thread counted as a target's (the counters attached); None
+    /// where it cannot be (no pidfd for a thread: kernels before 6.9).
+    fn time_counted(&mut self, pair: &[std::os::fd::OwnedFd; 2]) -> Option<[f64; 3]> {
+        // SAFETY: pidfd_open takes a tid and flags and returns a new fd or -1; PIDFD_THREAD (O_EXCL) names
+        // the calling thread rather than its process.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::gettid(), libc::O_EXCL) };
+        if fd < 0 {
+            return None;
+        }
+        // SAFETY: a non-negative result is a new fd owned by nobody else.
+        let _pidfd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
+        let key = (fd as i32).to_ne_bytes();
+        let given = self.skel.maps.inflight.update(&key, &[0u8; INFLIGHT_LEN], MapFlags::ANY).is_ok();
+        let with = given.then(|| time_syscalls(pair));
+        let _ = self.skel.maps.inflight.delete(&key);
+        with
     }
 
     /// The fd to poll for trace events, when tracing.
