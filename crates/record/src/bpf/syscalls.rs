@@ -370,3 +370,35 @@ impl<'obj> SyscallProbe<'obj> {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The syscalls of a process that is not counted are seen while the counters are attached (they pay
+    /// for them too) and not while detached; they are never counted as a target's. The cost measurement
+    /// leaves its own syscalls out of both.
+    #[test]
+    fn other_processes_syscalls_are_seen_while_attached() {
+        let mut obj = MaybeUninit::uninit();
+        let mut p = SyscallProbe::load(&mut obj, &[]).expect("syscall counters (needs root)");
+        let mut target = std::process::Command::new("sleep").arg("30").spawn().expect("sleep");
+        p.track(target.id(), false).expect("track");
+        p.measure_cost().expect("the cost measured (Linux 6.9 or later)");
+        // SAFETY: getppid has no arguments and cannot fail.
+        let getppid = |n| (0..n).for_each(|_| _ = std::hint::black_box(unsafe { libc::getppid() }));
+        let before = p.seen();
+        getppid(1000);
+        assert_eq!(p.seen(), before, "detached: no syscall is seen");
+        p.attach().expect("attach");
+        let attached = p.seen();
+        getppid(1000);
+        let after = p.seen();
+        p.detach();
+        let _ = target.kill();
+        let _ = target.wait();
+        assert!(after.others - attached.others >= 1000, "{attached:?} -> {after:?}");
+        let me = std::process::id();
+        assert!(p.stats().iter().all(|s| s.pid != me), "this thread is no target: {:?}", p.stats());
+    }
+}
