@@ -37,35 +37,31 @@ sets() { redis-cli -p "$PORT" info stats | tr -d '\r' | awk -F: '$1 == "total_co
 redis-benchmark -p "$PORT" -c 20 -n 2000000000 -t set -q >/dev/null 2>&1 &
 LOAD=$!
 trap 'kill $LOAD $REDIS $HTTP 2>/dev/null; wait $LOAD $REDIS $HTTP 2>/dev/null || true; rm -rf "$OUT"' EXIT
-# window CMD...: SET/s and redis's CPU ns per SET from the moment after CMD (or a sleep) started until
-# it ended, as "rate cpu seconds".
-window() {
-  local s0 c0 t0 s1 c1 t1
-  "$@" &
-  local pid=$!
-  sleep 0.5
-  s0=$(sets); c0=$(redis_cpu); t0=$(now)
-  wait $pid || { echo "doctor_cost: $* failed:" >&2; cat "$OUT/doctor.out" >&2; exit 1; }
-  s1=$(sets); c1=$(redis_cpu); t1=$(now)
+# redis_window CMD...: SET/s and redis's CPU ns per SET while CMD runs (see `window`), and the seconds.
+redis_window() {
+  local n cpu secs
+  read -r n cpu secs < <(window "sets redis_cpu" "$@")
   kill -0 "$REDIS" || { echo "doctor_cost: redis died under $1" >&2; exit 1; }
-  python3 -c "print(f'{($s1 - $s0) / ($t1 - $t0):.0f} {($c1 - $c0) / ($s1 - $s0):.0f} {$t1 - $t0:.3f}')"
+  python3 -c "print(f'{$n / $secs:.0f} {$cpu / $n:.0f} $secs')"
 }
-doctor() { "$WHYSLOW" doctor -p "$REDIS" -d "$D" -o "$OUT/d.data" >"$OUT/doctor.out" 2>&1; }
+doctor() {
+  "$WHYSLOW" doctor -p "$REDIS" -d "$D" -o "$OUT/d.data" >"$OUT/doctor.out" 2>&1 || { cat "$OUT/doctor.out" >&2; return 1; }
+}
 D=${D:-10}
 BLOCKS=${BLOCKS:-3}
 sleep 1
 # A first doctor run warms the caches and says how long the plain runs watch (the doctor ends when both
 # phases have, which the budget may make sooner than -d).
-read -r _ _ T < <(window doctor)
+read -r _ _ T < <(redis_window doctor)
 echo "issue 37: redis-server (port $PORT) under redis-benchmark -c 20 -t set (unpipelined), SET/s while"
 echo "  \`whyslow doctor -p PID -d $D\` watches it (from 0.5 s after its start to its end: ${T} s) vs plain"
 echo "  windows as long; $BLOCKS ABBA blocks; $(nproc) CPUs, load average at start $(cut -d' ' -f1-3 /proc/loadavg)"
 plain_runs=() ratios=() cpu_runs=() cpu_ratios=()
 for b in $(seq "$BLOCKS"); do
-  read -r a1 ca1 _ < <(window sleep "$(python3 -c "print($T + 0.5)")")
-  read -r d1 cd1 _ < <(window doctor)
-  read -r d2 cd2 _ < <(window doctor)
-  read -r a2 ca2 _ < <(window sleep "$(python3 -c "print($T + 0.5)")")
+  read -r a1 ca1 _ < <(redis_window sleep "$(python3 -c "print($T + 0.5)")")
+  read -r d1 cd1 _ < <(redis_window doctor)
+  read -r d2 cd2 _ < <(redis_window doctor)
+  read -r a2 ca2 _ < <(redis_window sleep "$(python3 -c "print($T + 0.5)")")
   plain_runs+=("$a1" "$a2")
   ratios+=("$(ratio "$d1" "$a1")" "$(ratio "$d2" "$a2")")
   cpu_runs+=("$ca1" "$ca2")
@@ -77,26 +73,10 @@ for b in $(seq "$BLOCKS"); do
 done
 kill $LOAD 2>/dev/null; wait $LOAD 2>/dev/null || true
 grep -h 'probes stopped\|syscall counters:\|a counted syscall' "$OUT/doctor.out" | sed 's/^note: /  last doctor run: /' || true
-summary() { # what, pair ratios, plain runs
-  python3 - "$@" <<'PY'
-import statistics as st, sys
-what = sys.argv[1]
-r = [float(x) for x in sys.argv[2].split()]
-p = [float(x) for x in sys.argv[3].split()]
-# Plain against plain: each block's two plain runs (what the pairing cannot tell from the doctor's cost).
-pp = [p[i + 1] / p[i] for i in range(0, len(p) - 1, 2)]
-m, sd = st.mean(r), st.stdev(r) if len(r) > 1 else 0.0
-half = 1.96 * sd / len(r) ** 0.5
-print(f"  {what}: doctor/plain mean {m:.3f} over {len(r)} pairs, pair-to-pair sd {sd:.3f}: "
-      f"95% interval of the mean {m - half:.3f} .. {m + half:.3f}")
-if len(pp) > 1:
-    print(f"    plain/plain within a block: {' '.join(f'{x:.3f}' for x in pp)} (sd {st.stdev(pp):.3f}): the noise floor")
-PY
-}
-summary "SET/s (goal: >= 0.95)" "${ratios[*]}" "${plain_runs[*]}"
+abba_summary "SET/s (goal: >= 0.95)" "${ratios[*]}" "${plain_runs[*]}"
 # The doctor's cost to the server itself, what its budget bounds: less sensitive to other work on the
 # machine than throughput, which on a shared machine mostly measures the wait for a CPU.
-summary "redis CPU per SET" "${cpu_ratios[*]}" "${cpu_runs[*]}"
+abba_summary "redis CPU per SET" "${cpu_ratios[*]}" "${cpu_runs[*]}"
 # This VM switches between modes in which redis's CPU per SET differs by ~20% (6.5-7 vs 8-8.5 us here),
 # sometimes between two runs of a pair: such a pair measures the switch. The pairs whose two runs agree on
 # redis's CPU per SET within 8% (the doctor's own effect on it is a few %) were in one mode.

@@ -44,3 +44,39 @@ timeit() {
 median() { python3 -c 'import sys,statistics; print(f"{statistics.median(float(x) for x in sys.stdin.read().split()):.4f}")'; }
 
 ratio() { python3 -c "print(f'{$1/$2:.3f}')"; }
+
+# window "COUNTER..." CMD...: runs CMD in the background and reads each counter (a command that prints a
+# number) from 0.5 s after CMD started until it ended; prints each counter's growth, then the window's
+# seconds. A CMD that fails ends the benchmark.
+window() {
+  local counters=($1) a=() b=() t0 t1 c i
+  shift
+  "$@" &
+  local pid=$!
+  sleep 0.5
+  for c in "${counters[@]}"; do a+=("$($c)"); done
+  t0=$(now)
+  wait $pid || { echo "$(basename "$0"): $* failed" >&2; exit 1; }
+  for c in "${counters[@]}"; do b+=("$($c)"); done
+  t1=$(now)
+  for i in "${!counters[@]}"; do printf '%s ' $((b[i] - a[i])); done
+  python3 -c "print(f'{$t1 - $t0:.3f}')"
+}
+
+# abba_summary WHAT "RATIOS" "PLAIN RUNS": the mean of the watched/plain ratios of ABBA pairs with its 95%
+# interval from their spread, and each block's plain runs against each other (the noise floor).
+abba_summary() {
+  python3 - "$@" <<'PY'
+import statistics as st, sys
+what = sys.argv[1]
+r = [float(x) for x in sys.argv[2].split()]
+p = [float(x) for x in sys.argv[3].split()]
+pp = [p[i + 1] / p[i] for i in range(0, len(p) - 1, 2)]
+m, sd = st.mean(r), st.stdev(r) if len(r) > 1 else 0.0
+half = 1.96 * sd / len(r) ** 0.5
+print(f"  {what}: watched/plain mean {m:.3f} over {len(r)} pairs, pair-to-pair sd {sd:.3f}: "
+      f"95% interval of the mean {m - half:.3f} .. {m + half:.3f}")
+if len(pp) > 1:
+    print(f"    plain/plain within a block: {' '.join(f'{x:.3f}' for x in pp)} (sd {st.stdev(pp):.3f}): the noise floor")
+PY
+}
