@@ -112,9 +112,7 @@ int keep(void *ctx)
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(on_process_exit, struct task_struct *p)
 {
-	u32 tgid = p->tgid;
-	if (process_ended(p))
-		bpf_map_delete_elem(&go_procs, &tgid);
+	forget_go_ended(p);
 	untrack_ended(p);
 	return 0;
 }

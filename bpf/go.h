@@ -28,4 +28,13 @@ static __always_inline bool runs_go(u32 tgid)
 	return bpf_map_lookup_elem(&go_procs, &tgid) != 0;
 }
 
+/* At a thread's exit: a Go process leaves `go_procs` with its last thread (track.h's process_ended, so
+ * include this file after track.h), not with its main thread, which may end while the others go on. */
+static __always_inline void forget_go_ended(struct task_struct *p)
+{
+	u32 tgid = p->tgid;
+	if (process_ended(p))
+		bpf_map_delete_elem(&go_procs, &tgid);
+}
+
 #endif

@@ -323,8 +323,7 @@ int BPF_PROG(on_thread_exit, struct task_struct *p)
 {
 	u32 tid = p->pid;
 	bpf_map_delete_elem(&blocks, &tid);
-	if (tid == p->tgid)
-		bpf_map_delete_elem(&go_procs, &tid);
+	forget_go_ended(p);
 	untrack_ended(p);
 	return 0;
 }

@@ -422,7 +422,7 @@ impl<'a> Session<'a> {
             }
         }
         if let (Some(sm), Some(p)) = (self.sampler.as_mut(), self.src.syscalls.as_mut()) {
-            let cost = sm.counted_cost();
+            let cost = sm.spent();
             let cpu: u64 = self.pids.iter().map(|&p| target::cpu_time_ns(p)).sum();
             let allowed = sm.allowed(cpu.saturating_sub(self.cpu_at_start));
             sm.step(p, cost, allowed);
@@ -760,7 +760,8 @@ struct SyscallSampler {
     period: Duration,
     /// What the first window cost (its syscalls, the stacks sampled with them and other processes').
     first_cost: u64,
-    /// The price of a syscall in a slice (ns).
+    /// What a syscall costs in a slice (ns): a target's (at least what one cost in the first window, its
+    /// stack sampled with every Nth included) and another process's.
     prices: SyscallPrices,
     share: f64,
     skipped: u32,
@@ -782,9 +783,9 @@ impl SyscallSampler {
         // A slice's counted syscalls cost what the first window's did each, the stacks taken with every Nth
         // one included (on redis 0.58 us against a bare 0.38 us: priced bare, the slices spent the whole
         // budget).
-        let counted_cost = first_cost.saturating_sub(first.others.saturating_mul(prices.other));
+        let targets_cost = first_cost.saturating_sub(first.others.saturating_mul(prices.other));
         let prices = SyscallPrices {
-            counted: prices.counted.max(counted_cost.checked_div(first.counted).unwrap_or(0)),
+            counted: prices.counted.max(targets_cost.checked_div(first.counted).unwrap_or(0)),
             ..prices
         };
         // Cost and the budget's allowance, each per ns of wall time in the first window.
@@ -807,7 +808,7 @@ impl SyscallSampler {
     }
 
     /// What every syscall seen so far cost.
-    fn counted_cost(&self) -> u64 {
+    fn spent(&self) -> u64 {
         let counted: u64 = self.slices[1..].iter().map(|s| s.1).sum();
         self.first_cost.saturating_add(self.prices.cost(Seen { counted, others: self.others }))
     }
@@ -993,9 +994,9 @@ mod tests {
         let window = Duration::from_secs(1);
         let mut s = SyscallSampler::new(window, counted(1_000_000), 310_000_000, PRICES, 0.05, 1_000_000_000);
         assert_eq!(s.period, Duration::from_millis(620));
-        assert_eq!(s.counted_cost(), 310_000_000);
+        assert_eq!(s.spent(), 310_000_000);
         s.slices.push((SLICE.as_nanos() as u64, 40_000));
-        assert_eq!(s.counted_cost(), 310_000_000 + 40_000 * 310);
+        assert_eq!(s.spent(), 310_000_000 + 40_000 * 310);
         assert_eq!(s.allowed(2_000_000_000), 100_000_000 + crate::BUDGET_CREDIT_NS);
         assert_eq!(
             s.describe(),
@@ -1022,6 +1023,6 @@ mod tests {
         assert_eq!(s.period, Duration::from_millis(1020));
         s.slices.push((SLICE.as_nanos() as u64, 40_000));
         s.others += 50_000;
-        assert_eq!(s.counted_cost(), 510_000_000 + 40_000 * 310 + 50_000 * 200);
+        assert_eq!(s.spent(), 510_000_000 + 40_000 * 310 + 50_000 * 200);
     }
 }
