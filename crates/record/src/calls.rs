@@ -300,8 +300,21 @@ pub fn default_patterns() -> Vec<PatternSpec> {
 /// The executable and shared libraries the target runs: from /proc for running processes, from the
 /// dynamic loader's `--list` for a command about to be launched.
 pub fn target_modules(t: &Target) -> Result<Vec<PathBuf>, RecordError> {
+    use std::os::unix::fs::MetadataExt;
     let mut out: Vec<PathBuf> = Vec::new();
-    let mut push = |p: PathBuf| add_module(&mut out, p);
+    // Each file once (see `add_module`), by device and inode: one stat per mapping, where comparing
+    // with every module so far took 0.14 s of the doctor's CPU on 10 PostgreSQL processes (their paths
+    // through /proc/PID/root differ).
+    let mut files = std::collections::HashSet::new();
+    let mut push = |p: PathBuf| {
+        let new = match std::fs::metadata(&p) {
+            Ok(m) => files.insert((m.dev(), m.ino())),
+            Err(_) => !out.contains(&p),
+        };
+        if new {
+            out.push(p);
+        }
+    };
     match t {
         Target::Launch(argv) => {
             let cmd = argv.first().ok_or(RecordError::NoCommand)?;

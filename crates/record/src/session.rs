@@ -281,7 +281,7 @@ impl<'a> Session<'a> {
             }
         }
         let start_unix_ns = unix_now_ns();
-        let cpu_at_start = pids.iter().map(|&p| target::cpu_time_ns(p)).sum();
+        let cpu_at_start = cpu_since(&pids, 0);
         let env = crate::phases::time(ENV_PHASE, || env.and_then(|e| e.join().ok()));
         c.set_origin(sys::monotonic_ns());
         observer.started(&pids);
@@ -422,10 +422,8 @@ impl<'a> Session<'a> {
             }
         }
         if let (Some(sm), Some(p)) = (self.sampler.as_mut(), self.src.syscalls.as_mut()) {
-            let cost = sm.spent();
-            let cpu: u64 = self.pids.iter().map(|&p| target::cpu_time_ns(p)).sum();
-            let allowed = sm.allowed(cpu.saturating_sub(self.cpu_at_start));
-            sm.step(p, cost, allowed);
+            let (pids, at_start) = (&self.pids, self.cpu_at_start);
+            sm.step(p, || cpu_since(pids, at_start));
         }
         if signals::stop_requested()
             || self.opts.duration.is_some_and(|d| self.t0.elapsed() >= d)
@@ -476,8 +474,7 @@ impl<'a> Session<'a> {
 
     /// The target processes' CPU time since the start.
     fn target_cpu(&self) -> u64 {
-        let cpu: u64 = self.pids.iter().map(|&p| target::cpu_time_ns(p)).sum();
-        cpu.saturating_sub(self.cpu_at_start)
+        cpu_since(&self.pids, self.cpu_at_start)
     }
 
     /// What the per-hit probes cost so far (None without any).
@@ -511,8 +508,7 @@ impl<'a> Session<'a> {
         let latency = self.opts.calls.as_ref().is_some_and(|c| c.latency);
         let stacks_period = self.opts.syscalls.as_ref().and_then(|s| s.stacks_period);
         let cost = self.src.probe_cost(&self.probes, latency, stacks_period);
-        let cpu: u64 = self.pids.iter().map(|&p| target::cpu_time_ns(p)).sum();
-        let cpu = cpu.saturating_sub(self.cpu_at_start);
+        let cpu = self.target_cpu();
         let allowed = (share * cpu as f64) as u64 + crate::BUDGET_CREDIT_NS;
         let at = self.t0.elapsed();
         (cost.ns > allowed).then(|| {
@@ -818,9 +814,9 @@ impl SyscallSampler {
         (self.share * cpu as f64) as u64 + crate::BUDGET_CREDIT_NS
     }
 
-    /// Ends a slice that is due, or begins one that is due and that the budget allows (`cost` spent,
-    /// `allowed` now).
-    fn step(&mut self, p: &mut SyscallProbe<'_>, cost: u64, allowed: u64) {
+    /// Ends a slice that is due, or begins one that is due and that the budget allows after the target's
+    /// CPU time so far (`target_cpu`, read only then).
+    fn step(&mut self, p: &mut SyscallProbe<'_>, target_cpu: impl FnOnce() -> u64) {
         match self.on {
             Some((t0, _)) if t0.elapsed() >= SLICE => self.end_slice(p),
             Some(_) => {}
@@ -830,7 +826,8 @@ impl SyscallSampler {
                     self.prices.cost(self.first) as f64 * SLICE.as_nanos() as f64 / self.slices[0].0 as f64;
                 // Read before attaching: every syscall seen from here on is in this slice's count.
                 let seen = p.seen();
-                if cost as f64 + expected > allowed as f64 || p.resume().is_err() {
+                let allowed = self.allowed(target_cpu());
+                if self.spent() as f64 + expected > allowed as f64 || p.resume().is_err() {
                     self.skipped += 1;
                     return;
                 }
@@ -869,6 +866,11 @@ impl SyscallSampler {
             on as f64 / 1e9
         )
     }
+}
+
+/// CPU time processes `pids` used since they had used `at_start` ns.
+fn cpu_since(pids: &[u32], at_start: u64) -> u64 {
+    pids.iter().map(|&p| target::cpu_time_ns(p)).sum::<u64>().saturating_sub(at_start)
 }
 
 /// The call counters as the recording keeps them, each named by its probe. A probed function nobody
