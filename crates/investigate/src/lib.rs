@@ -131,13 +131,30 @@ pub const YIELD_NICE: i32 = 10;
 /// Runs both phases and returns the joined profile; what was done is in `meta.notes`.
 pub fn investigate(opts: &Options, observer: &mut impl Observer) -> Result<Profile, InvestigateError> {
     opts.check()?;
+    let attached = match &opts.target {
+        Target::Launch(_) => return both_phases(opts, observer),
+        Target::Pids(pids) => pids.clone(),
+        Target::Comm(name) => whyslow_record::target::pids_named(name)?,
+        Target::All => Vec::new(),
+    };
+    // A live service comes first: reading the rings, symbolizing and the analysis between and after the
+    // phases run at a lower priority (the probes' cost, in the service's own threads, is bounded by the
+    // budget).
+    whyslow_record::yield_cpu(YIELD_NICE);
+    // A target killed between the phases is seen by neither phase's recording.
+    let (profile, killed) = whyslow_record::watching_exits(&attached, || both_phases(opts, observer));
+    profile.map(|mut p| {
+        for k in killed {
+            if !p.meta.killed.iter().any(|seen| seen.pid == k.pid) {
+                p.meta.killed.push(k);
+            }
+        }
+        p
+    })
+}
+
+fn both_phases(opts: &Options, observer: &mut impl Observer) -> Result<Profile, InvestigateError> {
     let started = Instant::now();
-    if !matches!(opts.target, Target::Launch(_)) {
-        // A live service comes first: reading the rings, symbolizing and the analysis between and after
-        // the phases run at a lower priority (the probes' cost, in the service's own threads, is bounded
-        // by the budget).
-        whyslow_record::yield_cpu(YIELD_NICE);
-    }
     let phase1 = RecordOptions {
         target: opts.target.clone(),
         frequency: opts.frequency,
