@@ -34,6 +34,9 @@ pub use target::{stop_launched, yield_cpu};
 /// recording's own watch sees only its run: a target killed between two recordings (the doctor's phases)
 /// is seen by this one. Where eBPF is unavailable, `f` runs alone.
 pub fn watching_exits<T>(pids: &[u32], f: impl FnOnce() -> T) -> (T, Vec<whyslow_model::Killed>) {
+    if pids.is_empty() {
+        return (f(), Vec::new());
+    }
     let mut obj = std::mem::MaybeUninit::uninit();
     let watch =
         bpf::ExitWatch::load(&mut obj).ok().filter(|w| pids.iter().all(|&p| w.track(p, false).is_ok()));
