@@ -22,8 +22,8 @@ as_pg "$PGBIN/initdb" -D "$PG/data" -A trust >/dev/null
 # A socket in the run's directory, no TCP: nothing else on the machine is touched.
 printf "port = 5432\nunix_socket_directories = '%s'\nlisten_addresses = ''\n" "$PG" >>"$PG/data/postgresql.conf"
 as_pg "$PGBIN/pg_ctl" -D "$PG/data" -l "$PG/log" -w start >/dev/null
-trap 'kill $LOAD 2>/dev/null; as_pg "$PGBIN/pg_ctl" -D "$PG/data" -m immediate stop >/dev/null 2>&1; rm -rf "$OUT"' EXIT
 LOAD=
+trap 'kill $LOAD 2>/dev/null; as_pg "$PGBIN/pg_ctl" -D "$PG/data" -m immediate stop >/dev/null 2>&1; rm -rf "$OUT"' EXIT
 as_pg pgbench -h "$PG" -i -s 5 postgres >/dev/null 2>&1
 as_pg pgbench -h "$PG" -c 4 -T 100000 postgres >/dev/null 2>&1 &
 LOAD=$!

@@ -11,7 +11,7 @@ use whyslow_model::close_matches;
 pub use whyslow_symbols::glob_escape;
 use whyslow_symbols::placement::{Code, Placement};
 pub use whyslow_symbols::placement::{Execution, Needs, Site, StackNeed};
-use whyslow_symbols::{functions, name_forms, resolved_in_self, same_file, Function};
+use whyslow_symbols::{file_id, functions, name_forms, resolved_in_self, same_file, Function};
 
 /// One pattern and the output group it belongs to.
 #[derive(Debug, Clone)]
@@ -300,16 +300,15 @@ pub fn default_patterns() -> Vec<PatternSpec> {
 /// The executable and shared libraries the target runs: from /proc for running processes, from the
 /// dynamic loader's `--list` for a command about to be launched.
 pub fn target_modules(t: &Target) -> Result<Vec<PathBuf>, RecordError> {
-    use std::os::unix::fs::MetadataExt;
     let mut out: Vec<PathBuf> = Vec::new();
-    // Each file once (see `add_module`), by device and inode: one stat per mapping, where comparing
-    // with every module so far took 0.14 s of the doctor's CPU on 10 PostgreSQL processes (their paths
-    // through /proc/PID/root differ).
+    // Each file once (see `add_module`), by its id: one stat per mapping, where comparing with every
+    // module so far took 0.14 s of the doctor's CPU on 10 PostgreSQL processes (their paths through
+    // /proc/PID/root differ).
     let mut files = std::collections::HashSet::new();
     let mut push = |p: PathBuf| {
-        let new = match std::fs::metadata(&p) {
-            Ok(m) => files.insert((m.dev(), m.ino())),
-            Err(_) => !out.contains(&p),
+        let new = match file_id(&p) {
+            Some(id) => files.insert(id),
+            None => !out.contains(&p),
         };
         if new {
             out.push(p);

@@ -444,11 +444,13 @@ pub fn resolved_in_self(symbol: &str) -> Option<(String, u64)> {
 
 /// Whether two paths name the same file (same device and inode), so links and symlinks agree.
 pub fn same_file(a: &Path, b: &Path) -> bool {
+    matches!((file_id(a), file_id(b)), (Some(x), Some(y)) if x == y)
+}
+
+/// The file a path names, as (device, inode): equal for links, symlinks and /proc/PID/root paths to it.
+pub fn file_id(path: &Path) -> Option<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
-    match (std::fs::metadata(a), std::fs::metadata(b)) {
-        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
-        _ => false,
-    }
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
 #[cfg(test)]
