@@ -22,7 +22,7 @@ demo: build workloads
 	$(WHYSLOW) doctor -o doctor.data -- tests/workloads/bin/doctor_tzlog
 
 test: deps workloads
-	cargo test --workspace --locked -- --test-threads=2
+	cargo test --workspace --locked --no-fail-fast -- --test-threads=2
 
 # The suite must hold on a busy machine: three runs in a row beside `stress-ng --cpu 2` (2 busy cores).
 test-under-load: deps workloads

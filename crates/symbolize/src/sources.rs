@@ -71,7 +71,7 @@ impl Plan {
 
 /// The note for modules without symbols whose frames stayed module+offset, naming the fix.
 pub(crate) fn unnamed_note(modules: &[String]) -> String {
-    let (it, its) = if modules.len() == 1 { ("it", "its") } else { ("they", "their") };
+    let (it, its) = if modules.len() == 1 { ("it", "its") } else { ("them", "their") };
     format!(
         "no symbols for {} ({its} frames stay module+offset): install {its} debug symbols (the \
          distribution's -dbgsym or -debuginfo packages), set DEBUGINFOD_URLS to a debuginfod server that \
