@@ -86,6 +86,8 @@ pub struct Facts<'a> {
     names: Vec<&'a str>,
     modules: Vec<&'a str>,
     kernel: Vec<bool>,
+    /// Each function's [`Func::is_user_code`], decided once (the rules ask it of every frame).
+    user: Vec<bool>,
     views: Vec<View>,
     /// CPU value of the samples outside our probes; time in ns when the profile has `cpu-ns`.
     pub cpu_total: i64,
@@ -146,11 +148,13 @@ impl<'a> Facts<'a> {
             }
             _ => 0,
         };
+        let user = (0..names.len()).map(|id| func(id).is_user_code()).collect();
         Facts {
             p,
             names,
             modules,
             kernel,
+            user,
             has_cpu: cpu_total > 0,
             has_offcpu: off.is_some() && wall_total > 0,
             has_syscall_stacks: sys.is_some(),
@@ -253,15 +257,16 @@ impl<'a> Facts<'a> {
     ) -> Match {
         let mut m = Match::default();
         let (mut entries, mut sites): (HashMap<usize, i64>, HashMap<usize, i64>) = Default::default();
+        let (mut is, mut skip) = (self.memo(pred), self.memo(except));
         for v in &self.views {
             let x = value(v);
-            if x == 0 || v.funcs.iter().any(|&f| except(&self.func(f))) {
+            if x == 0 || v.funcs.iter().any(|&f| skip(f)) {
                 continue;
             }
-            let Some(i) = v.funcs.iter().position(|&f| pred(&self.func(f))) else { continue };
+            let Some(i) = v.funcs.iter().position(|&f| is(f)) else { continue };
             m.value += x;
             *entries.entry(v.funcs[i]).or_default() += x;
-            if let Some(&site) = v.funcs[..i].iter().rev().find(|&&f| self.func(f).is_user_code()) {
+            if let Some(&site) = v.funcs[..i].iter().rev().find(|&&f| self.user[f]) {
                 *sites.entry(site).or_default() += x;
             }
         }
@@ -269,6 +274,13 @@ impl<'a> Facts<'a> {
         m.entries = self.ranked(entries);
         m.sites = self.ranked(sites);
         m
+    }
+
+    /// `pred` of a function id, asked once per function: a predicate compares names, and a profile has
+    /// far fewer functions than frames in its stacks (10 s of nginx under wrk: 480 and 14171).
+    fn memo<'s>(&'s self, pred: &'s dyn Fn(&Func) -> bool) -> impl FnMut(usize) -> bool + 's {
+        let mut known: Vec<Option<bool>> = vec![None; self.names.len()];
+        move |f| *known[f].get_or_insert_with(|| pred(&self.func(f)))
     }
 
     fn ranked(&self, by_func: HashMap<usize, i64>) -> Vec<(String, i64)> {
@@ -320,7 +332,7 @@ impl<'a> Facts<'a> {
                 continue;
             }
             all += v.syscalls;
-            let Some(site) = above.iter().rposition(|&f| self.func(f).is_user_code()) else { continue };
+            let Some(site) = above.iter().rposition(|&f| self.user[f]) else { continue };
             if let Some(&call) = above.get(site + 1).filter(|&&f| !self.kernel[f]) {
                 *by.entry((call, above[site])).or_default() += v.syscalls;
             }
@@ -438,7 +450,7 @@ impl<'a> Facts<'a> {
     pub fn call_candidates(&self, n: usize, callees: usize) -> Vec<String> {
         let (self_, total) = self.self_and_total();
         let mut ids: Vec<usize> = (0..self.names.len())
-            .filter(|&f| self.func(f).is_user_code() && pct(total[f], self.cpu_total) >= 1.0)
+            .filter(|&f| self.user[f] && pct(total[f], self.cpu_total) >= 1.0)
             .collect();
         ids.sort_by(|&a, &b| self_[b].cmp(&self_[a]).then(total[b].cmp(&total[a])).then(a.cmp(&b)));
         let mut out: Vec<String> = Vec::new();
@@ -473,11 +485,11 @@ impl<'a> Facts<'a> {
                 _ => continue,
             };
             let end =
-                v.funcs.iter().rposition(|&f| self.func(f).is_user_code()).map_or(v.funcs.len(), |i| i + 1);
+                v.funcs.iter().rposition(|&f| self.user[f]).map_or(v.funcs.len(), |i| i + 1);
             // One library frame after the last user frame says what the user code was doing; startup
             // frames above the first user frame (`_start`, `__libc_start_main`, `runtime.main`) say nothing.
             let end = (end + 1).min(v.funcs.len());
-            let start = v.funcs.iter().position(|&f| self.func(f).is_user_code()).unwrap_or(0).min(end);
+            let start = v.funcs.iter().position(|&f| self.user[f]).unwrap_or(0).min(end);
             let path: Vec<usize> = v.funcs[start..end]
                 .iter()
                 .copied()
