@@ -7,6 +7,7 @@
 //! An address nothing covers stays visible as `module+0xOFFSET`; it is never dropped.
 
 mod kallsyms;
+mod kernel;
 
 pub use whyslow_symbols::demangle;
 
@@ -349,66 +350,10 @@ impl Prefetch {
         let kernel = kernel_build_id.and_then(|id| {
             let owned = id.to_string();
             let load =
-                std::thread::Builder::new().name("kallsyms".into()).spawn(move || kernel_table(&owned));
+                std::thread::Builder::new().name("kallsyms".into()).spawn(move || kernel::kernel_table(&owned));
             Some((id.to_string(), load.ok()?))
         });
         Prefetch { kernel, pool }
-    }
-}
-
-/// The kernel symbols of the kernel with this build id: perf's copy of its table where perf kept one,
-/// else the running kernel's (true: perf's copy).
-fn kernel_table(build_id: &str) -> (Kallsyms, bool) {
-    match Kallsyms::from_perf_cache(build_id) {
-        Some(k) => (k, true),
-        None => Kallsyms::load_running(),
-    }
-}
-
-/// A kallsyms table and how far the recorded kernel's addresses lie from it (KASLR moves the kernel at
-/// every boot): perf records where its reference symbol (`_text`) was.
-struct Shifted {
-    table: Kallsyms,
-    shift: u64,
-}
-
-impl Shifted {
-    fn new(table: Kallsyms, reloc: Option<&(String, u64)>) -> Shifted {
-        let at = reloc.and_then(|(symbol, addr)| Some((*addr, table.address_of(symbol)?)));
-        Shifted { shift: at.map_or(0, |(recorded, here)| recorded.wrapping_sub(here)), table }
-    }
-
-    fn lookup(&self, addr: u64) -> Option<&str> {
-        self.table.lookup(addr.wrapping_sub(self.shift))
-    }
-}
-
-/// Names kernel addresses: from perf's copy of the recorded kernel's table for the kernel image's own text,
-/// from /proc/kallsyms otherwise (modules and BPF programs come and go; perf's copy is as old as the first
-/// recording with that kernel).
-struct KernelSymbols {
-    first: Shifted,
-    from_perf_cache: bool,
-    proc: Option<Shifted>,
-    reloc: Option<(String, u64)>,
-}
-
-impl KernelSymbols {
-    fn new((table, from_perf_cache): (Kallsyms, bool), reloc: Option<(String, u64)>) -> KernelSymbols {
-        KernelSymbols { first: Shifted::new(table, reloc.as_ref()), from_perf_cache, proc: None, reloc }
-    }
-
-    fn lookup(&mut self, addr: u64) -> Option<&str> {
-        let core = self.first.table.in_core_text(addr.wrapping_sub(self.first.shift));
-        if !self.from_perf_cache || core {
-            return self.first.lookup(addr);
-        }
-        let reloc = self.reloc.as_ref();
-        self.proc.get_or_insert_with(|| Shifted::new(Kallsyms::load(), reloc)).lookup(addr)
-    }
-
-    fn is_empty(&self) -> bool {
-        self.first.table.is_empty()
     }
 }
 
@@ -447,27 +392,18 @@ pub fn symbolize(raw: RawRecording) -> Profile {
 
 /// [`symbolize`] with what [`Prefetch::start`] has read already.
 pub fn symbolize_with(raw: RawRecording, prefetch: Prefetch) -> Profile {
-    let Prefetch { kernel: mut kernel_ahead, mut pool } = prefetch;
-    build(raw, &mut pool, &mut |recorded| match kernel_ahead.take() {
-        Some((id, load)) => load.join().unwrap_or_else(|_| kernel_table(&id)),
-        None => match recorded.filter(|k| !k.build_id.is_empty()) {
-            Some(k) => kernel_table(&k.build_id),
-            None => Kallsyms::load_running(),
-        },
-    })
+    let Prefetch { kernel: ahead, mut pool } = prefetch;
+    build(raw, &mut pool, &mut kernel::Once { ahead })
 }
-
-/// How long a [`Resident`] symbolizer keeps the running kernel's table (modules and BPF programs come
-/// and go; reading /proc/kallsyms takes ~0.1 s).
-const KERNEL_REFRESH: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// A symbolizer that stays, for a service that symbolizes a window every few seconds: its threads keep
 /// the files they read (blazesym's caches: no re-reading and re-inflating debug information every
-/// window), and the running kernel's table is read again at most every [`KERNEL_REFRESH`].
+/// window), and the kernel's tables are kept while the code loaded into the kernel stays the same (see
+/// the `kernel` module).
 #[derive(Default)]
 pub struct Resident {
     pool: Pool,
-    kernel: Option<(std::time::Instant, Kallsyms)>,
+    kernel: kernel::Kept,
 }
 
 impl Resident {
@@ -476,21 +412,11 @@ impl Resident {
     pub fn caching_debug_files_in(cache: &Path) -> Resident {
         let client = whyslow_debuginfod::Options::from_env()
             .map(|o| Client::new(whyslow_debuginfod::Options { cache: cache.to_path_buf(), ..o }));
-        Resident { pool: Pool::new(client.map(Arc::new)), kernel: None }
+        Resident { pool: Pool::new(client.map(Arc::new)), kernel: kernel::Kept::default() }
     }
 
     pub fn symbolize(&mut self, raw: RawRecording) -> Profile {
-        let cached = &mut self.kernel;
-        let p =
-            build(raw, &mut self.pool, &mut |recorded| match recorded.filter(|k| !k.build_id.is_empty()) {
-                Some(k) => kernel_table(&k.build_id),
-                None => {
-                    if cached.as_ref().is_none_or(|(at, _)| at.elapsed() > KERNEL_REFRESH) {
-                        *cached = Some((std::time::Instant::now(), Kallsyms::load()));
-                    }
-                    (cached.as_ref().expect("loaded above").1.clone(), false)
-                }
-            });
+        let p = build(raw, &mut self.pool, &mut self.kernel);
         self.pool.trim();
         p
     }
@@ -498,11 +424,7 @@ impl Resident {
 
 /// Symbolizes on `pool`'s threads; `kernel` gives the kernel table for the recorded kernel, when there
 /// are kernel addresses.
-fn build(
-    raw: RawRecording,
-    pool: &mut Pool,
-    kernel: &mut dyn FnMut(Option<&whyslow_model::raw::RawKernel>) -> (Kallsyms, bool),
-) -> Profile {
+fn build(raw: RawRecording, pool: &mut Pool, kernel: &mut dyn kernel::KernelTables) -> Profile {
     let mut notes = Vec::new();
 
     // Collect distinct addresses per module, then resolve each module in one batch.
@@ -549,9 +471,7 @@ fn build(
     }
     drop(reply);
     if !kernel_addrs.is_empty() {
-        let recorded = raw.kernel.as_ref();
-        let table = kernel(recorded);
-        let mut ksyms = KernelSymbols::new(table, recorded.and_then(|k| k.reloc.clone()));
+        let mut ksyms = kernel::KernelSymbols::new(kernel, raw.kernel.as_ref());
         if ksyms.is_empty() {
             notes.push("kernel symbols unavailable (/proc/kallsyms shows no addresses)".into());
         }
@@ -684,27 +604,6 @@ fn build(
 mod tests {
     use super::*;
 
-    fn table() -> Kallsyms {
-        Kallsyms::parse(
-            "ffff0000 T _text\nffff0000 T _stext\nffff0010 T do_sys_open\nffff0040 T _etext\n\
-             ffff9000 t mod_fn\t[some_mod]\n"
-                .into(),
-        )
-    }
-
-    #[test]
-    fn recorded_kernel_addresses_are_moved_to_the_table() {
-        // The recording's kernel lay 0x1000 higher (another boot, KASLR).
-        let reloc = ("_text".to_string(), 0xffff1000);
-        let mut k = KernelSymbols::new((table(), false), Some(reloc));
-        assert_eq!(k.lookup(0xffff1015), Some("do_sys_open"));
-        // Without a recorded position the addresses are taken as they are.
-        let mut k = KernelSymbols::new((table(), false), None);
-        assert_eq!(k.lookup(0xffff0015), Some("do_sys_open"));
-        assert_eq!(k.lookup(0xfffe0000), None);
-    }
-
-    /// Symbolizes one offset of each of `files` on `pool` and waits for every answer.
     fn ask(pool: &mut Pool, files: &[String]) {
         let (tx, rx) = mpsc::channel();
         for (i, f) in files.iter().enumerate() {
@@ -756,16 +655,5 @@ mod tests {
         ask(&mut pool, &keep);
         assert_eq!(pool.trim(), 1);
         assert_eq!(pool.owner.len(), 1);
-    }
-
-    #[test]
-    fn perf_s_copy_names_the_kernel_image_only() {
-        let mut k = KernelSymbols::new((table(), true), Some(("_text".to_string(), 0xffff0000)));
-        assert!(!k.is_empty());
-        assert_eq!(k.lookup(0xffff0015), Some("do_sys_open"));
-        // A module address is looked up in /proc/kallsyms (modules come and go): whatever it says there,
-        // perf's copy is not asked.
-        let module = k.lookup(0xffff9004).map(str::to_string);
-        assert_ne!(module.as_deref(), Some("mod_fn"));
     }
 }
