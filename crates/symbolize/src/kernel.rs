@@ -111,10 +111,16 @@ fn loaded_code() -> Option<u64> {
         let mut attr = [id, 0u32, 0u32];
         // SAFETY: attr is a valid bpf_attr prefix of the size passed; the kernel writes next_id in it.
         let r = unsafe {
-            libc::syscall(libc::SYS_bpf, BPF_PROG_GET_NEXT_ID, attr.as_mut_ptr(), std::mem::size_of_val(&attr))
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_PROG_GET_NEXT_ID,
+                attr.as_mut_ptr(),
+                std::mem::size_of_val(&attr),
+            )
         };
         if r != 0 {
-            return (std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOENT)).then(|| h.finish());
+            return (std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOENT))
+                .then(|| h.finish());
         }
         id = attr[1];
         id.hash(&mut h);

@@ -349,8 +349,9 @@ impl Prefetch {
         }
         let kernel = kernel_build_id.and_then(|id| {
             let owned = id.to_string();
-            let load =
-                std::thread::Builder::new().name("kallsyms".into()).spawn(move || kernel::kernel_table(&owned));
+            let load = std::thread::Builder::new()
+                .name("kallsyms".into())
+                .spawn(move || kernel::kernel_table(&owned));
             Some((id.to_string(), load.ok()?))
         });
         Prefetch { kernel, pool }

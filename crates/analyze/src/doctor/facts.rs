@@ -449,9 +449,8 @@ impl<'a> Facts<'a> {
     /// one's heaviest callees in user code.
     pub fn call_candidates(&self, n: usize, callees: usize) -> Vec<String> {
         let (self_, total) = self.self_and_total();
-        let mut ids: Vec<usize> = (0..self.names.len())
-            .filter(|&f| self.user[f] && pct(total[f], self.cpu_total) >= 1.0)
-            .collect();
+        let mut ids: Vec<usize> =
+            (0..self.names.len()).filter(|&f| self.user[f] && pct(total[f], self.cpu_total) >= 1.0).collect();
         ids.sort_by(|&a, &b| self_[b].cmp(&self_[a]).then(total[b].cmp(&total[a])).then(a.cmp(&b)));
         let mut out: Vec<String> = Vec::new();
         for &f in ids.iter().take(n) {
@@ -484,8 +483,7 @@ impl<'a> Facts<'a> {
                 (false, _, o, wait) if o != 0 && wait != Wait::Idle => (o, Some(wait)),
                 _ => continue,
             };
-            let end =
-                v.funcs.iter().rposition(|&f| self.user[f]).map_or(v.funcs.len(), |i| i + 1);
+            let end = v.funcs.iter().rposition(|&f| self.user[f]).map_or(v.funcs.len(), |i| i + 1);
             // One library frame after the last user frame says what the user code was doing; startup
             // frames above the first user frame (`_start`, `__libc_start_main`, `runtime.main`) say nothing.
             let end = (end + 1).min(v.funcs.len());

@@ -40,8 +40,8 @@ pub use whyslow_convert::SiteCount;
 
 /// Counters in the program's `drops` array: calls or sites no counter could hold, stack samples the
 /// ring had no room for.
-const DROP_MAP: u32 = 0;
-const DROP_RING: u32 = 1;
+const DROP_MAP: usize = 0;
+const DROP_RING: usize = 1;
 const STACK_MAX: u32 = 16384;
 /// Where a sample's stack copy starts (bpf/calls.bpf.c, `struct ws_sample`).
 const USTACK_OFFSET: usize = std::mem::offset_of!(Rec, ustack);
@@ -314,14 +314,18 @@ impl<'obj> CallProbe<'obj> {
 
     /// Calls a full map could not count.
     pub fn lost(&self) -> u64 {
-        super::per_cpu_total(&self.skel.maps.drops, DROP_MAP..DROP_MAP + 1)
+        super::drops_total(self.skel.maps.bss_data.as_deref().map(|b| &b.drops[..]), DROP_MAP..DROP_MAP + 1)
     }
 
     /// The stack samples that arrived since the last call, and a lost record for those the ring had no
     /// room for meanwhile.
     pub fn drain(&mut self, into: &mut Vec<Timed>) {
         if let Some(ring) = self.samples.as_mut() {
-            ring.drain(into, super::per_cpu_total(&self.skel.maps.drops, DROP_RING..DROP_RING + 1));
+            let lost = super::drops_total(
+                self.skel.maps.bss_data.as_deref().map(|b| &b.drops[..]),
+                DROP_RING..DROP_RING + 1,
+            );
+            ring.drain(into, lost);
         }
     }
 

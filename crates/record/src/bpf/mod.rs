@@ -148,13 +148,22 @@ impl RecordRing {
     }
 }
 
-/// The sum over every CPU and every slot in `slots` of a per-CPU array of u64 counters (the programs'
-/// `drops`).
+/// The sum over every CPU and every slot in `slots` of a per-CPU array of u64 counters.
 fn per_cpu_total(map: &impl libbpf_rs::MapCore, slots: std::ops::Range<u32>) -> u64 {
     slots
         .filter_map(|k| map.lookup_percpu(&k.to_ne_bytes(), libbpf_rs::MapFlags::ANY).ok().flatten())
         .flatten()
         .map(|v| u64_at(&v, 0))
+        .sum()
+}
+
+/// The sum over every CPU's row and every slot in `slots` of the programs' `drops` counters (bpf/drops.h),
+/// read from the program's mapped .bss while the programs add to them (None: not mapped, nothing read).
+fn drops_total<const N: usize>(rows: Option<&[[u64; N]]>, slots: std::ops::Range<usize>) -> u64 {
+    rows.unwrap_or_default()
+        .iter()
+        // SAFETY: an aligned u64 in a live mapping; the kernel's atomic adds are whole-word writes.
+        .flat_map(|row| row[slots.clone()].iter().map(|v| unsafe { std::ptr::read_volatile(v) }))
         .sum()
 }
 

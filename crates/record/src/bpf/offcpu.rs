@@ -19,7 +19,7 @@ const STACK_MAX: u32 = 16384;
 const KSTACK_OFFSET: usize = offset_of!(Block, kstack);
 const USTACK_OFFSET: usize = offset_of!(Block, ustack);
 const _: () = assert!(size_of::<Block>() - USTACK_OFFSET >= 2 * STACK_MAX as usize);
-const DROP_SLOTS: u32 = 3;
+const DROP_SLOTS: usize = 3;
 
 /// How the kernel side samples blocks.
 #[derive(Debug, Clone, Copy)]
@@ -147,7 +147,7 @@ impl<'obj> OffCpuProbe<'obj> {
     /// Blocks lost: those the ring had no room for, switch-outs no map entry could hold, and chosen
     /// blocks whose task work could not be scheduled.
     pub fn lost(&self) -> u64 {
-        super::per_cpu_total(&self.skel.maps.drops, 0..DROP_SLOTS)
+        super::drops_total(self.skel.maps.bss_data.as_deref().map(|b| &b.drops[..]), 0..DROP_SLOTS)
     }
 }
 

@@ -20,7 +20,7 @@ const MAX_SYSCALL: u32 = 1024;
 const PATH_LEN: usize = 256;
 const EVENT_LEN: usize = 8 * 4 + 8 + 8 * 6 + 2 * PATH_LEN;
 const STAT_LEN: usize = 8 * (5 + HIST_BUCKETS);
-const DROP_SLOTS: u32 = 2;
+const DROP_SLOTS: usize = 2;
 /// Slots of the `counted` map.
 const SEEN_COUNTED: u32 = 0;
 const SEEN_OTHERS: u32 = 1;
@@ -332,7 +332,7 @@ impl<'obj> SyscallProbe<'obj> {
 
     /// Events lost: trace events the ring had no room for, and calls a full map could not count.
     pub fn lost(&self) -> u64 {
-        super::per_cpu_total(&self.skel.maps.drops, 0..DROP_SLOTS)
+        super::drops_total(self.skel.maps.bss_data.as_deref().map(|b| &b.drops[..]), 0..DROP_SLOTS)
     }
 
     /// The counters so far, one entry per (process, thread, syscall).
