@@ -314,17 +314,18 @@ impl<'obj> CallProbe<'obj> {
 
     /// Calls a full map could not count.
     pub fn lost(&self) -> u64 {
-        super::drops_total(self.skel.maps.bss_data.as_deref().map(|b| &b.drops[..]), DROP_MAP..DROP_MAP + 1)
+        self.dropped(DROP_MAP)
+    }
+
+    fn dropped(&self, slot: usize) -> u64 {
+        super::drops_total(self.skel.maps.bss_data.as_deref().map(|b| &b.drops[..]), slot..slot + 1)
     }
 
     /// The stack samples that arrived since the last call, and a lost record for those the ring had no
     /// room for meanwhile.
     pub fn drain(&mut self, into: &mut Vec<Timed>) {
+        let lost = self.dropped(DROP_RING);
         if let Some(ring) = self.samples.as_mut() {
-            let lost = super::drops_total(
-                self.skel.maps.bss_data.as_deref().map(|b| &b.drops[..]),
-                DROP_RING..DROP_RING + 1,
-            );
             ring.drain(into, lost);
         }
     }
