@@ -20,7 +20,8 @@ pub(crate) trait KernelTables {
 }
 
 /// The kernel symbols of the kernel with this build id: perf's copy of its table where perf kept one,
-/// else the running kernel's (true: the image only, see [`Kallsyms::load_running`]).
+/// else (and for no build id, "") the running kernel's (true: the image only, see
+/// [`Kallsyms::load_running`]).
 pub(crate) fn kernel_table(build_id: &str) -> (Kallsyms, bool) {
     match Kallsyms::from_perf_cache(build_id) {
         Some(k) => (k, true),
@@ -37,10 +38,7 @@ impl KernelTables for Once {
     fn image(&mut self, recorded: Option<&RawKernel>) -> (Arc<Kallsyms>, bool) {
         let (table, image_only) = match self.ahead.take() {
             Some((id, load)) => load.join().unwrap_or_else(|_| kernel_table(&id)),
-            None => match recorded.filter(|k| !k.build_id.is_empty()) {
-                Some(k) => kernel_table(&k.build_id),
-                None => Kallsyms::load_running(),
-            },
+            None => kernel_table(recorded.map_or("", |k| &k.build_id)),
         };
         (Arc::new(table), image_only)
     }
@@ -70,7 +68,8 @@ pub(crate) struct Kept {
 impl KernelTables for Kept {
     fn image(&mut self, recorded: Option<&RawKernel>) -> (Arc<Kallsyms>, bool) {
         let id = recorded.map_or("", |k| k.build_id.as_str());
-        if let Some((_, table)) = self.perf.as_ref().filter(|(kept, _)| !id.is_empty() && kept == id) {
+        // (Only a build id perf has a copy for is kept: never "".)
+        if let Some((_, table)) = self.perf.as_ref().filter(|(kept, _)| kept == id) {
             return (table.clone(), true);
         }
         if let Some(table) = Kallsyms::from_perf_cache(id) {
