@@ -1,7 +1,11 @@
 //! Connections: how many are admitted (in all and per client, descriptors kept back for recording), how
 //! long a client may take to send its headers, and the accept loop.
 
-use super::*;
+use crate::Shared;
+use axum::Router;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// A client that has not sent a request's headers within this long (from connecting, or from its last
 /// answer on a kept-alive connection) is disconnected: slow or idle clients cannot hold connections.

@@ -1,7 +1,16 @@
 //! What every request passes before its handler: the Host and Origin checks (no DNS rebinding, no
 //! cross-site writes), the content type and size, the bearer token, the body's deadline.
 
-use super::*;
+use super::reply::ApiError;
+use crate::Shared;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// The host part of a `Host` header or an origin's authority (brackets of an IPv6 address removed).
 fn host_name(authority: &str) -> &str {

@@ -2,98 +2,31 @@
 //! the agent itself (its store) is a 5xx. Queries and bodies are parsed strictly: unknown parameters and
 //! fields are errors, never ignored.
 
-use crate::spec::{self, TargetSpec, STACKPROBE_PREFIX};
-use crate::{now_ns, timespec, Shared};
-use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, QueryRejection};
-use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
-use axum::http::{header, HeaderMap, StatusCode};
-use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use crate::{now_ns, Shared};
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::middleware;
+use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
-use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
-use whyslow_model::Profile;
-use whyslow_render::RenderError;
 
 mod conns;
 mod guard;
 mod profiles;
 mod query;
+mod reply;
+mod stackprobe;
 mod targets;
 mod ui;
 
 use guard::guard;
 use profiles::{diff, doctor, findings, profile, regression_check, regressions};
-use targets::{
-    add_target, delete_target, get_flamegraph, get_target, list_targets, patch_target, processes,
-    put_flamegraph,
-};
+use reply::{bytes, internal, json, ApiError, ApiResult};
+use stackprobe::{get_flamegraph, put_flamegraph};
+use targets::{add_target, delete_target, get_target, list_targets, patch_target, processes};
 use ui::{ui_asset, ui_index};
-
-/// An answer that is not a success.
-pub struct ApiError(StatusCode, String);
-
-impl ApiError {
-    fn bad(m: impl Into<String>) -> Self {
-        ApiError(StatusCode::BAD_REQUEST, m.into())
-    }
-    fn unprocessable(m: impl Into<String>) -> Self {
-        ApiError(StatusCode::UNPROCESSABLE_ENTITY, m.into())
-    }
-    fn not_found(m: impl Into<String>) -> Self {
-        ApiError(StatusCode::NOT_FOUND, m.into())
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        json(self.0, &serde_json::json!({ "error": self.1 }))
-    }
-}
-
-impl From<crate::store::StoreError> for ApiError {
-    fn from(e: crate::store::StoreError) -> Self {
-        let code = match e {
-            crate::store::StoreError::Full { .. } => StatusCode::INSUFFICIENT_STORAGE,
-            _ => StatusCode::INTERNAL_SERVER_ERROR,
-        };
-        ApiError(code, e.to_string())
-    }
-}
-
-impl From<spec::SpecError> for ApiError {
-    fn from(e: spec::SpecError) -> Self {
-        match e {
-            spec::SpecError::Syntax(m) => ApiError::bad(format!("invalid JSON: {m}")),
-            spec::SpecError::Invalid(m) => ApiError::unprocessable(m),
-        }
-    }
-}
-
-impl From<RenderError> for ApiError {
-    fn from(e: RenderError) -> Self {
-        match e {
-            RenderError::Io(e) => ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-            other => ApiError::not_found(other.to_string()),
-        }
-    }
-}
-
-type ApiResult = Result<Response, ApiError>;
-
-fn json(status: StatusCode, v: &serde_json::Value) -> Response {
-    let mut body = serde_json::to_vec_pretty(v).expect("a JSON value serializes");
-    body.push(b'\n');
-    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
-}
-
-fn bytes(content_type: &'static str, body: Vec<u8>) -> Response {
-    (StatusCode::OK, [(header::CONTENT_TYPE, content_type)], body).into_response()
-}
 
 pub async fn serve(shared: Arc<Shared>, listener: std::net::TcpListener) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::from_std(listener)?;
@@ -150,12 +83,4 @@ async fn healthz(State(s): State<Arc<Shared>>) -> Response {
 async fn metrics(State(s): State<Arc<Shared>>) -> ApiResult {
     let text = tokio::task::spawn_blocking(move || crate::metrics::render(&s)).await.map_err(internal)??;
     Ok(bytes("text/plain; version=0.0.4; charset=utf-8", text.into_bytes()))
-}
-
-fn internal(e: impl std::fmt::Display) -> ApiError {
-    ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
-}
-
-async fn blocking(f: impl FnOnce() -> ApiResult + Send + 'static) -> ApiResult {
-    tokio::task::spawn_blocking(f).await.map_err(internal)?
 }

@@ -1,9 +1,14 @@
 //! Profiles of the stored windows: merged, as trees, timelines and tables; the doctor's findings and
 //! regressions; diffs of two ranges.
 
-use super::query::{load, params, range, selected, value, Selection, ThreadFilter};
-use super::targets::target_id;
-use super::*;
+use super::query::{join, load, params, range, selected, target_id, value, Selection, ThreadFilter};
+use super::reply::{blocking, bytes, internal, json, ApiError, ApiResult};
+use crate::{now_ns, timespec, Shared};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use std::sync::Arc;
+use whyslow_model::Profile;
 
 pub(super) async fn profile(
     State(s): State<Arc<Shared>>,
@@ -93,10 +98,6 @@ fn thread_totals(p: &Profile, v: usize) -> Vec<serde_json::Value> {
             serde_json::json!({ "pid": t.pid, "tid": t.tid, "name": t.name, "value": sums[i] })
         })
         .collect()
-}
-
-pub(super) fn join(ids: &[i64]) -> String {
-    ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
 }
 
 pub(super) async fn doctor(

@@ -1,9 +1,15 @@
 //! Query parameters: strictly parsed, the targets and labels a query selects, its time range and
-//! threads, and the stored windows it loads.
+//! threads, and the stored windows it loads. The bottom of the API's handlers: they all read their
+//! queries through this file, and it imports none of them.
 
-use super::profiles::join;
-use super::targets::target_id;
-use super::*;
+use super::reply::ApiError;
+use crate::Shared;
+use crate::{now_ns, timespec};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::Query;
+use axum::http::StatusCode;
+use std::collections::BTreeMap;
+use whyslow_model::Profile;
 
 /// Query parameters, every one of them known to the endpoint.
 pub(super) fn params(
@@ -97,6 +103,21 @@ pub(super) fn range(
         return Err(ApiError::bad(format!("{from_key} must be before {until_key}")));
     }
     Ok((from, until))
+}
+
+/// Target `id` (as a path or query gives it), which must be defined.
+pub(super) fn target_id(id: &str, s: &Shared) -> Result<i64, ApiError> {
+    let id: i64 = id.parse().map_err(|_| ApiError::bad(format!("target id '{id}' is not a number")))?;
+    if s.targets.read().expect("targets lock").contains_key(&id) {
+        Ok(id)
+    } else {
+        Err(ApiError::not_found(format!("no target {id}")))
+    }
+}
+
+/// Target ids as an error message lists them: `1,2,3`.
+pub(super) fn join(ids: &[i64]) -> String {
+    ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
 }
 
 /// Largest sum of stored window bytes one query merges.

@@ -1,23 +1,21 @@
-//! Targets: defined, changed and removed through the API (and stackprobe's /flamegraph form), and the
-//! processes followed now.
+//! Targets: defined, changed and removed through the API, and the processes followed now.
 
 use super::guard::body;
-use super::query::params;
-use super::*;
+use super::query::{params, target_id};
+use super::reply::{json, ApiError, ApiResult};
+use crate::spec::TargetSpec;
+use crate::{now_ns, Shared};
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use std::sync::Arc;
 
-fn target_json(id: i64, spec: &TargetSpec) -> serde_json::Value {
+pub(super) fn target_json(id: i64, spec: &TargetSpec) -> serde_json::Value {
     let mut v = serde_json::to_value(spec).expect("a spec serializes");
     v.as_object_mut().expect("a spec is an object").insert("id".into(), id.into());
     v
-}
-
-pub(super) fn target_id(id: &str, s: &Shared) -> Result<i64, ApiError> {
-    let id: i64 = id.parse().map_err(|_| ApiError::bad(format!("target id '{id}' is not a number")))?;
-    if s.targets.read().expect("targets lock").contains_key(&id) {
-        Ok(id)
-    } else {
-        Err(ApiError::not_found(format!("no target {id}")))
-    }
 }
 
 /// The targets; with `windows=true` each also tells the windows stored of it:
@@ -155,43 +153,6 @@ pub(super) async fn processes(
         })
         .collect();
     Ok(json(StatusCode::OK, &serde_json::Value::Array(list)))
-}
-
-/// stackprobe's form: the targets it defined (named `flamegraph-N`).
-pub(super) async fn get_flamegraph(State(s): State<Arc<Shared>>) -> Response {
-    let t = s.targets.read().expect("targets lock");
-    let list: Vec<serde_json::Value> = t
-        .iter()
-        .filter(|(_, spec)| spec.name.as_deref().is_some_and(|n| n.starts_with(STACKPROBE_PREFIX)))
-        .map(|(&id, spec)| target_json(id, spec))
-        .collect();
-    json(StatusCode::OK, &serde_json::json!({ "targets": list }))
-}
-
-/// stackprobe's `PUT /flamegraph`: replaces the targets an earlier PUT defined.
-pub(super) async fn put_flamegraph(
-    State(s): State<Arc<Shared>>,
-    b: Result<Bytes, BytesRejection>,
-) -> ApiResult {
-    let specs = spec::from_stackprobe(&body(b)?)?;
-    let mut store = s.store.lock().expect("store lock");
-    let mut targets = s.targets.write().expect("targets lock");
-    let old: Vec<i64> = targets
-        .iter()
-        .filter(|(_, t)| t.name.as_deref().is_some_and(|n| n.starts_with(STACKPROBE_PREFIX)))
-        .map(|(&id, _)| id)
-        .collect();
-    for id in old {
-        store.delete_target(id)?;
-        targets.remove(&id);
-    }
-    let mut list = Vec::new();
-    for spec in specs {
-        let id = store.add_target(&spec, now_ns())?;
-        list.push(target_json(id, &spec));
-        targets.insert(id, spec);
-    }
-    Ok(json(StatusCode::OK, &serde_json::json!({ "targets": list })))
 }
 
 #[cfg(test)]

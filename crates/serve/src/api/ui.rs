@@ -1,6 +1,9 @@
 //! The web UI's files, embedded in the binary.
 
-use super::*;
+use super::reply::{ApiError, ApiResult};
+use axum::extract::Path;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
 
 /// The web UI: hand-written HTML, CSS and JavaScript modules embedded in the binary. No bundler or
 /// JavaScript toolchain: the browser loads the modules as they are, so the binary builds offline from the
