@@ -2,12 +2,13 @@
 //! stackprobe writes them): under the output root only, named `NAME[-PID]-UNIXSECONDS.{svg,folded}`,
 //! removed after the retention period like the windows.
 
+use crate::shared::Shared;
 use crate::spec::{relative_dir, TargetSpec};
-use crate::{now_ns, Shared};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+use whyslow_model::unix_now_ns as now_ns;
 
 /// Retention runs this often: a quarter of the retention period, from 1 to 30 seconds.
 fn retention_every(retention: Duration) -> Duration {
@@ -115,7 +116,7 @@ fn write_files(s: &Shared, id: i64, t: &TargetSpec, from: u64, until: u64) -> Re
     }
     let name = t.display_name(id);
     for (pid, ids) in groups {
-        let p = crate::merged(s, &ids).map_err(|e| e.to_string())?;
+        let p = crate::shared::merged(s, &ids).map_err(|e| e.to_string())?;
         let stem = match pid {
             Some(pid) => format!("{name}-{pid}-{}", until / 1_000_000_000),
             None => format!("{name}-{}", until / 1_000_000_000),

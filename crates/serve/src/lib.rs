@@ -16,6 +16,7 @@ mod procs;
 mod prom;
 mod pusher;
 mod recorder;
+mod shared;
 mod slicing;
 pub mod spec;
 pub mod store;
@@ -26,16 +27,17 @@ mod webhook;
 
 pub use view::{view, ViewFile};
 
-pub(crate) use whyslow_model::unix_now_ns as now_ns;
-
+use shared::Shared;
 use spec::TargetSpec;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::Duration;
 use store::Store;
+use whyslow_model::unix_now_ns as now_ns;
 
 /// How to run the agent.
 #[derive(Debug, Clone)]
@@ -110,74 +112,6 @@ pub enum ServeError {
     Locked { dir: PathBuf, lock: PathBuf, holder: String },
 }
 
-/// Counters behind /metrics.
-#[derive(Default)]
-pub struct Counters {
-    /// Samples and lost samples by session (its sources).
-    samples: Mutex<BTreeMap<String, (u64, u64)>>,
-    pub windows: AtomicU64,
-    pub windows_removed: AtomicU64,
-    pub store_errors: AtomicU64,
-    pub follow_errors: AtomicU64,
-    pub session_errors: AtomicU64,
-    pub files_written: AtomicU64,
-    requests: Mutex<BTreeMap<u16, u64>>,
-    /// HTTP connections open now, refused (over a cap), and closed for sending their headers too slowly.
-    pub connections_open: AtomicU64,
-    pub connections_refused: AtomicU64,
-    pub connections_timed_out: AtomicU64,
-    /// Times the symbolizer's caches were dropped to bound the agent's memory.
-    pub symbolizer_resets: AtomicU64,
-    /// Processes whose state the recording sessions hold (summed over them).
-    pub processes_held: AtomicU64,
-}
-
-impl Counters {
-    fn add(&self, key: &recorder::Key, samples: u64, lost: u64) {
-        let mut m = self.samples.lock().expect("counters lock");
-        let e = m.entry(key.name()).or_default();
-        e.0 += samples;
-        e.1 += lost;
-    }
-
-    fn request(&self, code: u16) {
-        *self.requests.lock().expect("counters lock").entry(code).or_default() += 1;
-    }
-}
-
-/// What the threads share.
-pub struct Shared {
-    opts: ServeOptions,
-    store: Mutex<Store>,
-    /// The targets as stored, by id.
-    targets: RwLock<BTreeMap<i64, TargetSpec>>,
-    tracked: Mutex<BTreeMap<u32, recorder::Tracked>>,
-    /// The processes the whole-host sampling (targets of every process) saw, from their first sample
-    /// until shortly after they ended; apart from `tracked` (a process can be both).
-    host_tracked: Mutex<BTreeMap<u32, recorder::Tracked>>,
-    counters: Arc<Counters>,
-    push_stats: Mutex<BTreeMap<String, pusher::PushStats>>,
-    /// The always-on doctor's counters, and each webhook's.
-    doctor: Mutex<watch::Stats>,
-    hook_stats: Mutex<BTreeMap<String, webhook::HookStats>>,
-    stopping: AtomicBool,
-    /// The last store failure (None: the last write succeeded), for /healthz.
-    store_error: Mutex<Option<String>>,
-    /// When the manager last finished a scan (0: no manager), for /healthz.
-    pub(crate) manager_beat_ns: AtomicU64,
-}
-
-impl Shared {
-    fn stopping(&self) -> bool {
-        self.stopping.load(Ordering::SeqCst) || whyslow_record::signals::stop_requested()
-    }
-
-    /// Notes how the last store write went (for /healthz).
-    fn store_result<T>(&self, r: &Result<T, store::StoreError>) {
-        *self.store_error.lock().expect("store error lock") = r.as_ref().err().map(|e| e.to_string());
-    }
-}
-
 /// The data directory's lock (an flock held while the agent runs): two agents on one store would each
 /// see only the targets they added and record the same processes twice.
 struct DirLock(#[allow(dead_code)] std::fs::File);
@@ -232,27 +166,6 @@ fn open_store(dir: &std::path::Path) -> Result<Store, ServeError> {
     }
 }
 
-/// The stored windows `ids`, merged into one profile spanning them.
-fn merged(s: &Shared, ids: &[i64]) -> Result<whyslow_model::Profile, store::StoreError> {
-    let mut profiles = Vec::with_capacity(ids.len());
-    for &id in ids {
-        profiles.extend(s.store.lock().expect("store lock").profile(id)?);
-    }
-    if profiles.len() == 1 {
-        return Ok(profiles.pop().expect("one profile"));
-    }
-    let refs: Vec<&whyslow_model::Profile> = profiles.iter().collect();
-    let mut p = whyslow_analyze::diff::merge(&refs);
-    if let (Some(start), Some(end)) = (
-        profiles.iter().map(|p| p.meta.start_unix_ns).min(),
-        profiles.iter().map(|p| p.meta.start_unix_ns + p.meta.duration_ns).max(),
-    ) {
-        p.meta.start_unix_ns = start;
-        p.meta.duration_ns = end - start;
-    }
-    Ok(p)
-}
-
 /// Runs the agent until SIGINT/SIGTERM: then the server stops taking requests, every session flushes its
 /// window into the store, and everything is detached.
 pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
@@ -273,8 +186,41 @@ fn run_with(opts: ServeOptions, record: bool, on_listen: impl FnOnce(SocketAddr)
     if record {
         store.set_budget(opts.max_disk)?;
     }
+    let stored = config_targets(&mut store, &opts.targets)?;
+    let (listener, addr) = bind(opts.listen)?;
+    whyslow_record::signals::install();
+    tune_malloc();
+    let shared = Arc::new(Shared::new(opts, store, stored));
+    let outboxes = start_outboxes(&shared, record);
+    let recording = if record { start_recording(&shared) } else { Vec::new() };
+    on_listen(addr);
+    if record {
+        let n = shared.targets.read().expect("targets lock").len();
+        eprintln!(
+            "whyslow serve: listening on http://{addr} (data in {}, {n} target{})",
+            shared.opts.data_dir.display(),
+            if n == 1 { "" } else { "s" }
+        );
+    }
+    let served = serve_api(&shared, listener);
+    shared.stopping.store(true, Ordering::SeqCst);
+    for t in recording.into_iter().chain(outboxes) {
+        let _ = t.join();
+    }
+    if record {
+        report_stop(&shared);
+    }
+    drop(lock);
+    served.map_err(|source| ServeError::Listen { addr, source })
+}
+
+/// The stored targets, with the config file's added or updated by name (a restart adds none twice).
+fn config_targets(
+    store: &mut Store,
+    targets: &[TargetSpec],
+) -> Result<BTreeMap<i64, TargetSpec>, ServeError> {
     let mut stored: BTreeMap<i64, TargetSpec> = store.targets()?.into_iter().collect();
-    for spec in &opts.targets {
+    for spec in targets {
         spec.check().map_err(|e| ServeError::Config(format!("config target: {e}")))?;
         let same = stored.iter().find(|(_, s)| s.name.is_some() && s.name == spec.name).map(|(&id, _)| id);
         let id = match same {
@@ -286,11 +232,20 @@ fn run_with(opts: ServeOptions, record: bool, on_listen: impl FnOnce(SocketAddr)
         };
         stored.insert(id, spec.clone());
     }
-    let listener = std::net::TcpListener::bind(opts.listen)
-        .map_err(|source| ServeError::Listen { addr: opts.listen, source })?;
-    let addr = listener.local_addr().map_err(|source| ServeError::Listen { addr: opts.listen, source })?;
+    Ok(stored)
+}
+
+/// The listening socket (non-blocking, for tokio) and the address it got.
+fn bind(listen: SocketAddr) -> Result<(std::net::TcpListener, SocketAddr), ServeError> {
+    let listener =
+        std::net::TcpListener::bind(listen).map_err(|source| ServeError::Listen { addr: listen, source })?;
+    let addr = listener.local_addr().map_err(|source| ServeError::Listen { addr: listen, source })?;
     listener.set_nonblocking(true).map_err(|source| ServeError::Listen { addr, source })?;
-    whyslow_record::signals::install();
+    Ok((listener, addr))
+}
+
+/// Bounds what glibc's allocator keeps of the agent's bursts.
+fn tune_malloc() {
     // Threads allocate in bursts at every window: glibc's one arena per thread then holds tens of MB
     // that never go back (39 -> 80 MB over 10 minutes); two arenas keep the agent flat (31 MB).
     // A window's large buffers (decompressed, compressed, grown by doubling) freed raise glibc's
@@ -302,98 +257,57 @@ fn run_with(opts: ServeOptions, record: bool, on_listen: impl FnOnce(SocketAddr)
         libc::mallopt(libc::M_ARENA_MAX, 2);
         libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
     }
-    let shared = Arc::new(Shared {
-        opts,
-        store: Mutex::new(store),
-        targets: RwLock::new(stored),
-        tracked: Mutex::new(BTreeMap::new()),
-        host_tracked: Mutex::new(BTreeMap::new()),
-        counters: Arc::new(Counters::default()),
-        push_stats: Mutex::new(BTreeMap::new()),
-        doctor: Mutex::new(watch::Stats::default()),
-        hook_stats: Mutex::new(BTreeMap::new()),
-        stopping: AtomicBool::new(false),
-        store_error: Mutex::new(None),
-        manager_beat_ns: AtomicU64::new(0),
-    });
-    let pushers: Vec<_> = shared
-        .opts
-        .push
-        .iter()
-        .map(|o| {
-            let (s, o) = (shared.clone(), o.clone());
-            std::thread::Builder::new()
-                .name("whyslow-push".into())
-                .spawn(move || pusher::run(s, o))
-                .expect("thread")
-        })
-        .collect();
-    let doctor = (record && shared.opts.doctor).then(|| {
-        let s = shared.clone();
-        std::thread::Builder::new()
-            .name("whyslow-doctor".into())
-            .spawn(move || watch::run(s))
-            .expect("thread")
-    });
-    let hooks: Vec<_> = shared
-        .opts
-        .webhooks
-        .iter()
-        .filter(|_| record)
-        .map(|url| {
-            let (s, url) = (shared.clone(), url.clone());
-            std::thread::Builder::new()
-                .name("whyslow-webhook".into())
-                .spawn(move || webhook::run(s, url))
-                .expect("thread")
-        })
-        .collect();
-    let manager = record.then(|| {
-        let s = shared.clone();
-        std::thread::Builder::new()
-            .name("whyslow-manager".into())
-            .spawn(move || recorder::run(s))
-            .expect("thread")
-    });
-    let keeper = record.then(|| {
-        let s = shared.clone();
-        std::thread::Builder::new()
-            .name("whyslow-keeper".into())
-            .spawn(move || housekeeping::run(s))
-            .expect("thread")
-    });
-    on_listen(addr);
-    if record {
-        eprintln!(
-            "whyslow serve: listening on http://{addr} (data in {}, {} target{})",
-            shared.opts.data_dir.display(),
-            shared.targets.read().expect("targets lock").len(),
-            if shared.targets.read().expect("targets lock").len() == 1 { "" } else { "s" }
-        );
+}
+
+fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
+    std::thread::Builder::new().name(name.into()).spawn(f).expect("thread")
+}
+
+/// The threads that deliver what the store queues: one per push backend, the always-on doctor and
+/// one per webhook (these two only when recording).
+fn start_outboxes(shared: &Arc<Shared>, record: bool) -> Vec<JoinHandle<()>> {
+    let mut threads = Vec::new();
+    for o in &shared.opts.push {
+        let (s, o) = (shared.clone(), o.clone());
+        threads.push(spawn("whyslow-push", move || pusher::run(s, o)));
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|source| ServeError::Listen { addr, source })?;
-    let served = rt.block_on(api::serve(shared.clone(), listener));
-    shared.stopping.store(true, Ordering::SeqCst);
-    for t in manager.into_iter().chain(keeper).chain(pushers).chain(doctor).chain(hooks) {
-        let _ = t.join();
+    if record && shared.opts.doctor {
+        let s = shared.clone();
+        threads.push(spawn("whyslow-doctor", move || watch::run(s)));
     }
-    if record {
-        match shared.store_error.lock().expect("store error lock").as_deref() {
-            None => {
-                eprintln!("whyslow serve: stopped; windows flushed to {}", shared.opts.data_dir.display())
-            }
-            Some(e) => eprintln!(
-                "whyslow serve: stopped; the last windows could not be stored ({} lost in all): {e}",
-                shared.counters.store_errors.load(Ordering::Relaxed)
-            ),
+    for url in shared.opts.webhooks.iter().filter(|_| record) {
+        let (s, url) = (shared.clone(), url.clone());
+        threads.push(spawn("whyslow-webhook", move || webhook::run(s, url)));
+    }
+    threads
+}
+
+/// The manager (follows processes, records them) and housekeeping (retention, periodic files).
+fn start_recording(shared: &Arc<Shared>) -> Vec<JoinHandle<()>> {
+    let s = shared.clone();
+    let manager = spawn("whyslow-manager", move || recorder::run(s));
+    let s = shared.clone();
+    let keeper = spawn("whyslow-keeper", move || housekeeping::run(s));
+    vec![manager, keeper]
+}
+
+/// Serves the API on `listener` until the agent is told to stop.
+fn serve_api(shared: &Arc<Shared>, listener: std::net::TcpListener) -> std::io::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    rt.block_on(api::serve(shared.clone(), listener))
+}
+
+/// The last line of a recording agent: where its windows went, or why the last ones were lost.
+fn report_stop(shared: &Shared) {
+    match shared.store_error.lock().expect("store error lock").as_deref() {
+        None => {
+            eprintln!("whyslow serve: stopped; windows flushed to {}", shared.opts.data_dir.display())
         }
+        Some(e) => eprintln!(
+            "whyslow serve: stopped; the last windows could not be stored ({} lost in all): {e}",
+            shared.counters.store_errors.load(Ordering::Relaxed)
+        ),
     }
-    drop(lock);
-    served.map_err(|source| ServeError::Listen { addr, source })
 }
 
 /// Allocations from this size up get mappings of their own (glibc's default, 128 KiB, kept fixed).

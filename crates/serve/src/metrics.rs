@@ -1,7 +1,7 @@
 //! /metrics in the Prometheus text format: `whyslow_` prefix, base units, `_total` counters, no pid labels.
 
 use crate::prom::Out;
-use crate::Shared;
+use crate::shared::Shared;
 use std::sync::atomic::Ordering;
 
 pub fn render(s: &Shared) -> Result<String, crate::store::StoreError> {

@@ -7,9 +7,10 @@
 //! that window with the reason logged and counted, instead of retrying it forever.
 //! Profiles an OTLP backend accepted without keeping (a partial success) are logged and counted too.
 
-use crate::{now_ns, Shared};
+use crate::shared::Shared;
 use std::sync::Arc;
 use std::time::Duration;
+use whyslow_model::unix_now_ns as now_ns;
 use whyslow_push::{Auth, Backend, PushError, Sender};
 
 /// A backend and how to reach it.

@@ -14,8 +14,9 @@
 //! is read (name, command line, cgroup) and matched against those targets. Its per-process state goes
 //! when the process ends. It samples CPU time only, at the highest frequency those targets ask for.
 
+use crate::procs;
+use crate::shared::{Counters, Shared};
 use crate::spec::{ProcessView, SourceKind, TargetSpec};
-use crate::{now_ns, procs, Shared};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -23,6 +24,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use whyslow_model::raw::RawRecording;
+use whyslow_model::unix_now_ns as now_ns;
 use whyslow_record::{
     AllocOptions, Objects, Observer, OffCpuOptions, RecordOptions, Session, SyscallOptions, Target,
 };
@@ -454,7 +456,7 @@ fn session_thread(
     rx: Receiver<Cmd>,
     stop: Arc<AtomicBool>,
     windows: &Sender<Window>,
-    counters: &crate::Counters,
+    counters: &Counters,
     known: &std::sync::Mutex<std::collections::HashSet<u32>>,
 ) -> Result<(), whyslow_record::RecordError> {
     let opts = key.options(first, stop);
@@ -515,12 +517,7 @@ impl<'a> Windowing<'a> {
 
     /// After a step that ended with `end`: counts what it sampled and cuts a window when one is due. False
     /// once the session was stopped (its last window is sent by [`Windowing::finish`]).
-    fn stepped(
-        &mut self,
-        s: &mut Session,
-        end: Option<whyslow_record::End>,
-        counters: &crate::Counters,
-    ) -> bool {
+    fn stepped(&mut self, s: &mut Session, end: Option<whyslow_record::End>, counters: &Counters) -> bool {
         let n = s.counters();
         counters.add(self.key, n.samples - self.seen.0, n.lost - self.seen.1);
         self.seen = (n.samples, n.lost);

@@ -45,7 +45,7 @@ fn fill(dir: &Path, files: Vec<ViewFile>) -> Result<(), ServeError> {
             output: None,
             state: State::Stopped,
         };
-        let id = store.add_target(&spec, crate::now_ns())?;
+        let id = store.add_target(&spec, whyslow_model::unix_now_ns())?;
         // Imported profiles may carry no times: the window still needs a span the API can query.
         if f.profile.meta.start_unix_ns == 0 {
             f.profile.meta.start_unix_ns = 1_000_000_000 * (1 + i as u64);

@@ -12,8 +12,8 @@
 //! the cursor are replayed through its detector (nothing reported again), so a restart of the agent
 //! keeps its baselines.
 
+use crate::shared::Shared;
 use crate::store::FindingRow;
-use crate::Shared;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
@@ -80,7 +80,7 @@ pub fn run(s: Arc<Shared>) {
         for (target, ids) in by_target {
             let spec = s.targets.read().expect("targets lock").get(&target).cloned();
             let Some(spec) = spec else { continue };
-            match crate::merged(&s, &ids) {
+            match crate::shared::merged(&s, &ids) {
                 Ok(p) => diagnose(&s, target, &spec, &p, &mut states, true),
                 Err(e) => eprintln!("whyslow serve: doctor: {e}"),
             }
@@ -104,7 +104,7 @@ fn replay(s: &Shared, cursor: i64, states: &mut HashMap<(i64, String), TargetSta
             if s.stopping() {
                 return;
             }
-            if let Ok(p) = crate::merged(s, &ids) {
+            if let Ok(p) = crate::shared::merged(s, &ids) {
                 diagnose(s, target, &spec, &p, states, false);
             }
         }
@@ -240,7 +240,7 @@ pub fn window_stats(
     let mut out = Vec::new();
     for cut in rows.chunk_by(|a, b| a.start_ns == b.start_ns) {
         let ids: Vec<i64> = cut.iter().map(|w| w.id).collect();
-        let p = crate::merged(s, &ids)?;
+        let p = crate::shared::merged(s, &ids)?;
         let d = whyslow_analyze::doctor::diagnose(&p, "range");
         out.extend(regress::window_stat(&p, &d.findings, &build_of(&p, spec)));
     }

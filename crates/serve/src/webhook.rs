@@ -5,7 +5,7 @@
 //! a refusal of the body itself (400, 413, 422) drops that event, logged and counted.
 
 use crate::pusher::{sleep, Retry};
-use crate::Shared;
+use crate::shared::Shared;
 use std::sync::Arc;
 use std::time::Duration;
 use whyslow_push::PushError;

@@ -1,7 +1,7 @@
 //! Connections: how many are admitted (in all and per client, descriptors kept back for recording), how
 //! long a client may take to send its headers, and the accept loop.
 
-use crate::Shared;
+use crate::shared::Shared;
 use axum::Router;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! cross-site writes), the content type and size, the bearer token, the body's deadline.
 
 use super::reply::ApiError;
-use crate::Shared;
+use crate::shared::Shared;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Request, State};

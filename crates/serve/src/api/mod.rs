@@ -2,7 +2,7 @@
 //! the agent itself (its store) is a 5xx. Queries and bodies are parsed strictly: unknown parameters and
 //! fields are errors, never ignored.
 
-use crate::{now_ns, Shared};
+use crate::shared::Shared;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::middleware;
@@ -11,6 +11,7 @@ use axum::routing::get;
 use axum::Router;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use whyslow_model::unix_now_ns as now_ns;
 
 mod conns;
 mod guard;

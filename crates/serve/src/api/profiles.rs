@@ -3,11 +3,13 @@
 
 use super::query::{join, load, params, range, selected, target_id, value, Selection, ThreadFilter};
 use super::reply::{blocking, bytes, internal, json, ApiError, ApiResult};
-use crate::{now_ns, timespec, Shared};
+use crate::shared::Shared;
+use crate::timespec;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use std::sync::Arc;
+use whyslow_model::unix_now_ns as now_ns;
 use whyslow_model::Profile;
 
 pub(super) async fn profile(

@@ -3,12 +3,13 @@
 //! queries through this file, and it imports none of them.
 
 use super::reply::ApiError;
-use crate::Shared;
-use crate::{now_ns, timespec};
+use crate::shared::Shared;
+use crate::timespec;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::Query;
 use axum::http::StatusCode;
 use std::collections::BTreeMap;
+use whyslow_model::unix_now_ns as now_ns;
 use whyslow_model::Profile;
 
 /// Query parameters, every one of them known to the endpoint.
@@ -185,7 +186,7 @@ fn load_windows(s: &Shared, sel: &Selection, from: u64, until: u64) -> Result<Pr
         ));
     }
     let ids: Vec<i64> = rows.iter().map(|w| w.id).collect();
-    Ok(crate::merged(s, &ids)?)
+    Ok(crate::shared::merged(s, &ids)?)
 }
 
 /// The index of the sample type a query asks for (`type`, default the profile's: cpu, else the first).

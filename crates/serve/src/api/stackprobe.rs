@@ -5,9 +5,8 @@
 use super::guard::body;
 use super::reply::{json, ApiResult};
 use super::targets::target_json;
-use crate::now_ns;
+use crate::shared::Shared;
 use crate::spec::{Match, Output, SourceKind, SpecError, State as TargetState, TargetSpec};
-use crate::Shared;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
@@ -16,6 +15,7 @@ use axum::response::Response;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use whyslow_model::unix_now_ns as now_ns;
 
 /// stackprobe's `PUT /flamegraph` body: `json=<object>` (as `curl -d json='{...}'` sends it, raw or
 /// percent-encoded), with `cmd.probe` (oncpu, offcpu, mem), `snoopers.proc_id`, `snoopers.proc_name`

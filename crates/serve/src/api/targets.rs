@@ -3,14 +3,15 @@
 use super::guard::body;
 use super::query::{params, target_id};
 use super::reply::{json, ApiError, ApiResult};
+use crate::shared::Shared;
 use crate::spec::TargetSpec;
-use crate::{now_ns, Shared};
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use std::sync::Arc;
+use whyslow_model::unix_now_ns as now_ns;
 
 pub(super) fn target_json(id: i64, spec: &TargetSpec) -> serde_json::Value {
     let mut v = serde_json::to_value(spec).expect("a spec serializes");

@@ -1,0 +1,120 @@
+//! What the agent's threads share: its options, the store, the targets, the processes followed, and
+//! the counters behind /metrics and /healthz. Only state and its small accessors live here; what the
+//! threads do with it lives in their own modules.
+
+use crate::pusher::PushStats;
+use crate::recorder::{Key, Tracked};
+use crate::spec::TargetSpec;
+use crate::store::{Store, StoreError};
+use crate::webhook::HookStats;
+use crate::{watch, ServeOptions};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+/// Counters behind /metrics.
+#[derive(Default)]
+pub struct Counters {
+    /// Samples and lost samples by session (its sources).
+    pub(crate) samples: Mutex<BTreeMap<String, (u64, u64)>>,
+    pub windows: AtomicU64,
+    pub windows_removed: AtomicU64,
+    pub store_errors: AtomicU64,
+    pub follow_errors: AtomicU64,
+    pub session_errors: AtomicU64,
+    pub files_written: AtomicU64,
+    pub(crate) requests: Mutex<BTreeMap<u16, u64>>,
+    /// HTTP connections open now, refused (over a cap), and closed for sending their headers too slowly.
+    pub connections_open: AtomicU64,
+    pub connections_refused: AtomicU64,
+    pub connections_timed_out: AtomicU64,
+    /// Times the symbolizer's caches were dropped to bound the agent's memory.
+    pub symbolizer_resets: AtomicU64,
+    /// Processes whose state the recording sessions hold (summed over them).
+    pub processes_held: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn add(&self, key: &Key, samples: u64, lost: u64) {
+        let mut m = self.samples.lock().expect("counters lock");
+        let e = m.entry(key.name()).or_default();
+        e.0 += samples;
+        e.1 += lost;
+    }
+
+    pub(crate) fn request(&self, code: u16) {
+        *self.requests.lock().expect("counters lock").entry(code).or_default() += 1;
+    }
+}
+
+/// What the threads share.
+pub struct Shared {
+    pub(crate) opts: ServeOptions,
+    pub(crate) store: Mutex<Store>,
+    /// The targets as stored, by id.
+    pub(crate) targets: RwLock<BTreeMap<i64, TargetSpec>>,
+    pub(crate) tracked: Mutex<BTreeMap<u32, Tracked>>,
+    /// The processes the whole-host sampling (targets of every process) saw, from their first sample
+    /// until shortly after they ended; apart from `tracked` (a process can be both).
+    pub(crate) host_tracked: Mutex<BTreeMap<u32, Tracked>>,
+    pub(crate) counters: Arc<Counters>,
+    pub(crate) push_stats: Mutex<BTreeMap<String, PushStats>>,
+    /// The always-on doctor's counters, and each webhook's.
+    pub(crate) doctor: Mutex<watch::Stats>,
+    pub(crate) hook_stats: Mutex<BTreeMap<String, HookStats>>,
+    pub(crate) stopping: AtomicBool,
+    /// The last store failure (None: the last write succeeded), for /healthz.
+    pub(crate) store_error: Mutex<Option<String>>,
+    /// When the manager last finished a scan (0: no manager), for /healthz.
+    pub(crate) manager_beat_ns: AtomicU64,
+}
+
+impl Shared {
+    /// The state of an agent over `store`, holding the targets `targets` (as stored, by id).
+    pub(crate) fn new(opts: ServeOptions, store: Store, targets: BTreeMap<i64, TargetSpec>) -> Shared {
+        Shared {
+            opts,
+            store: Mutex::new(store),
+            targets: RwLock::new(targets),
+            tracked: Mutex::new(BTreeMap::new()),
+            host_tracked: Mutex::new(BTreeMap::new()),
+            counters: Arc::new(Counters::default()),
+            push_stats: Mutex::new(BTreeMap::new()),
+            doctor: Mutex::new(watch::Stats::default()),
+            hook_stats: Mutex::new(BTreeMap::new()),
+            stopping: AtomicBool::new(false),
+            store_error: Mutex::new(None),
+            manager_beat_ns: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst) || whyslow_record::signals::stop_requested()
+    }
+
+    /// Notes how the last store write went (for /healthz).
+    pub(crate) fn store_result<T>(&self, r: &Result<T, StoreError>) {
+        *self.store_error.lock().expect("store error lock") = r.as_ref().err().map(|e| e.to_string());
+    }
+}
+
+/// The stored windows `ids`, merged into one profile spanning them.
+pub(crate) fn merged(s: &Shared, ids: &[i64]) -> Result<whyslow_model::Profile, StoreError> {
+    let mut profiles = Vec::with_capacity(ids.len());
+    for &id in ids {
+        profiles.extend(s.store.lock().expect("store lock").profile(id)?);
+    }
+    if profiles.len() == 1 {
+        return Ok(profiles.pop().expect("one profile"));
+    }
+    let refs: Vec<&whyslow_model::Profile> = profiles.iter().collect();
+    let mut p = whyslow_analyze::diff::merge(&refs);
+    if let (Some(start), Some(end)) = (
+        profiles.iter().map(|p| p.meta.start_unix_ns).min(),
+        profiles.iter().map(|p| p.meta.start_unix_ns + p.meta.duration_ns).max(),
+    ) {
+        p.meta.start_unix_ns = start;
+        p.meta.duration_ns = end - start;
+    }
+    Ok(p)
+}
