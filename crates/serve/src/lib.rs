@@ -12,6 +12,7 @@ mod api;
 pub mod cgroup;
 mod housekeeping;
 mod metrics;
+mod outbox;
 mod procs;
 mod prom;
 mod pusher;

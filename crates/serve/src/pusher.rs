@@ -7,7 +7,9 @@
 //! that window with the reason logged and counted, instead of retrying it forever.
 //! Profiles an OTLP backend accepted without keeping (a partial success) are logged and counted too.
 
+use crate::outbox::{Outbox, Outcome, Reader};
 use crate::shared::Shared;
+use crate::store::{Queue, StoreError, WindowRow};
 use std::sync::Arc;
 use std::time::Duration;
 use whyslow_model::unix_now_ns as now_ns;
@@ -32,82 +34,52 @@ pub struct PushStats {
     pub last_success_ns: u64,
 }
 
-const MAX_BACKOFF: Duration = Duration::from_secs(300);
-const LOG_EVERY: Duration = Duration::from_secs(60);
-
-/// How a delivery queue (push, webhooks) retries: exponential backoff with jitter from 1 s to
-/// [`MAX_BACKOFF`]; failures logged at most every [`LOG_EVERY`], with how many were not, so an outage of
-/// hours is a few lines, not one per attempt.
-pub(crate) struct Retry {
-    backoff: Duration,
-    last_log: Option<std::time::Instant>,
-    unlogged: u64,
-}
-
-impl Retry {
-    pub(crate) fn new() -> Retry {
-        Retry { backoff: Duration::from_secs(1), last_log: None, unlogged: 0 }
-    }
-
-    /// A delivery went through: the next failure waits 1 s again.
-    pub(crate) fn reset(&mut self) {
-        self.backoff = Duration::from_secs(1);
-    }
-
-    /// A delivery failed and will be retried: logs the line `what` makes of the wait (in seconds) unless
-    /// one went out recently, then waits and doubles the next wait.
-    pub(crate) fn failed(&mut self, s: &Shared, what: impl FnOnce(u64) -> String) {
-        if self.last_log.is_none_or(|t| t.elapsed() >= LOG_EVERY) {
-            let more = match self.unlogged {
-                0 => String::new(),
-                n => format!(" ({n} more failures since the last line)"),
-            };
-            eprintln!("{}{more}", what(self.backoff.as_secs()));
-            self.last_log = Some(std::time::Instant::now());
-            self.unlogged = 0;
-        } else {
-            self.unlogged += 1;
-        }
-        sleep(s, jitter(self.backoff));
-        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
-    }
-}
-
+/// Pushes every stored window after the backend's cursor, in order, until the agent stops.
 pub fn run(s: Arc<Shared>, o: PushOptions) {
     let name = o.backend.name();
-    let mut cursor = match s.store.lock().expect("store lock").push_cursor(&name) {
+    let outbox = Outbox {
+        queue: Queue::Windows,
+        what: format!("push to {name}"),
+        name: name.clone(),
+        idle: Duration::from_millis(500),
+    };
+    let cursor = match outbox.cursor(&s) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("whyslow serve: push to {name}: {e}");
             return;
         }
     };
-    let mut sender = Sender::new(&o.backend, &o.auth);
-    let mut retry = Retry::new();
-    while !s.stopping() {
-        let next = s.store.lock().expect("store lock").next_window(cursor);
-        let (row, comm, targets) = match next {
-            Ok(Some(n)) => n,
-            Ok(None) => {
-                sleep(&s, Duration::from_millis(500));
-                continue;
-            }
-            Err(e) => {
-                eprintln!("whyslow serve: push to {name}: {e}");
-                sleep(&s, Duration::from_secs(5));
-                continue;
-            }
-        };
+    outbox.drain(&s, cursor, &mut Pusher { name, sender: Sender::new(&o.backend, &o.auth) });
+}
+
+/// One backend's end of the push queue.
+struct Pusher {
+    name: String,
+    sender: Sender,
+}
+
+impl Reader for Pusher {
+    /// A window, its process's name and its targets.
+    type Batch = (WindowRow, String, Vec<i64>);
+
+    fn next(&mut self, s: &Shared, cursor: i64) -> Result<Option<(Self::Batch, i64)>, StoreError> {
+        let next = s.store.lock().expect("store lock").next_window(cursor)?;
+        Ok(next.map(|n| {
+            let id = n.0.id;
+            (n, id)
+        }))
+    }
+
+    fn deliver(&mut self, s: &Shared, (row, comm, targets): Self::Batch) -> Outcome {
+        let name = &self.name;
         let profile = match s.store.lock().expect("store lock").profile(row.id) {
             Ok(Some(p)) => p,
             // Removed by retention meanwhile, or unreadable: nothing to send.
-            _ => {
-                cursor = row.id;
-                continue;
-            }
+            _ => return Outcome::Gone,
         };
-        let labels = labels(&s, &targets, row.pid, &comm, &row.cgroup);
-        let result = sender.send(&labels, &profile);
+        let labels = labels(s, &targets, row.pid, &comm, &row.cgroup);
+        let result = self.sender.send(&labels, &profile);
         let mut stats = s.push_stats.lock().expect("stats lock");
         let st = stats.entry(name.clone()).or_default();
         match result {
@@ -122,25 +94,20 @@ pub fn run(s: Arc<Shared>, o: PushOptions) {
                     );
                 }
                 st.last_success_ns = now_ns();
-                retry.reset();
+                Outcome::Delivered
             }
             Err(PushError::Refused(m)) => {
                 st.refused += 1;
                 eprintln!("whyslow serve: {name} refused window {} (dropped, not retried): {m}", row.id);
+                Outcome::Dropped
             }
             Err(PushError::Retry(m)) => {
                 st.failures += 1;
-                drop(stats);
-                retry.failed(&s, |secs| {
+                let name = name.clone();
+                Outcome::Retry(Box::new(move |secs| {
                     format!("whyslow serve: push to {name} failed, retrying in {secs} s, queue kept: {m}")
-                });
-                continue;
+                }))
             }
-        }
-        drop(stats);
-        cursor = row.id;
-        if let Err(e) = s.store.lock().expect("store lock").set_push_cursor(&name, cursor) {
-            eprintln!("whyslow serve: push to {name}: {e}");
         }
     }
 }
@@ -183,27 +150,14 @@ fn labels(s: &Shared, targets: &[i64], pid: u32, comm: &str, cgroup: &str) -> wh
     }
 }
 
-/// Between half and one and a half times `d`, so agents that failed together do not retry together.
-fn jitter(d: Duration) -> Duration {
-    let r = (now_ns() % 1000) as f64 / 1000.0;
-    d.mul_f64(0.5 + r)
-}
-
-/// Sleeps up to `d`, waking early when the agent stops.
-pub(crate) fn sleep(s: &Shared, d: Duration) {
-    let end = std::time::Instant::now() + d;
-    while !s.stopping() && std::time::Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(100).min(end - std::time::Instant::now()));
-    }
-}
-
 /// Adds the push families to /metrics.
 pub fn metrics(s: &Shared, o: &mut crate::prom::Out) {
     let stats = s.push_stats.lock().expect("stats lock").clone();
     for p in &s.opts.push {
         let name = p.backend.name();
         let st = stats.get(&name).cloned().unwrap_or_default();
-        let (queued, dropped) = s.store.lock().expect("store lock").push_queue(&name).unwrap_or_default();
+        let (queued, dropped) =
+            s.store.lock().expect("store lock").queue(Queue::Windows, &name).unwrap_or_default();
         let b = [("backend", name.as_str())];
         let w = |result: &'static str| [("backend", name.as_str()), ("result", result)];
         o.sample(

@@ -35,6 +35,25 @@ pub struct Store {
     budget: u64,
 }
 
+/// A queue the store keeps for its readers (see outbox.rs): the items a cursor counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Queue {
+    /// The stored windows (push backends, the doctor).
+    Windows,
+    /// The doctor's events (webhooks).
+    Events,
+}
+
+impl Queue {
+    /// The table of its items, which also names the queue in the cursors table.
+    fn table(self) -> &'static str {
+        match self {
+            Queue::Windows => "windows",
+            Queue::Events => "events",
+        }
+    }
+}
+
 /// A stored window's identity, without its profile.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WindowRow {
@@ -73,11 +92,6 @@ CREATE TABLE IF NOT EXISTS windows(
     profile BLOB NOT NULL,
     cgroup TEXT NOT NULL DEFAULT ''
 );
-CREATE TABLE IF NOT EXISTS push_cursors(
-    backend TEXT PRIMARY KEY,
-    last_id INTEGER NOT NULL,
-    dropped INTEGER NOT NULL DEFAULT 0
-);
 CREATE INDEX IF NOT EXISTS windows_by_time ON windows(start_ns);
 -- Retention (end_ns) and /metrics' totals (COUNT, SUM(bytes)) read this index, not the table: a full
 -- scan of the windows' rows (their profiles) cost more CPU with every hour stored.
@@ -102,9 +116,14 @@ CREATE TABLE IF NOT EXISTS events(
     body TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS events_by_target ON events(target, at_ns);
-CREATE TABLE IF NOT EXISTS event_cursors(
-    hook TEXT PRIMARY KEY,
-    last_id INTEGER NOT NULL
+-- Where each reader of a queue is (see outbox.rs): a push backend or the doctor over the windows, a
+-- webhook over the events; `dropped` counts the windows retention removed before the reader got them.
+CREATE TABLE IF NOT EXISTS cursors(
+    queue TEXT NOT NULL,
+    name TEXT NOT NULL,
+    last_id INTEGER NOT NULL,
+    dropped INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY(queue, name)
 );
 ";
 
@@ -211,6 +230,26 @@ impl Store {
             .map_err(sql)?;
         } else {
             conn.execute_batch(TARGETS_SCHEMA).map_err(sql)?;
+        }
+        // Stores before the one cursor table kept a table of cursors per queue: their rows move over.
+        for (table, queue, name) in
+            [("push_cursors", "windows", "backend"), ("event_cursors", "events", "hook")]
+        {
+            let exists = conn
+                .prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1")
+                .and_then(|mut st| st.exists([table]))
+                .map_err(sql)?;
+            if exists {
+                let dropped = if table == "push_cursors" { "dropped" } else { "0" };
+                conn.execute_batch(&format!(
+                    "BEGIN;
+                     INSERT OR IGNORE INTO cursors(queue, name, last_id, dropped)
+                     SELECT '{queue}', {name}, last_id, {dropped} FROM {table};
+                     DROP TABLE {table};
+                     COMMIT;"
+                ))
+                .map_err(sql)?;
+            }
         }
         // Every target definition must parse (a store of a newer version is not half-loaded either).
         {
@@ -319,8 +358,9 @@ impl Store {
         };
         let Some((s, i)) = cut else { return Ok(0) };
         tx.execute(
-            "UPDATE push_cursors SET dropped = dropped + (SELECT COUNT(*) FROM windows
-             WHERE (start_ns < ?1 OR (start_ns = ?1 AND id <= ?2)) AND id > push_cursors.last_id)",
+            "UPDATE cursors SET dropped = dropped + (SELECT COUNT(*) FROM windows
+             WHERE (start_ns < ?1 OR (start_ns = ?1 AND id <= ?2)) AND id > cursors.last_id)
+             WHERE queue = 'windows'",
             params![s, i],
         )
         .map_err(sql)?;
@@ -522,8 +562,9 @@ impl Store {
             let tx = c.transaction()?;
             // Windows a backend never got count as dropped for it.
             tx.execute(
-                "UPDATE push_cursors SET dropped = dropped +
-                 (SELECT COUNT(*) FROM windows WHERE end_ns < ?1 AND id > push_cursors.last_id)",
+                "UPDATE cursors SET dropped = dropped +
+                 (SELECT COUNT(*) FROM windows WHERE end_ns < ?1 AND id > cursors.last_id)
+                 WHERE queue = 'windows'",
                 params![cutoff],
             )?;
             let removed = tx.execute("DELETE FROM windows WHERE end_ns < ?1", params![cutoff])? as u64;
@@ -534,27 +575,6 @@ impl Store {
             Ok(removed)
         })?;
         Ok(removed + self.make_room(0)?)
-    }
-
-    /// The last window pushed to `backend`; a backend seen for the first time starts at the newest
-    /// window (history is not pushed).
-    pub fn push_cursor(&self, backend: &str) -> Result<i64, StoreError> {
-        self.conn
-            .execute(
-                "INSERT OR IGNORE INTO push_cursors(backend, last_id) SELECT ?1, COALESCE(MAX(id), 0) FROM windows",
-                params![backend],
-            )
-            .map_err(|e| self.sql(e))?;
-        self.conn
-            .query_row("SELECT last_id FROM push_cursors WHERE backend = ?1", params![backend], |r| r.get(0))
-            .map_err(|e| self.sql(e))
-    }
-
-    pub fn set_push_cursor(&mut self, backend: &str, id: i64) -> Result<(), StoreError> {
-        self.write(|c| {
-            c.execute("UPDATE push_cursors SET last_id = ?2 WHERE backend = ?1", params![backend, id])
-        })?;
-        Ok(())
     }
 
     /// The oldest stored window after `id`, with its process's name and the targets it belongs to.
@@ -583,20 +603,6 @@ impl Store {
             .map_err(|e| self.sql(e))?;
         let targets = st.query_map(params![id], |r| r.get(0)).map_err(|e| self.sql(e))?;
         targets.collect::<Result<_, _>>().map_err(|e| self.sql(e))
-    }
-
-    /// Windows waiting for `backend`, and those retention removed before it got them.
-    pub fn push_queue(&self, backend: &str) -> Result<(u64, u64), StoreError> {
-        self.conn
-            .query_row(
-                "SELECT (SELECT COUNT(*) FROM windows WHERE id > c.last_id), c.dropped FROM push_cursors c
-                 WHERE c.backend = ?1",
-                params![backend],
-                |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64)),
-            )
-            .optional()
-            .map(Option::unwrap_or_default)
-            .map_err(|e| self.sql(e))
     }
 
     /// The windows of one cut: the oldest window after `after` and the ones stored with it (the same
@@ -753,27 +759,6 @@ impl Store {
         Ok(out)
     }
 
-    /// The last event delivered to webhook `hook`; a hook seen for the first time starts after the
-    /// newest event (history is not sent).
-    pub fn event_cursor(&self, hook: &str) -> Result<i64, StoreError> {
-        self.conn
-            .execute(
-                "INSERT OR IGNORE INTO event_cursors(hook, last_id) SELECT ?1, COALESCE(MAX(id), 0) FROM events",
-                params![hook],
-            )
-            .map_err(|e| self.sql(e))?;
-        self.conn
-            .query_row("SELECT last_id FROM event_cursors WHERE hook = ?1", params![hook], |r| r.get(0))
-            .map_err(|e| self.sql(e))
-    }
-
-    pub fn set_event_cursor(&mut self, hook: &str, id: i64) -> Result<(), StoreError> {
-        self.write(|c| {
-            c.execute("UPDATE event_cursors SET last_id = ?2 WHERE hook = ?1", params![hook, id])
-        })?;
-        Ok(())
-    }
-
     /// The oldest event after `id`.
     pub fn next_event(&self, after: i64) -> Result<Option<EventRow>, StoreError> {
         self.conn
@@ -786,13 +771,48 @@ impl Store {
             .map_err(|e| self.sql(e))
     }
 
-    /// Events waiting for `hook`.
-    pub fn event_queue(&self, hook: &str) -> Result<u64, StoreError> {
+    /// Where reader `name` of `queue` is (the last item it got); a reader seen for the first time starts
+    /// at the newest item (history is not delivered).
+    pub fn cursor(&self, queue: Queue, name: &str) -> Result<i64, StoreError> {
+        let table = queue.table();
+        self.conn
+            .execute(
+                &format!(
+                    "INSERT OR IGNORE INTO cursors(queue, name, last_id) SELECT ?1, ?2, COALESCE(MAX(id), 0) FROM {table}"
+                ),
+                params![table, name],
+            )
+            .map_err(|e| self.sql(e))?;
         self.conn
             .query_row(
-                "SELECT (SELECT COUNT(*) FROM events WHERE id > c.last_id) FROM event_cursors c WHERE c.hook = ?1",
-                params![hook],
-                |r| Ok(r.get::<_, i64>(0)? as u64),
+                "SELECT last_id FROM cursors WHERE queue = ?1 AND name = ?2",
+                params![table, name],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.sql(e))
+    }
+
+    pub fn set_cursor(&mut self, queue: Queue, name: &str, id: i64) -> Result<(), StoreError> {
+        self.write(|c| {
+            c.execute(
+                "UPDATE cursors SET last_id = ?3 WHERE queue = ?1 AND name = ?2",
+                params![queue.table(), name, id],
+            )
+        })?;
+        Ok(())
+    }
+
+    /// Items waiting for reader `name` of `queue`, and the windows retention removed before it got them.
+    pub fn queue(&self, queue: Queue, name: &str) -> Result<(u64, u64), StoreError> {
+        let table = queue.table();
+        self.conn
+            .query_row(
+                &format!(
+                    "SELECT (SELECT COUNT(*) FROM {table} WHERE id > c.last_id), c.dropped FROM cursors c
+                     WHERE c.queue = ?1 AND c.name = ?2"
+                ),
+                params![table, name],
+                |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64)),
             )
             .optional()
             .map(Option::unwrap_or_default)
@@ -838,7 +858,10 @@ fn sql_time(ns: u64) -> i64 {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{FindingRow, Queue, Store, StoreError};
+    use crate::spec::{ProcessView, TargetSpec};
+    use rusqlite::{params, Connection};
+    use whyslow_model::Profile;
     use whyslow_model::{FrameKind, Metadata, ProfileBuilder, SampleType};
 
     fn profile(start_ns: u64, n: i64) -> Profile {
@@ -909,17 +932,17 @@ mod tests {
         let add = |s: &mut Store, i: u64| s.add_windows(&[(&[1, 2], &p, &profile(100 * i, 1))]).unwrap();
         add(&mut s, 0);
         // History is not pushed: a new backend starts after window 1.
-        assert_eq!(s.push_cursor("b").unwrap(), 1);
+        assert_eq!(s.cursor(Queue::Windows, "b").unwrap(), 1);
         for i in 1..5 {
             add(&mut s, i);
         }
-        assert_eq!(s.push_queue("b").unwrap(), (4, 0));
+        assert_eq!(s.queue(Queue::Windows, "b").unwrap(), (4, 0));
         let (next, comm, targets) = s.next_window(1).unwrap().unwrap();
         assert_eq!((next.id, next.start_ns, comm.as_str(), targets), (2, 100, "x", vec![1, 2]));
-        s.set_push_cursor("b", 2).unwrap();
+        s.set_cursor(Queue::Windows, "b", 2).unwrap();
         // Windows 1-3 end before 310: window 3 was never pushed.
         s.retain(310).unwrap();
-        assert_eq!(s.push_queue("b").unwrap(), (2, 1));
+        assert_eq!(s.queue(Queue::Windows, "b").unwrap(), (2, 1));
         assert_eq!(s.next_window(2).unwrap().unwrap().0.id, 4);
     }
 
@@ -955,7 +978,7 @@ mod tests {
             confidence: "high".into(),
             evidence: vec!["3 calls".into()],
         };
-        assert_eq!(s.event_cursor("h").unwrap(), 0);
+        assert_eq!(s.cursor(Queue::Events, "h").unwrap(), 0);
         let events = [(1, 150, "finding", "{}".to_string())];
         s.add_findings(&[f(100, "r1"), f(200, "r1"), f(200, "r2")], &events).unwrap();
         let got = s.findings(&[1], 0, 1000).unwrap();
@@ -963,13 +986,13 @@ mod tests {
         assert_eq!(got[0], f(100, "r1"));
         assert_eq!(s.findings(&[1], 250, 1000).unwrap().len(), 2);
         assert!(s.findings(&[2], 0, 1000).unwrap().is_empty());
-        assert_eq!(s.event_queue("h").unwrap(), 1);
+        assert_eq!(s.queue(Queue::Events, "h").unwrap(), (1, 0));
         let e = s.next_event(0).unwrap().unwrap();
         assert_eq!((e.id, e.target, e.at_ns, e.kind.as_str()), (1, 1, 150, "finding"));
-        s.set_event_cursor("h", 1).unwrap();
-        assert_eq!(s.event_queue("h").unwrap(), 0);
+        s.set_cursor(Queue::Events, "h", 1).unwrap();
+        assert_eq!(s.queue(Queue::Events, "h").unwrap(), (0, 0));
         // A hook added later starts after the newest event.
-        assert_eq!(s.event_cursor("late").unwrap(), 1);
+        assert_eq!(s.cursor(Queue::Events, "late").unwrap(), 1);
         assert_eq!(s.events(&[1], Some("finding"), 0, 1000).unwrap().len(), 1);
         assert!(s.events(&[1], Some("regression"), 0, 1000).unwrap().is_empty());
         s.retain(250).unwrap();
@@ -1111,5 +1134,42 @@ mod tests {
         drop(s);
         // Opening again finds the new layout.
         assert_eq!(Store::open(dir.path()).unwrap().windows(&[1], 0, u64::MAX).unwrap().len(), 1);
+    }
+
+    /// A store of the two cursor tables (push_cursors, event_cursors) keeps its cursors in the one table
+    /// that replaced them, and the old tables go.
+    #[test]
+    fn the_cursor_tables_of_the_previous_layout_are_migrated() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let c = Connection::open(dir.path().join("whyslow.db")).unwrap();
+            c.execute_batch(
+                "CREATE TABLE push_cursors(backend TEXT PRIMARY KEY, last_id INTEGER NOT NULL,
+                 dropped INTEGER NOT NULL DEFAULT 0);
+                 CREATE TABLE event_cursors(hook TEXT PRIMARY KEY, last_id INTEGER NOT NULL);
+                 INSERT INTO push_cursors VALUES ('pyroscope', 7, 2), ('doctor', 5, 0);
+                 INSERT INTO event_cursors VALUES ('http://127.0.0.1:9/hook', 3);",
+            )
+            .unwrap();
+        }
+        let s = Store::open(dir.path()).unwrap();
+        assert_eq!(s.cursor(Queue::Windows, "pyroscope").unwrap(), 7);
+        assert_eq!(s.queue(Queue::Windows, "pyroscope").unwrap(), (0, 2));
+        assert_eq!(s.cursor(Queue::Windows, "doctor").unwrap(), 5);
+        assert_eq!(s.cursor(Queue::Events, "http://127.0.0.1:9/hook").unwrap(), 3);
+        // The queues stay apart: a hook's name is no window reader.
+        assert_eq!(s.queue(Queue::Windows, "http://127.0.0.1:9/hook").unwrap(), (0, 0));
+        let old: i64 = s
+            .conn
+            .query_row(
+                "SELECT COUNT(*) FROM sqlite_master WHERE name IN ('push_cursors', 'event_cursors')",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(old, 0);
+        drop(s);
+        // Opening again finds the one table.
+        assert_eq!(Store::open(dir.path()).unwrap().cursor(Queue::Windows, "pyroscope").unwrap(), 7);
     }
 }

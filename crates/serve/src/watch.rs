@@ -3,8 +3,8 @@
 //! ([`whyslow_analyze::regress`]). What it reports (a regression, a finding that started) is stored as
 //! an event, served by the API and delivered to webhooks.
 //!
-//! The store is the queue, as for push: a cursor (`doctor` in the push cursors) names the last window
-//! diagnosed, so nothing is skipped while the doctor is busy and a restart goes on where it stopped.
+//! The store is the queue, as for push (outbox.rs): a cursor (`doctor` among the windows' cursors) names
+//! the last window diagnosed, so nothing is skipped while the doctor is busy and a restart goes on where it stopped.
 //! Windows are taken a cut at a time (the windows of one recording session stored together), and a
 //! target's windows of one cut are merged: a target of several processes is one series. Only the cheap
 //! sources are read (the window's own samples); the second-phase probes of `whyslow doctor` (exact call
@@ -12,14 +12,15 @@
 //! the cursor are replayed through its detector (nothing reported again), so a restart of the agent
 //! keeps its baselines.
 
-use crate::shared::Shared;
-use crate::store::FindingRow;
+use crate::outbox::{Outbox, Outcome, Reader};
+use crate::shared::{merged, Shared};
+use crate::store::{FindingRow, Queue, StoreError, WindowRow};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 use whyslow_analyze::regress::{self, Detector, Regression};
 
-/// The push cursor the doctor keeps its place under.
+/// The cursor (over the windows, beside the push backends') the doctor keeps its place under.
 pub const CURSOR: &str = "doctor";
 /// A finding absent from this many windows before is reported as started again.
 const RESTART_WINDOWS: u64 = 3;
@@ -46,31 +47,40 @@ struct TargetState {
 }
 
 pub fn run(s: Arc<Shared>) {
-    let mut cursor = match s.store.lock().expect("store lock").push_cursor(CURSOR) {
+    let outbox = Outbox {
+        queue: Queue::Windows,
+        name: CURSOR.to_string(),
+        what: "doctor".to_string(),
+        idle: Duration::from_millis(250),
+    };
+    let cursor = match outbox.cursor(&s) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("whyslow serve: the doctor cannot start: {e}");
             return;
         }
     };
-    let mut states: HashMap<(i64, String), TargetState> = HashMap::new();
-    replay(&s, cursor, &mut states);
-    while !s.stopping() {
-        let cut = s.store.lock().expect("store lock").cut_after(cursor);
-        let cut = match cut {
-            Ok(c) if c.is_empty() => {
-                crate::pusher::sleep(&s, Duration::from_millis(250));
-                continue;
-            }
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("whyslow serve: doctor: {e}");
-                crate::pusher::sleep(&s, Duration::from_secs(5));
-                continue;
-            }
-        };
+    let mut doctor = Doctor { states: HashMap::new() };
+    replay(&s, cursor, &mut doctor.states);
+    outbox.drain(&s, cursor, &mut doctor);
+}
+
+/// The doctor's end of the windows queue: each target's series.
+struct Doctor {
+    states: HashMap<(i64, String), TargetState>,
+}
+
+impl Reader for Doctor {
+    /// The windows of one cut, each with its targets.
+    type Batch = Vec<(WindowRow, Vec<i64>)>;
+
+    fn next(&mut self, s: &Shared, cursor: i64) -> Result<Option<(Self::Batch, i64)>, StoreError> {
+        let cut = s.store.lock().expect("store lock").cut_after(cursor)?;
+        Ok(cut.last().map(|w| w.0.id).map(|last| (cut, last)))
+    }
+
+    fn deliver(&mut self, s: &Shared, cut: Self::Batch) -> Outcome {
         let t0 = thread_cpu_seconds();
-        let last = cut.last().expect("not empty").0.id;
         let mut by_target: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
         for (row, targets) in &cut {
             for &t in targets {
@@ -80,16 +90,13 @@ pub fn run(s: Arc<Shared>) {
         for (target, ids) in by_target {
             let spec = s.targets.read().expect("targets lock").get(&target).cloned();
             let Some(spec) = spec else { continue };
-            match crate::shared::merged(&s, &ids) {
-                Ok(p) => diagnose(&s, target, &spec, &p, &mut states, true),
+            match merged(s, &ids) {
+                Ok(p) => diagnose(s, target, &spec, &p, &mut self.states, true),
                 Err(e) => eprintln!("whyslow serve: doctor: {e}"),
             }
         }
-        cursor = last;
-        if let Err(e) = s.store.lock().expect("store lock").set_push_cursor(CURSOR, cursor) {
-            eprintln!("whyslow serve: doctor: {e}");
-        }
         s.doctor.lock().expect("doctor lock").cpu_seconds += thread_cpu_seconds() - t0;
+        Outcome::Delivered
     }
 }
 
@@ -104,7 +111,7 @@ fn replay(s: &Shared, cursor: i64, states: &mut HashMap<(i64, String), TargetSta
             if s.stopping() {
                 return;
             }
-            if let Ok(p) = crate::shared::merged(s, &ids) {
+            if let Ok(p) = merged(s, &ids) {
                 diagnose(s, target, &spec, &p, states, false);
             }
         }
@@ -240,7 +247,7 @@ pub fn window_stats(
     let mut out = Vec::new();
     for cut in rows.chunk_by(|a, b| a.start_ns == b.start_ns) {
         let ids: Vec<i64> = cut.iter().map(|w| w.id).collect();
-        let p = crate::shared::merged(s, &ids)?;
+        let p = merged(s, &ids)?;
         let d = whyslow_analyze::doctor::diagnose(&p, "range");
         out.extend(regress::window_stat(&p, &d.findings, &build_of(&p, spec)));
     }
@@ -305,7 +312,7 @@ pub fn metrics(s: &Shared, o: &mut crate::prom::Out) {
         &[],
         format!("{:.3}", st.cpu_seconds),
     );
-    let (queued, _) = s.store.lock().expect("store lock").push_queue(CURSOR).unwrap_or_default();
+    let (queued, _) = s.store.lock().expect("store lock").queue(Queue::Windows, CURSOR).unwrap_or_default();
     o.sample(
         "whyslow_doctor_queue_windows",
         "gauge",

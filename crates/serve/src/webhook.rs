@@ -1,11 +1,12 @@
 //! Webhooks: each doctor event (a regression, a finding that started) POSTed as JSON to every
-//! configured URL, with the push queue's discipline: the store's events table is the queue and each
+//! configured URL, with the push queue's discipline (outbox.rs): the store's events table is the queue and each
 //! hook has a cursor (the last event it got), so an outage loses nothing and sends every event once, in
 //! order; failures back off exponentially with jitter (1 s to 5 min), logged at most once a minute; only
 //! a refusal of the body itself (400, 413, 422) drops that event, logged and counted.
 
-use crate::pusher::{sleep, Retry};
+use crate::outbox::{Outbox, Outcome, Reader};
 use crate::shared::Shared;
+use crate::store::{EventRow, Queue, StoreError};
 use std::sync::Arc;
 use std::time::Duration;
 use whyslow_push::PushError;
@@ -26,55 +27,64 @@ fn name(url: &str) -> String {
     format!("{scheme}://{rest}")
 }
 
+/// Posts every doctor event after the hook's cursor, in order, until the agent stops.
 pub fn run(s: Arc<Shared>, url: String) {
     let hook = name(&url);
-    let mut cursor = match s.store.lock().expect("store lock").event_cursor(&hook) {
+    let outbox = Outbox {
+        queue: Queue::Events,
+        what: format!("webhook {hook}"),
+        name: hook.clone(),
+        idle: Duration::from_millis(250),
+    };
+    let cursor = match outbox.cursor(&s) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("whyslow serve: webhook {hook}: {e}");
             return;
         }
     };
-    let mut retry = Retry::new();
-    while !s.stopping() {
-        let next = s.store.lock().expect("store lock").next_event(cursor);
-        let event = match next {
-            Ok(Some(e)) => e,
-            Ok(None) => {
-                sleep(&s, Duration::from_millis(250));
-                continue;
-            }
-            Err(e) => {
-                eprintln!("whyslow serve: webhook {hook}: {e}");
-                sleep(&s, Duration::from_secs(5));
-                continue;
-            }
-        };
-        let result = whyslow_push::post_json(&url, event.body.as_bytes());
+    outbox.drain(&s, cursor, &mut Hook { url, hook });
+}
+
+/// One hook's end of the events queue.
+struct Hook {
+    url: String,
+    hook: String,
+}
+
+impl Reader for Hook {
+    type Batch = EventRow;
+
+    fn next(&mut self, s: &Shared, cursor: i64) -> Result<Option<(EventRow, i64)>, StoreError> {
+        let next = s.store.lock().expect("store lock").next_event(cursor)?;
+        Ok(next.map(|e| {
+            let id = e.id;
+            (e, id)
+        }))
+    }
+
+    fn deliver(&mut self, s: &Shared, event: EventRow) -> Outcome {
+        let hook = &self.hook;
+        let result = whyslow_push::post_json(&self.url, event.body.as_bytes());
         let mut stats = s.hook_stats.lock().expect("hook stats lock");
         let st = stats.entry(hook.clone()).or_default();
         match result {
             Ok(()) => {
                 st.delivered += 1;
-                retry.reset();
+                Outcome::Delivered
             }
             Err(PushError::Refused(m)) => {
                 st.refused += 1;
                 eprintln!("whyslow serve: webhook {hook} refused event {} (dropped): {m}", event.id);
+                Outcome::Dropped
             }
             Err(PushError::Retry(m)) => {
                 st.failures += 1;
-                drop(stats);
-                retry.failed(&s, |secs| {
+                let hook = hook.clone();
+                Outcome::Retry(Box::new(move |secs| {
                     format!("whyslow serve: webhook {hook} failed, retrying in {secs} s, events kept: {m}")
-                });
-                continue;
+                }))
             }
-        }
-        drop(stats);
-        cursor = event.id;
-        if let Err(e) = s.store.lock().expect("store lock").set_event_cursor(&hook, cursor) {
-            eprintln!("whyslow serve: webhook {hook}: {e}");
         }
     }
 }
@@ -85,7 +95,7 @@ pub fn metrics(s: &Shared, o: &mut crate::prom::Out) {
     for url in &s.opts.webhooks {
         let hook = name(url);
         let st = stats.get(&hook).cloned().unwrap_or_default();
-        let queued = s.store.lock().expect("store lock").event_queue(&hook).unwrap_or_default();
+        let queued = s.store.lock().expect("store lock").queue(Queue::Events, &hook).unwrap_or_default().0;
         let r = |result: &'static str| [("hook", hook.as_str()), ("result", result)];
         o.sample(
             "whyslow_webhook_events_total",
@@ -114,9 +124,11 @@ pub fn metrics(s: &Shared, o: &mut crate::prom::Out) {
 
 #[cfg(test)]
 mod tests {
+    use super::name;
+
     #[test]
     fn hook_names_carry_no_secrets() {
-        assert_eq!(super::name("https://u:secret@hooks.example/x?token=abc"), "https://hooks.example/x");
-        assert_eq!(super::name("http://127.0.0.1:9/hook"), "http://127.0.0.1:9/hook");
+        assert_eq!(name("https://u:secret@hooks.example/x?token=abc"), "https://hooks.example/x");
+        assert_eq!(name("http://127.0.0.1:9/hook"), "http://127.0.0.1:9/hook");
     }
 }
