@@ -22,18 +22,6 @@ pub struct PushOptions {
     pub auth: Auth,
 }
 
-/// Delivery counters of one backend.
-#[derive(Debug, Clone, Default)]
-pub struct PushStats {
-    pub pushed: u64,
-    pub refused: u64,
-    pub failures: u64,
-    pub bytes: u64,
-    /// Profiles of delivered windows the backend rejected (OTLP partial success).
-    pub rejected_profiles: u64,
-    pub last_success_ns: u64,
-}
-
 /// Pushes every stored window after the backend's cursor, in order, until the agent stops.
 pub fn run(s: Arc<Shared>, o: PushOptions) {
     let name = o.backend.name();

@@ -2,12 +2,10 @@
 //! the counters behind /metrics and /healthz. Only state and its small accessors live here; what the
 //! threads do with it lives in their own modules.
 
-use crate::pusher::PushStats;
 use crate::recorder::{Key, Tracked};
 use crate::spec::TargetSpec;
 use crate::store::{Store, StoreError};
-use crate::webhook::HookStats;
-use crate::{watch, ServeOptions};
+use crate::ServeOptions;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -47,6 +45,39 @@ impl Counters {
     }
 }
 
+/// Delivery counters of one backend.
+#[derive(Debug, Clone, Default)]
+pub struct PushStats {
+    pub pushed: u64,
+    pub refused: u64,
+    pub failures: u64,
+    pub bytes: u64,
+    /// Profiles of delivered windows the backend rejected (OTLP partial success).
+    pub rejected_profiles: u64,
+    pub last_success_ns: u64,
+}
+
+/// Delivery counters of one hook.
+#[derive(Debug, Clone, Default)]
+pub struct HookStats {
+    pub delivered: u64,
+    pub refused: u64,
+    pub failures: u64,
+}
+
+/// What /metrics shows of the doctor.
+#[derive(Debug, Default, Clone)]
+pub struct DoctorStats {
+    /// Target windows diagnosed.
+    pub windows: u64,
+    /// CPU seconds the doctor's thread used.
+    pub cpu_seconds: f64,
+    /// (target, rule) -> impact in the target's last window (0 once gone).
+    pub impacts: BTreeMap<(i64, String), f64>,
+    /// Regressions reported, by target.
+    pub regressions: BTreeMap<i64, u64>,
+}
+
 /// What the threads share.
 pub struct Shared {
     pub(crate) opts: ServeOptions,
@@ -60,7 +91,7 @@ pub struct Shared {
     pub(crate) counters: Arc<Counters>,
     pub(crate) push_stats: Mutex<BTreeMap<String, PushStats>>,
     /// The always-on doctor's counters, and each webhook's.
-    pub(crate) doctor: Mutex<watch::Stats>,
+    pub(crate) doctor: Mutex<DoctorStats>,
     pub(crate) hook_stats: Mutex<BTreeMap<String, HookStats>>,
     pub(crate) stopping: AtomicBool,
     /// The last store failure (None: the last write succeeded), for /healthz.
@@ -80,7 +111,7 @@ impl Shared {
             host_tracked: Mutex::new(BTreeMap::new()),
             counters: Arc::new(Counters::default()),
             push_stats: Mutex::new(BTreeMap::new()),
-            doctor: Mutex::new(watch::Stats::default()),
+            doctor: Mutex::new(DoctorStats::default()),
             hook_stats: Mutex::new(BTreeMap::new()),
             stopping: AtomicBool::new(false),
             store_error: Mutex::new(None),

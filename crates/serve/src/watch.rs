@@ -4,13 +4,13 @@
 //! an event, served by the API and delivered to webhooks.
 //!
 //! The store is the queue, as for push (outbox.rs): a cursor (`doctor` among the windows' cursors) names
-//! the last window diagnosed, so nothing is skipped while the doctor is busy and a restart goes on where it stopped.
-//! Windows are taken a cut at a time (the windows of one recording session stored together), and a
-//! target's windows of one cut are merged: a target of several processes is one series. Only the cheap
-//! sources are read (the window's own samples); the second-phase probes of `whyslow doctor` (exact call
-//! counts) are not run here. The detectors live in memory: at start each target's last windows before
-//! the cursor are replayed through its detector (nothing reported again), so a restart of the agent
-//! keeps its baselines.
+//! the last window diagnosed, so nothing is skipped while the doctor is busy and a restart goes on where
+//! it stopped. Windows are taken a cut at a time (the windows of one recording session stored
+//! together), and a target's windows of one cut are merged: a target of several processes is one
+//! series. Only the cheap sources are read (the window's own samples); the second-phase probes of
+//! `whyslow doctor` (exact call counts) are not run here. The detectors live in memory: at start each
+//! target's last windows before the cursor are replayed through its detector (nothing reported
+//! again), so a restart of the agent keeps its baselines.
 
 use crate::outbox::{Outbox, Outcome, Reader};
 use crate::shared::{merged, Shared};
@@ -24,19 +24,6 @@ use whyslow_analyze::regress::{self, Detector, Regression};
 pub const CURSOR: &str = "doctor";
 /// A finding absent from this many windows before is reported as started again.
 const RESTART_WINDOWS: u64 = 3;
-
-/// What /metrics shows of the doctor.
-#[derive(Debug, Default, Clone)]
-pub struct Stats {
-    /// Target windows diagnosed.
-    pub windows: u64,
-    /// CPU seconds the doctor's thread used.
-    pub cpu_seconds: f64,
-    /// (target, rule) -> impact in the target's last window (0 once gone).
-    pub impacts: BTreeMap<(i64, String), f64>,
-    /// Regressions reported, by target.
-    pub regressions: BTreeMap<i64, u64>,
-}
 
 /// One series' state: a target's windows of one set of sample types.
 struct TargetState {

@@ -1,7 +1,7 @@
 //! Webhooks: each doctor event (a regression, a finding that started) POSTed as JSON to every
-//! configured URL, with the push queue's discipline (outbox.rs): the store's events table is the queue and each
-//! hook has a cursor (the last event it got), so an outage loses nothing and sends every event once, in
-//! order; failures back off exponentially with jitter (1 s to 5 min), logged at most once a minute; only
+//! configured URL, with the push queue's discipline (outbox.rs): the store's events table is the queue
+//! and each hook has a cursor (the last event it got), so an outage loses nothing and sends every event
+//! once, in order; failures back off exponentially with jitter (1 s to 5 min), logged at most once a minute; only
 //! a refusal of the body itself (400, 413, 422) drops that event, logged and counted.
 
 use crate::outbox::{Outbox, Outcome, Reader};
@@ -10,14 +10,6 @@ use crate::store::{EventRow, Queue, StoreError};
 use std::sync::Arc;
 use std::time::Duration;
 use whyslow_push::PushError;
-
-/// Delivery counters of one hook.
-#[derive(Debug, Clone, Default)]
-pub struct HookStats {
-    pub delivered: u64,
-    pub refused: u64,
-    pub failures: u64,
-}
 
 /// The hook's name in its cursor and metrics: its URL without credentials or query.
 fn name(url: &str) -> String {
