@@ -71,7 +71,7 @@ pub fn labels(path: &str) -> BTreeMap<&'static str, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{labels, CONTAINER_ID, POD_UID, UNIT};
 
     const ID: &str = "4f1c2b3a5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708";
 

@@ -32,7 +32,8 @@ pub(crate) fn of(q: &BTreeMap<String, String>) -> Result<Slice, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::of;
+    use std::collections::BTreeMap;
 
     fn q(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()

@@ -289,7 +289,7 @@ impl Matcher {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{ProcessView, SourceKind, SpecError, TargetSpec};
 
     fn view(pid: u32, comm: &str, cmdline: &str, cgroup: &str) -> ProcessView {
         ProcessView {
