@@ -6,8 +6,8 @@ mod shell;
 
 use clap::{CommandFactory, Parser, Subcommand};
 use commands::{
-    CallsArgs, CompareArgs, DiffArgs, DoctorArgs, ExportArgs, FlamegraphArgs, PushFileArgs, RecordArgs,
-    ReportArgs, ServeArgs, SyscallsArgs, TopArgs, ViewArgs,
+    CallsArgs, CompareArgs, DiffArgs, DoctorArgs, ExportArgs, FlamegraphArgs, Outcome, PushFileArgs,
+    RecordArgs, ReportArgs, ServeArgs, SyscallsArgs, TopArgs, ViewArgs,
 };
 use std::path::PathBuf;
 
@@ -107,51 +107,6 @@ fn upgrade(command: &mut Command) {
     }
 }
 
-/// `whyslow help [COMMAND...]`: the help of the command named, exactly as `whyslow COMMAND --help`.
-fn help(path: &[String]) -> anyhow::Result<()> {
-    let mut at = Cli::command();
-    for name in path {
-        let known: Vec<String> = at.get_subcommands().map(|c| c.get_name().to_string()).collect();
-        at = at.find_subcommand(name).cloned().ok_or_else(|| {
-            anyhow::anyhow!(
-                "no command '{name}'{}",
-                whyslow_model::did_you_mean(&whyslow_model::close_matches(
-                    name,
-                    known.iter().map(String::as_str),
-                    3
-                ))
-            )
-        })?;
-    }
-    let argv = std::iter::once("whyslow").chain(path.iter().map(String::as_str)).chain(["--help"]);
-    match Cli::command().try_get_matches_from(argv) {
-        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => Ok(e.print()?),
-        Err(e) => Err(e.into()),
-        Ok(_) => Ok(()),
-    }
-}
-
-/// whyslow.1 and whyslow-SUBCOMMAND.1 in `dir`.
-fn man_pages(dir: &std::path::Path) -> anyhow::Result<()> {
-    use anyhow::Context;
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let cli = Cli::command();
-    let mut pages = vec![("whyslow".to_string(), cli.clone())];
-    for c in cli.get_subcommands() {
-        let name = format!("whyslow-{}", c.get_name());
-        // A page's title is its command's name; clap takes names as 'static (a few bytes, once).
-        let title: &'static str = Box::leak(name.clone().into_boxed_str());
-        pages.push((name, c.clone().name(title)));
-    }
-    for (name, cmd) in pages {
-        let mut out = Vec::new();
-        clap_mangen::Man::new(cmd).render(&mut out)?;
-        let path = dir.join(format!("{name}.1"));
-        whyslow_model::file::write_atomic(&path, &out)?;
-    }
-    Ok(())
-}
-
 /// When main began (`-v` prints the phases against it).
 pub static STARTED: std::sync::LazyLock<std::time::Instant> =
     std::sync::LazyLock::new(std::time::Instant::now);
@@ -163,29 +118,28 @@ fn main() {
     if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         whyslow_symbolize::set_progress(|what| eprintln!("whyslow: {what}"));
     }
+    let done = |r: anyhow::Result<()>| r.map(|()| Outcome::Ok);
     let result = match cli.command {
         Command::Record(a) => commands::record(a),
-        Command::Report(a) => commands::report(a),
-        Command::Flamegraph(a) => commands::flamegraph(a),
-        Command::Export(a) => commands::export(a),
+        Command::Report(a) => done(commands::report(a)),
+        Command::Flamegraph(a) => done(commands::flamegraph(a)),
+        Command::Export(a) => done(commands::export(a)),
         Command::Syscalls(a) => commands::syscalls(a),
         Command::Calls(a) => commands::calls(a),
         Command::Doctor(a) => commands::doctor(a),
-        Command::Top(a) => commands::top(a),
-        Command::Diff(a) => commands::diff(a),
-        Command::Compare(a) => commands::compare(a),
-        Command::Serve(a) => commands::serve(a),
-        Command::Push(a) => commands::push(a),
-        Command::View(a) => commands::view(a),
-        Command::Completions { shell } => {
-            clap_complete::generate(shell, &mut Cli::command(), "whyslow", &mut std::io::stdout());
-            Ok(())
-        }
-        Command::Man { dir } => man_pages(&dir),
-        Command::Help { command } => help(&command),
+        Command::Top(a) => done(commands::top(a)),
+        Command::Diff(a) => done(commands::diff(a)),
+        Command::Compare(a) => done(commands::compare(a)),
+        Command::Serve(a) => done(commands::serve(a)),
+        Command::Push(a) => done(commands::push(a)),
+        Command::View(a) => done(commands::view(a)),
+        Command::Completions { shell } => done(commands::completions(Cli::command(), shell)),
+        Command::Man { dir } => done(commands::man_pages(Cli::command(), &dir)),
+        Command::Help { command } => done(commands::help(Cli::command(), &command)),
     };
-    let killed = commands::target_killed();
-    if let Some(k) = killed {
+    // A killed target is said after the output, also when the command then failed.
+    let (outcome, result) = commands::split(result);
+    if let Outcome::TargetKilled(k) = &outcome {
         eprintln!("whyslow: {k}");
     }
     if let Err(e) = result {
@@ -208,10 +162,8 @@ fn main() {
         eprintln!("whyslow: error: {message}");
         std::process::exit(1);
     }
-    if let Some(k) = killed {
-        std::process::exit(128 + k.signal);
-    }
-    if let Some(code) = commands::target_status() {
-        std::process::exit(code);
+    match outcome.exit_status() {
+        0 => {}
+        status => std::process::exit(status),
     }
 }

@@ -2,7 +2,7 @@
 //! probe budget, with their latency and call sites on request.
 
 use super::flags::{deprecated, duration, target, OutputFormat, ReportTo, TargetArgs, DEFAULT_LIMIT};
-use super::outcome::remember_outcome;
+use super::outcome::{ran, Outcome};
 use super::output::Report;
 use super::status::{end_status_line, StatusLine};
 use anyhow::{bail, Result};
@@ -102,7 +102,12 @@ impl CallsArgs {
     }
 }
 
-pub fn calls(a: CallsArgs) -> Result<()> {
+pub fn calls(a: CallsArgs) -> Result<Outcome> {
+    ran(|outcome| run(a, outcome))
+}
+
+/// The command, which says in `outcome` how its target ended.
+fn run(a: CallsArgs, outcome: &mut Outcome) -> Result<()> {
     let target = target(&a.target)?;
     let report = Report::open(&a.report)?;
     let patterns: Vec<PatternSpec> = if a.patterns.is_empty() {
@@ -199,7 +204,7 @@ pub fn calls(a: CallsArgs) -> Result<()> {
         }
         raw.meta.duration_ns = started.elapsed().as_nanos() as u64;
     }
-    remember_outcome(&raw.meta, a.target.duration);
+    *outcome = Outcome::of(&raw.meta, a.target.duration);
     let mut profile = whyslow_symbolize::symbolize(raw);
     profile.meta.notes.extend(res.notes.iter().cloned());
     let rows = whyslow_analyze::call_summary(&profile);

@@ -2,7 +2,7 @@
 //! the evidence and the fix; --fail-on makes a finding fail CI.
 
 use super::flags::{duration, target, OutputFormat, ReportTo, TargetArgs, DEFAULT_LIMIT};
-use super::outcome::{remember_killed, EXITED};
+use super::outcome::{ran, Outcome};
 use super::output::{check_writable, Report};
 use super::recording::load;
 use super::status::{end_status_line, StatusLine};
@@ -52,7 +52,12 @@ pub struct DoctorArgs {
     pub format: OutputFormat,
 }
 
-pub fn doctor(a: DoctorArgs) -> Result<()> {
+pub fn doctor(a: DoctorArgs) -> Result<Outcome> {
+    ran(|outcome| run(a, outcome))
+}
+
+/// The command, which says in `outcome` how its target ended and whether a finding failed it.
+fn run(a: DoctorArgs, outcome: &mut Outcome) -> Result<()> {
     let t = &a.target;
     let report = Report::open(&a.report)?;
     let live = !(t.pids.is_empty() && t.comm.is_none() && t.command.is_empty());
@@ -85,7 +90,7 @@ pub fn doctor(a: DoctorArgs) -> Result<()> {
             let profile = whyslow_investigate::investigate(&opts, &mut line);
             end_status_line();
             let profile = profile?;
-            remember_killed(&profile.meta);
+            *outcome = Outcome::killed(&profile.meta);
             profile
         }
     };
@@ -109,7 +114,10 @@ pub fn doctor(a: DoctorArgs) -> Result<()> {
         let hits: Vec<&str> = fail_on.matching(&d).iter().map(|f| f.id).collect();
         if !hits.is_empty() {
             eprintln!("whyslow: --fail-on matched: {}", hits.join(", "));
-            let _ = EXITED.set(FINDINGS_MATCHED);
+            // A killed target's status comes first (128 + the signal).
+            if let Outcome::Ok = outcome {
+                *outcome = Outcome::FindingsMatched;
+            }
         }
     }
     Ok(())

@@ -2,7 +2,7 @@
 //! complete stacks, print a summary and save the recording; with --load, a server under a load command.
 
 use super::flags::{duration, load_options, target, LoadArgs, ReportTo, TargetArgs, DEFAULT_LIMIT};
-use super::outcome::remember_outcome;
+use super::outcome::{ran, Outcome};
 use super::output::{check_writable, Report};
 use super::recording::value_index;
 use super::status::{end_status_line, print_phases, StatusLine};
@@ -76,7 +76,12 @@ pub enum EventArg {
     CpuClock,
 }
 
-pub fn record(a: RecordArgs) -> Result<()> {
+pub fn record(a: RecordArgs) -> Result<Outcome> {
+    ran(|outcome| run(a, outcome))
+}
+
+/// The command, which says in `outcome` how its target ended.
+fn run(a: RecordArgs, outcome: &mut Outcome) -> Result<()> {
     let mut report = Report::open(&a.report)?;
     check_writable(&a.output)?;
     let opts = RecordOptions {
@@ -119,7 +124,7 @@ pub fn record(a: RecordArgs) -> Result<()> {
             (raw?, None)
         }
     };
-    remember_outcome(&raw.meta, a.target.duration);
+    *outcome = Outcome::of(&raw.meta, a.target.duration);
     if let Some((out, ready_after)) = &load_run {
         show_load(out, *ready_after, raw.meta.exit_code)?;
     }

@@ -2,7 +2,7 @@
 //! issuing stacks sampled; a live table with --interval.
 
 use super::flags::{duration, seconds, target, OutputFormat, ReportTo, TargetArgs, DEFAULT_LIMIT};
-use super::outcome::remember_outcome;
+use super::outcome::{ran, Outcome};
 use super::output::{check_writable, Report};
 use super::status::{announce, print_phases};
 use anyhow::Result;
@@ -88,7 +88,12 @@ impl Observer for SyscallsView {
     }
 }
 
-pub fn syscalls(a: SyscallsArgs) -> Result<()> {
+pub fn syscalls(a: SyscallsArgs) -> Result<Outcome> {
+    ran(|outcome| run(a, outcome))
+}
+
+/// The command, which says in `outcome` how its target ended.
+fn run(a: SyscallsArgs, outcome: &mut Outcome) -> Result<()> {
     let output = a.output.clone().or_else(|| a.stacks.then(|| "whyslow.data".into()));
     if let Some(path) = &output {
         check_writable(path)?;
@@ -117,7 +122,7 @@ pub fn syscalls(a: SyscallsArgs) -> Result<()> {
         limit: a.limit,
     };
     let raw = whyslow_record::record(&opts, &mut view)?;
-    remember_outcome(&raw.meta, a.target.duration);
+    *outcome = Outcome::of(&raw.meta, a.target.duration);
     let profile = phases::time("symbolize", || whyslow_symbolize::symbolize(raw));
     let reported = std::time::Instant::now();
     let rows = whyslow_analyze::syscall_summary(&profile, a.per_thread);
