@@ -78,7 +78,7 @@ pub fn split_command(line: &str) -> Result<Vec<String>, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::split_command;
 
     #[test]
     fn splits_like_a_shell() {

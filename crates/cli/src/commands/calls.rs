@@ -1,10 +1,113 @@
-use super::*;
-use crate::{Budget, CallsArgs, OutputFormat};
+//! `whyslow calls`: calls of library and program functions counted exactly with uprobes, within a
+//! probe budget, with their latency and call sites on request.
+
+use super::flags::{deprecated, duration, target, OutputFormat, ReportTo, TargetArgs, DEFAULT_LIMIT};
+use super::outcome::{ran, Outcome};
+use super::output::Report;
+use super::status::{end_status_line, StatusLine};
+use anyhow::{bail, Result};
+use clap::Args;
+use std::io::Write;
+use std::path::PathBuf;
 use whyslow_record::calls::{default_patterns, PatternSpec, ProbeCost};
-use whyslow_record::{CallOptions, RecordOptions};
+use whyslow_record::{signals, CallOptions, RecordOptions, Target};
 use whyslow_render as render;
 
-pub fn calls(a: CallsArgs) -> Result<()> {
+#[derive(Args)]
+pub struct CallsArgs {
+    #[command(flatten)]
+    pub report: ReportTo,
+    /// Function name globs (demangled or mangled; `*` and `?`), given before `--`. Default: the usual
+    /// suspects (allocation, memory and strings, formatting and time, locking, exceptions).
+    #[arg(value_name = "PATTERN")]
+    pub patterns: Vec<String>,
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// Also measure the time of each call (return probes).
+    #[arg(long)]
+    pub latency: bool,
+    /// Count children forked by the target too (probes then sit in every process mapping the files).
+    #[arg(long)]
+    pub follow_children: bool,
+    /// Sample the user stack of each call and show the top call sites of each function (as syscalls
+    /// --stacks does for syscalls).
+    #[arg(long)]
+    pub stacks: bool,
+    /// With --stacks: take the stack of every Nth call only (N rounded up to a prime, so that a loop
+    /// making a multiple of N calls does not show the same one each time).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub stacks_period: u64,
+    /// Deprecated spelling of --stacks.
+    #[arg(long = "callers", hide = true)]
+    pub old_callers: bool,
+    /// Deprecated spelling of --stacks-period.
+    #[arg(long = "callers-period", value_name = "N", hide = true)]
+    pub old_callers_period: Option<u64>,
+    /// Also resolve the patterns in this library, which the target loads later with dlopen: its
+    /// functions are counted from the first call (a library found loaded during the run without it is
+    /// probed from when it is seen).
+    #[arg(long, value_name = "PATH")]
+    pub lib: Vec<PathBuf>,
+    /// List the functions the patterns match, where each probe sits and how the kernel runs it, without
+    /// running anything.
+    #[arg(long)]
+    pub list: bool,
+    /// Probe more functions than the guard allows (every probed call traps into the kernel).
+    #[arg(long)]
+    pub yes: bool,
+    /// Stop the probes once their estimated cost (each hit priced as measured at the start) passes PCT
+    /// percent of the target's CPU time, as the doctor does; counts are then rates over the window
+    /// they cover. Default: 5 for running processes (-p, --comm), none for a launched command (exact
+    /// counts; it runs on to its end when the probes stop). `none`: never stop.
+    #[arg(long, value_name = "PCT", value_parser = parse_budget)]
+    pub budget: Option<Budget>,
+    /// Rows of each table (text output; JSON has every row).
+    #[arg(long, default_value_t = DEFAULT_LIMIT)]
+    pub limit: usize,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
+}
+
+/// A probe budget given on the command line.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Budget {
+    /// Never stop the probes.
+    None,
+    /// Percent of the target's CPU time.
+    Pct(f64),
+}
+
+fn parse_budget(s: &str) -> Result<Budget, String> {
+    if s == "none" {
+        return Ok(Budget::None);
+    }
+    match s.parse::<f64>() {
+        Ok(p) if p > 0.0 && p <= 100.0 => Ok(Budget::Pct(p)),
+        _ => Err("a percentage of the target's CPU time, above 0 and at most 100, or `none`".into()),
+    }
+}
+
+impl CallsArgs {
+    pub fn upgrade(&mut self) {
+        self.report.upgrade();
+        if std::mem::take(&mut self.old_callers) {
+            deprecated("calls --callers", "--stacks");
+            self.stacks = true;
+        }
+        if let Some(n) = self.old_callers_period.take() {
+            deprecated("--callers-period", "--stacks-period");
+            self.stacks_period = n;
+        }
+    }
+}
+
+pub fn calls(a: CallsArgs) -> Result<Outcome> {
+    ran(|outcome| run(a, outcome))
+}
+
+/// The command, which says in `outcome` how its target ended.
+fn run(a: CallsArgs, outcome: &mut Outcome) -> Result<()> {
     let target = target(&a.target)?;
     let report = Report::open(&a.report)?;
     let patterns: Vec<PatternSpec> = if a.patterns.is_empty() {
@@ -101,7 +204,7 @@ pub fn calls(a: CallsArgs) -> Result<()> {
         }
         raw.meta.duration_ns = started.elapsed().as_nanos() as u64;
     }
-    remember_outcome(&raw.meta, a.target.duration);
+    *outcome = Outcome::of(&raw.meta, a.target.duration);
     let mut profile = whyslow_symbolize::symbolize(raw);
     profile.meta.notes.extend(res.notes.iter().cloned());
     let rows = whyslow_analyze::call_summary(&profile);

@@ -1,10 +1,58 @@
-use super::*;
-use crate::CompareArgs;
-use crate::OutputFormat;
+//! `whyslow compare`: two commands run interleaved, measured and recorded, and whether (and where) they
+//! differ.
 
+use super::flags::{deprecated, load_options, LoadArgs, OutputFormat, DEFAULT_LIMIT};
+use super::output::write_output;
+use super::status::StatusLine;
+use crate::shell::split_command;
+use anyhow::{anyhow, Context, Result};
+use clap::Args;
+use std::io::Write;
+use std::path::PathBuf;
 use whyslow_investigate::compare::{CompareOptions, SIDES};
 use whyslow_model::file;
+use whyslow_record::signals;
 use whyslow_render as render;
+
+#[derive(Args)]
+pub struct CompareArgs {
+    /// Runs per side.
+    #[arg(short = 'n', long = "runs", default_value_t = 10)]
+    pub runs: usize,
+    /// The before command (split into words like a shell does; use `sh -c '...'` for pipes).
+    #[arg(long, value_name = "CMD")]
+    pub before: String,
+    /// The after command.
+    #[arg(long, value_name = "CMD")]
+    pub after: String,
+    #[command(flatten)]
+    pub load: LoadArgs,
+    /// Directory for the recordings (one per run, merged before.data and after.data) and diff.svg.
+    #[arg(long, value_name = "DIR", default_value = "whyslow-compare")]
+    pub output_dir: PathBuf,
+    /// Deprecated spelling of --output-dir.
+    #[arg(short = 'o', long = "output", value_name = "DIR", hide = true)]
+    pub old_output: Option<PathBuf>,
+    /// Sampling frequency in Hz.
+    #[arg(short = 'F', long = "freq", default_value_t = 999)]
+    pub freq: u64,
+    /// Rows of each table.
+    #[arg(long, default_value_t = DEFAULT_LIMIT)]
+    pub limit: usize,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
+}
+
+impl CompareArgs {
+    /// Old spellings still given: each says it is deprecated and sets its new one.
+    pub fn upgrade(&mut self) {
+        if let Some(p) = self.old_output.take() {
+            deprecated("compare -o", "--output-dir");
+            self.output_dir = p;
+        }
+    }
+}
 
 pub fn compare(a: CompareArgs) -> Result<()> {
     let before = split_command(&a.before).map_err(|e| anyhow!("--before: {e}"))?;
@@ -19,15 +67,11 @@ pub fn compare(a: CompareArgs) -> Result<()> {
     std::fs::create_dir_all(&a.output_dir)
         .with_context(|| format!("cannot create {}", a.output_dir.display()))?;
     signals::install();
-    let c = whyslow_investigate::compare::compare(
-        &opts,
-        &mut StatusLine { tty: false, ..StatusLine::new() },
-        |r| {
-            let rps = r.load.as_ref().map(|l| l.requests_per_sec);
-            let line = render::compare::run_line(r.number, a.runs, SIDES[r.side], r.cpu_s, r.wall_s, rps);
-            eprintln!("whyslow: {line}");
-        },
-    )?;
+    let c = whyslow_investigate::compare::compare(&opts, &mut StatusLine::silent(), |r| {
+        let rps = r.load.as_ref().map(|l| l.requests_per_sec);
+        let line = render::compare::run_line(r.number, a.runs, SIDES[r.side], r.cpu_s, r.wall_s, rps);
+        eprintln!("whyslow: {line}");
+    })?;
     for r in &c.runs {
         let name = format!("{}-{}", SIDES[r.side], r.number);
         if let Some(out) = &r.load_output {

@@ -1,4 +1,46 @@
-use super::*;
+//! `whyslow push`: one recording or imported profile sent to Pyroscope or OTLP; the --push flags,
+//! which serve takes too.
+
+use super::recording::load;
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use std::path::PathBuf;
+
+/// Where and how profiles are pushed (serve: every stored window; push: one file).
+#[derive(Args)]
+pub struct PushArgs {
+    /// Backend: pyroscope=URL (Push API), pyroscope-ingest=URL (legacy /ingest), otlp=URL (OTLP
+    /// profiles over HTTP/protobuf, a collector's :4318), otlp-grpc=URL (OTLP over gRPC, :4317).
+    /// Repeatable.
+    #[arg(long = "push", value_name = "KIND=URL")]
+    pub to: Vec<String>,
+    /// Label added to every pushed series (repeatable).
+    #[arg(long = "push-label", value_name = "NAME=VALUE")]
+    pub labels: Vec<String>,
+    /// Tenant sent as X-Scope-OrgID.
+    #[arg(long = "push-tenant")]
+    pub tenant: Option<String>,
+    /// File holding `user:password` for HTTP basic authentication.
+    #[arg(long = "push-basic-auth-file")]
+    pub basic_auth_file: Option<PathBuf>,
+    /// File holding a bearer token.
+    #[arg(long = "push-bearer-file")]
+    pub bearer_file: Option<PathBuf>,
+    /// A pid label on each series (one series per process: mind the cardinality).
+    #[arg(long = "push-per-process")]
+    pub per_process: bool,
+}
+
+#[derive(Args)]
+pub struct PushFileArgs {
+    /// Recording or profile to push (anything `report` reads).
+    pub file: PathBuf,
+    /// The service the series are named by (default: the recorded command's name).
+    #[arg(long)]
+    pub service_name: Option<String>,
+    #[command(flatten)]
+    pub push: PushArgs,
+}
 
 pub(super) fn labels(list: &[String]) -> Result<Vec<(String, String)>> {
     list.iter()
@@ -9,7 +51,7 @@ pub(super) fn labels(list: &[String]) -> Result<Vec<(String, String)>> {
         .collect()
 }
 
-pub(super) fn push_options(a: &crate::PushArgs) -> Result<Vec<whyslow_serve::PushOptions>> {
+pub(super) fn push_options(a: &PushArgs) -> Result<Vec<whyslow_serve::PushOptions>> {
     let secret = |path: &Option<std::path::PathBuf>| -> Result<Option<String>> {
         path.as_ref()
             .map(|p| {

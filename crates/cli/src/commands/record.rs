@@ -1,11 +1,87 @@
-use super::*;
-use crate::{EventArg, RecordArgs};
+//! `whyslow record`: sample a target's CPU time (and on request its blocked time and allocations) with
+//! complete stacks, print a summary and save the recording; with --load, a server under a load command.
+
+use super::flags::{duration, load_options, target, LoadArgs, ReportTo, TargetArgs, DEFAULT_LIMIT};
+use super::outcome::{ran, Outcome};
+use super::output::{check_writable, Report};
+use super::recording::value_index;
+use super::status::{end_status_line, print_phases, StatusLine};
+use anyhow::{bail, Result};
+use clap::{Args, ValueEnum};
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
 use whyslow_model::file;
 use whyslow_record::load::LoadOutput;
-use whyslow_record::{AllocOptions, Clock, OffCpuOptions, RecordOptions};
+use whyslow_record::{phases, signals, AllocOptions, Clock, OffCpuOptions, RecordOptions, Target};
 use whyslow_render as render;
 
-pub fn record(a: RecordArgs) -> Result<()> {
+#[derive(Args)]
+pub struct RecordArgs {
+    #[command(flatten)]
+    pub report: ReportTo,
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// Sampling frequency in Hz.
+    #[arg(short = 'F', long = "freq", default_value_t = 999)]
+    pub freq: u64,
+    /// Output recording file.
+    #[arg(short = 'o', long, default_value = "whyslow.data")]
+    pub output: PathBuf,
+    /// Sampling clock: `auto` uses hardware cycles where the CPU has them, else cpu-clock.
+    #[arg(short = 'e', long, value_enum, default_value_t = EventArg::Auto)]
+    pub event: EventArg,
+    /// Do not record kernel stacks.
+    #[arg(long)]
+    pub no_kernel: bool,
+    /// Sample on-CPU time (the default when no other source is chosen).
+    #[arg(long)]
+    pub cpu: bool,
+    /// Record blocked time by stack (eBPF at sched_switch): blocks of 1/F or longer as they are, shorter
+    /// ones sampled (kept with probability length x F, valued 1/F), so the cost stays bounded.
+    #[arg(long)]
+    pub offcpu: bool,
+    /// With --offcpu: leave out blocks shorter than this many microseconds.
+    #[arg(long, default_value_t = 10, value_name = "US")]
+    pub min_block_us: u64,
+    /// Record allocations (count and bytes) by stack: malloc, calloc, realloc, posix_memalign,
+    /// aligned_alloc, memalign (C++ operator new allocates through malloc), Go's runtime.mallocgc.
+    #[arg(long)]
+    pub alloc: bool,
+    /// With --alloc: counts and bytes are exact per call site and stack, counted in the kernel; the stack
+    /// of each is copied at its 1st, 2nd, 4th, ... call and then at least every Nth (1: every call).
+    #[arg(long, default_value_t = whyslow_record::ALLOC_PERIOD, value_name = "N")]
+    pub alloc_period: u64,
+    /// Bytes of user stack copied per sample (deeper stacks are cut).
+    #[arg(long, default_value_t = 32768)]
+    pub stack_size: u32,
+    /// Rows of each table of the summary printed at the end.
+    #[arg(long, default_value_t = DEFAULT_LIMIT)]
+    pub limit: usize,
+    /// Do not print the summary at the end.
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// Print the wall time of each phase (eBPF load, perf events, attach, run, symbolize, save) at the
+    /// end.
+    #[arg(short, long)]
+    pub verbose: bool,
+    #[command(flatten)]
+    pub load: LoadArgs,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum EventArg {
+    Auto,
+    Cycles,
+    CpuClock,
+}
+
+pub fn record(a: RecordArgs) -> Result<Outcome> {
+    ran(|outcome| run(a, outcome))
+}
+
+/// The command, which says in `outcome` how its target ended.
+fn run(a: RecordArgs, outcome: &mut Outcome) -> Result<()> {
     let mut report = Report::open(&a.report)?;
     check_writable(&a.output)?;
     let opts = RecordOptions {
@@ -48,7 +124,7 @@ pub fn record(a: RecordArgs) -> Result<()> {
             (raw?, None)
         }
     };
-    remember_outcome(&raw.meta, a.target.duration);
+    *outcome = Outcome::of(&raw.meta, a.target.duration);
     if let Some((out, ready_after)) = &load_run {
         show_load(out, *ready_after, raw.meta.exit_code)?;
     }

@@ -1,7 +1,51 @@
+//! `whyslow report`: where the time of a recording went, as tables (top functions, threads, callers,
+//! callees, source lines) or JSON.
+
+use super::flags::{sliced, OutputFormat, SliceArgs, DEFAULT_LIMIT};
 use super::flamegraph::write_flamegraph;
-use super::*;
-use crate::{OutputFormat, ReportArgs};
+use super::recording::{load, value_index};
+use anyhow::Result;
+use clap::Args;
+use std::io::Write;
+use std::path::PathBuf;
+use whyslow_model::Profile;
 use whyslow_render as render;
+
+#[derive(Args)]
+pub struct ReportArgs {
+    /// Recording file, or a profile to import: pprof (file or http(s):// URL, e.g. Go's
+    /// /debug/pprof/profile?seconds=10), folded stacks, `perf script` output (told apart by content).
+    #[arg(default_value = "whyslow.data")]
+    pub file: PathBuf,
+    /// Split by thread.
+    #[arg(long)]
+    pub threads: bool,
+    /// Show what this function calls, with shares.
+    #[arg(long, value_name = "FUNCTION", conflicts_with = "callers")]
+    pub callees: Option<String>,
+    /// Show who calls this function, with shares.
+    #[arg(long, value_name = "FUNCTION")]
+    pub callers: Option<String>,
+    /// Show the source lines of the functions matching this regular expression with the samples of
+    /// each line, self and total (as pprof -list). The source is read from the path in the line table,
+    /// else from debuginfod (DEBUGINFOD_URLS).
+    #[arg(long, value_name = "FUNCTION", conflicts_with_all = ["callers", "callees"])]
+    pub source: Option<String>,
+    /// Sample type to weigh by (e.g. cpu, cpu-ns, syscalls; default: cpu, else the recording's first).
+    #[arg(long = "type")]
+    pub value_type: Option<String>,
+    /// Rows of each table.
+    #[arg(long, default_value_t = DEFAULT_LIMIT)]
+    pub limit: usize,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
+    /// Also write the flame graph (SVG) of the same sample type here: one read of a large file for both.
+    #[arg(long, value_name = "SVG")]
+    pub flamegraph: Option<PathBuf>,
+    #[command(flatten)]
+    pub slice: SliceArgs,
+}
 
 pub fn report(a: ReportArgs) -> Result<()> {
     let p = sliced(load(&a.file, a.value_type.as_deref())?, &a.slice)?;

@@ -1,5 +1,53 @@
-use super::push::{labels, push_options};
-use super::*;
+//! `whyslow serve`: the continuous profiling agent, its flags turned into the serve crate's options.
+
+use super::push::{labels, push_options, PushArgs};
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Address to listen on. Anything but loopback requires --token-file.
+    #[arg(long, default_value = "127.0.0.1:7070")]
+    pub listen: std::net::SocketAddr,
+    /// Where the store (whyslow.db) and the periodic files live.
+    #[arg(long, default_value = "whyslow-data")]
+    pub data_dir: PathBuf,
+    /// TOML file with `[[target]]` definitions (as the API takes them), kept in the store by name.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// File holding the bearer token every request must carry.
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+    /// Remove windows (and periodic files) older than this: 30m, 12h, 7d.
+    #[arg(long, default_value = "7d")]
+    pub retention: String,
+    /// Keep the store's files (database and its log) under this size: 500MiB, 1GiB (oldest windows go
+    /// first).
+    #[arg(long, default_value = "1GiB")]
+    pub max_disk: String,
+    /// A host name requests may use in their Host header besides IP addresses and localhost
+    /// (repeatable); other names are refused (DNS rebinding).
+    #[arg(long = "allow-host", value_name = "NAME")]
+    pub allow_hosts: Vec<String>,
+    /// Profile every process of the host (a target named all-processes matching all, on-CPU at 19 Hz,
+    /// labelled by each process's systemd unit, container and pod), with or without other targets.
+    #[arg(long)]
+    pub all: bool,
+    /// Periodic files may only be written under this directory (default: DATA_DIR/output).
+    #[arg(long)]
+    pub output_root: Option<PathBuf>,
+    /// Do not diagnose every window (findings, regressions and webhooks are then off).
+    #[arg(long)]
+    pub no_doctor: bool,
+    /// POST each regression and each finding that starts to this URL as JSON (repeatable; retried with
+    /// backoff, each event once).
+    #[arg(long = "webhook", value_name = "URL")]
+    pub webhooks: Vec<String>,
+    #[command(flatten)]
+    pub push: PushArgs,
+}
 
 /// `10GiB`, `500MiB`, `1000000` (bytes); KB/MB/GB are powers of 1000.
 fn size_bytes(what: &str, s: &str) -> Result<u64> {

@@ -1,9 +1,56 @@
-use super::*;
-use crate::{OutputFormat, SyscallsArgs};
+//! `whyslow syscalls`: every syscall of a target counted exactly, some traced call by call, their
+//! issuing stacks sampled; a live table with --interval.
+
+use super::flags::{duration, seconds, target, OutputFormat, ReportTo, TargetArgs, DEFAULT_LIMIT};
+use super::outcome::{ran, Outcome};
+use super::output::{check_writable, Report};
+use super::status::{announce, print_phases};
+use anyhow::Result;
+use clap::Args;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
 use whyslow_model::syscalls::TraceEvent;
 use whyslow_model::{file, sample_types, SyscallStat};
-use whyslow_record::{RecordOptions, SyscallOptions};
+use whyslow_record::{phases, signals, Observer, RecordOptions, SyscallOptions, Target};
 use whyslow_render as render;
+
+#[derive(Args)]
+pub struct SyscallsArgs {
+    #[command(flatten)]
+    pub report: ReportTo,
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// Print one line per call of these syscalls (comma-separated): arguments, result, duration.
+    #[arg(long, value_delimiter = ',', value_name = "SYSCALLS")]
+    pub trace: Vec<String>,
+    /// Sample the user stack of each syscall and show which code issues them (saved to -o).
+    #[arg(long)]
+    pub stacks: bool,
+    /// With --stacks: take the stack of every Nth syscall only (cheaper on syscall-heavy targets; N is
+    /// rounded up to a prime, so that a loop making a multiple of N calls does not show the same one
+    /// each time).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub stacks_period: u64,
+    /// One table per thread.
+    #[arg(long)]
+    pub per_thread: bool,
+    /// Refresh a live table of the last interval every this many seconds.
+    #[arg(long, value_name = "SECONDS")]
+    pub interval: Option<f64>,
+    /// Save the recording here (default with --stacks: whyslow.data).
+    #[arg(short = 'o', long)]
+    pub output: Option<PathBuf>,
+    /// Rows of each table (text output; JSON has every row).
+    #[arg(long, default_value_t = DEFAULT_LIMIT)]
+    pub limit: usize,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
+    /// Print the wall time of each phase (eBPF load, attach, run, symbolize, save) at the end.
+    #[arg(short, long)]
+    pub verbose: bool,
+}
 
 /// What `whyslow syscalls` shows while it runs: traced calls as they come, and the live table.
 struct SyscallsView {
@@ -41,7 +88,12 @@ impl Observer for SyscallsView {
     }
 }
 
-pub fn syscalls(a: SyscallsArgs) -> Result<()> {
+pub fn syscalls(a: SyscallsArgs) -> Result<Outcome> {
+    ran(|outcome| run(a, outcome))
+}
+
+/// The command, which says in `outcome` how its target ended.
+fn run(a: SyscallsArgs, outcome: &mut Outcome) -> Result<()> {
     let output = a.output.clone().or_else(|| a.stacks.then(|| "whyslow.data".into()));
     if let Some(path) = &output {
         check_writable(path)?;
@@ -70,7 +122,7 @@ pub fn syscalls(a: SyscallsArgs) -> Result<()> {
         limit: a.limit,
     };
     let raw = whyslow_record::record(&opts, &mut view)?;
-    remember_outcome(&raw.meta, a.target.duration);
+    *outcome = Outcome::of(&raw.meta, a.target.duration);
     let profile = phases::time("symbolize", || whyslow_symbolize::symbolize(raw));
     let reported = std::time::Instant::now();
     let rows = whyslow_analyze::syscall_summary(&profile, a.per_thread);

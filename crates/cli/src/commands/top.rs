@@ -2,12 +2,61 @@
 //! symbolizer, as the agent does) and drawn as the hottest functions. On a terminal the table redraws in
 //! place on the alternate screen and keys change it; otherwise each interval prints one table.
 
-use super::*;
-use crate::TopArgs;
-use std::time::Instant;
+use super::flags::{seconds, OutputFormat, DEFAULT_LIMIT};
+use anyhow::{bail, Result};
+use clap::Args;
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant};
+use whyslow_model::Profile;
 use whyslow_record::target::{self, Process};
-use whyslow_record::{End, Objects, OffCpuOptions, RecordOptions, Session};
+use whyslow_record::{signals, End, Objects, Observer, OffCpuOptions, RecordOptions, Session, Target};
 use whyslow_render::top::{Action, Interval, Order, View, Weigh, KEYS};
+
+#[derive(Args)]
+#[command(
+    after_help = "Keys on a terminal: s sort by self or total, k kernel frames, o on-CPU, off-CPU or wall \
+                        time (with --offcpu), f or space freeze, q quit."
+)]
+pub struct TopArgs {
+    /// Running processes to watch (comma-separated PIDs).
+    #[arg(short = 'p', long = "pid", value_delimiter = ',', conflicts_with_all = ["comm", "all"])]
+    pub pids: Vec<u32>,
+    /// Every running process whose name matches this regular expression (and those that start later).
+    #[arg(long, value_name = "RE", conflicts_with = "all")]
+    pub comm: Option<String>,
+    /// Every process of the host (and those that start later).
+    #[arg(short = 'a', long)]
+    pub all: bool,
+    /// Stop after this many seconds (default: until q, Ctrl-C, or the processes exit).
+    #[arg(short = 'd', long = "duration", value_name = "SECONDS")]
+    pub duration: Option<f64>,
+    /// Seconds per table.
+    #[arg(short = 'i', long, default_value_t = 1.0, value_name = "SECONDS")]
+    pub interval: f64,
+    /// Sampling frequency in Hz.
+    #[arg(short = 'F', long = "freq", default_value_t = 999)]
+    pub freq: u64,
+    /// Record blocked time too (eBPF at sched_switch): the o key cycles the table through on-CPU,
+    /// off-CPU and wall time; it starts on off-CPU time.
+    #[arg(long)]
+    pub offcpu: bool,
+    /// Sort by total (the function and what it calls) instead of self (key: s).
+    #[arg(long)]
+    pub total: bool,
+    /// Leave kernel frames out (key: k).
+    #[arg(long)]
+    pub no_kernel: bool,
+    /// Rows of each table (on a terminal, at most what fits).
+    #[arg(long, default_value_t = DEFAULT_LIMIT)]
+    pub limit: usize,
+    /// Output format: json prints one JSON object per interval, one line each (NDJSON), with the
+    /// table's columns, also on a terminal.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
+    /// Command to launch and watch (after `--`), instead of running processes.
+    #[arg(last = true)]
+    pub command: Vec<String>,
+}
 
 /// Which processes are watched: those given, and for `--comm` and `-a` those that start later.
 enum Select {
@@ -89,7 +138,7 @@ pub fn top(a: TopArgs) -> Result<()> {
             format!("pid {}", pids.join(","))
         }
     };
-    let json = matches!(a.format, crate::OutputFormat::Json);
+    let json = matches!(a.format, OutputFormat::Json);
     let tty = std::io::stdout().is_terminal() && !json;
     if !tty {
         let each = if json { "a JSON line" } else { "a table" };

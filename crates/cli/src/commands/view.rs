@@ -1,6 +1,22 @@
 //! `whyslow view FILE [FILE2]`: the serve crate's web UI over recordings.
 
 use anyhow::{Context, Result};
+use clap::Args;
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct ViewArgs {
+    /// Recording or imported profile (anything `report` reads); a second one for the diff view
+    /// (before, after).
+    #[arg(default_value = "whyslow.data", num_args = 1..=2)]
+    pub files: Vec<PathBuf>,
+    /// Port on 127.0.0.1 [default: a free one].
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// Start a browser on the URL (xdg-open, else chromium).
+    #[arg(long)]
+    pub open: bool,
+}
 
 pub fn view(a: crate::ViewArgs) -> Result<()> {
     let mut files = Vec::new();
