@@ -66,6 +66,56 @@ def serve(whyslow, out, name):
     return agent, url, api
 
 
+# The agent's manager scans /proc every 250 ms (SCAN_INTERVAL in crates/serve/src/recorder.rs). A wait on the agent
+# is bounded by its own scans (read from /healthz), not by seconds: a starved agent scans less often and the bound
+# stretches with it.
+SCANS_PER_S = 4
+
+
+def scan_beat(api):
+    """When the agent's manager last scanned /proc: a new value per scan."""
+    return api("healthz")["recorder"]["last_scan_unix_ns"]
+
+
+def until(api, what, cond, scans):
+    """Polls cond() until it gives a true value, which it returns; fails once the agent has scanned /proc `scans`
+    times without it."""
+    seen, last = 0, scan_beat(api)
+    while True:
+        got = cond()
+        if got:
+            return got
+        beat = scan_beat(api)
+        if beat != last:
+            seen, last = seen + 1, beat
+        assert seen < scans, f"{what}: not after {scans} scans of the agent"
+        time.sleep(0.05)
+
+
+def windows(api, tid):
+    return next(t for t in api("api/v1/targets?windows=true") if t["id"] == tid)["windows"]["count"]
+
+
+def await_windows(api, tid, n, window_s=1):
+    """Until target `tid` has `n` stored windows: the session cuts one every window_s, and the first waits for the
+    session to open and the symbolizer to read the workload (five windows' time)."""
+    until(api, f"{n} windows of target {tid}", lambda: windows(api, tid) >= n, (n + 5) * 2 * window_s * SCANS_PER_S)
+
+
+def followed(api, tid, pids):
+    """The agent's /processes entries of `pids` under target `tid` once it lists them all. A process running when
+    a scan begins is followed by that scan, listed at its end: a few scans bound it."""
+    def listed():
+        ps = {p["pid"]: p for p in api(f"api/v1/processes?target={tid}")}
+        return all(pid in ps for pid in pids) and [ps[pid] for pid in pids]
+    return until(api, f"pids {pids} followed", listed, 4)
+
+
+def metric(url, name):
+    text = urllib.request.urlopen(url + "metrics").read().decode()
+    return next((float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name)), None)
+
+
 def frames(page):
     return page.evaluate("window.whyslow.frames()")
 
@@ -303,6 +353,15 @@ def select_timeline(page, a, b):
     return page.evaluate("window.whyslow.timeline().sel")
 
 
+def next_polls(page, cond):
+    """Until `cond` (JavaScript) holds in the Processes view, which polls the agent every few seconds: what the agent
+    lists when this is called is shown by the second poll from now (the first may have asked before)."""
+    polls = page.evaluate("window.whyslow.polls")
+    # The view's own polls bound the wait; the timeout only bounds how long a hung page takes to show.
+    page.wait_for_function(f"({cond}) || window.whyslow.polls > {polls + 1}", timeout=120000)
+    assert page.evaluate(cond), f"{cond}: not by the view's second poll"
+
+
 def new_page(browser):
     """A page with the UI's test hooks (window.whyslow) turned on before its scripts run."""
     page = browser.new_page(viewport={"width": 1400, "height": 900})
@@ -358,7 +417,7 @@ def live_processes(whyslow, bindir, out):
     it, and leaves it when it ends, without a reload (the view polls)."""
     agent, url, api = serve(whyslow, out, "serve-data")
     try:
-        api("api/v1/targets", {"match": {"cmdline": "cpu_split 5.0417"}, "sources": ["cpu"], "window_s": 1})
+        tid = api("api/v1/targets", {"match": {"cmdline": "cpu_split 5.0417"}, "sources": ["cpu"], "window_s": 1})["id"]
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM)
             page = new_page(browser)
@@ -368,11 +427,15 @@ def live_processes(whyslow, bindir, out):
             page.click("#tabs button[data-view=processes]")
             page.wait_for_function("window.whyslow.polls >= 1")
             work = subprocess.Popen([os.path.join(bindir, "cpu_split"), "5.0417"], stdout=subprocess.DEVNULL)
-            page.wait_for_selector(f"#processes li[data-pid='{work.pid}']", timeout=10000)
+            row = f"#processes li[data-pid='{work.pid}']"
+            followed(api, tid, [work.pid])
+            next_polls(page, f"document.querySelector(\"{row}\")")
             log(f"live processes: pid {work.pid} shown after {page.evaluate('window.whyslow.polls')} polls")
             page.screenshot(path=os.path.join(out, "processes.png"), full_page=True)
             assert work.wait() == 0
-            page.wait_for_selector(f"#processes li[data-pid='{work.pid}']", state="detached", timeout=10000)
+            until(api, f"pid {work.pid} gone from /processes",
+                  lambda: all(p["pid"] != work.pid for p in api("api/v1/processes")), 4)
+            next_polls(page, f"!document.querySelector(\"{row}\")")
             assert not errors, errors
             browser.close()
     finally:
@@ -473,14 +536,20 @@ def findings_track(whyslow, bindir, out):
         opt = api("api/v1/targets", {"name": "opt", "match": {"cmdline": "doctor_optwork_O0"}, **common})["id"]
         o = subprocess.Popen([os.path.join(bindir, "doctor_optwork_O0")], stdout=subprocess.DEVNULL)
         w = subprocess.Popen([os.path.join(bindir, "hotswitch"), "18", "ui"], stdout=subprocess.DEVNULL)
-        deadline = time.time() + 30
-        while next(t for t in api("api/v1/targets?windows=true") if t["id"] == hot)["windows"]["count"] < 11:
-            assert time.time() < deadline, "no 11 windows of hotswitch"
-            time.sleep(0.2)
+        await_windows(api, hot, 11)
         w.send_signal(10)  # SIGUSR1: hot_new takes hot_old's place
-        while not api(f"api/v1/regressions?target={hot}")["regressions"]:
-            assert time.time() < deadline, "no regression"
-            time.sleep(0.2)
+        # The detector finds a change within two windows (regress::Config::after); the window in flight at the
+        # signal, and one more, make four: bounded by those windows of hot, once the doctor diagnosed them all.
+        changed_at = windows(api, hot)
+
+        def regression():
+            if api(f"api/v1/regressions?target={hot}")["regressions"]:
+                return True
+            assert windows(api, hot) < changed_at + 4 or metric(url, "whyslow_doctor_queue_windows") != 0, \
+                "no regression within 4 windows of the change"
+            return False
+
+        until(api, "a regression", regression, (4 + 5) * 2 * SCANS_PER_S)
         assert o.wait() == 0
         with sync_playwright() as pw:
             browser, page, errors = open_page(pw, url)
@@ -536,18 +605,25 @@ def label_filter(whyslow, bindir, out):
         tid = api("api/v1/targets", {"name": "split", "match": {"cmdline": "cpu_split 8.0419"}, "sources": ["cpu"],
                                      "frequency": 99, "window_s": 1})["id"]
         split = os.path.join(bindir, "cpu_split")
-        inside = subprocess.Popen(["sh", "-c", f"echo $$ > {cg}/cgroup.procs && exec {split} 8.0419"],
-                                  stdout=subprocess.DEVNULL)
+        # The shell moves itself into the unit, then execs. Its own command line must not match the target (the
+        # workload's path comes from the environment): the agent keeps the cgroup it read when it first followed
+        # a process, and a scan between the shell's start and its move would leave it outside the unit for good.
+        inside = subprocess.Popen(["sh", "-c", f'echo $$ > {cg}/cgroup.procs && exec "$SPLIT" 8.0419'],
+                                  env={**os.environ, "SPLIT": split}, stdout=subprocess.DEVNULL)
         outside = subprocess.Popen([split, "8.0419"], stdout=subprocess.DEVNULL)
         work = [inside, outside]
-        deadline = time.time() + 20
-        while next(t for t in api("api/v1/targets?windows=true") if t["id"] == tid)["windows"]["count"] < 2:
-            assert time.time() < deadline, "no windows of cpu_split"
-            time.sleep(0.2)
+        want = f"unit={unit}"
+        # Until the shell has moved and exec'd (it exits if it cannot move).
+        while open(f"/proc/{inside.pid}/comm").read().strip() != "cpu_split":
+            assert inside.poll() is None, "the shell could not move into the unit"
+            time.sleep(0.01)
+        got = followed(api, tid, [inside.pid, outside.pid])
+        assert got[0]["labels"].get("unit") == unit, got
+        await_windows(api, tid, 2)
         with sync_playwright() as pw:
             browser, page, errors = open_page(pw, url)
-            want = f"unit={unit}"
-            page.wait_for_function(f"window.whyslow.labels().includes({json.dumps(want)})", timeout=10000)
+            # The page lists the labels of the processes the agent follows (/processes) as it loads.
+            assert want in page.evaluate("window.whyslow.labels()"), page.evaluate("window.whyslow.labels()")
             full = page.evaluate("window.whyslow.threads()")
             assert {t["pid"] for t in full} >= {inside.pid, outside.pid}, full
             loads = page.evaluate("window.whyslow.loads")

@@ -369,7 +369,11 @@ pub fn split(p: &Profile, owner: impl Fn(u32) -> Option<u32>) -> std::collection
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{
+        diff, merge, split, Diff, DiffUnit, FunctionDelta, Metadata, Profile, ProfileBuilder, Scale, Side,
+        Status,
+    };
+    use crate::top_functions;
     use whyslow_model::{FrameKind, SampleType};
 
     /// main -> work_a (a), main -> work_b (b), main -> extra (x) in module `path`, at 100 Hz.

@@ -438,7 +438,12 @@ mod tests {
         assert_eq!(got, [(1, "read", 15, 1500), (2, "read", 1, 40), (2, "openat", 2, 9)]);
     }
 
-    use super::*;
+    use super::{
+        callees, callers, syscall_summary, thread_top_functions, threads, top_functions, totals,
+        AnalyzeError, Neighbors, Totals, ROOT,
+    };
+    use whyslow_model::Profile;
+    use whyslow_model::SyscallStat;
     use whyslow_model::{FrameKind, Metadata, ProfileBuilder, SampleType};
 
     /// main -> a (5), main -> b -> a (3, a inlined), main -> b (2), main -> r -> r (1), r alone (4),

@@ -107,7 +107,7 @@ pub fn parse_load_output(stdout: &str) -> Option<LoadStats> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::parse_load_output;
 
     const WRK: &str = "Running 2s test @ http://127.0.0.1:18080/
   2 threads and 16 connections

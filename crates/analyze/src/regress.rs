@@ -356,7 +356,8 @@ fn rose(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{compare_windows, main_builds, window_stat, Config, Detector, WindowStat, TRACKED_PCT};
+    use std::collections::BTreeMap;
 
     /// xorshift64*: reproducible draws for simulated windows.
     struct Rng(u64);

@@ -121,7 +121,10 @@ impl Slice {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{pattern, Slice};
+    use whyslow_model::FrameKind;
+    use whyslow_model::Profile;
+    use whyslow_model::ProfileBuilder;
     use whyslow_model::{Metadata, SampleType};
 
     /// Two threads of one process: `main > work > do_syscall_64` (3) in `app`, `main > idle` (1) in

@@ -130,7 +130,8 @@ pub fn source_lines(p: &Profile, value: usize, query: &str) -> Result<Vec<Functi
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{source_lines, FunctionLines};
+    use whyslow_model::Profile;
     use whyslow_model::{FrameKind, Metadata, ProfileBuilder, SampleType};
 
     /// main:10 -> work:20 (leaf) 5; main:10 -> work:21 -> helper:30 3; main:11 -> work:21 (leaf) 2;

@@ -328,7 +328,10 @@ impl Measure {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{
+        bootstrap_change_ci, bootstrap_shift_ci, compare, mann_whitney, median, normal_sf, share_error,
+        summary, u_distribution, SplitMix, UMethod,
+    };
 
     /// 400 samples: a 50% share within ±4.9 points, a 10% share within ±2.94; none is 0.
     #[test]

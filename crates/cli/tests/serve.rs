@@ -231,7 +231,12 @@ fn running_children_of_a_followed_parent_are_sampled_too() {
     let script = format!("{0} 4.0131 & {0} 4.0131 & wait", split.display());
     let mut family =
         std::process::Command::new("sh").args(["-c", &script]).stdout(Stdio::null()).spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    // Both children run cpu_split before the target exists (a busy machine may take its time to fork).
+    wait_for(3, "the shell's two cpu_split children", || {
+        let kids = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", family.id())).ok()?;
+        let comm = |pid: &str| std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        (kids.split_whitespace().filter(|&p| comm(p).trim() == "cpu_split").count() == 2).then_some(())
+    });
     let (code, t) =
         a.post("/api/v1/targets", r#"{"match":{"cmdline":"cpu_split 4.0131"},"frequency":999,"window_s":1}"#);
     assert_eq!(code, 201, "{t}");

@@ -1,9 +1,16 @@
 //! The converter fed synthetic records: no kernel, no processes.
 
-use super::*;
-use crate::records::Sample;
+use super::alloc::split;
+use super::images::UNUSED_IMAGES;
+use super::records::{Record, Sample, Timed, UserRegs};
+use super::{
+    Converter, FileBytes, Host, JitMap, JitUpdate, ProcessInfo, SiteCount, SizeArg, StackCount, Stream,
+};
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::rc::Rc;
+use whyslow_model::raw::{RawFrame, RawRecording};
+use whyslow_model::{sample_types as st, SampleType};
 
 /// A host that knows one file by path and nothing about processes; `perf_map` is the text of the JIT
 /// perf map of every process, which a test may append to.

@@ -466,7 +466,7 @@ impl GoTable {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{Error, GoTable};
     use crate::format::HEADER_LEN;
 
     /// A minimal Go 1.20-layout table: one function `f` at text+0x10 of size 6, one file.

@@ -116,7 +116,7 @@ pub(crate) fn pc_table_end(table: &[u8], entry: u64, quantum: u8) -> Option<u64>
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{cstr_at, pc_table_end, pc_value, u32_at, u64_at, varint};
 
     #[test]
     fn varints_of_one_to_five_bytes() {

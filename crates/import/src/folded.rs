@@ -70,7 +70,9 @@ pub fn parse(text: &str, origin: &str, sample_type: Option<&str>) -> Result<Prof
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::parse;
+    use crate::ImportError;
+    use whyslow_model::FrameKind;
 
     #[test]
     fn lines_values_and_errors() {

@@ -80,7 +80,11 @@ pub(crate) fn fetch(url: &str, opts: &ImportOptions) -> Result<Vec<u8>, ImportEr
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{fetch, seconds};
+    use crate::ImportError;
+    use crate::ImportOptions;
+    use std::io::Read;
+    use std::time::Duration;
 
     #[test]
     fn seconds_come_from_the_query() {

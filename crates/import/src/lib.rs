@@ -305,7 +305,7 @@ pub(crate) fn source_note(what: &str, origin: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{decode, is_text, load, plausible_start, ImportError, ImportOptions};
 
     #[test]
     fn plausible_starts() {

@@ -293,7 +293,7 @@ pub fn parse(text: &str, origin: &str) -> Result<Profile, ImportError> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{parse_frame, parse_header};
 
     #[test]
     fn headers() {

@@ -173,8 +173,9 @@ impl Comparison {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{compare, CompareOptions};
     use whyslow_analyze::diff::Scale;
+    use whyslow_record::Observer;
 
     struct Quiet;
     impl Observer for Quiet {}

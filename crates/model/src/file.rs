@@ -306,8 +306,10 @@ pub fn save(profile: &Profile, path: &Path) -> Result<(), FileError> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{decode, encode, load, save, FileError, FORMAT_VERSION, HEADER_LEN, MAGIC, OLDEST_READ};
     use crate::tests::sample_profile;
+    use std::io::Write;
+    use std::path::Path;
 
     /// One recording per format this build reads (tests/formats/formatN.data, each a cpu_split run):
     /// each loads, with its samples and names, and the modules of an older one say nothing of their

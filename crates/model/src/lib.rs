@@ -964,7 +964,10 @@ mod tests {
         a.add(&env(1, other));
         assert_eq!(a.cpu_quota, None);
     }
-    use super::*;
+    use super::{
+        raw, signal_name, slices_rate_error, FrameKind, Killed, Metadata, Profile, ProfileBuilder,
+        SampleType, SyscallStat, HIST_BUCKETS, NONE,
+    };
 
     #[test]
     fn killed_targets_are_read_from_wait_statuses_and_named_by_signal() {
@@ -1137,7 +1140,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
 
 #[cfg(test)]
 mod match_tests {
-    use super::*;
+    use super::close_matches;
 
     #[test]
     fn close_matches_prefers_substrings_then_distance() {

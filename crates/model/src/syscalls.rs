@@ -664,7 +664,7 @@ pub fn errno_name(errno: u32) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{errno_name, syscall_name, syscall_number};
 
     #[test]
     fn kernel_internal_errnos_are_named() {

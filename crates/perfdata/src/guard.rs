@@ -147,7 +147,7 @@ fn event_desc_fits(b: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{check_counts, event_desc_fits, EVENT_DESC, MAX_EVENTS};
 
     /// HEADER_EVENT_DESC of `nr` events of 64-byte attributes, each with one id and a 4-byte name.
     fn event_desc(nr: u32) -> Vec<u8> {

@@ -210,7 +210,8 @@ pub(crate) fn walk<'a>(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{walk, Ids, Layout, Pending, Rounds};
+    use std::collections::HashMap;
 
     fn pending(time: u64, offset: u64) -> Pending {
         Pending { key: (Some(time), Some(offset)), start: 0, len: 0, record_type: 9, misc: 0, attr: 0 }

@@ -197,9 +197,10 @@ impl<'a> Reader<'a> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::SampleFields;
     use linux_perf_data::linux_perf_event_reader::{EventRecord, RawData};
     use linux_perf_data::{PerfFileReader, PerfFileRecord};
+    use whyslow_convert::records::UserRegs;
 
     type Fields = (Option<i32>, Option<i32>, Option<u64>, Vec<u64>, Vec<u8>, Option<UserRegs>, Vec<u8>);
 

@@ -96,7 +96,11 @@ fn classify(url: &str, s: &Status) -> PushError {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{classify, Client, ExportProfilesServiceRequest};
+    use crate::PushError;
+    use std::time::Duration;
+    use tonic::Code;
+    use tonic::Status;
 
     #[test]
     fn server_codes_split_into_retry_and_refused_and_no_answer_is_retried() {

@@ -382,7 +382,7 @@ fn uuid() -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{base64, classify_http, service_name, uuid, Backend, PushError};
 
     #[test]
     fn a_series_is_named_by_its_service_else_its_process_else_unknown_service() {

@@ -246,8 +246,9 @@ pub fn json(w: &mut impl Write, p: &Profile, rows: &[CallRow], unmatched: &[Stri
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{json, table, text, TextOptions};
     use whyslow_model::CallStat;
+    use whyslow_model::Profile;
 
     fn profile() -> Profile {
         let stat = |name: &str, calls, total_ns, max_ns| CallStat {

@@ -240,8 +240,9 @@ pub fn json(w: &mut impl Write, v: &CompareView) -> Result<(), RenderError> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{json, report, run_line, verdict, CompareView};
     use crate::fixture::render;
+    use whyslow_analyze::stats::Measure;
 
     fn view_of(measures: &[Measure]) -> String {
         let (b, a) = (vec!["./old".to_string()], vec!["./new".to_string()]);

@@ -336,9 +336,10 @@ pub fn svg(w: &mut impl Write, before: Side, after: Side, o: &DiffFlameOptions) 
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use super::*;
+    use super::{folded_pairs, json, report, svg, tree_json, DiffFlameOptions};
     use crate::fixture::{check_golden, render};
     use whyslow_analyze::diff::diff;
+    use whyslow_analyze::diff::Side;
     use whyslow_model::{FrameKind, Metadata, Profile, ProfileBuilder, SampleType};
 
     /// main -> run -> work_a/work_b/work_c (+ one function only on one side), at 100 Hz; the after build

@@ -316,7 +316,7 @@ impl Compressor {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{callgrind, event_name, folded, pprof, proto, speedscope};
     use crate::fixture::{self, check_golden, render};
     use std::process::Command;
 

@@ -56,7 +56,7 @@ fn unambiguous(mut stack: String) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{svg, FlameOptions};
     use crate::fixture::{self, render};
 
     fn svg_of(o: &FlameOptions) -> String {

@@ -236,7 +236,8 @@ pub(crate) mod fixture {
 #[cfg(test)]
 mod tests {
     use super::fixture::{self, render};
-    use super::*;
+    use super::{export, flamegraph, json, text, RenderError, NO_STACK};
+    use whyslow_model::Profile;
 
     /// The fixture without samples (all threads idle) and one with no sample types at all.
     fn empty_profiles() -> (Profile, Profile) {

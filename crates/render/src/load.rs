@@ -38,7 +38,9 @@ pub fn summary(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::summary;
+    use std::time::Duration;
+    use whyslow_analyze::load::LoadStats;
 
     #[test]
     fn summary_lines() {

@@ -178,7 +178,9 @@ pub fn json(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{json, text, Listing, Source};
+    use crate::units::Scale;
+    use whyslow_analyze::source::FunctionLines;
     use whyslow_analyze::source::LineValue;
 
     fn function() -> FunctionLines {

@@ -369,7 +369,9 @@ pub fn trace_line(e: &TraceEvent, t0_ns: u64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{json, signature, table, trace_line, Arg};
+    use whyslow_model::syscalls::TraceEvent;
+    use whyslow_model::Profile;
     use whyslow_model::{SyscallStat, Thread};
 
     /// Which arguments are paths is the model's fact (the kernel side reads those strings): every

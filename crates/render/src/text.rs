@@ -291,8 +291,9 @@ mod tests {
         );
     }
 
-    use super::*;
+    use super::{neighbors, report, stacks_ending_in, ReportOptions};
     use crate::fixture::{self, check_golden, render};
+    use crate::units::Scale;
     use whyslow_analyze::{callees, callers};
 
     #[test]

@@ -234,7 +234,9 @@ pub fn json_line(w: &mut impl Write, p: &Profile, view: &View, iv: &Interval) ->
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{header, json_line, table, Action, Interval, Order, View, Weigh};
+    use whyslow_model::sample_types;
+    use whyslow_model::Profile;
     use whyslow_model::{FrameKind, Metadata, ProfileBuilder, SampleType};
 
     /// main -> work -> [kernel] write (2 ms, all but its last frame user), main -> work (5 ms),

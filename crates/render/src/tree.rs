@@ -179,7 +179,7 @@ pub(crate) fn nested<'a>(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::json;
     use crate::fixture::{self, render};
 
     #[test]

@@ -115,7 +115,7 @@ pub fn bytes(n: i64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{amount, bytes, duration, Scale};
 
     #[test]
     fn a_recordings_amount_is_said_in_its_unit() {

@@ -159,7 +159,7 @@ fn save_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{boot_cache_path, Kallsyms};
 
     #[test]
     fn finds_the_enclosing_symbol() {

@@ -179,7 +179,10 @@ impl<'t> KernelSymbols<'t> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{loaded_code, Kept, KernelSymbols, KernelTables};
+    use crate::kallsyms::Kallsyms;
+    use std::sync::Arc;
+    use whyslow_model::raw::RawKernel;
 
     fn table() -> Kallsyms {
         Kallsyms::parse(

@@ -603,7 +603,9 @@ fn build(raw: RawRecording, pool: &mut Pool, kernel: &mut dyn kernel::KernelTabl
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{Job, Pool, KEEP_ROUNDS, MAX_HELD};
+    use std::path::Path;
+    use std::sync::mpsc;
 
     fn ask(pool: &mut Pool, files: &[String]) {
         let (tx, rx) = mpsc::channel();

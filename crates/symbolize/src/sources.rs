@@ -196,8 +196,9 @@ impl Plans {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{plan, Source};
     use object::{Object, ObjectSection};
+    use std::path::Path;
 
     /// A copy of the stripped Go workload with its .gopclntab changed by `damage`.
     fn damaged_go(dir: &Path, damage: impl Fn(&mut [u8])) -> String {

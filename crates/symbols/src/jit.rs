@@ -552,7 +552,11 @@ impl Builder {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{
+        jitdump_name, jitdump_pid, perf_map_name, JitError, JitMap, JitSymbol, JitdumpEnd, JitdumpStats,
+        PerfMapStats, JITDUMP_MAGIC, JIT_CODE_CLOSE, JIT_CODE_DEBUG_INFO, JIT_CODE_LOAD, JIT_CODE_MOVE,
+        JIT_CODE_UNWINDING_INFO,
+    };
 
     fn sym(start: u64, size: u64, name: &str) -> JitSymbol {
         JitSymbol { start, size, name: name.to_string() }

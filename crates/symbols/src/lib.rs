@@ -455,7 +455,11 @@ pub fn file_id(path: &Path) -> Option<(u64, u64)> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{
+        check_glob, functions, glob, glob_escape, name_forms, producers, resolved_in_self,
+        without_clone_suffix, Function, Glob,
+    };
+    use std::path::Path;
 
     #[test]
     fn reads_producers_of_a_compiled_file() {

@@ -453,7 +453,7 @@ fn text(insn: &iced_x86::Instruction) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{collect_entries, Args, Code, Execution, Needs, Placement, Section, Site, StackNeed};
 
     const BASE: u64 = 0x1000;
 

@@ -486,7 +486,11 @@ impl ProcessUnwinder {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{FileBytes, ObjectImage, ProcessUnwinder, Regs};
+    use object::Object;
+    use object::ObjectSymbol;
+    use std::ops::Range;
+    use std::sync::Arc;
 
     #[inline(never)]
     fn marker() -> u32 {

@@ -58,7 +58,7 @@ impl FailOn {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{rule_ids, Diagnosis, FailOn, Finding};
 
     #[test]
     fn parses_the_three_forms_and_names_close_rules() {

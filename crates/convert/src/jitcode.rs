@@ -1,0 +1,80 @@
+//! JIT code: a process's perf map or jitdump symbols, asked of the [`Host`] while an address lies in
+//! no file mapping, and the frame labels they name. Never reads files itself: the host does.
+
+use crate::{Converter, Host};
+use std::collections::HashMap;
+use whyslow_model::raw::RawFrame;
+use whyslow_model::FrameKind;
+use whyslow_symbols::jit::JitMap;
+
+/// New symbols of a process's JIT code (see [`Host::jit`]).
+#[derive(Debug, Clone, Default)]
+pub struct JitUpdate {
+    /// The file they come from, as the module of their frames (`/tmp/perf-PID.map`).
+    pub source: String,
+    /// The symbols in the bytes read.
+    pub map: JitMap,
+    /// Lines of those bytes that were no symbol (garbage), left out.
+    pub skipped: u64,
+    /// How many bytes of the file are read now (the next ask's `from`).
+    pub read: u64,
+}
+
+/// How often (event time) a process is asked again for JIT symbols while an address of it is unknown:
+/// soon when it publishes them (a function compiled since); less often when it has published nothing
+/// yet (most anonymous code is no JIT's that writes a map, but a JIT's map may appear only after its
+/// first samples: node's is written after its first compile, and samples before the map is read stay
+/// unnamed).
+pub(crate) const JIT_ASK_NS: u64 = 10_000_000;
+
+pub(crate) const NO_JIT_ASK_NS: u64 = 100_000_000;
+
+/// What a process published about its JIT code, as far as read.
+#[derive(Default)]
+pub(crate) struct Jit {
+    map: JitMap,
+    /// The module its frames are labelled with (the file's name).
+    source: String,
+    read: u64,
+    /// When it was last asked (event time), and whether ever.
+    asked: Option<u64>,
+    /// The jitdump file it mapped, if any.
+    pub(crate) dump: Option<String>,
+    /// The label of each symbol that named a frame, by its start address.
+    labels: HashMap<u64, u32>,
+}
+
+impl<H: Host> Converter<H> {
+    /// The frame of a user address of `pid`: in a file's mapping, or a symbol of its JIT code (asked for
+    /// anew, at most every [`JIT_ASK_NS`], while an address is in neither), or unmapped.
+    pub(crate) fn jit_frame(&mut self, pid: u32, addr: u64, time: u64) -> RawFrame {
+        let Some(proc) = self.procs.get_mut(&pid) else { return RawFrame::Unmapped(addr) };
+        let f = proc.normalize(addr);
+        if !matches!(f, RawFrame::Unmapped(_)) {
+            return f;
+        }
+        let jit = &mut proc.jit;
+        let every = if jit.source.is_empty() { NO_JIT_ASK_NS } else { JIT_ASK_NS };
+        if jit.map.lookup(addr).is_none() && jit.asked.is_none_or(|at| time >= at.saturating_add(every)) {
+            jit.asked = Some(time);
+            if let Some(u) = self.host.jit(pid, jit.read, jit.dump.as_deref()) {
+                self.counters.jit_skipped += u.skipped;
+                jit.map.merge(u.map);
+                jit.source = u.source;
+                jit.read = u.read;
+            }
+        }
+        let Some(sym) = jit.map.lookup(addr) else { return f };
+        // A JIT reuses memory: a start seen before may be another function's now.
+        let known = jit.labels.get(&sym.start).filter(|&&l| self.raw.labels[l as usize].name == sym.name);
+        let label = match known {
+            Some(&l) => l,
+            None => {
+                let l = self.raw.label(&sym.name, &jit.source, FrameKind::User);
+                jit.labels.insert(sym.start, l);
+                l
+            }
+        };
+        RawFrame::Label(label)
+    }
+}
