@@ -8,7 +8,7 @@ use crate::calls::{PatternSpec, Probe};
 use crate::sources::{raise_fd_limit, Objects, Sources, SyscallPrices};
 use crate::sys::{self, Clock};
 use crate::target::{self, exit_code_of, stop_launched, try_wait, Gated};
-use crate::{signals, RecordError, RecordOption, RecordOptions};
+use crate::{signals, RecordError, RecordOptions};
 use std::time::{Duration, Instant};
 use whyslow_convert::{Converter, FileBytes, Foreign, Host, JitUpdate, ProcessInfo, Stream};
 use whyslow_model::raw::RawRecording;
@@ -122,72 +122,6 @@ pub enum End {
 /// The phase (`-v`) of the readings of the target's surroundings, at the start and at the end.
 const ENV_PHASE: &str = "read the target's surroundings";
 
-/// Records until the duration passes, a stop signal arrives, or the target exits.
-pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawRecording, RecordError> {
-    check(opts)?;
-    let mut objects = crate::phases::time("resolve allocation functions", || Objects::new(opts))?;
-    let mut s = Session::start(opts, &mut objects, observer)?;
-    let run = Instant::now();
-    while s.step(observer).is_none() {}
-    crate::phases::add("run (target)", run.elapsed());
-    Ok(crate::phases::time("finish (drain, detach)", || s.finish(observer)))
-}
-
-/// Checks what the kernel and the options allow before anything is opened.
-fn check(opts: &RecordOptions) -> Result<(), RecordError> {
-    let bad = |option, problem: String| Err(RecordError::BadOption { option, problem });
-    if opts.stack_bytes == 0 || opts.stack_bytes > 65528 || !opts.stack_bytes.is_multiple_of(8) {
-        return bad(
-            RecordOption::StackBytes,
-            format!("must be a multiple of 8 from 8 to 65528 bytes, not {}", opts.stack_bytes),
-        );
-    }
-    if !opts.ring_pages.is_power_of_two() {
-        return Err(RecordError::Invalid("ring pages must be a power of two".into()));
-    }
-    let max_rate =
-        read_trim("/proc/sys/kernel/perf_event_max_sample_rate").parse::<u64>().unwrap_or(u64::MAX);
-    if opts.cpu && (opts.frequency == 0 || opts.frequency > max_rate) {
-        return bad(
-            RecordOption::Frequency,
-            format!(
-                "{} Hz: this kernel samples at 1 to {max_rate} Hz (kernel.perf_event_max_sample_rate; raise \
-                 it with `sysctl kernel.perf_event_max_sample_rate=N`)",
-                opts.frequency
-            ),
-        );
-    }
-    let at_least_1 = |option, n: Option<u64>| match n {
-        Some(0) => bad(option, "must be at least 1".into()),
-        _ => Ok(()),
-    };
-    at_least_1(RecordOption::AllocPeriod, opts.alloc.as_ref().map(|a| a.period))?;
-    at_least_1(RecordOption::SyscallStacksPeriod, opts.syscalls.as_ref().and_then(|s| s.stacks_period))?;
-    if let Some(calls) = &opts.calls {
-        at_least_1(RecordOption::CallersPeriod, calls.callers_period)?;
-        if calls.callers_period.is_some() && calls.probes.len() > crate::calls::MAX_CALLER_PROBES {
-            return bad(
-                RecordOption::CallerStacks,
-                format!(
-                    "takes stacks with one event per function and CPU: at most {} functions (these patterns \
-                     match {})",
-                    crate::calls::MAX_CALLER_PROBES,
-                    calls.probes.len()
-                ),
-            );
-        }
-    }
-    if !opts.cpu
-        && opts.syscalls.is_none()
-        && opts.calls.is_none()
-        && opts.alloc.is_none()
-        && opts.offcpu.is_none()
-    {
-        return Err(RecordError::Invalid("nothing to record".into()));
-    }
-    Ok(())
-}
-
 /// A run in progress: its sources attached, the converter fed from them.
 pub struct Session<'a> {
     opts: &'a RecordOptions,
@@ -236,7 +170,7 @@ impl<'a> Session<'a> {
         objects: &'a mut Objects,
         observer: &mut impl Observer,
     ) -> Result<Self, RecordError> {
-        check(opts)?;
+        crate::options::check(opts)?;
         let trace = match &opts.syscalls {
             Some(s) => syscall_numbers(&s.trace)?,
             None => Vec::new(),
@@ -585,8 +519,8 @@ impl<'a> Session<'a> {
             exit_code: self.exit_code,
             killed: self.killed.clone(),
             target_env: None,
-            hostname: read_trim("/proc/sys/kernel/hostname"),
-            kernel_release: read_trim("/proc/sys/kernel/osrelease"),
+            hostname: crate::procfs::read_trim("/proc/sys/kernel/hostname"),
+            kernel_release: crate::procfs::read_trim("/proc/sys/kernel/osrelease"),
             notes: self.notes.clone(),
             syscalls_duration_ns: match &self.sampler {
                 Some(sm) => sm.slices.iter().map(|s| s.0).sum::<u64>().max(1),
@@ -970,10 +904,6 @@ fn probe_late_module(
         ),
         Err(e) => format!("{loaded}: its functions could not be probed: {e}"),
     })
-}
-
-fn read_trim(path: &str) -> String {
-    std::fs::read_to_string(path).map(|s| s.trim().to_string()).unwrap_or_default()
 }
 
 #[cfg(test)]
