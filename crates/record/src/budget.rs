@@ -24,3 +24,26 @@ pub const HIT_COST_STEPPED_NS: u64 = 15_000;
 /// Probe cost a budgeted run may spend before the target has used any CPU (so a short run counts a
 /// little).
 pub const BUDGET_CREDIT_NS: u64 = 20_000_000;
+
+/// The probes' hits so far and their estimated cost (each hit priced as measured at the start of the
+/// run, see [`crate::RecordOptions::probe_budget`]), beside the CPU time the target used meanwhile.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProbeLoad {
+    pub hits: u64,
+    pub cost_ns: u64,
+    /// The target processes' CPU time since the start (the probes' cost is part of it).
+    pub target_cpu_ns: u64,
+    /// Whether the probe budget stopped the probes (their hits no longer grow).
+    pub stopped: bool,
+}
+
+/// What the budget allows the probes to have cost after the target used `cpu` ns of CPU, under a budget
+/// of `share` of it.
+pub(crate) fn allowed(share: f64, cpu: u64) -> u64 {
+    (share * cpu as f64) as u64 + BUDGET_CREDIT_NS
+}
+
+/// CPU time processes `pids` used since they had used `at_start` ns.
+pub(crate) fn cpu_since(pids: &[u32], at_start: u64) -> u64 {
+    pids.iter().map(|&p| crate::target::cpu_time_ns(p)).sum::<u64>().saturating_sub(at_start)
+}

@@ -16,6 +16,7 @@ pub mod calls;
 mod error;
 mod exits;
 mod files;
+mod host;
 mod layout;
 pub mod load;
 mod options;
@@ -27,18 +28,19 @@ mod sideband;
 pub mod signals;
 mod sources;
 mod sys;
+mod syscall_sampler;
 pub mod target;
 mod target_env;
 
 pub use bpf::syscall_numbers;
 pub use budget::{
-    BUDGET_CREDIT_NS, BUDGET_NOTE, HIT_COST_EMULATED_NS, HIT_COST_STEPPED_NS, STACK_SAMPLE_COST_NS,
-    SYSCALL_COST_NS, SYSCALL_OTHER_COST_NS,
+    ProbeLoad, BUDGET_CREDIT_NS, BUDGET_NOTE, HIT_COST_EMULATED_NS, HIT_COST_STEPPED_NS,
+    STACK_SAMPLE_COST_NS, SYSCALL_COST_NS, SYSCALL_OTHER_COST_NS,
 };
 pub use error::{NoSamples, RecordError, RecordOption};
 pub use exits::watching_exits;
 pub use options::{AllocOptions, CallOptions, OffCpuOptions, RecordOptions, SyscallOptions, ALLOC_PERIOD};
-pub use session::{End, Observer, ProbeLoad, Progress, Session};
+pub use session::{End, Observer, Progress, Session};
 pub use sources::Objects;
 pub use sys::{monotonic_ns, sampling_period, thread_cpu_ns, Clock};
 pub use target::Target;
