@@ -140,16 +140,6 @@ pub enum RecordError {
     BadGlob(whyslow_symbols::GlobError),
     #[error("unknown syscall '{name}'{}", whyslow_model::did_you_mean(.suggestions))]
     NoSuchSyscall { name: String, suggestions: Vec<String> },
-    #[error(
-        "the server did not accept connections on 127.0.0.1:{port} within {seconds:.1} s (the ready timeout)"
-    )]
-    ServerNotReady { port: u16, seconds: f64 },
-    #[error("the server exited with status {code} {when}")]
-    ServerExited { code: i32, when: &'static str },
-    #[error("port {0} already accepts connections before the server started: stop what listens there or pick another port")]
-    PortInUse(u16),
-    #[error("interrupted (Ctrl-C or SIGTERM) before the run finished")]
-    Interrupted,
 }
 
 #[cfg(test)]

@@ -18,7 +18,6 @@ mod exits;
 mod files;
 mod host;
 mod layout;
-pub mod load;
 mod options;
 pub mod phases;
 mod procfs;

@@ -37,9 +37,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::time::Duration;
+use whyslow_investigate::loadtest::{LoadOptions, LoadTestError, Ready};
 use whyslow_investigate::{InvestigateError, InvestigateOption};
 use whyslow_model::{file, Killed, Profile};
-use whyslow_record::load::{LoadOptions, Ready};
 use whyslow_record::{phases, signals, Observer, Progress, RecordError, RecordOption, Target};
 
 /// A library's complaint about one of its options (`stack_bytes must be ...`), said with the flag the
@@ -57,7 +57,7 @@ pub fn in_flag_words(e: &anyhow::Error, message: &str) -> Option<String> {
                 RecordOption::CallerStacks => "--stacks",
             };
             (cause.to_string(), format!("{flag} {problem}"))
-        } else if let Some(e @ RecordError::ServerNotReady { .. }) = cause.downcast_ref() {
+        } else if let Some(e @ LoadTestError::ServerNotReady { .. }) = cause.downcast_ref() {
             let library = e.to_string();
             let cli = library.replace("(the ready timeout)", "(--ready-timeout)");
             (library, cli)

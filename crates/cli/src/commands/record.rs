@@ -1,7 +1,7 @@
 use super::*;
 use crate::{EventArg, RecordArgs};
+use whyslow_investigate::loadtest::LoadOutput;
 use whyslow_model::file;
-use whyslow_record::load::LoadOutput;
 use whyslow_record::{AllocOptions, Clock, OffCpuOptions, RecordOptions};
 use whyslow_render as render;
 
@@ -37,7 +37,7 @@ pub fn record(a: RecordArgs) -> Result<()> {
     let mut status = StatusLine::new().prefetching(opts.target.clone(), opts.kernel);
     let (raw, load_run) = match &load {
         Some(l) => {
-            let run = whyslow_record::load::record_under_load(&opts, l, &mut status);
+            let run = whyslow_investigate::loadtest::record_under_load(&opts, l, &mut status);
             end_status_line();
             let run = run?;
             (run.raw, Some((run.load, run.ready_after)))
