@@ -380,7 +380,7 @@ fn through_root_of(path: &str) -> Option<u32> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{alive, exec_maps, parse_maps_line, threads_of, yield_cpu};
 
     #[test]
     fn parses_maps_lines() {

@@ -381,7 +381,7 @@ fn cpu_quota_at(root: &Path, a: &CpuQuota) -> CpuQuota {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{start, Path};
 
     fn write(root: &Path, path: &str, text: &str) {
         let p = root.join(path.trim_start_matches('/'));
