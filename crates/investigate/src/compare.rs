@@ -173,7 +173,7 @@ impl Comparison {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{compare, CompareOptions, Observer};
     use whyslow_analyze::diff::Scale;
 
     struct Quiet;

@@ -399,7 +399,7 @@ pub const SYMBOLIZING_PHASE2: &str = "symbolizing phase 2";
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{compare, merge_budget_notes, Options};
 
     /// Both phases' budget notes become one, the numbers of each kept.
     #[test]
