@@ -3,12 +3,12 @@
 //! per-side statistics and one merged profile per side, scaled so function deltas add up to the change.
 //! The caller saves and renders; this module never prints.
 
+use crate::loadtest::{measured_run, LoadOptions};
 use crate::{InvestigateError, InvestigateOption};
 use whyslow_analyze::diff::{Scale, Side};
 use whyslow_analyze::load::{parse_load_output, LoadStats};
 use whyslow_analyze::stats::Measure;
 use whyslow_model::{sample_types, Profile};
-use whyslow_record::load::{measured_run, LoadOptions};
 use whyslow_record::{Observer, RecordOptions, Target};
 
 /// The two sides' names, in run order.

@@ -9,9 +9,11 @@
 //! A launched command still running after phase 1 is probed in place; one that already ended is run a
 //! second time for phase 2 (and ended when the budget is spent). Nothing stops the target.
 //!
-//! [`compare`] runs two commands interleaved for `whyslow compare`.
+//! [`compare`] runs two commands interleaved for `whyslow compare`; [`loadtest`] records a server under
+//! load and measures runs for it.
 
 pub mod compare;
+pub mod loadtest;
 
 use std::time::{Duration, Instant};
 use whyslow_model::Profile;
@@ -31,7 +33,7 @@ pub enum InvestigateError {
     #[error("{0}")]
     NoSamples(whyslow_record::NoSamples),
     #[error("{side} run {number}: {source}")]
-    Run { side: &'static str, number: usize, source: RecordError },
+    Run { side: &'static str, number: usize, source: loadtest::LoadTestError },
     #[error("the {side} command exited with status {code} (run {number}): compare needs runs that succeed")]
     CommandFailed { side: &'static str, number: usize, code: i32 },
     #[error("the load command exited with status {status} ({side} run {number}): {stderr}")]

@@ -164,7 +164,7 @@ pub fn resolve(t: &Target, notes: &mut Vec<String>) -> Result<Allocators, Record
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{allocates_through_malloc, find, size_needs, AllocRole, Args, HashSet, SizeArg, ALLOCATORS};
 
     #[test]
     fn every_allocator_is_listed_once_and_only_malloc_is_malloc() {

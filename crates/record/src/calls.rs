@@ -526,7 +526,7 @@ fn resolve_ifunc<'a>(module: &Path, f: &Function, funcs: &'a [Function]) -> Opti
 
 #[cfg(test)]
 pub(crate) mod cost_tests {
-    use super::*;
+    use super::{Execution, HitCost, Probe, ProbeCost, Site};
 
     /// A probe of libc's `name` (the layout and cost tests' fixture).
     pub(crate) fn probe(name: &str, execution: Execution, moved: u64, compensate: Vec<u64>) -> Probe {

@@ -56,13 +56,10 @@ fn pid_inside(pid: u32) -> Option<u32> {
 
 /// When `pid` started, in whole unix seconds (rounded down): boot time plus its start in clock ticks.
 fn started_at(pid: u32) -> Option<i64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Field 22 (starttime), counted after the command name's closing parenthesis (field 2).
-    let ticks: i64 = stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()?;
+    let ticks = crate::procfs::Stat::read(pid)?.start_ticks as i64;
     let boot = std::fs::read_to_string("/proc/stat").ok()?;
     let btime: i64 = boot.lines().find_map(|l| l.strip_prefix("btime "))?.trim().parse().ok()?;
-    // SAFETY: sysconf reads a constant of the running system.
-    let hz = i64::from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as i32).max(1);
+    let hz = crate::procfs::ticks_per_second() as i64;
     Some(btime + ticks / hz)
 }
 

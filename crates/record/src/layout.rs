@@ -152,7 +152,10 @@ pub(crate) fn ebpf_ring_bytes(pages: usize) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{
+        sample_types, Layout, RecordOptions, SizeArg, Source, Stream, ALLOC_SAMPLE_IDS, CALL_SAMPLE_IDS,
+        EVENT_RING_PAGES, EVENT_STACK_BYTES,
+    };
     use crate::{AllocOptions, CallOptions, OffCpuOptions, SyscallOptions};
 
     fn names(l: &Layout) -> Vec<&str> {
@@ -190,7 +193,7 @@ mod tests {
         };
         let sizes = [SizeArg::Arg(0), SizeArg::Product, SizeArg::GoFirst];
         let l = Layout::of(&opts, false, true, Some(321), &sizes);
-        use sample_types::*;
+        use whyslow_model::sample_types::*;
         assert_eq!(
             names(&l),
             [

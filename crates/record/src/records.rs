@@ -152,7 +152,7 @@ fn decode_sample(r: &mut Reader, fixed_period: impl Fn(u64) -> Option<u64>) -> O
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{decode, Record, Sample};
     use crate::sys::{self, Clock, EventConfig, Ring, Scope, Source};
 
     /// Runs `work` on a thread of its own with a cpu-clock event and its side band open on it (one ring

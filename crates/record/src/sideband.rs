@@ -117,7 +117,7 @@ impl SideBand {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{about, Record, SideBand, Timed, EXITED_GRACE_NS};
 
     fn at(time: u64, record: Record) -> Timed {
         Timed { time, record }

@@ -167,13 +167,7 @@ pub fn comm_of(pid: u32, tid: u32) -> Option<String> {
 
 pub fn alive(pid: u32) -> bool {
     // A zombie still has /proc/PID; its stat state is Z.
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => s
-            .rsplit_once(") ")
-            .map(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X'))
-            .unwrap_or(false),
-        Err(_) => false,
-    }
+    crate::procfs::Stat::read(pid).is_some_and(|s| !s.ended())
 }
 
 /// CPU time (user + system) process `pid` has used, in ns (0 once it is gone): its process CPU clock, the
@@ -211,38 +205,6 @@ pub fn pids_by_comm(name: &str) -> Vec<u32> {
         .unwrap_or_default();
     pids.sort_unstable();
     pids
-}
-
-/// A running process as `top -a` and `--comm RE` choose them: its pid, parent and name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Process {
-    pub pid: u32,
-    pub ppid: u32,
-    pub comm: String,
-}
-
-/// Every running process but whyslow itself, kernel threads (no command line) and zombies, by pid.
-pub fn processes() -> Vec<Process> {
-    let me = std::process::id();
-    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
-    let mut v: Vec<Process> = dir
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&pid| pid != me)
-        .filter_map(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            let (head, rest) = stat.rsplit_once(") ")?;
-            let comm = head.split_once(" (")?.1.to_string();
-            let mut fields = rest.split(' ');
-            if matches!(fields.next(), Some("Z" | "X")) {
-                return None;
-            }
-            let ppid = fields.next()?.parse().ok()?;
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-            (!cmdline.is_empty()).then_some(Process { pid, ppid, comm })
-        })
-        .collect();
-    v.sort_unstable_by_key(|p| p.pid);
-    v
 }
 
 /// Names of running processes, for "did you mean" suggestions.
@@ -418,7 +380,7 @@ fn through_root_of(path: &str) -> Option<u32> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{alive, exec_maps, parse_maps_line, threads_of, yield_cpu};
 
     #[test]
     fn parses_maps_lines() {

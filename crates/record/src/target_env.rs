@@ -5,6 +5,7 @@
 //! keeps the differences. Plain file reads under a root directory ("/" live, a fake tree in tests). It
 //! never fails a run: what cannot be read is named with the reason, for the doctor's "not checked" list.
 
+use crate::procfs::Stat;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -176,19 +177,12 @@ fn cpu_quota(root: &Path, pid: u32) -> Result<CpuQuota, String> {
     })
 }
 
-/// Fields of /proc/PID/stat after the command (field 3, the state, is index 0).
-fn stat_fields(text: &str) -> Vec<&str> {
-    text.rsplit_once(") ").map_or(Vec::new(), |(_, r)| r.split(' ').collect())
-}
-
 fn memory(root: &Path, pids: &[u32]) -> Result<MemoryPressure, String> {
     let mut major_faults = 0;
     let mut any = false;
     for &pid in pids {
-        // Field 12: majflt.
-        if let Some(n) = read(root, &format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|s| stat_fields(&s).get(9)?.parse::<u64>().ok())
+        if let Some(n) =
+            read(root, &format!("/proc/{pid}/stat")).ok().and_then(|s| Some(Stat::parse(&s)?.major_faults))
         {
             major_faults += n;
             any = true;
@@ -256,16 +250,13 @@ fn cpu_list_len(list: &str) -> u32 {
 
 /// CPU ns of every process on the host, with its name.
 fn processes(root: &Path) -> HashMap<u32, (String, u64)> {
-    // SAFETY: sysconf only reads a configuration value.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    let hz = crate::procfs::ticks_per_second();
     let mut by = HashMap::new();
     for e in std::fs::read_dir(root.join("proc")).into_iter().flatten().flatten() {
         let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
         let Ok(stat) = read(root, &format!("/proc/{pid}/stat")) else { continue };
-        let name = stat.split_once(" (").and_then(|(_, r)| r.rsplit_once(')')).map_or("", |x| x.0);
-        let f = stat_fields(&stat);
-        let ticks: u64 = f.get(11..13).map_or(0, |f| f.iter().filter_map(|v| v.parse::<u64>().ok()).sum());
-        by.insert(pid, (name.to_string(), ticks * (1_000_000_000 / hz)));
+        let Some(s) = Stat::parse(&stat) else { continue };
+        by.insert(pid, (s.comm, (s.utime_ticks + s.stime_ticks) * (1_000_000_000 / hz)));
     }
     by
 }
@@ -390,7 +381,7 @@ fn cpu_quota_at(root: &Path, a: &CpuQuota) -> CpuQuota {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{start, Path};
 
     fn write(root: &Path, path: &str, text: &str) {
         let p = root.join(path.trim_start_matches('/'));

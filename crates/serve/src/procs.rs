@@ -1,4 +1,4 @@
-//! The processes of the machine as the matchers see them, read from /proc.
+//! The processes of the machine as the matchers see them, read through record's procfs view.
 //!
 //! Reading every process's files on every scan costs about 1% of a core with 80 processes at four scans a
 //! second, so [`Procs`] keeps the views and listens to the kernel's process events (the netlink proc
@@ -10,6 +10,7 @@ use crate::spec::ProcessView;
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
+use whyslow_record::procfs::{self, Stat};
 
 /// How often the views are rebuilt from /proc even when events say nothing changed.
 const FULL_SCAN: Duration = Duration::from_secs(30);
@@ -176,31 +177,20 @@ fn drain(fd: &OwnedFd) -> Option<Changes> {
 /// Every process now (kernel threads and whyslow itself left out).
 pub fn scan() -> Vec<ProcessView> {
     let me = std::process::id();
-    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&pid| pid != me)
-        .filter_map(read)
-        .collect()
+    procfs::pids().into_iter().filter(|&pid| pid != me).filter_map(read).collect()
 }
 
 /// One process, or None when it is gone or a kernel thread (no command line).
 pub fn read(pid: u32) -> Option<ProcessView> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (head, rest) = stat.rsplit_once(") ")?;
-    let comm = head.split_once(" (")?.1.to_string();
-    let fields: Vec<&str> = rest.split(' ').collect();
-    // After the comm: state(0) ppid(1) ... starttime(19).
-    if matches!(fields.first(), Some(&"Z") | Some(&"X")) {
-        return None;
-    }
-    let ppid = fields.get(1)?.parse().ok()?;
-    let start_ticks = fields.get(19)?.parse().ok()?;
-    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    if raw.is_empty() {
-        return None;
-    }
-    let cmdline = String::from_utf8_lossy(&raw).trim_end_matches('\0').replace('\0', " ");
-    Some(ProcessView { pid, ppid, comm, cmdline, cgroup: cgroup_of(pid), start_ticks })
+    let stat = Stat::read(pid).filter(|s| !s.ended())?;
+    let cmdline = procfs::cmdline(pid)?;
+    Some(view(stat, cmdline))
+}
+
+/// The matchers' view of a process read as `stat`, with its command line.
+fn view(stat: Stat, cmdline: String) -> ProcessView {
+    let Stat { pid, ppid, comm, start_ticks, .. } = stat;
+    ProcessView { pid, ppid, comm, cmdline, cgroup: cgroup_of(pid), start_ticks }
 }
 
 /// Process `pid`'s cgroup v2 path ("" when it has none or is gone).
@@ -211,47 +201,24 @@ fn cgroup_of(pid: u32) -> String {
         .unwrap_or_default()
 }
 
-/// The kernel's flag of its own threads (`PF_KTHREAD`, /proc/PID/stat's flags).
-const PF_KTHREAD: u64 = 0x0020_0000;
-
 /// A process the whole-host sampling just sampled, as far as it can still be read: None for a kernel
 /// thread or a process whose /proc entry is gone. One that ended but is not reaped yet (a zombie) keeps
 /// its name, parent and cgroup (not its command line).
 pub fn read_sampled(pid: u32) -> Option<ProcessView> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (head, rest) = stat.rsplit_once(") ")?;
-    let comm = head.split_once(" (")?.1.to_string();
-    let fields: Vec<&str> = rest.split(' ').collect();
-    // After the comm: state(0) ppid(1) pgrp(2) session(3) tty(4) tpgid(5) flags(6) ... starttime(19).
-    let flags: u64 = fields.get(6)?.parse().ok()?;
-    if flags & PF_KTHREAD != 0 {
-        return None;
-    }
-    let ppid = fields.get(1)?.parse().ok()?;
-    let start_ticks = fields.get(19)?.parse().ok()?;
-    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    let cmdline = String::from_utf8_lossy(&raw).trim_end_matches('\0').replace('\0', " ");
-    Some(ProcessView { pid, ppid, comm, cmdline, cgroup: cgroup_of(pid), start_ticks })
+    let stat = Stat::read(pid).filter(|s| !s.kernel_thread())?;
+    Some(view(stat, procfs::cmdline(pid).unwrap_or_default()))
 }
-
-/// Fields of /proc/PID/stat counted from the one after the command's closing parenthesis (`state` is 0):
-/// user and system CPU time in clock ticks (proc(5) fields 14 and 15).
-const STAT_UTIME: usize = 11;
-const STAT_STIME: usize = 12;
 
 /// The agent's own CPU seconds and resident bytes, from /proc/self.
 pub fn own_usage() -> (f64, u64) {
     // SAFETY: sysconf takes no pointers.
-    let (tick, page) = unsafe { (libc::sysconf(libc::_SC_CLK_TCK), libc::sysconf(libc::_SC_PAGESIZE)) };
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let fields: Vec<&str> = stat.rsplit_once(") ").map(|(_, r)| r.split(' ').collect()).unwrap_or_default();
-    let ticks: u64 =
-        [STAT_UTIME, STAT_STIME].iter().filter_map(|&i| fields.get(i)?.parse::<u64>().ok()).sum();
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    let ticks = Stat::own().map_or(0, |s| s.utime_ticks + s.stime_ticks);
     let rss_pages: u64 = std::fs::read_to_string("/proc/self/statm")
         .ok()
         .and_then(|s| s.split(' ').nth(1)?.parse().ok())
         .unwrap_or(0);
-    (ticks as f64 / tick.max(1) as f64, rss_pages * page.max(1) as u64)
+    (ticks as f64 / procfs::ticks_per_second() as f64, rss_pages * page.max(1) as u64)
 }
 
 #[cfg(test)]

@@ -25,6 +25,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use whyslow_model::raw::RawRecording;
 use whyslow_model::unix_now_ns as now_ns;
+use whyslow_record::follow::{Cover, Entry, Followed, ForkWaits};
+use whyslow_record::procfs;
 use whyslow_record::{
     AllocOptions, Objects, Observer, OffCpuOptions, RecordOptions, Session, SyscallOptions, Target,
 };
@@ -156,7 +158,7 @@ pub fn run(shared: Arc<Shared>) {
         windows: wtx,
         procs: None,
         matchers: HashMap::new(),
-        pending: HashMap::new(),
+        pending: ForkWaits::default(),
     };
     while !shared.stopping() {
         let t0 = Instant::now();
@@ -191,32 +193,8 @@ struct Manager {
     /// The processes of the machine, while targets other than whole-host ones run.
     procs: Option<procs::Procs>,
     matchers: HashMap<i64, (TargetSpec, crate::spec::Matcher)>,
-    /// Processes started after their followed ancestor whose fork the session has not shown yet, and
-    /// since when.
-    pending: HashMap<u32, Instant>,
-}
-
-/// How a process matched under the same key as a followed ancestor is recorded.
-enum Cover {
-    /// Through the ancestor's inherited events.
-    By(u32),
-    /// By opening its own events.
-    Direct,
-    Wait,
-}
-
-/// How long to wait for the fork record of a process that may have inherited its ancestor's events.
-const FORK_WAIT: Duration = Duration::from_secs(1);
-
-/// Clock ticks since boot (the unit of /proc/PID/stat's start time, taken from the same clock as
-/// CLOCK_BOOTTIME; reading /proc/uptime at every scan was 1.7% of the agent's CPU).
-fn uptime_ticks() -> u64 {
-    // SAFETY: sysconf takes no pointers.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: ts is a valid timespec for the call to fill.
-    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
-    ts.tv_sec as u64 * hz + ts.tv_nsec as u64 * hz / 1_000_000_000
+    /// Processes started after their followed ancestor whose fork the session has not shown yet.
+    pending: ForkWaits,
 }
 
 impl Manager {
@@ -285,8 +263,8 @@ impl Manager {
             (Some(p), false) => p.refresh().clone(),
             (None, false) => self.procs.insert(procs::Procs::new()).refresh().clone(),
         };
-        let ticks = uptime_ticks();
-        self.pending.retain(|pid, _| views.contains_key(pid));
+        let ticks = procfs::uptime_ticks();
+        self.pending.retain(|pid| views.contains_key(&pid));
         let now = now_ns();
         let mut tracked = shared.tracked.lock().expect("tracked lock");
         // Desired state, parents before children (pids are not ordered by age; start ticks are).
@@ -384,10 +362,10 @@ impl Manager {
         }
     }
 
-    /// Whether `p` is recorded through a followed ancestor with the same key. Inherited events exist
-    /// only for processes forked after the ancestor's events were opened: a process that started before
-    /// the ancestor was chosen is opened directly; one that started after is covered once the session
-    /// has seen its fork, and opened directly if that fork does not show within [`FORK_WAIT`].
+    /// Whether `p` is recorded through a followed ancestor with the same key (record's follow rule):
+    /// through it once the session has seen its fork, directly when it started before the ancestor's
+    /// events were opened (or before they are), and directly when the fork does not show within
+    /// [`FORK_WAIT`](whyslow_record::follow::FORK_WAIT).
     fn cover(
         &mut self,
         p: &ProcessView,
@@ -396,34 +374,16 @@ impl Manager {
         want: &BTreeMap<u32, (Vec<i64>, Key, u32)>,
         tracked: &BTreeMap<u32, Tracked>,
     ) -> Cover {
-        let mut up = p.ppid;
-        for _ in 0..64 {
-            if let Some((_, k, root)) = want.get(&up).filter(|(_, k, _)| k == key) {
-                let _ = k;
-                // An ancestor chosen in this scan is opened after it: nothing is inherited yet.
-                let Some(a) = tracked.get(root).filter(|t| t.gone_ns.is_none() && t.root == *root) else {
-                    return Cover::Direct;
-                };
-                if p.start_ticks < a.follow_ticks {
-                    return Cover::Direct;
-                }
-                let seen = self
-                    .sessions
-                    .get(key)
-                    .is_some_and(|s| s.known.lock().expect("known lock").contains(&p.pid));
-                if seen {
-                    self.pending.remove(&p.pid);
-                    return Cover::By(*root);
-                }
-                let since = *self.pending.entry(p.pid).or_insert_with(Instant::now);
-                return if since.elapsed() < FORK_WAIT { Cover::Wait } else { Cover::Direct };
-            }
-            match views.get(&up) {
-                Some(v) if v.ppid != up => up = v.ppid,
-                _ => break,
-            }
-        }
-        Cover::Direct
+        let table = |pid| views.get(&pid).map(|v| Entry { ppid: v.ppid, start_ticks: v.start_ticks });
+        let followed = |up| {
+            let (_, _, root) = want.get(&up).filter(|(_, k, _)| k == key)?;
+            // An ancestor chosen in this scan is opened after it: nothing is inherited yet.
+            let open = tracked.get(root).filter(|t| t.gone_ns.is_none() && t.root == *root);
+            Some(Followed { root: open.map(|_| *root), since_ticks: open.map_or(0, |a| a.follow_ticks) })
+        };
+        let session = self.sessions.get(key);
+        let seen = || session.is_some_and(|s| s.known.lock().expect("known lock").contains(&p.pid));
+        self.pending.cover(p.pid, p.start_ticks, p.ppid, table, followed, seen)
     }
 }
 
@@ -771,23 +731,3 @@ fn host_rows(
 
 /// How much the agent may grow through the symbolizer's caches before they are dropped.
 const SYMBOLIZER_MEMORY: u64 = 48 << 20;
-
-#[cfg(test)]
-mod tests {
-    /// A process started now is as old as the clock says: a child's start time (from /proc/PID/stat) is
-    /// within two ticks of the uptime read just before and after starting it.
-    #[test]
-    fn uptime_is_in_the_ticks_of_process_start_times() {
-        let before = super::uptime_ticks();
-        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
-        let after = super::uptime_ticks();
-        let view = crate::procs::read(child.id()).expect("the child is read");
-        let _ = child.kill();
-        let _ = child.wait();
-        assert!(
-            before <= view.start_ticks + 2 && view.start_ticks <= after + 2,
-            "{before} <= {} <= {after}",
-            view.start_ticks
-        );
-    }
-}

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 use whyslow_investigate::{InvestigateError, InvestigateOption};
 use whyslow_model::Profile;
-use whyslow_record::load::{LoadOptions, Ready};
+use whyslow_investigate::loadtest::{LoadOptions, LoadTestError, Ready};
 use whyslow_record::{RecordError, RecordOption, Target};
 
 /// The rows every table shows unless `--limit` says otherwise (pprof's -top shows 10, perf report all:
@@ -127,7 +127,7 @@ pub fn in_flag_words(e: &anyhow::Error, message: &str) -> Option<String> {
                 RecordOption::CallerStacks => "--stacks",
             };
             (cause.to_string(), format!("{flag} {problem}"))
-        } else if let Some(e @ RecordError::ServerNotReady { .. }) = cause.downcast_ref() {
+        } else if let Some(e @ LoadTestError::ServerNotReady { .. }) = cause.downcast_ref() {
             let library = e.to_string();
             let cli = library.replace("(the ready timeout)", "(--ready-timeout)");
             (library, cli)

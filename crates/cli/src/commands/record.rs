@@ -12,7 +12,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 use whyslow_model::file;
-use whyslow_record::load::LoadOutput;
+use whyslow_investigate::loadtest::LoadOutput;
 use whyslow_record::{phases, signals, AllocOptions, Clock, OffCpuOptions, RecordOptions, Target};
 use whyslow_render as render;
 
@@ -113,7 +113,7 @@ fn run(a: RecordArgs, outcome: &mut Outcome) -> Result<()> {
     let mut status = StatusLine::new().prefetching(opts.target.clone(), opts.kernel);
     let (raw, load_run) = match &load {
         Some(l) => {
-            let run = whyslow_record::load::record_under_load(&opts, l, &mut status);
+            let run = whyslow_investigate::loadtest::record_under_load(&opts, l, &mut status);
             end_status_line();
             let run = run?;
             (run.raw, Some((run.load, run.ready_after)))

@@ -8,7 +8,10 @@ use clap::Args;
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 use whyslow_model::Profile;
-use whyslow_record::target::{self, Process};
+use std::collections::HashMap;
+use whyslow_record::follow::{Cover, Entry, Followed, ForkWaits};
+use whyslow_record::procfs::{self, Stat};
+use whyslow_record::target;
 use whyslow_record::{signals, End, Objects, Observer, OffCpuOptions, RecordOptions, Session, Target};
 use whyslow_render::top::{Action, Interval, Order, View, Weigh, KEYS};
 
@@ -67,7 +70,7 @@ enum Select {
 }
 
 impl Select {
-    fn wants(&self, p: &Process) -> bool {
+    fn wants(&self, p: &Stat) -> bool {
         match self {
             Select::Given => false,
             Select::Comm(_, matches) => matches(&p.comm),
@@ -100,7 +103,7 @@ pub fn top(a: TopArgs) -> Result<()> {
     // The processes chosen by name or as all: the first starts the session, the others are followed.
     let mut rest = Vec::new();
     if !matches!(select, Select::Given) {
-        let all = target::processes();
+        let all = procfs::processes();
         let mut chosen: Vec<u32> = all.iter().filter(|p| select.wants(p)).map(|p| p.pid).collect();
         if chosen.is_empty() {
             let Select::Comm(re, _) = &select else { bail!("no process to watch") };
@@ -118,10 +121,16 @@ pub fn top(a: TopArgs) -> Result<()> {
     };
     signals::install();
     let mut objects = Objects::new(&opts)?;
+    // Read before the events open: a child that starts meanwhile waits for its fork to show.
+    let opened = procfs::uptime_ticks();
     let mut s = Session::start(&opts, &mut objects, &mut Quiet)?;
+    let mut since: HashMap<u32, u64> = s.pids().iter().map(|&p| (p, opened)).collect();
     for &pid in &rest {
         // A process that ended meanwhile is no error.
-        let _ = s.follow(pid);
+        let opened = procfs::uptime_ticks();
+        if s.follow(pid).is_ok() {
+            since.insert(pid, opened);
+        }
     }
     let view = View {
         order: if a.total { Order::Total } else { Order::Self_ },
@@ -144,7 +153,16 @@ pub fn top(a: TopArgs) -> Result<()> {
         let each = if json { "a JSON line" } else { "a table" };
         eprintln!("whyslow: top of {what}, {each} every {} (Ctrl-C to stop)", render_seconds(interval));
     }
-    let run = Run { view, interval, t0: Instant::now(), tables: 0, json, symbolizer: Default::default() };
+    let run = Run {
+        view,
+        interval,
+        t0: Instant::now(),
+        tables: 0,
+        json,
+        symbolizer: Default::default(),
+        since,
+        waits: ForkWaits::default(),
+    };
     let end = if tty { run.on_screen(s, duration, &select)? } else { run.plain(s, duration, &select)? };
     if end == Some(End::TargetEnded) {
         eprintln!("whyslow: the watched processes exited; top stopped");
@@ -165,6 +183,10 @@ struct Run {
     /// One JSON object per line instead of a table.
     json: bool,
     symbolizer: whyslow_symbolize::Resident,
+    /// The processes followed by themselves, and when their events were opened (clock ticks since boot).
+    since: HashMap<u32, u64>,
+    /// Processes started after a followed ancestor whose fork the session has not shown yet.
+    waits: ForkWaits,
 }
 
 impl Run {
@@ -202,30 +224,44 @@ impl Run {
     }
 
     /// Follows processes started since the last look that `select` wants and that no watched process
-    /// started (those are followed already, through the events they inherited), and lets ended ones go.
+    /// started (those are followed already, through the events they inherited: record's follow rule,
+    /// with its start-time and fork-wait checks), and lets ended ones go.
     fn rescan(&mut self, s: &mut Session, select: &Select) {
         if matches!(select, Select::Given) {
             return;
         }
-        let all = target::processes();
+        let all = procfs::processes();
         let known: std::collections::HashSet<u32> = s.processes().chain(s.pids().iter().copied()).collect();
-        let parent: std::collections::HashMap<u32, u32> = all.iter().map(|p| (p.pid, p.ppid)).collect();
-        let inherited = |mut pid: u32| {
-            for _ in 0..64 {
-                match parent.get(&pid) {
-                    Some(&pp) if known.contains(&pp) => return true,
-                    Some(&pp) if pp > 1 => pid = pp,
-                    _ => return false,
-                }
-            }
-            false
+        let table: HashMap<u32, Entry> =
+            all.iter().map(|p| (p.pid, Entry { ppid: p.ppid, start_ticks: p.start_ticks })).collect();
+        self.waits.retain(|pid| table.contains_key(&pid));
+        // A process the session learned of through its fork inherited its events from further up: its
+        // own start bounds its children's.
+        let since = &self.since;
+        let followed = |up: u32| {
+            known
+                .contains(&up)
+                .then(|| Followed { root: Some(up), since_ticks: since.get(&up).copied().unwrap_or(0) })
         };
-        for p in all.iter().filter(|p| select.wants(p) && !known.contains(&p.pid) && !inherited(p.pid)) {
-            let _ = s.follow(p.pid);
+        let mut direct = Vec::new();
+        for p in all.iter().filter(|p| select.wants(p) && !known.contains(&p.pid)) {
+            let seen = || known.contains(&p.pid);
+            if self.waits.cover(p.pid, p.start_ticks, p.ppid, |q| table.get(&q).copied(), followed, seen)
+                == Cover::Direct
+            {
+                direct.push(p.pid);
+            }
+        }
+        for pid in direct {
+            let opened = procfs::uptime_ticks();
+            if s.follow(pid).is_ok() {
+                self.since.insert(pid, opened);
+            }
         }
         let ended: Vec<u32> = s.pids().iter().copied().filter(|&p| !target::alive(p)).collect();
         for pid in ended {
             s.forget(pid);
+            self.since.remove(&pid);
         }
     }
 

@@ -378,7 +378,7 @@ impl<'obj> CallProbe<'obj> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{decode, ws_call_val, ws_stack_key, Rec, Record, StackSampling, STACK_MAX, USTACK_OFFSET};
     use crate::bpf::bytes_of;
 
     fn sample() -> Box<Rec> {

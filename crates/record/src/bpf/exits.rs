@@ -45,7 +45,8 @@ impl<'obj> ExitWatch<'obj> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{ExitWatch, MapFlags, MaybeUninit};
+    use libbpf_rs::MapCore;
     use std::io::{BufRead, BufReader, Write};
     use std::process::{Command, Stdio};
 

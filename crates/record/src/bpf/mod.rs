@@ -192,6 +192,16 @@ unsafe impl Plain for calls_skel::types::ws_size_arg {}
 unsafe impl Plain for calls_skel::types::ws_sample {}
 // SAFETY: as above (bpf/offcpu.bpf.c).
 unsafe impl Plain for offcpu_skel::types::ws_block {}
+// SAFETY: as above (bpf/syscalls.bpf.c): u32 fields only.
+unsafe impl Plain for skel::types::ws_key {}
+// SAFETY: as above: u64 fields and an array of them.
+unsafe impl Plain for skel::types::ws_stat {}
+// SAFETY: as above: u64, u32 and u16 fields and an array of u64.
+unsafe impl Plain for skel::types::ws_inflight {}
+// SAFETY: as above: u8 and i8 fields.
+unsafe impl Plain for skel::types::ws_trace_cfg {}
+// SAFETY: as above: u64, u32 and i64 fields, arrays of u64 and of C chars.
+unsafe impl Plain for skel::types::ws_event {}
 
 /// The bytes of a C struct as the programs lay it out (the generated type has the C layout).
 fn bytes_of<T: Plain>(v: &T) -> &[u8] {

@@ -153,7 +153,7 @@ impl<'obj> OffCpuProbe<'obj> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{decode, Block, Record, USTACK_OFFSET};
 
     /// A block as the C side lays it out (the generated type), with `ustack` bytes of stack copied and
     /// `go` of a goroutine's after them, cut where the program cuts its ring record.

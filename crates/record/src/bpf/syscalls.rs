@@ -2,8 +2,9 @@
 //! (for the whole run, or in slices), measure what a counted syscall costs, drain the trace ring buffer,
 //! and read the kernel's counters.
 
+use super::skel::types::{ws_event as Event, ws_inflight, ws_key, ws_stat, ws_trace_cfg};
 use super::skel::{OpenSyscallsSkel, SyscallsSkel, SyscallsSkelBuilder};
-use super::{check_btf, classify, quiet_libbpf, u32_at, u64_at};
+use super::{bytes_of, check_btf, classify, plain, quiet_libbpf, u64_at};
 use crate::RecordError;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
@@ -15,17 +16,9 @@ use std::time::Duration;
 use whyslow_model::syscalls::{errno_name, string_args, syscall_name, syscall_names, TraceEvent};
 use whyslow_model::{close_matches, SyscallStat, HIST_BUCKETS};
 
-/// Must match bpf/syscalls.bpf.c.
-const MAX_SYSCALL: u32 = 1024;
-const PATH_LEN: usize = 256;
-const EVENT_LEN: usize = 8 * 4 + 8 + 8 * 6 + 2 * PATH_LEN;
-const STAT_LEN: usize = 8 * (5 + HIST_BUCKETS);
-const DROP_SLOTS: usize = 2;
-/// Slots of the `counted` map.
+/// Slots of the `counted` map (SEEN_COUNTED and SEEN_OTHERS in bpf/syscalls.bpf.c).
 const SEEN_COUNTED: u32 = 0;
 const SEEN_OTHERS: u32 = 1;
-/// Size of `struct ws_inflight` (the per-task storage a calibrating thread is given).
-const INFLIGHT_LEN: usize = 8 + 4 + 2 + 2 + 8 * 6;
 
 /// Loaded and attached syscall counters; detached when dropped.
 pub struct SyscallProbe<'obj> {
@@ -124,26 +117,29 @@ fn time_syscalls(pair: &[std::os::fd::OwnedFd; 2]) -> [f64; 3] {
     best
 }
 
+/// A C string of a fixed-size field (up to its first NUL).
 fn cstr(b: &[u8]) -> String {
     let n = b.iter().position(|&c| c == 0).unwrap_or(b.len());
     String::from_utf8_lossy(&b[..n]).into_owned()
 }
 
+/// A trace event as the program lays it out (`struct ws_event`); None when the record is short.
 fn decode_event(b: &[u8]) -> Option<TraceEvent> {
-    if b.len() < EVENT_LEN {
+    if b.len() < std::mem::size_of::<Event>() {
         return None;
     }
-    let nr = u32_at(b, 24);
-    let n_strings = syscall_name(nr).map_or(0, |n| string_args(n).len());
-    let strings = (0..n_strings).map(|i| cstr(&b[88 + i * PATH_LEN..88 + (i + 1) * PATH_LEN])).collect();
+    let e: Event = plain(b);
+    let n_strings = syscall_name(e.nr).map_or(0, |n| string_args(n).len());
+    let strings =
+        [&e.str_a, &e.str_b].into_iter().take(n_strings).map(|s| cstr(&s.map(|c| c as u8))).collect();
     Some(TraceEvent {
-        time_ns: u64_at(b, 0),
-        dur_ns: u64_at(b, 8),
-        pid: u32_at(b, 16),
-        tid: u32_at(b, 20),
-        nr,
-        ret: u64_at(b, 32) as i64,
-        args: std::array::from_fn(|i| u64_at(b, 40 + 8 * i)),
+        time_ns: e.ts,
+        dur_ns: e.dur_ns,
+        pid: e.tgid,
+        tid: e.tid,
+        nr: e.nr,
+        ret: e.ret,
+        args: e.args,
         strings,
     })
 }
@@ -163,17 +159,19 @@ impl<'obj> SyscallProbe<'obj> {
             open.maps.events.set_max_entries(4096).map_err(|e| classify("ring buffer", e))?;
         }
         let skel = open.load().map_err(|e| classify("load", e))?;
-        for &nr in trace.iter().filter(|&&nr| nr < MAX_SYSCALL) {
+        // One entry per syscall number (MAX_SYSCALL in the program).
+        let max_syscall = skel.maps.trace_cfg.max_entries();
+        for &nr in trace.iter().filter(|&&nr| nr < max_syscall) {
             let idx = syscall_name(nr).map_or(&[][..], string_args);
-            let cfg = [
-                1u8,
-                idx.first().map_or(-1, |&i| i as i8) as u8,
-                idx.get(1).map_or(-1, |&i| i as i8) as u8,
-                0,
-            ];
+            let cfg = ws_trace_cfg {
+                on: 1,
+                str_a: idx.first().map_or(-1, |&i| i as i8),
+                str_b: idx.get(1).map_or(-1, |&i| i as i8),
+                pad: 0,
+            };
             skel.maps
                 .trace_cfg
-                .update(&nr.to_ne_bytes(), &cfg, MapFlags::ANY)
+                .update(&nr.to_ne_bytes(), bytes_of(&cfg), MapFlags::ANY)
                 .map_err(|e| classify("trace config", e))?;
         }
         let mut probe = SyscallProbe {
@@ -278,10 +276,11 @@ impl<'obj> SyscallProbe<'obj> {
         self.detach();
         // whyslow's own syscalls are no target's: their counters go, and [`SyscallProbe::seen`] leaves them out.
         let me = std::process::id();
-        for k in self.skel.maps.stats.keys().filter(|k| u32_at(k, 0) == me) {
+        let mine = |k: &Vec<u8>| plain::<ws_key>(k).tgid == me;
+        for k in self.skel.maps.stats.keys().filter(mine) {
             let _ = self.skel.maps.stats.delete(&k);
         }
-        for k in self.skel.maps.errnos.keys().filter(|k| u32_at(k, 0) == me) {
+        for k in self.skel.maps.errnos.keys().filter(mine) {
             let _ = self.skel.maps.errnos.delete(&k);
         }
         self.calibration =
@@ -308,7 +307,8 @@ impl<'obj> SyscallProbe<'obj> {
         // SAFETY: a non-negative result is a new fd owned by nobody else.
         let _pidfd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
         let key = (fd as i32).to_ne_bytes();
-        let given = self.skel.maps.inflight.update(&key, &[0u8; INFLIGHT_LEN], MapFlags::ANY).is_ok();
+        let empty = ws_inflight::default();
+        let given = self.skel.maps.inflight.update(&key, bytes_of(&empty), MapFlags::ANY).is_ok();
         let with = given.then(|| time_syscalls(pair));
         let _ = self.skel.maps.inflight.delete(&key);
         with
@@ -332,7 +332,10 @@ impl<'obj> SyscallProbe<'obj> {
 
     /// Events lost: trace events the ring had no room for, and calls a full map could not count.
     pub fn lost(&self) -> u64 {
-        super::drops_total(self.skel.maps.bss_data.as_deref().map(|b| &b.drops[..]), 0..DROP_SLOTS)
+        let rows = self.skel.maps.bss_data.as_deref().map(|b| &b.drops[..]);
+        // Every slot of a CPU's row (DROP_SLOTS in the program).
+        let slots = rows.and_then(|r| r.first()).map_or(0, |row| row.len());
+        super::drops_total(rows, 0..slots)
     }
 
     /// The counters so far, one entry per (process, thread, syscall).
@@ -340,30 +343,31 @@ impl<'obj> SyscallProbe<'obj> {
         let mut errnos: HashMap<(u32, u32, u32), Vec<(String, u64)>> = HashMap::new();
         for k in self.skel.maps.errnos.keys() {
             if let Ok(Some(v)) = self.skel.maps.errnos.lookup(&k, MapFlags::ANY) {
-                let key = (u32_at(&k, 0), u32_at(&k, 4), u32_at(&k, 8));
-                errnos.entry(key).or_default().push((errno_name(u32_at(&k, 12)), u64_at(&v, 0)));
+                let k: ws_key = plain(&k);
+                errnos.entry((k.tgid, k.tid, k.nr)).or_default().push((errno_name(k.err), u64_at(&v, 0)));
             }
         }
         let mut out = Vec::new();
         for k in self.skel.maps.stats.keys() {
             let Ok(Some(v)) = self.skel.maps.stats.lookup(&k, MapFlags::ANY) else { continue };
-            if v.len() < STAT_LEN {
+            if v.len() < std::mem::size_of::<ws_stat>() {
                 continue;
             }
-            let (pid, tid, nr) = (u32_at(&k, 0), u32_at(&k, 4), u32_at(&k, 8));
+            let (k, v): (ws_key, ws_stat) = (plain(&k), plain(&v));
+            let (pid, tid, nr) = (k.tgid, k.tid, k.nr);
             let mut e = errnos.remove(&(pid, tid, nr)).unwrap_or_default();
             e.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
             out.push(SyscallStat {
                 pid,
                 tid,
                 name: syscall_name(nr).map(str::to_string).unwrap_or_else(|| format!("syscall_{nr}")),
-                calls: u64_at(&v, 0),
-                errors: u64_at(&v, 8),
+                calls: v.calls,
+                errors: v.errors,
                 errnos: e,
-                total_ns: u64_at(&v, 16),
-                max_ns: u64_at(&v, 24),
-                hist: (0..HIST_BUCKETS).map(|i| u64_at(&v, 32 + 8 * i)).collect(),
-                bytes: u64_at(&v, 32 + 8 * HIST_BUCKETS),
+                total_ns: v.total_ns,
+                max_ns: v.max_ns,
+                hist: v.hist[..HIST_BUCKETS].to_vec(),
+                bytes: v.bytes,
             });
         }
         out.sort_by(|a, b| (a.pid, a.tid, &a.name).cmp(&(b.pid, b.tid, &b.name)));
@@ -373,7 +377,8 @@ impl<'obj> SyscallProbe<'obj> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::SyscallProbe;
+    use std::mem::MaybeUninit;
 
     /// The syscalls of a process that is not counted are seen while the counters are attached (they pay
     /// for them too) and not while detached; they are never counted as a target's. The cost measurement

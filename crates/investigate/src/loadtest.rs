@@ -1,19 +1,46 @@
-//! Profiling a server under load, and measured runs for before/after comparisons.
+//! Load tests: profiling a server under load, and measured runs for before/after comparisons.
 //!
 //! [`record_under_load`] launches the server under the recorder, waits until it is ready (a TCP port
 //! accepts connections, or a delay passed), runs the load command to its end, then ends the recording;
 //! the recorder stops the server (SIGTERM, SIGKILL after a grace period). The load tool runs outside the
 //! recording: only the server's samples are kept. [`measured_run`] adds the CPU time (user + system) of
 //! the launched command's process tree, from the kernel's accounting of reaped children. What the load
-//! tool printed is handed back as text (whyslow_analyze::load reads it).
+//! tool printed is handed back as text (whyslow_analyze::load reads it). It drives the recorder and
+//! never records or symbolizes by itself; its failures are [`LoadTestError`], a recording's wrapped.
 
-use crate::{record, signals, Observer, RecordError, RecordOptions, Target};
 use std::io::Read;
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use whyslow_model::raw::RawRecording;
+use whyslow_record::{record, signals, Observer, RecordError, RecordOptions, Target};
+
+/// Why a load test failed: the recording's own errors, or the server's and the load command's.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadTestError {
+    /// The recording failed (its message as the recorder says it).
+    #[error("{0}")]
+    Record(#[from] RecordError),
+    #[error("invalid option: a run under load launches its server: the target must be a command")]
+    NotLaunched,
+    #[error("no command given")]
+    NoLoadCommand,
+    #[error("cannot run {0}: {1}")]
+    Exec(String, std::io::Error),
+    #[error("invalid option: the load controller panicked")]
+    ControllerPanicked,
+    #[error(
+        "the server did not accept connections on 127.0.0.1:{port} within {seconds:.1} s (the ready timeout)"
+    )]
+    ServerNotReady { port: u16, seconds: f64 },
+    #[error("the server exited with status {code} {when}")]
+    ServerExited { code: i32, when: &'static str },
+    #[error("port {0} already accepts connections before the server started: stop what listens there or pick another port")]
+    PortInUse(u16),
+    #[error("interrupted (Ctrl-C or SIGTERM) before the run finished")]
+    Interrupted,
+}
 
 /// When the server counts as ready for the load.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -101,7 +128,7 @@ enum Control {
     /// The recording ended while the load ran; the load command was killed.
     EndedDuringLoad,
     NotReady(Duration),
-    Failed(RecordError),
+    Failed(LoadTestError),
 }
 
 /// Sleeps up to `d` in short steps; false when `ended` was set meanwhile.
@@ -173,7 +200,7 @@ fn control(load: &LoadOptions, stop: &AtomicBool, ended: &AtomicBool) -> Control
         Ok(c) => c,
         Err(e) => {
             stop.store(true, Ordering::SeqCst);
-            return Control::Failed(RecordError::Exec(load.command[0].clone(), e));
+            return Control::Failed(LoadTestError::Exec(load.command[0].clone(), e));
         }
     };
     let out = read_all(child.stdout.take().expect("piped"));
@@ -207,18 +234,16 @@ pub fn record_under_load(
     opts: &RecordOptions,
     load: &LoadOptions,
     observer: &mut impl Observer,
-) -> Result<LoadRun, RecordError> {
+) -> Result<LoadRun, LoadTestError> {
     if !matches!(opts.target, Target::Launch(_)) {
-        return Err(RecordError::Invalid(
-            "a run under load launches its server: the target must be a command".into(),
-        ));
+        return Err(LoadTestError::NotLaunched);
     }
     if load.command.is_empty() {
-        return Err(RecordError::NoCommand);
+        return Err(LoadTestError::NoLoadCommand);
     }
     if let Ready::Port(port) = load.ready {
         if port_open(port) {
-            return Err(RecordError::PortInUse(port));
+            return Err(LoadTestError::PortInUse(port));
         }
     }
     let stop = Arc::new(AtomicBool::new(false));
@@ -232,10 +257,10 @@ pub fn record_under_load(
     });
     let raw = recorded?;
     let server_code = raw.meta.exit_code.unwrap_or(0);
-    match control.map_err(|_| RecordError::Invalid("the load controller panicked".into()))? {
+    match control.map_err(|_| LoadTestError::ControllerPanicked)? {
         Control::Done { load: out, ready_after } => Ok(LoadRun { raw, load: out, ready_after }),
         Control::Failed(e) => Err(e),
-        Control::NotReady(after) => Err(RecordError::ServerNotReady {
+        Control::NotReady(after) => Err(LoadTestError::ServerNotReady {
             port: match load.ready {
                 Ready::Port(p) => p,
                 Ready::Delay(_) => 0,
@@ -243,13 +268,13 @@ pub fn record_under_load(
             seconds: after.as_secs_f64(),
         }),
         Control::EndedBeforeReady | Control::EndedDuringLoad if signals::stop_requested() => {
-            Err(RecordError::Interrupted)
+            Err(LoadTestError::Interrupted)
         }
         Control::EndedBeforeReady => {
-            Err(RecordError::ServerExited { code: server_code, when: "before it was ready" })
+            Err(LoadTestError::ServerExited { code: server_code, when: "before it was ready" })
         }
         Control::EndedDuringLoad => {
-            Err(RecordError::ServerExited { code: server_code, when: "while the load ran" })
+            Err(LoadTestError::ServerExited { code: server_code, when: "while the load ran" })
         }
     }
 }
@@ -271,7 +296,7 @@ pub fn measured_run(
     opts: &RecordOptions,
     load: Option<&LoadOptions>,
     observer: &mut impl Observer,
-) -> Result<Measured, RecordError> {
+) -> Result<Measured, LoadTestError> {
     let before = CpuTime::children();
     let (raw, load_out) = match load {
         Some(l) => {
@@ -285,7 +310,7 @@ pub fn measured_run(
         cpu = cpu.saturating_sub(l.cpu);
     }
     if signals::stop_requested() {
-        return Err(RecordError::Interrupted);
+        return Err(LoadTestError::Interrupted);
     }
     let wall = Duration::from_nanos(raw.meta.duration_ns);
     Ok(Measured { raw, wall, cpu, load: load_out })

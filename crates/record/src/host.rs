@@ -1,0 +1,57 @@
+//! The live host of the converter: what it asks about a process while the process is alive (its files
+//! as it sees them, its mappings and threads, the vDSO), answered from /proc. It never changes the target.
+
+use crate::target;
+use whyslow_convert::{FileBytes, Foreign, Host, JitUpdate, ProcessInfo};
+
+/// The live host of the converter: files as the target sees them (containers, chroots), the vDSO from
+/// our own memory, processes from /proc.
+pub(crate) struct LiveHost;
+
+impl Host for LiveHost {
+    fn file(&self, pid: u32, path: &str) -> Option<FileBytes> {
+        if path == "[vdso]" {
+            return vdso_bytes().map(FileBytes::owned);
+        }
+        FileBytes::map(&crate::files::open(pid, path).ok()?).ok()
+    }
+
+    fn foreign(&self, pid: u32, path: &str) -> Option<Foreign> {
+        crate::files::foreign(pid, path)
+    }
+
+    fn jit(&self, pid: u32, from: u64, dump: Option<&str>) -> Option<JitUpdate> {
+        crate::files::jit(pid, from, dump)
+    }
+
+    fn process(&self, pid: u32) -> Option<ProcessInfo> {
+        let maps = target::exec_maps(pid);
+        let threads =
+            target::threads_of(pid).into_iter().filter_map(|t| Some((t, target::comm_of(pid, t)?))).collect();
+        Some(ProcessInfo { maps, threads })
+    }
+
+    fn thread_name(&self, pid: u32, tid: u32) -> Option<String> {
+        target::comm_of(pid, tid)
+    }
+
+    fn identity(&self, pid: u32, path: &str) -> Option<(u64, u64, i64)> {
+        use std::os::unix::fs::MetadataExt;
+        if !path.starts_with('/') {
+            return None;
+        }
+        let m = std::fs::metadata(crate::files::through_root(pid, path))
+            .or_else(|_| std::fs::metadata(path))
+            .ok()?;
+        Some((m.dev(), m.ino(), m.mtime().saturating_mul(1_000_000_000).saturating_add(m.mtime_nsec())))
+    }
+}
+
+fn vdso_bytes() -> Option<Vec<u8>> {
+    // The vDSO image is the same in every process of this kernel; read our own.
+    let m = target::exec_maps(std::process::id()).into_iter().find(|m| m.path == "[vdso]")?;
+    let f = std::fs::File::open("/proc/self/mem").ok()?;
+    let mut buf = vec![0u8; (m.end - m.start) as usize];
+    std::os::unix::fs::FileExt::read_exact_at(&f, &mut buf, m.start).ok()?;
+    Some(buf)
+}
