@@ -7,9 +7,9 @@ use anyhow::{anyhow, bail, Result};
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 use std::time::Duration;
+use whyslow_investigate::loadtest::{LoadOptions, LoadTestError, Ready};
 use whyslow_investigate::{InvestigateError, InvestigateOption};
 use whyslow_model::Profile;
-use whyslow_investigate::loadtest::{LoadOptions, LoadTestError, Ready};
 use whyslow_record::{RecordError, RecordOption, Target};
 
 /// The rows every table shows unless `--limit` says otherwise (pprof's -top shows 10, perf report all:

@@ -11,8 +11,8 @@ use clap::{Args, ValueEnum};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
-use whyslow_model::file;
 use whyslow_investigate::loadtest::LoadOutput;
+use whyslow_model::file;
 use whyslow_record::{phases, signals, AllocOptions, Clock, OffCpuOptions, RecordOptions, Target};
 use whyslow_render as render;
 

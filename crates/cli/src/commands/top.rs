@@ -5,10 +5,10 @@
 use super::flags::{seconds, OutputFormat, DEFAULT_LIMIT};
 use anyhow::{bail, Result};
 use clap::Args;
+use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 use whyslow_model::Profile;
-use std::collections::HashMap;
 use whyslow_record::follow::{Cover, Entry, Followed, ForkWaits};
 use whyslow_record::procfs::{self, Stat};
 use whyslow_record::target;
