@@ -7,6 +7,7 @@
 //! records began come through a [`Host`]. Its state stays bounded over a long run: a process that exits
 //! is forgotten once its records are handled, and [`Converter::cut`] hands over the samples of a window.
 
+pub mod heap;
 pub mod records;
 
 use records::{Record, SampleRef, Timed, UserRegs};

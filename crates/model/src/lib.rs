@@ -99,6 +99,12 @@ pub mod sample_types {
     pub const ALLOC_BYTES: &str = "alloc-bytes";
     pub const ALLOC_SITE_COUNT: &str = "alloc-site-count";
     pub const ALLOC_SITE_BYTES: &str = "alloc-site-bytes";
+    /// Memory in use by stack: the change in each time slice (summed over a run, what was still held at
+    /// its end; over a time range, what grew in it), and what was held when the heap was at its peak.
+    pub const INUSE_BYTES: &str = "inuse-bytes";
+    pub const INUSE_COUNT: &str = "inuse-count";
+    pub const PEAK_BYTES: &str = "peak-bytes";
+    pub const PEAK_COUNT: &str = "peak-count";
 }
 
 /// Start of the note an importer leaves on a profile it read from elsewhere (pprof, folded stacks, perf

@@ -12,6 +12,7 @@ pub mod calls;
 mod files;
 mod layout;
 pub mod load;
+pub mod mem;
 pub mod phases;
 mod records;
 mod session;
