@@ -8,6 +8,7 @@ pub mod file;
 pub mod pprof;
 pub mod raw;
 pub mod syscalls;
+pub mod units;
 
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
