@@ -106,6 +106,18 @@ pub mod sample_types {
     pub const INUSE_COUNT: &str = "inuse-count";
     pub const PEAK_BYTES: &str = "peak-bytes";
     pub const PEAK_COUNT: &str = "peak-count";
+
+    /// The name pprof readers know a type by: Go's heap profile names the memory types
+    /// (`go tool pprof -sample_index=inuse_space`); the others keep their own.
+    pub fn pprof_name(name: &str) -> &str {
+        match name {
+            ALLOC_COUNT => "alloc_objects",
+            ALLOC_BYTES => "alloc_space",
+            INUSE_COUNT => "inuse_objects",
+            INUSE_BYTES => "inuse_space",
+            other => other,
+        }
+    }
 }
 
 /// Start of the note an importer leaves on a profile it read from elsewhere (pprof, folded stacks, perf
