@@ -9,6 +9,7 @@
 pub mod diff;
 pub mod doctor;
 pub mod load;
+pub mod memory;
 pub mod regress;
 pub mod slice;
 pub mod source;

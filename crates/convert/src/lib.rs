@@ -9,10 +9,12 @@
 //!
 //! This file holds the entry points (the [`Host`], what events mean, the converter and its window cut);
 //! each concern has its module: `handle` (records in), `process` (processes and threads), `images`
-//! (parsed files, modules, mappings), `jitcode` (JIT symbols) and `alloc` (allocation counts).
+//! (parsed files, modules, mappings), `jitcode` (JIT symbols), `alloc` (allocation counts) and `heap`
+//! (memory in use).
 
 mod alloc;
 mod handle;
+pub mod heap;
 mod images;
 mod jitcode;
 mod process;

@@ -8,6 +8,7 @@ pub mod file;
 pub mod pprof;
 pub mod raw;
 pub mod syscalls;
+pub mod units;
 
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -99,6 +100,24 @@ pub mod sample_types {
     pub const ALLOC_BYTES: &str = "alloc-bytes";
     pub const ALLOC_SITE_COUNT: &str = "alloc-site-count";
     pub const ALLOC_SITE_BYTES: &str = "alloc-site-bytes";
+    /// Memory in use by stack: the change in each time slice (summed over a run, what was still held at
+    /// its end; over a time range, what grew in it), and what was held when the heap was at its peak.
+    pub const INUSE_BYTES: &str = "inuse-bytes";
+    pub const INUSE_COUNT: &str = "inuse-count";
+    pub const PEAK_BYTES: &str = "peak-bytes";
+    pub const PEAK_COUNT: &str = "peak-count";
+
+    /// The name pprof readers know a type by: Go's heap profile names the memory types
+    /// (`go tool pprof -sample_index=inuse_space`); the others keep their own.
+    pub fn pprof_name(name: &str) -> &str {
+        match name {
+            ALLOC_COUNT => "alloc_objects",
+            ALLOC_BYTES => "alloc_space",
+            INUSE_COUNT => "inuse_objects",
+            INUSE_BYTES => "inuse_space",
+            other => other,
+        }
+    }
 }
 
 /// Start of the note an importer leaves on a profile it read from elsewhere (pprof, folded stacks, perf

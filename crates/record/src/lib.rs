@@ -19,6 +19,7 @@ mod files;
 pub mod follow;
 mod host;
 mod layout;
+pub mod mem;
 mod options;
 pub mod phases;
 pub mod procfs;

@@ -6,7 +6,7 @@ use serde_json::json;
 use std::collections::HashMap;
 use std::io::Write;
 use whyslow_model::pprof as proto;
-use whyslow_model::{Profile, NONE};
+use whyslow_model::{sample_types, Profile, NONE};
 
 /// `root;...;leaf N` lines, sorted, zero values left out; frame names only (no threads, no annotations).
 pub fn folded(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), RenderError> {
@@ -17,7 +17,7 @@ pub fn folded(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), Rende
     Ok(())
 }
 
-/// gzip-compressed pprof profile with every sample type; one function and one location per frame (ids =
+/// gzip-compressed pprof profile with every sample type (memory types by Go's names); one function and one location per frame (ids =
 /// frame + 1; an inlined frame is a location of its own), one mapping per module, samples labelled with
 /// their thread's name, tid and pid.
 pub fn pprof(w: &mut impl Write, p: &Profile) -> Result<(), RenderError> {
@@ -43,7 +43,8 @@ pub fn pprof_with(
         })
     };
     let vt = |s: &mut dyn FnMut(&str) -> i64, t: &str, u: &str| proto::ValueType { r#type: s(t), unit: s(u) };
-    let sample_type = p.sample_types.iter().map(|t| vt(&mut s, &t.name, &t.unit)).collect();
+    let sample_type =
+        p.sample_types.iter().map(|t| vt(&mut s, sample_types::pprof_name(&t.name), &t.unit)).collect();
     let mapping = p
         .modules
         .iter()

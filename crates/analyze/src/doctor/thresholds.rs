@@ -71,3 +71,8 @@ pub const HOT_PATHS: usize = 5;
 /// Second phase: count calls of this many hottest functions and this many callees of each.
 pub const CANDIDATE_FUNCTIONS: usize = 6;
 pub const CANDIDATE_CALLEES: usize = 3;
+/// memory-growth: least growth over the run worth a finding, least run to judge (10 slices), and how
+/// much of the run's rate the second half must still grow at (else it levelled off: bounded).
+pub const MEMORY_GROWTH_MIN_BYTES: u64 = 64 * 1024;
+pub const MEMORY_GROWTH_MIN_SECS: f64 = 1.0;
+pub const MEMORY_GROWTH_STEADY: f64 = 0.5;

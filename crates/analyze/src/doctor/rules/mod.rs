@@ -10,6 +10,7 @@ mod excess_copying;
 mod gc_pressure;
 mod hot_logging;
 mod lock_contention;
+mod memory_growth;
 pub(crate) mod memory_pressure;
 mod protobuf_reflection;
 mod redundant_calls;
@@ -27,7 +28,7 @@ use super::{Confidence, Finding, Verdict};
 
 pub type Rule = fn(&Facts) -> Verdict;
 
-pub const ALL: [(&str, Rule); 18] = [
+pub const ALL: [(&str, Rule); 19] = [
     ("tz-stat-storm", tz_stat_storm::check),
     ("repeated-lookups", repeated_lookups::check),
     ("hot-logging", hot_logging::check),
@@ -45,6 +46,7 @@ pub const ALL: [(&str, Rule); 18] = [
     ("blocking-io", blocking_io::check),
     ("cpu-throttling", cpu_throttling::check),
     ("memory-pressure", memory_pressure::check),
+    ("memory-growth", memory_growth::check),
     ("cpu-oversubscription", cpu_oversubscription::check),
 ];
 

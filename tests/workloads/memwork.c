@@ -1,0 +1,86 @@
+/* Memory in use with exactly known answers, for `record --mem`. Prints what it still holds at exit.
+ *   memwork leak N      N blocks through cache_put() (sizes 16..112 bytes, kept forever), 100000
+ *                       malloc/free pairs in churn(), a bounded cache of 64 entries in lru_put() that
+ *                       evicts its oldest and is emptied before exit: only cache_put's blocks are held.
+ *   memwork grow S R    for S seconds, R bytes per second through cache_put() in 100 blocks a second
+ *                       (one every 10 ms), with churn and the bounded cache beside it: grows R B/s.
+ *   memwork bounded S   for S seconds, the bounded cache alone (64 x 4 KiB at most), freed at exit.
+ * Output: "held N objects B bytes" (what cache_put kept). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct block { struct block *next; char data[]; };
+static struct block *kept;
+static long kept_objects, kept_bytes;
+
+__attribute__((noinline)) void cache_put(size_t size) {
+    struct block *b = malloc(size);
+    if (!b) abort();
+    memset(b, 0x5a, size);
+    b->next = kept;
+    kept = b;
+    kept_objects++;
+    kept_bytes += (long)size;
+}
+
+__attribute__((noinline)) void churn(int n) {
+    for (int i = 0; i < n; i++) {
+        char *volatile p = malloc(32 + i % 200);
+        p[0] = 1;
+        free(p);
+    }
+}
+
+#define LRU 64
+static void *lru[LRU];
+static int lru_next;
+
+__attribute__((noinline)) void lru_put(size_t size) {
+    free(lru[lru_next]);
+    lru[lru_next] = calloc(1, size);
+    lru_next = (lru_next + 1) % LRU;
+}
+
+static void lru_clear(void) {
+    for (int i = 0; i < LRU; i++) free(lru[i]), lru[i] = NULL;
+}
+
+static void nap_ms(long ms) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "leak";
+    if (!strcmp(mode, "leak")) {
+        long n = argc > 2 ? atol(argv[2]) : 1000;
+        for (long i = 0; i < n; i++) {
+            cache_put(sizeof(struct block) + 8 + (size_t)(i % 7) * 16);
+            lru_put(256);
+        }
+        churn(100000);
+    } else if (!strcmp(mode, "grow")) {
+        long secs = argc > 2 ? atol(argv[2]) : 3, rate = argc > 3 ? atol(argv[3]) : 100000;
+        for (long tick = 0; tick < secs * 100; tick++) {
+            cache_put((size_t)(rate / 100));
+            lru_put(4096);
+            churn(100);
+            nap_ms(10);
+        }
+    } else if (!strcmp(mode, "bounded")) {
+        long secs = argc > 2 ? atol(argv[2]) : 3;
+        for (long tick = 0; tick < secs * 100; tick++) {
+            lru_put(4096);
+            churn(100);
+            nap_ms(10);
+        }
+    } else {
+        fprintf(stderr, "usage: memwork leak N | grow SECONDS BYTES_PER_SECOND | bounded SECONDS\n");
+        return 2;
+    }
+    lru_clear();
+    printf("held %ld objects %ld bytes\n", kept_objects, kept_bytes);
+    return 0;
+}
