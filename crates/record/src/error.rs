@@ -79,6 +79,8 @@ pub enum RecordOption {
     CallersPeriod,
     /// Caller stacks ([`CallOptions::callers_period`](crate::CallOptions::callers_period) set) over more than [`calls::MAX_CALLER_PROBES`](crate::calls::MAX_CALLER_PROBES).
     CallerStacks,
+    /// [`MemOptions::sample_bytes`](crate::mem::MemOptions::sample_bytes).
+    MemSample,
 }
 
 impl std::fmt::Display for RecordOption {
@@ -87,6 +89,7 @@ impl std::fmt::Display for RecordOption {
             RecordOption::StackBytes => "stack_bytes",
             RecordOption::Frequency => "frequency",
             RecordOption::AllocPeriod => "alloc.period",
+            RecordOption::MemSample => "mem.sample_bytes",
             RecordOption::SyscallStacksPeriod => "syscalls.stacks_period",
             RecordOption::CallersPeriod => "calls.callers_period",
             RecordOption::CallerStacks => "sampling callers",
@@ -123,6 +126,20 @@ pub enum RecordError {
     BadOption { option: RecordOption, problem: String },
     #[error("the target has no allocation function to probe")]
     NoAllocator,
+    #[error(
+        "memory in use is recorded for a command whyslow launches (after `--`); of a running process, \
+         allocation counts are (--alloc)"
+    )]
+    MemNeedsLaunch,
+    #[error(
+        "{0} is statically linked: the memory library cannot be loaded into it (LD_PRELOAD); allocation \
+         counts (--alloc) work there"
+    )]
+    StaticBinary(String),
+    #[error(
+        "{0} is setuid or setgid: the loader ignores LD_PRELOAD there, so its memory cannot be recorded"
+    )]
+    SetuidBinary(String),
     #[error(
         "not allowed to load eBPF programs ({0}): run as root or grant CAP_BPF and CAP_PERFMON \
          (e.g. `sudo setcap cap_bpf,cap_perfmon+ep $(which whyslow)`)"

@@ -138,6 +138,19 @@ impl Layout {
             sample_type(&mut l, sample_types::ALLOC_SITE_COUNT, "count");
             sample_type(&mut l, sample_types::ALLOC_SITE_BYTES, "bytes");
         }
+        // Memory in use comes from the in-process library's files, read at the end: no stream.
+        if opts.mem.is_some() {
+            for (name, unit) in [
+                (sample_types::INUSE_BYTES, "bytes"),
+                (sample_types::INUSE_COUNT, "count"),
+                (sample_types::ALLOC_BYTES, "bytes"),
+                (sample_types::ALLOC_COUNT, "count"),
+                (sample_types::PEAK_BYTES, "bytes"),
+                (sample_types::PEAK_COUNT, "count"),
+            ] {
+                sample_type(&mut l, name, unit);
+            }
+        }
         if l.cfgs.iter().any(|c| matches!(c.source, Source::Tracepoint { .. })) {
             l.ring_pages = l.ring_pages.max(EVENT_RING_PAGES);
         }

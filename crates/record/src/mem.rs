@@ -26,6 +26,7 @@
 //!
 //! A file cut short (the process was killed while writing) keeps every whole record before the cut.
 
+use crate::RecordError;
 use std::path::{Path, PathBuf};
 use whyslow_convert::heap::{HeapEntry, HeapProfile, HeapRow, HeapSnapshot, HeapStack, HeapTotals};
 
@@ -55,6 +56,37 @@ pub enum MemFileError {
     Version { path: String, version: u32 },
     #[error("{path}: bad {what} record at byte {at}")]
     BadRecord { path: String, what: &'static str, at: usize },
+}
+
+/// Refuses a command the library cannot enter: a statically linked program (no dynamic loader to read
+/// LD_PRELOAD) or a setuid one (the loader ignores it there). A command not found is left to the launch,
+/// which says so.
+pub fn check_command(argv: &[String]) -> Result<(), RecordError> {
+    use object::read::elf::{ElfFile64, ProgramHeader};
+    use std::os::unix::fs::PermissionsExt;
+    let Some(path) = argv.first().and_then(|a| find_in_path(a)) else { return Ok(()) };
+    let Ok(meta) = std::fs::metadata(&path) else { return Ok(()) };
+    if meta.permissions().mode() & 0o6000 != 0 {
+        return Err(RecordError::SetuidBinary(path.display().to_string()));
+    }
+    let Ok(data) = std::fs::read(&path) else { return Ok(()) };
+    // A script or another format: its interpreter is what runs, and is checked by the loader.
+    let Ok(elf) = ElfFile64::<object::Endianness>::parse(&*data) else { return Ok(()) };
+    let endian = elf.endian();
+    let interp = elf.elf_program_headers().iter().any(|h| h.p_type(endian) == object::elf::PT_INTERP);
+    if !interp {
+        return Err(RecordError::StaticBinary(path.display().to_string()));
+    }
+    Ok(())
+}
+
+/// `name` as exec finds it: a path when it has a slash, else the first executable of that name in PATH.
+fn find_in_path(name: &str) -> Option<PathBuf> {
+    if name.contains('/') {
+        return Some(PathBuf::from(name));
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join(name)).find(|p| p.is_file())
 }
 
 /// A run's memory directory: the library and the files the target's processes write, removed with it.
@@ -119,7 +151,14 @@ impl MemRun {
         let mut errors = Vec::new();
         for (_, _, path) in names {
             match read_file(&path) {
-                Ok(Some(p)) => profiles.push(p),
+                Ok(Some(mut p)) => {
+                    // As the process's mappings name it (/usr/lib, not the /lib link), so that its frames
+                    // and the allocator's are one module.
+                    if let Ok(real) = std::fs::canonicalize(&p.allocator) {
+                        p.allocator = real.display().to_string();
+                    }
+                    profiles.push(p)
+                }
                 Ok(None) => {}
                 Err(e) => errors.push(e),
             }
@@ -132,6 +171,68 @@ impl Drop for MemRun {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// What the run should say about memory: per process what it held at its end and at its peak, what
+/// the library could not count, and the processes and files it has nothing from.
+pub fn notes(profiles: &[HeapProfile], errors: &[MemFileError], launched: Option<u32>) -> Vec<String> {
+    let mut notes = Vec::new();
+    for p in profiles {
+        let held = |bytes: u64, count: u64| {
+            format!("{} in {count} objects", whyslow_model::units::bytes(bytes as i64))
+        };
+        match &p.totals {
+            Some(t) => {
+                let (b, n) = t.rows.iter().fold((0, 0), |(b, n), r| (b + r.inuse_bytes, n + r.inuse_count));
+                let (ab, an) = t.rows.iter().fold((0, 0), |(b, n), r| (b + r.alloc_bytes, n + r.alloc_count));
+                notes.push(format!(
+                    "memory of pid {}: {} still in use at its end, {} at the peak; {} allocated",
+                    p.pid,
+                    held(b, n),
+                    whyslow_model::units::bytes(t.peak_bytes as i64),
+                    held(ab, an)
+                ));
+                if t.unknown_frees > 0 {
+                    notes.push(format!(
+                        "memory of pid {}: {} frees of pointers it never saw allocated (made before the library \
+                         loaded, or by a path it does not see) were passed on and not counted",
+                        p.pid, t.unknown_frees
+                    ));
+                }
+                if t.lost > 0 {
+                    notes.push(format!("memory of pid {}: {} allocations could not be kept (no memory for the library's tables)", p.pid, t.lost));
+                }
+                if t.truncated > 0 {
+                    notes.push(format!("memory of pid {}: {} stacks cut at 128 frames", p.pid, t.truncated));
+                }
+            }
+            None => {
+                let last = p.snapshots.last().map_or((0, 0), |s| (s.total_bytes, s.total_count));
+                notes.push(format!(
+                    "memory of pid {}: ended without its totals (killed, or stopped at the end of the run): in use \
+                     as of its last snapshot ({}), no allocation or peak totals",
+                    p.pid,
+                    held(last.0, last.1)
+                ));
+            }
+        }
+    }
+    if profiles.iter().any(|p| p.sample_bytes > 0) {
+        let mean = profiles.iter().map(|p| p.sample_bytes).max().unwrap_or(0);
+        notes.push(format!(
+            "memory: allocations sampled by bytes, one every {} on average: in use and allocations are \
+             estimates (each sample weighted by its chance to be drawn)",
+            whyslow_model::units::bytes(mean as i64)
+        ));
+    }
+    if let Some(pid) = launched.filter(|pid| !profiles.iter().any(|p| p.pid == *pid)) {
+        notes.push(format!(
+            "memory: the command (pid {pid}) wrote no memory profile: it did not load the library, or ended \
+             before it allocated"
+        ));
+    }
+    notes.extend(errors.iter().map(|e| format!("memory: {e}")));
+    notes
 }
 
 /// Reads one file; None for a file with a header only (a process that ended before it allocated).

@@ -27,6 +27,8 @@ pub struct RecordOptions {
     pub calls: Option<CallOptions>,
     /// Record allocations (count and bytes) by stack.
     pub alloc: Option<AllocOptions>,
+    /// Record memory in use by stack (a launched command: the in-process library of [`crate::mem`]).
+    pub mem: Option<crate::mem::MemOptions>,
     /// Record blocked (off-CPU) time by stack.
     pub offcpu: Option<OffCpuOptions>,
     /// Call [`Observer::snapshot`](crate::Observer::snapshot) this often with the counters so far.
@@ -139,6 +141,7 @@ impl Default for RecordOptions {
             syscalls: None,
             calls: None,
             alloc: None,
+            mem: None,
             offcpu: None,
             interval: None,
             leave_running: false,
@@ -193,10 +196,23 @@ pub(crate) fn check(opts: &RecordOptions) -> Result<(), RecordError> {
             );
         }
     }
+    if let Some(mem) = &opts.mem {
+        let Target::Launch(argv) = &opts.target else { return Err(RecordError::MemNeedsLaunch) };
+        if opts.alloc.is_some() {
+            return Err(RecordError::Invalid(
+                "memory in use counts every allocation itself: record it without allocation probes".into(),
+            ));
+        }
+        crate::mem::check_command(argv)?;
+        if mem.sample_bytes > 1 << 40 {
+            return bad(RecordOption::MemSample, format!("must be at most 1 TiB, not {}", mem.sample_bytes));
+        }
+    }
     if !opts.cpu
         && opts.syscalls.is_none()
         && opts.calls.is_none()
         && opts.alloc.is_none()
+        && opts.mem.is_none()
         && opts.offcpu.is_none()
     {
         return Err(RecordError::Invalid("nothing to record".into()));

@@ -7,6 +7,7 @@ use crate::bpf::{syscall_numbers, CallCount, CallProbe};
 use crate::budget::{cpu_since, ProbeLoad};
 use crate::calls::{PatternSpec, Probe};
 use crate::host::LiveHost;
+use crate::mem::MemRun;
 use crate::sources::{raise_fd_limit, Objects, Sources};
 use crate::sys::{self, Clock};
 use crate::syscall_sampler::SyscallSampler;
@@ -100,6 +101,8 @@ pub struct Session<'a> {
     env: Option<crate::target_env::EnvStart>,
     /// Its end reading, when taken early (a launched command ended before the run).
     env_end: Option<whyslow_model::TargetEnv>,
+    /// Memory in use of a launched command: read once it ended.
+    mem: Option<MemRun>,
 }
 
 impl<'a> Session<'a> {
@@ -119,8 +122,14 @@ impl<'a> Session<'a> {
         let alloc_names: Vec<(String, String)> =
             objects.alloc.probes.iter().map(|(p, _)| label_of(p)).collect();
         let nesting = objects.alloc.nesting.clone();
+        // Memory in use: the library the command runs with, and the directory its files go to.
+        let mem = match opts.mem {
+            Some(m) => Some(MemRun::new(m).map_err(|e| RecordError::Io("memory library".into(), e))?),
+            None => None,
+        };
+        let mem_env = mem.as_ref().map(MemRun::env).unwrap_or_default();
         let (pids, command, mut gate) =
-            crate::phases::time("start target", || target::resolve(&opts.target))?;
+            crate::phases::time("start target", || target::resolve(&opts.target, &mem_env))?;
         // The surroundings' first reading (a /proc scan of every process) runs beside the loading of the
         // eBPF programs: it is on a short command's critical path otherwise.
         // A whole host has no target surroundings of its own.
@@ -191,6 +200,7 @@ impl<'a> Session<'a> {
             cpu_at_start,
             env,
             env_end: None,
+            mem,
         })
     }
 
@@ -495,6 +505,9 @@ impl<'a> Session<'a> {
         if self.opts.calls.is_some() {
             sources.push("call counters (eBPF)");
         }
+        if self.opts.mem.is_some() {
+            sources.push("allocations and frees (in-process)");
+        }
         sources.join(" + ")
     }
 
@@ -581,13 +594,21 @@ impl<'a> Session<'a> {
         meta.lost_events = lost_events;
         // Lost samples of this last window only (the earlier ones went with their windows).
         meta.lost_samples = counters.lost - self.lost_before;
-        let Session { opts, src, c, gate, t0, .. } = self;
+        let Session { opts, src, mut c, gate, t0, mem, .. } = self;
         // The events close before a launched command is ended.
         drop(src);
         if let Some(g) = gate.as_ref().filter(|_| !opts.leave_running) {
             if meta.exit_code.is_none() {
                 meta.exit_code = Some(stop_launched(g.pid));
             }
+        }
+        if let Some(m) = mem {
+            // The command has ended: its processes' files are whole (or cut where one was killed).
+            let (profiles, errors) = m.read();
+            for p in &profiles {
+                c.add_heap(p);
+            }
+            meta.notes.extend(crate::mem::notes(&profiles, &errors, gate.as_ref().map(|g| g.pid)));
         }
         observer.progress(&Progress {
             elapsed: t0.elapsed(),

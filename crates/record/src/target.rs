@@ -45,8 +45,9 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), RecordError> {
 }
 
 impl Gated {
-    /// Forks; the child waits on a pipe, then execs `argv` (searching PATH).
-    pub fn spawn(argv: &[String]) -> Result<Gated, RecordError> {
+    /// Forks; the child waits on a pipe, then execs `argv` (searching PATH), with `env` set in its
+    /// environment (over what whyslow's has).
+    pub fn spawn(argv: &[String], env: &[(String, String)]) -> Result<Gated, RecordError> {
         if argv.is_empty() {
             return Err(RecordError::NoCommand);
         }
@@ -56,6 +57,20 @@ impl Gated {
             .collect::<Result<_, _>>()?;
         let mut ptrs: Vec<*const libc::c_char> = cargs.iter().map(|c| c.as_ptr()).collect();
         ptrs.push(std::ptr::null());
+        // The environment is built before fork (the child may not allocate); none: whyslow's own.
+        let cenv: Vec<CString> = if env.is_empty() {
+            Vec::new()
+        } else {
+            use std::os::unix::ffi::OsStrExt;
+            let set: Vec<&str> = env.iter().map(|(k, _)| k.as_str()).collect();
+            let kept = std::env::vars_os().filter(|(k, _)| !set.iter().any(|s| k.as_bytes() == s.as_bytes()));
+            let mut all: Vec<Vec<u8>> =
+                kept.map(|(k, v)| [k.as_bytes(), b"=", v.as_bytes()].concat()).collect();
+            all.extend(env.iter().map(|(k, v)| format!("{k}={v}").into_bytes()));
+            all.into_iter().filter_map(|e| CString::new(e).ok()).collect()
+        };
+        let mut envp: Vec<*const libc::c_char> = cenv.iter().map(|c| c.as_ptr()).collect();
+        envp.push(std::ptr::null());
         let (go_r, go_w) = pipe()?;
         let (err_r, err_w) = pipe()?;
         // SAFETY: the child only makes async-signal-safe calls (read, execvp, write, _exit) before exec.
@@ -73,7 +88,11 @@ impl Gated {
                 if libc::read(go_r.as_raw_fd(), &mut b as *mut u8 as *mut _, 1) != 1 {
                     libc::_exit(127); // the profiler gave up before releasing us
                 }
-                libc::execvp(ptrs[0], ptrs.as_ptr());
+                if cenv.is_empty() {
+                    libc::execvp(ptrs[0], ptrs.as_ptr());
+                } else {
+                    libc::execvpe(ptrs[0], ptrs.as_ptr(), envp.as_ptr());
+                }
                 let e = *libc::__errno_location();
                 libc::write(err_w.as_raw_fd(), &e as *const i32 as *const _, 4);
                 libc::_exit(127);
@@ -133,10 +152,11 @@ impl Drop for Gated {
 /// The process ids to follow, how to name them in the recording, and the gated child when launching.
 pub(crate) type Resolved = (Vec<u32>, Vec<String>, Option<Gated>);
 
-pub(crate) fn resolve(target: &Target) -> Result<Resolved, RecordError> {
+/// The target's processes; a command is launched (gated) with `env` in its environment.
+pub(crate) fn resolve(target: &Target, env: &[(String, String)]) -> Result<Resolved, RecordError> {
     Ok(match target {
         Target::Launch(argv) => {
-            let g = Gated::spawn(argv)?;
+            let g = Gated::spawn(argv, env)?;
             (vec![g.pid], argv.clone(), Some(g))
         }
         Target::Pids(pids) => {

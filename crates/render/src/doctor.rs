@@ -40,7 +40,12 @@ fn finding(w: &mut impl Write, n: usize, f: &Finding) -> std::io::Result<()> {
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
         .unwrap_or_default();
-    writeln!(w, "   impact: {:.1}% of {} time, confidence {conf}", f.impact_pct, f.impact_of)?;
+    let of = match f.impact_of {
+        "memory" => "the memory in use at the end",
+        "wall" => "wall time",
+        _ => "cpu time",
+    };
+    writeln!(w, "   impact: {:.1}% of {of}, confidence {conf}", f.impact_pct)?;
     for e in &f.evidence {
         wrap(w, "   - ", e, 110)?;
     }

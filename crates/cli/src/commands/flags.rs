@@ -125,6 +125,7 @@ pub fn in_flag_words(e: &anyhow::Error, message: &str) -> Option<String> {
                 RecordOption::SyscallStacksPeriod => "--stacks-period",
                 RecordOption::CallersPeriod => "--stacks-period",
                 RecordOption::CallerStacks => "--stacks",
+                RecordOption::MemSample => "--mem-sample",
             };
             (cause.to_string(), format!("{flag} {problem}"))
         } else if let Some(e @ LoadTestError::ServerNotReady { .. }) = cause.downcast_ref() {

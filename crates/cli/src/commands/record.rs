@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 use whyslow_investigate::loadtest::LoadOutput;
 use whyslow_model::file;
+use whyslow_record::mem::MemOptions;
 use whyslow_record::{phases, signals, AllocOptions, Clock, OffCpuOptions, RecordOptions, Target};
 use whyslow_render as render;
 
@@ -52,6 +53,15 @@ pub struct RecordArgs {
     /// of each is copied at its 1st, 2nd, 4th, ... call and then at least every Nth (1: every call).
     #[arg(long, default_value_t = whyslow_record::ALLOC_PERIOD, value_name = "N")]
     pub alloc_period: u64,
+    /// Record memory in use by stack, for a launched command: what it still holds at its end (what it
+    /// leaked), at its heap's peak and over time (report --type inuse-bytes, peak-bytes, alloc-bytes).
+    /// Every allocation and free is paired inside the program (a library it runs with: LD_PRELOAD).
+    #[arg(long)]
+    pub mem: bool,
+    /// With --mem: sample allocations by bytes, one every BYTES on average (512 KiB as tcmalloc, jemalloc
+    /// and Go do), with unbiased estimates; 0 counts every allocation exactly.
+    #[arg(long, default_value_t = 0, value_name = "BYTES")]
+    pub mem_sample: u64,
     /// Bytes of user stack copied per sample (deeper stacks are cut).
     #[arg(long, default_value_t = 32768)]
     pub stack_size: u32,
@@ -95,8 +105,9 @@ fn run(a: RecordArgs, outcome: &mut Outcome) -> Result<()> {
         },
         stack_bytes: a.stack_size,
         kernel: !a.no_kernel,
-        cpu: a.cpu || !(a.alloc || a.offcpu),
+        cpu: a.cpu || !(a.alloc || a.offcpu || a.mem),
         alloc: a.alloc.then_some(AllocOptions { period: a.alloc_period }),
+        mem: a.mem.then_some(MemOptions { sample_bytes: a.mem_sample, period_ms: 100 }),
         offcpu: a.offcpu.then(|| OffCpuOptions::sampled_at(a.freq, Duration::from_micros(a.min_block_us))),
         ..Default::default()
     };
