@@ -8,7 +8,7 @@
 
 pub mod diff;
 pub mod doctor;
-pub mod load;
+pub mod loadtest;
 pub mod memory;
 pub mod regress;
 pub mod slice;

@@ -6,7 +6,7 @@
 use crate::loadtest::{measured_run, LoadOptions};
 use crate::{InvestigateError, InvestigateOption};
 use whyslow_analyze::diff::{Scale, Side};
-use whyslow_analyze::load::{parse_load_output, LoadStats};
+use whyslow_analyze::loadtest::{parse_load_output, LoadStats};
 use whyslow_analyze::stats::Measure;
 use whyslow_model::{sample_types, Profile};
 use whyslow_record::{Observer, RecordOptions, Target};

@@ -5,7 +5,7 @@
 //! the recorder stops the server (SIGTERM, SIGKILL after a grace period). The load tool runs outside the
 //! recording: only the server's samples are kept. [`measured_run`] adds the CPU time (user + system) of
 //! the launched command's process tree, from the kernel's accounting of reaped children. What the load
-//! tool printed is handed back as text (whyslow_analyze::load reads it). It drives the recorder and
+//! tool printed is handed back as text (whyslow_analyze::loadtest reads it). It drives the recorder and
 //! never records or symbolizes by itself; its failures are [`LoadTestError`], a recording's wrapped.
 
 use std::io::Read;

@@ -8,7 +8,7 @@ pub mod doctor;
 pub mod export;
 pub mod flamegraph;
 pub mod json;
-pub mod load;
+pub mod loadtest;
 pub mod source;
 pub mod syscalls;
 pub mod text;

@@ -22,6 +22,7 @@ mod slicing;
 pub mod spec;
 pub mod store;
 pub mod timespec;
+mod tracked;
 mod view;
 mod watch;
 mod webhook;

@@ -16,7 +16,7 @@ pub fn render(s: &Shared) -> Result<String, crate::store::StoreError> {
     o.value("whyslow_targets", &[("state", "stopped")], targets.len() - running);
     drop(targets);
     let tracked = s.tracked.lock().expect("tracked lock");
-    let live: Vec<&crate::recorder::Tracked> = tracked.values().filter(|t| t.gone_ns.is_none()).collect();
+    let live: Vec<&crate::tracked::Tracked> = tracked.values().filter(|t| t.gone_ns.is_none()).collect();
     o.family("whyslow_tracked_processes", "gauge", "Processes followed now, by how they are followed.");
     o.value(
         "whyslow_tracked_processes",

@@ -17,6 +17,7 @@
 use crate::procs;
 use crate::shared::{Counters, Shared};
 use crate::spec::{ProcessView, SourceKind, TargetSpec};
+use crate::tracked::{ring_pages, Key, Tracked};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -27,9 +28,7 @@ use whyslow_model::raw::RawRecording;
 use whyslow_model::unix_now_ns as now_ns;
 use whyslow_record::follow::{Cover, Entry, Followed, ForkWaits};
 use whyslow_record::procfs;
-use whyslow_record::{
-    AllocOptions, Objects, Observer, OffCpuOptions, RecordOptions, Session, SyscallOptions, Target,
-};
+use whyslow_record::{Objects, Observer, RecordOptions, Session, Target};
 
 /// How often processes are rescanned: a process that starts (or execs into a match) is followed within
 /// this much plus the time to open its events.
@@ -37,80 +36,6 @@ pub const SCAN_INTERVAL: Duration = Duration::from_millis(250);
 /// How long a process that ended or stopped matching is remembered, so its last window still finds its
 /// targets.
 const GRACE: Duration = Duration::from_secs(120);
-/// Allocation stacks: each copied again at least every Nth call of it (the counts are exact).
-const ALLOC_PERIOD: u64 = 1000;
-/// Syscall entries sampled: every Nth.
-const SYSCALL_PERIOD: u64 = 100;
-
-/// What one session records: its sources, frequency and window length.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Key {
-    pub sources: BTreeSet<SourceKind>,
-    pub frequency: u64,
-    pub window_s: u64,
-}
-
-impl Key {
-    /// The one key of a process matched by `specs`: every source any of them asks for.
-    fn of<'a>(specs: impl Iterator<Item = &'a TargetSpec>) -> Option<Key> {
-        let mut k: Option<Key> = None;
-        for s in specs {
-            let k =
-                k.get_or_insert_with(|| Key { sources: BTreeSet::new(), frequency: 0, window_s: u64::MAX });
-            k.sources.extend(s.sources.iter().copied());
-            k.frequency = k.frequency.max(s.frequency);
-            k.window_s = k.window_s.min(s.window_s);
-        }
-        k
-    }
-
-    pub fn name(&self) -> String {
-        self.sources.iter().map(|s| format!("{s:?}").to_lowercase()).collect::<Vec<_>>().join(",")
-    }
-
-    fn options(&self, first: u32, stop: Arc<AtomicBool>) -> RecordOptions {
-        let has = |s| self.sources.contains(&s);
-        RecordOptions {
-            target: Target::Pids(vec![first]),
-            frequency: self.frequency,
-            cpu: has(SourceKind::Cpu),
-            offcpu: has(SourceKind::Offcpu)
-                .then(|| OffCpuOptions::sampled_at(self.frequency, Duration::ZERO)),
-            alloc: has(SourceKind::Alloc).then_some(AllocOptions { period: ALLOC_PERIOD }),
-            syscalls: has(SourceKind::Syscalls)
-                .then(|| SyscallOptions { trace: Vec::new(), stacks_period: Some(SYSCALL_PERIOD) }),
-            ring_pages: ring_pages(self.frequency, RecordOptions::default().stack_bytes),
-            stop: Some(stop),
-            ..RecordOptions::default()
-        }
-    }
-}
-
-/// Ring pages per CPU that hold a quarter second of samples (rings are drained every 100 ms), a power of
-/// two from 64 (256 KB) to 2048 (8 MB).
-fn ring_pages(frequency: u64, stack_bytes: u32) -> usize {
-    let bytes = frequency * (u64::from(stack_bytes) + 512) / 4;
-    (bytes.div_ceil(4096) as usize).next_power_of_two().clamp(64, 2048)
-}
-
-/// A process the agent follows now (or followed until recently).
-#[derive(Debug, Clone)]
-pub struct Tracked {
-    pub view: ProcessView,
-    pub targets: Vec<i64>,
-    pub key: Key,
-    /// The followed process whose events this one inherited, or itself when opened directly.
-    pub root: u32,
-    /// Clock ticks since boot when it was chosen to be opened directly (processes started before
-    /// cannot have inherited its events).
-    pub follow_ticks: u64,
-    pub since_ns: u64,
-    /// When it ended or stopped matching (kept for [`GRACE`] so its last window is attributed).
-    pub gone_ns: Option<u64>,
-    /// Seen by the whole-host session (in `Shared::host_tracked`), not followed.
-    pub host: bool,
-}
-
 enum Cmd {
     Follow(u32),
     Forget(u32),

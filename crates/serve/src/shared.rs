@@ -2,9 +2,9 @@
 //! the counters behind /metrics and /healthz. Only state and its small accessors live here; what the
 //! threads do with it lives in their own modules.
 
-use crate::recorder::{Key, Tracked};
 use crate::spec::TargetSpec;
 use crate::store::{Store, StoreError};
+use crate::tracked::{Key, Tracked};
 use crate::ServeOptions;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -186,8 +186,8 @@ fn show_load(out: &LoadOutput, ready_after: Duration, server_exit: Option<i32>) 
     }
     o.flush()?;
     eprint!("{}", out.stderr);
-    let stats = whyslow_analyze::load::parse_load_output(&out.stdout);
-    render::load::summary(&mut o, stats.as_ref(), ready_after, out.elapsed, server_exit)?;
+    let stats = whyslow_analyze::loadtest::parse_load_output(&out.stdout);
+    render::loadtest::summary(&mut o, stats.as_ref(), ready_after, out.elapsed, server_exit)?;
     if out.status != 0 {
         eprintln!("whyslow: warning: the load command exited with status {}", out.status);
     }

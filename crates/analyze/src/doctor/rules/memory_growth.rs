@@ -56,13 +56,8 @@ fn steady(series: &[i64]) -> Option<(Growth, Growth)> {
 }
 
 pub fn check(f: &Facts) -> Verdict {
-    let Some(inuse) = f.p.sample_type(sample_types::INUSE_BYTES) else {
-        // Asked only where memory was a question (allocations were counted).
-        return match f.p.sample_type(sample_types::ALLOC_BYTES) {
-            Some(_) => Verdict::NeedsData("memory in use (record --mem)"),
-            None => Verdict::Clear,
-        };
-    };
+    // Without memory in use there is nothing to judge; not a gap worth a line in every report.
+    let Some(inuse) = f.p.sample_type(sample_types::INUSE_BYTES) else { return Verdict::Clear };
     // The call sites, each judged on its own series: a leak is not hidden by a cache freed beside it.
     let mut sites: HashMap<String, (Vec<u32>, Vec<String>)> = HashMap::new();
     for s in f.p.samples.iter().filter(|s| s.values[inuse] != 0) {

@@ -1,4 +1,4 @@
-//! What load tools report (`wrk`, `redis-benchmark`): throughput, latency and errors parsed from their
+//! What load tools report (`wrk`, `redis-benchmark`) in a load test: throughput, latency and errors parsed from their
 //! output, for `record --load` and `compare --load`.
 
 /// Throughput and latency a load tool reported.

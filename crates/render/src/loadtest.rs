@@ -3,7 +3,7 @@
 
 use std::io::Write;
 use std::time::Duration;
-use whyslow_analyze::load::LoadStats;
+use whyslow_analyze::loadtest::LoadStats;
 
 /// `load: wrk: 24418 requests/s, latency avg 0.655 ms, ...` (when the tool's output was understood) and
 /// `server: ready after ..., load ran ..., then stopped (SIGTERM)`.
@@ -40,7 +40,7 @@ pub fn summary(
 mod tests {
     use super::summary;
     use std::time::Duration;
-    use whyslow_analyze::load::LoadStats;
+    use whyslow_analyze::loadtest::LoadStats;
 
     #[test]
     fn summary_lines() {
