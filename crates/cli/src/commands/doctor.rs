@@ -122,6 +122,3 @@ fn run(a: DoctorArgs, outcome: &mut Outcome) -> Result<()> {
     }
     Ok(())
 }
-
-/// The status of a doctor run whose `--fail-on` matched a finding.
-pub const FINDINGS_MATCHED: i32 = 3;

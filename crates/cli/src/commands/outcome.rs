@@ -1,9 +1,11 @@
 //! How a command's run ended, which main passes on as whyslow's exit status: a target process killed by
 //! a signal, a launched command's own failing status, a doctor finding that matched `--fail-on`.
 
-use super::doctor::FINDINGS_MATCHED;
 use whyslow_model::{Killed, Metadata};
 use whyslow_record::signals;
+
+/// The status of a doctor run whose `--fail-on` matched a finding.
+pub const FINDINGS_MATCHED: i32 = 3;
 
 /// How a command ended, besides an error it may have had.
 #[derive(Debug, Clone)]
