@@ -893,6 +893,15 @@ EXPORT void free(void *ptr) {
     LEAVE();
 }
 
+/* Moved or resized: the old block is freed and a new one allocated by the caller of `fp`'s function; on
+ * failure the old block stays. realloc(p, 0) frees p and returns NULL. */
+static void on_realloc(void *old, void *p, size_t size, uintptr_t fp, int entry) {
+    int e = errno;
+    if (old && (p || size == 0)) on_free(old);
+    on_alloc(p, size, fp, entry);
+    errno = e;
+}
+
 EXPORT void *realloc(void *ptr, size_t size) {
     if (UNLIKELY(in_boot_arena(ptr))) {
         void *p = malloc(size);
@@ -902,14 +911,7 @@ EXPORT void *realloc(void *ptr, size_t size) {
     }
     ENTER(return boot_alloc(size));
     void *p = real_realloc(ptr, size);
-    if (tracked) {
-        int e = errno;
-        /* Moved or resized: the old block is freed and a new one allocated here; on failure the old block
-         * stays. realloc(p, 0) frees p and returns NULL. */
-        if (ptr && (p || size == 0)) on_free(ptr);
-        on_alloc(p, size, (uintptr_t)__builtin_frame_address(0), ENTRY_REALLOC);
-        errno = e;
-    }
+    if (tracked) on_realloc(ptr, p, size, (uintptr_t)__builtin_frame_address(0), ENTRY_REALLOC);
     LEAVE();
     return p;
 }
@@ -919,12 +921,7 @@ EXPORT void *reallocarray(void *ptr, size_t n, size_t m) {
     if (__builtin_mul_overflow(n, m, &size)) { errno = ENOMEM; return NULL; }
     ENTER(return NULL);
     void *p = real_realloc(ptr, size);
-    if (tracked) {
-        int e = errno;
-        if (ptr && (p || size == 0)) on_free(ptr);
-        on_alloc(p, size, (uintptr_t)__builtin_frame_address(0), ENTRY_REALLOCARRAY);
-        errno = e;
-    }
+    if (tracked) on_realloc(ptr, p, size, (uintptr_t)__builtin_frame_address(0), ENTRY_REALLOCARRAY);
     LEAVE();
     return p;
 }
