@@ -568,8 +568,8 @@ static int64_t draw_interval(void) {
 
 static void snapshot(uint64_t t);
 
-static void maybe_snapshot(void) {
-    uint64_t t = now_ns(CLOCK_MONOTONIC_COARSE);
+/* A snapshot when the period has passed at `t` (the coarse clock). Called with the lock held. */
+static void maybe_snapshot(uint64_t t) {
     if (UNLIKELY(t >= next_snap_ns)) {
         snapshot(now_ns(CLOCK_MONOTONIC));
         next_snap_ns = t + period_ns;
@@ -608,7 +608,7 @@ static void on_alloc(void *ptr, size_t size, uintptr_t fp, int entry) {
     uint64_t t = now_ns(CLOCK_MONOTONIC_COARSE);
     live[at] = (Live){(uint64_t)ptr, size, id, (uint32_t)((t > start_ns ? t - start_ns : 0) / 1000000)};
     change(id, count, bytes, +1);
-    if (UNLIKELY(t >= next_snap_ns)) { snapshot(now_ns(CLOCK_MONOTONIC)); next_snap_ns = t + period_ns; }
+    maybe_snapshot(t);
     unlock();
 }
 
@@ -638,7 +638,7 @@ static void on_free(void *ptr) {
     lock();
     if (LIKELY(!finished && live)) {
         if (!forget((uint64_t)ptr) && !sample_mean) unknown_frees++;
-        maybe_snapshot();
+        maybe_snapshot(now_ns(CLOCK_MONOTONIC_COARSE));
     }
     unlock();
 }

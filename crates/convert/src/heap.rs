@@ -3,6 +3,7 @@
 //! The converter turns it into samples of the profile's `inuse-*`, `alloc-*` and `peak-*` types; nothing
 //! here reads a process or a file.
 
+use crate::Mapping;
 use whyslow_model::raw::{RawFrame, RawRecording, RawThread};
 use whyslow_model::{sample_types as st, FrameKind};
 
@@ -169,8 +170,8 @@ impl<H: crate::Host> crate::Converter<H> {
         let own = !h.maps.is_empty();
         let tracked = if own { self.procs.remove(&h.pid) } else { None };
         if own {
-            for m in h.maps.lines().filter_map(MapsLine::parse).filter(|m| m.exec) {
-                self.add_mapping(h.pid, m.start, m.end, m.pgoff, m.path);
+            for m in h.maps.lines().filter_map(Mapping::from_maps_line) {
+                self.add_mapping(h.pid, m.start, m.end, m.pgoff, &m.path);
             }
         }
         let module = if h.allocator.is_empty() { "[heap]" } else { h.allocator.as_str() };
@@ -202,32 +203,6 @@ impl<H: crate::Host> crate::Converter<H> {
             }
         }
         stacks
-    }
-}
-
-/// One line of /proc/PID/maps.
-struct MapsLine<'a> {
-    start: u64,
-    end: u64,
-    pgoff: u64,
-    exec: bool,
-    path: &'a str,
-}
-
-impl<'a> MapsLine<'a> {
-    fn parse(line: &'a str) -> Option<MapsLine<'a>> {
-        let mut f = line.splitn(6, ' ');
-        let (range, perms, pgoff) = (f.next()?, f.next()?, f.next()?);
-        let (_dev, _inode) = (f.next()?, f.next()?);
-        let path = f.next().unwrap_or("").trim_start();
-        let (start, end) = range.split_once('-')?;
-        Some(MapsLine {
-            start: u64::from_str_radix(start, 16).ok()?,
-            end: u64::from_str_radix(end, 16).ok()?,
-            pgoff: u64::from_str_radix(pgoff, 16).ok()?,
-            exec: perms.as_bytes().get(2) == Some(&b'x'),
-            path,
-        })
     }
 }
 

@@ -15,6 +15,29 @@ pub struct Mapping {
     pub path: String,
 }
 
+impl Mapping {
+    /// One line of /proc/PID/maps, when it maps executable code from a named object (a file, `[vdso]`).
+    pub fn from_maps_line(line: &str) -> Option<Mapping> {
+        let mut it = line.splitn(6, ' ');
+        let range = it.next()?;
+        let perms = it.next()?;
+        let pgoff = u64::from_str_radix(it.next()?, 16).ok()?;
+        let _dev = it.next()?;
+        let _inode = it.next()?;
+        let path = it.next().unwrap_or("").trim_start().to_string();
+        if !perms.contains('x') || path.is_empty() {
+            return None;
+        }
+        let (s, e) = range.split_once('-')?;
+        Some(Mapping {
+            start: u64::from_str_radix(s, 16).ok()?,
+            end: u64::from_str_radix(e, 16).ok()?,
+            pgoff,
+            path,
+        })
+    }
+}
+
 /// A process as a host sees it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProcessInfo {

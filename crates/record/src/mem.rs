@@ -64,7 +64,7 @@ pub enum MemFileError {
 pub fn check_command(argv: &[String]) -> Result<(), RecordError> {
     use object::read::elf::{ElfFile64, ProgramHeader};
     use std::os::unix::fs::PermissionsExt;
-    let Some(path) = argv.first().and_then(|a| find_in_path(a)) else { return Ok(()) };
+    let Some(path) = argv.first().and_then(|a| crate::target::program_path(a)) else { return Ok(()) };
     let Ok(meta) = std::fs::metadata(&path) else { return Ok(()) };
     if meta.permissions().mode() & 0o6000 != 0 {
         return Err(RecordError::SetuidBinary(path.display().to_string()));
@@ -78,15 +78,6 @@ pub fn check_command(argv: &[String]) -> Result<(), RecordError> {
         return Err(RecordError::StaticBinary(path.display().to_string()));
     }
     Ok(())
-}
-
-/// `name` as exec finds it: a path when it has a slash, else the first executable of that name in PATH.
-fn find_in_path(name: &str) -> Option<PathBuf> {
-    if name.contains('/') {
-        return Some(PathBuf::from(name));
-    }
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path).map(|d| d.join(name)).find(|p| p.is_file())
 }
 
 /// A run's memory directory: the library and the files the target's processes write, removed with it.

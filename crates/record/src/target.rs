@@ -248,27 +248,7 @@ pub fn all_comms() -> Vec<String> {
 /// The executable file mappings of a live process, from /proc/PID/maps.
 pub fn exec_maps(pid: u32) -> Vec<Mapping> {
     let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { return Vec::new() };
-    text.lines().filter_map(parse_maps_line).collect()
-}
-
-fn parse_maps_line(line: &str) -> Option<Mapping> {
-    let mut it = line.splitn(6, ' ');
-    let range = it.next()?;
-    let perms = it.next()?;
-    let pgoff = u64::from_str_radix(it.next()?, 16).ok()?;
-    let _dev = it.next()?;
-    let _inode = it.next()?;
-    let path = it.next().unwrap_or("").trim_start().to_string();
-    if !perms.contains('x') || path.is_empty() {
-        return None;
-    }
-    let (s, e) = range.split_once('-')?;
-    Some(Mapping {
-        start: u64::from_str_radix(s, 16).ok()?,
-        end: u64::from_str_radix(e, 16).ok()?,
-        pgoff,
-        path,
-    })
+    text.lines().filter_map(Mapping::from_maps_line).collect()
 }
 
 /// Every running process named `name`, or an error with the names that look like it.
@@ -400,17 +380,21 @@ fn through_root_of(path: &str) -> Option<u32> {
 
 #[cfg(test)]
 mod tests {
-    use super::{alive, exec_maps, parse_maps_line, threads_of, yield_cpu};
+    use super::{alive, exec_maps, threads_of, yield_cpu, Mapping};
 
     #[test]
     fn parses_maps_lines() {
-        let m = parse_maps_line("7f00-7f80 r-xp 00001000 08:01 1234      /usr/lib/libc.so.6").unwrap();
+        let m =
+            Mapping::from_maps_line("7f00-7f80 r-xp 00001000 08:01 1234      /usr/lib/libc.so.6").unwrap();
         assert_eq!(
             (m.start, m.end, m.pgoff, m.path.as_str()),
             (0x7f00, 0x7f80, 0x1000, "/usr/lib/libc.so.6")
         );
-        assert!(parse_maps_line("7f00-7f80 rw-p 00000000 00:00 0 [heap]").is_none());
-        assert_eq!(parse_maps_line("7f00-7f80 r-xp 00000000 00:00 0  [vdso]").unwrap().path, "[vdso]");
+        assert!(Mapping::from_maps_line("7f00-7f80 rw-p 00000000 00:00 0 [heap]").is_none());
+        assert_eq!(
+            Mapping::from_maps_line("7f00-7f80 r-xp 00000000 00:00 0  [vdso]").unwrap().path,
+            "[vdso]"
+        );
     }
 
     #[test]
