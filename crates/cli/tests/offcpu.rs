@@ -64,35 +64,46 @@ fn sqlite_without_a_transaction_waits_in_fdatasync() {
     assert!(on_cpu < sync, "on-CPU alone understates it: {on_cpu}% vs {sync}%");
 }
 
-/// 4000 naps of 100 us: blocked time is sampled in the kernel at the CPU rate (-F 999: one period is
+/// 8000 naps of 100 us: blocked time is sampled in the kernel at the CPU rate (-F 999: one period is
 /// ~1 ms), so a block of ~150 us is kept with probability ~0.15 and valued one period. The estimate is
-/// unbiased: its total matches the off-CPU time the kernel accounted to the thread (elapsed - run time,
-/// printed by the workload) within 15% (about 4 standard deviations of the sampling error), from far
-/// fewer records than blocks.
+/// unbiased: its total lies between the two bounds of the thread's off-CPU time the workload prints (the
+/// kernel's elapsed - run time, which counts the interrupt and steal time of a VM as run time, and the
+/// wall time inside nap, which also holds nanosleep's own CPU time), within 15% of each: about 4 standard
+/// deviations of the sampling error (~1.2 s of blocks in 1 ms periods). Each bound is what the program
+/// measured; on a busy 2-core VM they were 5-8% apart. And it comes from far fewer records than blocks.
 #[test]
 fn short_blocks_are_sampled_in_the_kernel_without_bias() {
     let dir = tmp();
     let data = dir.path().join("naps.data");
     let bin = workload("naps");
+    let blocks = 8000;
     let out = whyslow()
         .args(["record", "-q", "--offcpu", "-F", "999", "-o", data.to_str().unwrap(), "--"])
-        .args([bin.to_str().unwrap(), "4000", "100us"])
+        .args([bin.to_str().unwrap(), &blocks.to_string(), "100us"])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    let truth: f64 = stderr
-        .lines()
-        .find_map(|l| l.strip_prefix("offcpu_ns "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("the workload reports its off-CPU time: {stderr}"));
+    let printed = |name: &str| -> f64 {
+        stderr
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("the workload reports {name}: {stderr}"))
+    };
+    let (lower, upper) = (printed("offcpu_ns "), printed("napwall_ns "));
+    assert!(lower <= upper * 1.01, "the bounds: {lower} <= {upper}");
     let r = report_json(data.to_str().unwrap(), &["--type", "offcpu"]);
     let nap = function(&r, |n| n == "nap").map_or(0, |f| f["total"].as_i64().unwrap()) as f64;
-    let ratio = nap / truth;
-    assert!((ratio - 1.0).abs() <= 0.15, "nap's off-CPU time {nap} vs the kernel's {truth}: {ratio:.3}");
-    // One record per kept block (each is unwound once): about truth / 1 ms of them, not 4000.
+    assert!(
+        nap >= 0.85 * lower && nap <= 1.15 * upper,
+        "nap's off-CPU time {nap} vs the bounds [{lower}, {upper}]: {:.3} .. {:.3}",
+        nap / lower,
+        nap / upper
+    );
+    // One record per kept block (each is unwound once): about upper / 1 ms of them, not one per block.
     let records = r["unwind"]["complete"].as_i64().unwrap() + r["unwind"]["partial"].as_i64().unwrap();
-    assert!(records > 100 && records < 1500, "{records} records for 4000 blocks");
+    assert!(records > 200 && records < blocks / 3, "{records} records for {blocks} blocks");
 }
 
 /// Go's runtime threads block on g0 stacks whose unwinding ends at runtime.clone or runtime.mcall; what
