@@ -292,14 +292,21 @@ fn diagnoses_a_saved_recording_and_rejects_bad_input() {
     assert!(err.contains("/no/such/program"), "{err}");
 }
 
-/// Runs the doctor and keeps the recording: (JSON report, text report of the saved recording, its path).
+/// Runs the doctor and keeps the recording: (JSON report, `-v` text report of the saved recording, its
+/// path). The default text report of it is checked to read in a terminal: no line wider than 110
+/// columns (standard output is no terminal here), no finding longer than 12 lines.
 fn doctor_saved(dir: &std::path::Path, prog: &str, args: &[&str]) -> (Value, String, String) {
     let data = dir.join(format!("{prog}.data")).to_str().unwrap().to_string();
     let bin = workload(prog);
     let mut argv = vec!["doctor", "--format", "json", "-o", &data, "--", bin.to_str().unwrap()];
     argv.extend(args);
     let report: Value = serde_json::from_str(&ok(&argv)).unwrap();
-    let text = ok(&["doctor", &data]);
+    let short = ok(&["doctor", &data]);
+    assert!(short.lines().all(|l| l.chars().count() <= 110), "{short}");
+    for f in short.split("\n\n").filter(|b| b.starts_with(|c: char| c.is_ascii_digit())) {
+        assert!(f.lines().count() <= 12, "{f}");
+    }
+    let text = ok(&["doctor", "-v", &data]);
     (report, text, data)
 }
 
@@ -778,7 +785,7 @@ fn evidence_of(f: &Value) -> Vec<String> {
     f["evidence"].as_array().unwrap().iter().map(|e| e.as_str().unwrap().to_string()).collect()
 }
 
-/// The text report shows every evidence line of the JSON one, numbers included (the text wraps lines:
+/// The `-v` text report shows every evidence line of the JSON one, numbers included (the text wraps lines:
 /// both are compared with runs of white space made one space).
 fn assert_text_shows_evidence(text: &str, f: &Value) {
     let squash = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -923,7 +930,7 @@ fn doctor_in_cgroup(cg: &QuotaCgroup, dir: &std::path::Path) -> (Value, String) 
     let _ = target.kill();
     target.wait().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    (serde_json::from_slice(&out.stdout).unwrap(), ok(&["doctor", data.to_str().unwrap()]))
+    (serde_json::from_slice(&out.stdout).unwrap(), ok(&["doctor", "-v", data.to_str().unwrap()]))
 }
 
 /// cpu-throttling: doctor_crunch (a worker per CPU) in a cgroup with a quota of 0.2 CPU is throttled,

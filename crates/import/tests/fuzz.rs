@@ -903,7 +903,8 @@ fn consume(p: &whyslow_model::Profile, origin: &str, all: bool) {
     let _ = r::export::speedscope(&mut out, p, 0);
     let _ = r::export::callgrind(&mut out, p, 0);
     let d = whyslow_analyze::doctor::diagnose(p, origin);
-    let _ = r::doctor::text(&mut out, p, &d, 25);
+    let _ =
+        r::doctor::text(&mut out, p, &d, &r::doctor::TextOptions { limit: 25, width: 110, verbose: false });
     let _ = r::doctor::json(&mut out, p, &d);
 }
 

@@ -128,6 +128,22 @@ pub const IMPORTED_NOTE: &str = "imported from ";
 /// `calls_duration_ns` after the `duration_ns` of the first).
 pub const PHASE2_NOTE: &str = "phase 2: ";
 
+/// Start of the note giving the measured price of a counted syscall (under a probe budget).
+pub const SYSCALL_COST_NOTE: &str = "a counted syscall cost ";
+
+/// Start of the note saying how the syscall counters were sliced over the run (under a probe budget).
+pub const SYSCALL_SLICES_NOTE: &str = "syscall counters: ";
+
+/// Start of the note saying the probes were stopped when their cost reached the budget.
+pub const BUDGET_NOTE: &str = "probes stopped after";
+
+/// Whether note `n` says how the probes spent their budget (a second phase's window, when they stopped,
+/// the price of a counted syscall, the counters' slices) rather than something the reader must know to trust the
+/// numbers: such notes are for `-v` and JSON, not the default text.
+pub fn is_detail_note(n: &str) -> bool {
+    [PHASE2_NOTE, BUDGET_NOTE, SYSCALL_COST_NOTE, SYSCALL_SLICES_NOTE].iter().any(|p| n.starts_with(p))
+}
+
 /// Marker for "no parent" in the stack trie and "no module" on a frame.
 pub const NONE: u32 = u32::MAX;
 

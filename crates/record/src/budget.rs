@@ -2,7 +2,7 @@
 //! CPU time the probes that cost per call may spend (see [`RecordOptions::probe_budget`](crate::RecordOptions::probe_budget)).
 
 /// How the note that the probe budget ended a run begins (see [`RecordOptions::probe_budget`](crate::RecordOptions::probe_budget)).
-pub const BUDGET_NOTE: &str = "probes stopped after";
+pub use whyslow_model::BUDGET_NOTE;
 
 /// Cost of one syscall to the exact counters (the kernel's syscall tracepoint path and two eBPF programs),
 /// in ns, where it could not be measured at the start of the run: about 550 ns measured on the 2-core test VM (redis-server under redis-benchmark: 1.55 µs more

@@ -530,10 +530,11 @@ impl<'a> Session<'a> {
         }
         if let Some(c) = self.src.syscall_cost {
             self.notes.push(format!(
-                "a counted syscall cost {:.2} us here (measured at the start of the run, the counters attached \
+                "{}{:.2} us here (measured at the start of the run, the counters attached \
                  to whyslow's own thread: {:.2} us more per getppid, {:.2} us per stat, {:.2} us per socket \
                  write or read); a syscall of any other process {:.2} us while they were attached, priced in \
                  too",
+                whyslow_model::SYSCALL_COST_NOTE,
                 c.ns() / 1e3,
                 c.light_ns / 1e3,
                 c.path_ns / 1e3,

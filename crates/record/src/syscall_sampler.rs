@@ -132,8 +132,9 @@ impl SyscallSampler {
             k => format!(", {k} skipped for the budget"),
         };
         format!(
-            "syscall counters: after their first window of {:.2} s, {n} slice{} of {} ms every {} ms \
+            "{}after their first window of {:.2} s, {n} slice{} of {} ms every {} ms \
              ({:.2} s in all{skipped}) sampled the rest of the run",
+            whyslow_model::SYSCALL_SLICES_NOTE,
             self.slices[0].0 as f64 / 1e9,
             if n == 1 { "" } else { "s" },
             SLICE.as_millis(),
@@ -171,7 +172,7 @@ mod tests {
         assert_eq!(s.allowed(2_000_000_000), 100_000_000 + crate::BUDGET_CREDIT_NS);
         assert_eq!(
             s.describe(),
-            "syscall counters: after their first window of 1.00 s, 1 slice of 50 ms every 620 ms (0.05 s in \
+            "{}after their first window of 1.00 s, 1 slice of 50 ms every 620 ms (0.05 s in \
              all) sampled the rest of the run"
         );
         // A target whose counters cost little next to its CPU is sampled half the time at most; one that

@@ -1,41 +1,48 @@
 //! The doctor's report: findings first, most impact first, each short enough to read in a terminal;
 //! then the hot paths, the rules that could not run, and what the run did. JSON carries the same.
 
+use crate::fit;
 use serde::Serialize;
 use std::io::Write;
 use whyslow_analyze::doctor::{Diagnosis, Finding, HotPath, IdleThread, WallSplit};
 use whyslow_model::Profile;
 
-/// Folds `text` into lines of at most `width` characters: the first starts with `first`, the others
-/// are indented to line up with it.
-fn wrap(w: &mut impl Write, first: &str, text: &str, width: usize) -> std::io::Result<()> {
-    let rest = " ".repeat(first.len());
-    let mut indent = first;
-    let mut line = String::new();
-    for word in text.split_whitespace() {
-        if !line.is_empty() && indent.len() + line.len() + 1 + word.len() > width {
-            writeln!(w, "{indent}{line}")?;
-            indent = &rest;
-            line.clear();
-        }
-        if !line.is_empty() {
-            line.push(' ');
-        }
-        line.push_str(word);
+/// How the text report is laid out.
+#[derive(Debug, Clone, Copy)]
+pub struct TextOptions {
+    /// Rows of the hot paths and of the counted calls.
+    pub limit: usize,
+    /// The widest line: the terminal's width, or [`fit::WIDTH`].
+    pub width: usize,
+    /// Everything: each finding whole, why rules were not checked, how the probes spent their budget.
+    pub verbose: bool,
+}
+
+impl TextOptions {
+    /// At most `max` lines unless verbose.
+    fn lines(&self, max: usize) -> Option<usize> {
+        (!self.verbose).then_some(max)
     }
-    if !line.is_empty() {
-        writeln!(w, "{indent}{line}")?;
+}
+
+/// Writes `text` folded under `label` (see [`fit::wrap`]).
+fn wrap(
+    w: &mut impl Write,
+    label: &str,
+    text: &str,
+    width: usize,
+    max: Option<usize>,
+) -> std::io::Result<()> {
+    for line in fit::wrap(label, text, width, max) {
+        writeln!(w, "{line}")?;
     }
     Ok(())
 }
 
-fn path(h: &HotPath) -> String {
-    let frames: Vec<_> = h.frames.iter().map(|f| crate::short_name(f)).collect();
-    frames.join(" > ")
-}
-
-fn finding(w: &mut impl Write, n: usize, f: &Finding) -> std::io::Result<()> {
-    writeln!(w, "{n}. [{}] {}", f.id, f.title)?;
+/// A finding in at most 12 lines (whole with `verbose`): the title, its impact, the first evidence
+/// (3 lines), why (2), the fix (3) and how to verify it (2).
+fn finding(w: &mut impl Write, n: usize, f: &Finding, o: &TextOptions) -> std::io::Result<()> {
+    writeln!(w, "{}", fit::clip(&format!("{n}. [{}] {}", f.id, f.title), o.width))?;
     let conf = serde_json::to_value(f.confidence)
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
@@ -46,17 +53,23 @@ fn finding(w: &mut impl Write, n: usize, f: &Finding) -> std::io::Result<()> {
         _ => "cpu time",
     };
     writeln!(w, "   impact: {:.1}% of {of}, confidence {conf}", f.impact_pct)?;
-    for e in &f.evidence {
-        wrap(w, "   - ", e, 110)?;
+    let mut evidence: Vec<String> =
+        f.evidence.iter().flat_map(|e| fit::wrap("   - ", e, o.width, None)).collect();
+    if !o.verbose && evidence.len() > 3 {
+        evidence.truncate(3);
+        evidence[2] = fit::marked_cut(&evidence[2], o.width);
     }
-    wrap(w, "   why: ", &f.why, 110)?;
-    wrap(w, "   fix: ", &f.fix, 110)?;
-    wrap(w, "   verify: ", &f.verify, 110)?;
+    for line in evidence {
+        writeln!(w, "{line}")?;
+    }
+    wrap(w, "   why: ", &f.why, o.width, o.lines(2))?;
+    wrap(w, "   fix: ", &f.fix, o.width, o.lines(3))?;
+    wrap(w, "   verify: ", &f.verify, o.width, o.lines(2))?;
     writeln!(w)
 }
 
-/// The text report; the hot paths and the counted calls show `limit` rows each.
-pub fn text(w: &mut impl Write, p: &Profile, d: &Diagnosis, limit: usize) -> std::io::Result<()> {
+/// The text report.
+pub fn text(w: &mut impl Write, p: &Profile, d: &Diagnosis, o: &TextOptions) -> std::io::Result<()> {
     let pids: Vec<String> = p.meta.target_pids.iter().map(u32::to_string).collect();
     // Imported profiles name no process.
     let pids = if pids.is_empty() { String::new() } else { format!(" (pid {})", pids.join(",")) };
@@ -71,35 +84,39 @@ pub fn text(w: &mut impl Write, p: &Profile, d: &Diagnosis, limit: usize) -> std
         ),
         _ => crate::units::duration(p.meta.duration_ns as i64),
     };
-    writeln!(
-        w,
-        "whyslow doctor: {}{pids}, {took}: {} finding{}\n",
+    let header = format!(
+        "{}{pids}, {took}: {} finding{}",
         p.meta.command.join(" "),
         d.findings.len(),
         if d.findings.len() == 1 { "" } else { "s" }
-    )?;
+    );
+    wrap(w, "whyslow doctor: ", &header, o.width, None)?;
+    writeln!(w)?;
     if d.findings.is_empty() {
         writeln!(w, "No known anti-pattern matched. Where the time goes:\n")?;
     }
     for (i, f) in d.findings.iter().enumerate() {
-        finding(w, i + 1, f)?;
+        finding(w, i + 1, f, o)?;
     }
     if let Some(split) = &d.wall {
-        wall(w, split)?;
+        wall(w, split, o.width)?;
     }
     if let Some(c) = &d.cpu_contention {
-        wrap(w, "waiting for a CPU: ", c, 110)?;
+        wrap(w, "waiting for a CPU: ", c, o.width, o.lines(2))?;
         writeln!(w)?;
     }
     if !d.idle_threads.is_empty() {
-        idle(w, &d.idle_threads)?;
+        idle(w, &d.idle_threads, o)?;
     }
     writeln!(w, "hot paths:")?;
-    let width = d.hot_paths.iter().map(|h| h.of.len()).max().unwrap_or(0);
-    for h in d.hot_paths.iter().take(limit) {
-        writeln!(w, "  {:5.1}% of {:<width$} {}", h.pct, h.of, path(h))?;
+    let of = d.hot_paths.iter().map(|h| h.of.len()).max().unwrap_or(0);
+    for h in d.hot_paths.iter().take(o.limit) {
+        let row = format!("  {:5.1}% of {:<of$} ", h.pct, h.of);
+        let frames: Vec<_> = h.frames.iter().map(|f| crate::short_name(f)).collect();
+        let frames: Vec<&str> = frames.iter().map(|f| f.as_ref()).collect();
+        writeln!(w, "{row}{}", fit::path(&frames, o.width.saturating_sub(row.chars().count())))?;
     }
-    more(w, d.hot_paths.len(), limit, "hot paths")?;
+    more(w, d.hot_paths.len(), o.limit, "hot paths")?;
     // A function probed but never called in the window is no row (`0 calls 0/s main`); JSON has it.
     let calls: Vec<Counted> = counted_calls(p).into_iter().filter(|c| c.calls > 0).collect();
     if !calls.is_empty() {
@@ -108,35 +125,71 @@ pub fn text(w: &mut impl Write, p: &Profile, d: &Diagnosis, limit: usize) -> std
             "\nexact call counts of the hot functions (over {}):",
             crate::units::seconds(p.meta.calls_seconds())
         )?;
-        for c in calls.iter().take(limit) {
-            writeln!(w, "  {:>12} calls {:>12.0}/s  {}", c.calls, c.per_s, crate::short_name(&c.name))?;
+        for c in calls.iter().take(o.limit) {
+            let row = format!("  {:>12} calls {:>12.0}/s  {}", c.calls, c.per_s, crate::short_name(&c.name));
+            writeln!(w, "{}", fit::clip(&row, o.width))?;
         }
-        more(w, calls.len(), limit, "functions")?;
+        more(w, calls.len(), o.limit, "functions")?;
     }
     if !d.skipped.is_empty() {
-        writeln!(w, "\nnot checked: {}", d.skipped.join("; "))?;
+        writeln!(w)?;
+        if o.verbose {
+            wrap(w, "not checked: ", &d.skipped.join("; "), o.width, None)?;
+        } else {
+            // Each is `rule: why`; the rules alone here.
+            let rules: Vec<&str> =
+                d.skipped.iter().map(|s| s.split_once(':').map_or(s.as_str(), |r| r.0)).collect();
+            wrap(w, "not checked: ", &format!("{} (-v says why)", rules.join(", ")), o.width, None)?;
+        }
     }
     let how = measured(p);
     if !how.is_empty() {
         writeln!(w)?;
-        wrap(w, "measured: ", &how.join("; "), 110)?;
+        wrap(w, "measured: ", &how.join("; "), o.width, o.lines(1))?;
     }
     if d.instrumentation_pct >= 1.0 {
-        writeln!(
+        writeln!(w)?;
+        wrap(
             w,
-            "\n{:.1}% of CPU samples were whyslow's own probes and are left out of the shares",
-            d.instrumentation_pct
+            "",
+            &format!(
+                "{:.1}% of CPU samples were whyslow's own probes and are left out of the shares",
+                d.instrumentation_pct
+            ),
+            o.width,
+            None,
         )?;
     }
     let lost = p.meta.lost_samples + p.meta.lost_events;
     if lost > 0 {
-        writeln!(w, "{lost} events lost (ring buffers full); exact counters are unaffected")?;
+        wrap(
+            w,
+            "",
+            &format!("{lost} events lost (ring buffers full); exact counters are unaffected"),
+            o.width,
+            None,
+        )?;
     }
     for k in &p.meta.killed {
-        writeln!(w, "{k}")?;
+        wrap(w, "", &k.to_string(), o.width, None)?;
     }
+    // How the probes spent their budget is for -v; every other note is one line by default.
+    let mut details = 0;
     for n in &p.meta.notes {
-        writeln!(w, "note: {n}")?;
+        if o.verbose {
+            wrap(w, "note: ", n, o.width, None)?;
+        } else if whyslow_model::is_detail_note(n) {
+            details += 1;
+        } else {
+            wrap(w, "note: ", n, o.width, Some(1))?;
+        }
+    }
+    if details > 0 {
+        writeln!(
+            w,
+            "({details} note{} on how the probes spent their budget: -v)",
+            if details == 1 { "" } else { "s" }
+        )?;
     }
     Ok(())
 }
@@ -150,32 +203,34 @@ fn more(w: &mut impl Write, rows: usize, limit: usize, what: &str) -> std::io::R
 }
 
 /// "threads' time: 49.2% running, 0.0% blocked, 50.8% waiting for a CPU (4.01 s); 12.00 s idle".
-fn wall(w: &mut impl Write, s: &WallSplit) -> std::io::Result<()> {
+fn wall(w: &mut impl Write, s: &WallSplit, width: usize) -> std::io::Result<()> {
     let working = s.running_ns + s.blocked_ns + s.runnable_ns;
     let pct = |x: i64| if working > 0 { 100.0 * x as f64 / working as f64 } else { 0.0 };
-    write!(
-        w,
-        "threads' working time: {:.1}% running, {:.1}% blocked, {:.1}% waiting for a CPU (of {})",
+    let mut text = format!(
+        "{:.1}% running, {:.1}% blocked, {:.1}% waiting for a CPU (of {})",
         pct(s.running_ns),
         pct(s.blocked_ns),
         pct(s.runnable_ns),
         crate::units::duration(working)
-    )?;
+    );
     if s.idle_ns >= 5_000_000 {
-        write!(
-            w,
+        text += &format!(
             "; {} more idle (waiting for work), left out of the shares",
             crate::units::duration(s.idle_ns)
-        )?;
+        );
     }
     if s.probe_ns >= 5_000_000 {
-        write!(w, "; {} off CPU inside whyslow's probes, left out too", crate::units::duration(s.probe_ns))?;
+        text += &format!(
+            "; {} off CPU inside whyslow's probes, left out too",
+            crate::units::duration(s.probe_ns)
+        );
     }
-    writeln!(w, "\n")
+    wrap(w, "threads' working time: ", &text, width, None)?;
+    writeln!(w)
 }
 
 /// "3 threads idle: jemalloc_bg_thd (tid 12) in pthread_cond_wait 98%, ...".
-fn idle(w: &mut impl Write, threads: &[IdleThread]) -> std::io::Result<()> {
+fn idle(w: &mut impl Write, threads: &[IdleThread], o: &TextOptions) -> std::io::Result<()> {
     let each: Vec<String> = threads
         .iter()
         .map(|t| {
@@ -184,7 +239,8 @@ fn idle(w: &mut impl Write, threads: &[IdleThread]) -> std::io::Result<()> {
         })
         .collect();
     let n = threads.len();
-    wrap(w, &format!("{n} thread{} idle: ", if n == 1 { "" } else { "s" }), &each.join(", "), 110)?;
+    let label = format!("{n} thread{} idle: ", if n == 1 { "" } else { "s" });
+    wrap(w, &label, &each.join(", "), o.width, o.lines(2))?;
     writeln!(w)
 }
 
@@ -305,8 +361,11 @@ pub fn json(w: &mut impl Write, p: &Profile, d: &Diagnosis) -> std::io::Result<(
 
 #[cfg(test)]
 mod tests {
+    use super::TextOptions;
     use crate::fixture::check_golden;
     use whyslow_model::{FrameKind, Metadata, Profile, ProfileBuilder, SampleType, SyscallStat};
+
+    const OPTIONS: TextOptions = TextOptions { limit: 25, width: crate::fit::WIDTH, verbose: false };
 
     /// A server that stamps log lines with localtime (TZ unset) and commits with fdatasync.
     fn server() -> Profile {
@@ -371,11 +430,57 @@ mod tests {
         let ids: Vec<&str> = d.findings.iter().map(|f| f.id).collect();
         assert_eq!(ids, ["blocking-io", "hot-logging", "tz-stat-storm"]);
         let mut text = Vec::new();
-        super::text(&mut text, &p, &d, 25).unwrap();
+        super::text(&mut text, &p, &d, &OPTIONS).unwrap();
         check_golden("doctor.txt", &text);
         let mut json = Vec::new();
         super::json(&mut json, &p, &d).unwrap();
         check_golden("doctor.json", &json);
+    }
+
+    /// `-v` shows each finding whole, why each rule was not checked and every note; a narrow terminal
+    /// gets lines no wider than it, a deep hot path elided in its middle to one line (JSON keeps it all).
+    #[test]
+    fn verbose_and_narrow_goldens() {
+        let mut p = server();
+        p.meta.notes.push(format!(
+            "{}0.31 us here (measured at the start of the run)",
+            whyslow_model::SYSCALL_COST_NOTE
+        ));
+        p.meta.notes.push("kernel stacks not allowed (perf_event_paranoid): user stacks only".into());
+        let mut d = whyslow_analyze::doctor::diagnose(&p, "whyslow.data");
+        let deep = [
+            "main",
+            "ngx_worker_process_cycle",
+            "ngx_process_events_and_timers",
+            "ngx_epoll_process_events",
+            "ngx_http_finalize_request",
+            "ngx_http_free_request",
+            "ngx_http_log_handler",
+            "write",
+        ];
+        d.hot_paths.insert(
+            0,
+            whyslow_analyze::doctor::HotPath {
+                frames: deep.map(String::from).to_vec(),
+                pct: 40.0,
+                of: "wall (running)",
+            },
+        );
+        let mut verbose = Vec::new();
+        super::text(&mut verbose, &p, &d, &TextOptions { verbose: true, ..OPTIONS }).unwrap();
+        check_golden("doctor-verbose.txt", &verbose);
+        let mut narrow = Vec::new();
+        super::text(&mut narrow, &p, &d, &TextOptions { width: 72, ..OPTIONS }).unwrap();
+        let text = String::from_utf8(narrow.clone()).unwrap();
+        assert!(text.lines().all(|l| l.chars().count() <= 72), "{text}");
+        assert!(text.contains("main > … > ngx_http_log_handler > write\n"), "{text}");
+        assert!(text.contains("note: kernel stacks not allowed") && !text.contains("0.31 us"), "{text}");
+        assert!(text.contains("(1 note on how the probes spent their budget: -v)"), "{text}");
+        check_golden("doctor-72.txt", &narrow);
+        // Every finding fits in 12 lines (the blank line after it aside).
+        for f in text.split("\n\n").filter(|b| b.starts_with(|c: char| c.is_ascii_digit())) {
+            assert!(f.lines().count() <= 12, "{f}");
+        }
     }
 
     /// A live investigation's header names both phases' windows; a probed function never called in
@@ -398,7 +503,7 @@ mod tests {
         p.calls = vec![stat("parse", 3000), stat("main", 0)];
         let d = whyslow_analyze::doctor::diagnose(&p, "whyslow.data");
         let mut text = Vec::new();
-        super::text(&mut text, &p, &d, 25).unwrap();
+        super::text(&mut text, &p, &d, &OPTIONS).unwrap();
         let text = String::from_utf8(text).unwrap();
         assert!(
             text.starts_with(
@@ -434,7 +539,7 @@ mod tests {
             },
         );
         let mut text = Vec::new();
-        super::text(&mut text, &p, &d, 25).unwrap();
+        super::text(&mut text, &p, &d, &OPTIONS).unwrap();
         let text = String::from_utf8(text).unwrap();
         assert!(text.contains(" main > std::vector<…>::push_back(std::pair<…> const&)\n"), "{text}");
         assert!(!text.contains("basic_string<char"), "{text}");

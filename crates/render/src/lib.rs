@@ -6,6 +6,7 @@ pub mod compare;
 pub mod diff;
 pub mod doctor;
 pub mod export;
+pub mod fit;
 pub mod flamegraph;
 pub mod json;
 pub mod loadtest;

@@ -44,7 +44,7 @@ fn amount(value: i64, unit: &str) -> String {
 pub fn header(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), RenderError> {
     let st = sample_type(p, value)?;
     let m = &p.meta;
-    writeln!(w, "whyslow: {}", m.command.join(" "))?;
+    folded(w, "whyslow: ", &m.command.join(" "))?;
     let rate = if m.frequency_hz > 0 { format!(" @ {} Hz", m.frequency_hz) } else { String::new() };
     writeln!(
         w,
@@ -56,19 +56,20 @@ pub fn header(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), Rende
         m.lost_samples
     )?;
     if m.lost_samples > 0 {
-        writeln!(
+        folded(
             w,
-            "  (lost: the kernel's buffers filled faster than they were read: record at a lower rate (-F), \
-             copy less stack (--stack-size), or follow fewer processes)"
+            "  (lost: ",
+            "the kernel's buffers filled faster than they were read: record at a lower rate (-F), copy less \
+             stack (--stack-size), or follow fewer processes)",
         )?;
         let alloc = [sample_types::ALLOC_COUNT, sample_types::ALLOC_BYTES];
         if alloc.contains(&st.name.as_str()) && p.sample_type(sample_types::ALLOC_SITE_COUNT).is_some() {
-            writeln!(
-                w,
-                "  (allocations are counted in the kernel: a lost sample loses a stack, not a count; what no \
-                 sample named stays under {})",
+            let text = format!(
+                "are counted in the kernel: a lost sample loses a stack, not a count; what no sample named \
+                 stays under {})",
                 whyslow_model::LOST_STACK_FRAME
-            )?;
+            );
+            folded(w, "  (allocations ", &text)?;
         }
     }
     let u = m.unwind;
@@ -101,23 +102,31 @@ pub fn header(w: &mut impl Write, p: &Profile, value: usize) -> Result<(), Rende
     // Samples inside our probes end in one frame (cut there at symbolization).
     let probe = whyslow_analyze::probe_total(p, value);
     if probe != 0 {
-        writeln!(
-            w,
-            "  {:.1}% of the {} is inside whyslow's own probes ({}: the measurement, not the program); \
-             the shares below leave it out",
+        let text = format!(
+            "{:.1}% of the {} is inside whyslow's own probes ({}: the measurement, not the program); the \
+             shares below leave it out",
             pct(probe, p.total(value)),
             st.name,
             whyslow_model::PROBE_FRAME
-        )?;
+        );
+        folded(w, "  ", &text)?;
     }
     for k in &m.killed {
-        writeln!(w, "  {k}")?;
+        folded(w, "  ", &k.to_string())?;
     }
     if let Some(code) = m.exit_code.filter(|&c| c != 0 && m.killed.is_empty()) {
         writeln!(w, "  the command exited with status {code}")?;
     }
     for n in &m.notes {
-        writeln!(w, "  note: {n}")?;
+        folded(w, "  note: ", n)?;
+    }
+    Ok(())
+}
+
+/// `text` folded under `label` in lines of at most [`crate::fit::WIDTH`].
+fn folded(w: &mut impl Write, label: &str, text: &str) -> std::io::Result<()> {
+    for line in crate::fit::wrap(label, text, crate::fit::WIDTH, None) {
+        writeln!(w, "{line}")?;
     }
     Ok(())
 }

@@ -5,7 +5,7 @@ use super::flags::{duration, target, OutputFormat, ReportTo, TargetArgs, DEFAULT
 use super::outcome::{ran, Outcome};
 use super::output::{check_writable, Report};
 use super::recording::load;
-use super::status::{end_status_line, StatusLine};
+use super::status::{end_status_line, wrote, StatusLine};
 use anyhow::{bail, Result};
 use clap::Args;
 use std::io::Write;
@@ -47,6 +47,10 @@ pub struct DoctorArgs {
     /// Rows of the hot paths and of the call counts (text output; JSON has every row).
     #[arg(long, default_value_t = DEFAULT_LIMIT)]
     pub limit: usize,
+    /// Everything in the text: each finding whole, why rules were not checked, how the probes spent
+    /// their budget (JSON always has it all).
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
     /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub format: OutputFormat,
@@ -98,17 +102,20 @@ fn run(a: DoctorArgs, outcome: &mut Outcome) -> Result<()> {
     let d = whyslow_analyze::doctor::diagnose(&profile, &recording);
     let mut out = report;
     match a.format {
-        OutputFormat::Text => render::doctor::text(&mut out, &profile, &d, a.limit)?,
+        OutputFormat::Text => {
+            let o = render::doctor::TextOptions { limit: a.limit, width: out.width(), verbose: a.verbose };
+            render::doctor::text(&mut out, &profile, &d, &o)?
+        }
         OutputFormat::Json => render::doctor::json(&mut out, &profile, &d)?,
     }
     out.flush()?;
     if a.file.is_none() {
         // Saved after the findings are shown: a save that fails must not cost the diagnosis.
         file::save(&profile, &a.output)?;
-        eprintln!(
-            "whyslow: wrote {}; next: `whyslow report {0} --type wall`, `whyslow flamegraph {0}`",
+        wrote(&format!(
+            "wrote {}; next: `whyslow report {0} --type wall`, `whyslow flamegraph {0}`",
             a.output.display()
-        );
+        ));
     }
     if let Some(fail_on) = &a.fail_on {
         let hits: Vec<&str> = fail_on.matching(&d).iter().map(|f| f.id).collect();

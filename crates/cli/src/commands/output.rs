@@ -28,6 +28,24 @@ impl Report {
     pub fn is_terminal(&self) -> bool {
         matches!(self, Report::Stdout(s) if s.is_terminal())
     }
+
+    /// The widest line text may have: the terminal's width, else [`whyslow_render::fit::WIDTH`].
+    pub fn width(&self) -> usize {
+        match terminal_size() {
+            Some((_, cols)) if self.is_terminal() => cols,
+            _ => whyslow_render::fit::WIDTH,
+        }
+    }
+}
+
+/// Rows and columns of the terminal on standard output, when it says.
+pub fn terminal_size() -> Option<(usize, usize)> {
+    // SAFETY: winsize is plain data that TIOCGWINSZ fills.
+    unsafe {
+        let mut ws: libc::winsize = std::mem::zeroed();
+        (libc::ioctl(1, libc::TIOCGWINSZ, &mut ws) == 0 && ws.ws_row > 0 && ws.ws_col > 0)
+            .then_some((ws.ws_row as usize, ws.ws_col as usize))
+    }
 }
 
 impl Write for Report {

@@ -5,7 +5,7 @@ use super::flags::{duration, load_options, target, LoadArgs, ReportTo, TargetArg
 use super::outcome::{ran, Outcome};
 use super::output::{check_writable, Report};
 use super::recording::value_index;
-use super::status::{end_status_line, print_phases, StatusLine};
+use super::status::{end_status_line, print_phases, wrote, StatusLine};
 use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
 use std::io::Write;
@@ -169,11 +169,11 @@ fn run(a: RecordArgs, outcome: &mut Outcome) -> Result<()> {
     }
     saved?;
     let amount = render::units::amount(&profile, 0);
-    eprintln!(
-        "whyslow: wrote {} ({amount}, {}); next: `whyslow report {0}`, `whyslow flamegraph {0}`",
+    wrote(&format!(
+        "wrote {} ({amount}, {}); next: `whyslow report {0}`, `whyslow flamegraph {0}`",
         a.output.display(),
         render::units::duration(profile.meta.duration_ns as i64)
-    );
+    ));
     Ok(())
 }
 

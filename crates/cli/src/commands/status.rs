@@ -151,6 +151,18 @@ pub fn end_status_line() {
     }
 }
 
+/// Says on stderr what a command wrote and what to run next, folded to the terminal's width (110
+/// columns when stderr is no terminal): "whyslow: wrote whyslow.data; next: `whyslow report ...`".
+pub fn wrote(what: &str) {
+    let width = match super::output::terminal_size() {
+        Some((_, cols)) if std::io::stderr().is_terminal() => cols,
+        _ => whyslow_render::fit::WIDTH,
+    };
+    for line in whyslow_render::fit::wrap("whyslow: ", what, width, None) {
+        eprintln!("{line}");
+    }
+}
+
 /// `-v`: the wall time of each phase so far, one line each, and since whyslow started.
 pub fn print_phases() {
     let text = whyslow_render::text::phases(&phases::all(), crate::STARTED.elapsed());

@@ -4,7 +4,7 @@
 use super::flags::{duration, seconds, target, OutputFormat, ReportTo, TargetArgs, DEFAULT_LIMIT};
 use super::outcome::{ran, Outcome};
 use super::output::{check_writable, Report};
-use super::status::{announce, print_phases};
+use super::status::{announce, print_phases, wrote};
 use anyhow::Result;
 use clap::Args;
 use std::io::Write;
@@ -157,7 +157,7 @@ fn run(a: SyscallsArgs, outcome: &mut Outcome) -> Result<()> {
         } else {
             String::new()
         };
-        eprintln!("whyslow: wrote {}; next: `whyslow report {0} --type syscalls`{hint}", path.display());
+        wrote(&format!("wrote {}; next: `whyslow report {0} --type syscalls`{hint}", path.display()));
     }
     if a.verbose {
         print_phases();

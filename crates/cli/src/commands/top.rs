@@ -405,14 +405,7 @@ impl Screen {
 
     /// Rows and columns of the terminal (24 x 80 when it does not say).
     fn size(&self) -> (usize, usize) {
-        // SAFETY: winsize is plain data that TIOCGWINSZ fills.
-        unsafe {
-            let mut ws: libc::winsize = std::mem::zeroed();
-            if libc::ioctl(1, libc::TIOCGWINSZ, &mut ws) == 0 && ws.ws_row > 0 && ws.ws_col > 0 {
-                return (ws.ws_row as usize, ws.ws_col as usize);
-            }
-        }
-        (24, 80)
+        super::output::terminal_size().unwrap_or((24, 80))
     }
 
     /// Draws `text` from the top left, each line cut to the terminal's width and the screen's rest
