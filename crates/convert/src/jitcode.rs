@@ -78,3 +78,46 @@ impl<H: Host> Converter<H> {
         RawFrame::Label(label)
     }
 }
+
+impl<H: Host> Converter<H> {
+    /// Names the JIT frames of the samples not yet cut that were unnamed when they were taken: each
+    /// process with JIT code is asked once more for its symbols (a JVM writes its map anew when asked:
+    /// methods compiled since it last did), and a leaf still unmapped takes the name its address has
+    /// now. Only leaves: past an unnamed frame the stack was already cut where it was taken.
+    pub fn name_late_jit_code(&mut self) {
+        let pids: Vec<u32> =
+            self.procs.iter().filter(|(_, p)| p.jit.asked.is_some()).map(|(&pid, _)| pid).collect();
+        for &pid in &pids {
+            let Some(proc) = self.procs.get_mut(&pid) else { continue };
+            let jit = &mut proc.jit;
+            if let Some(u) = self.host.jit(pid, jit.read, jit.dump.as_deref()) {
+                self.counters.jit_skipped += u.skipped;
+                jit.map.merge(u.map);
+                jit.source = u.source;
+                jit.read = u.read;
+            }
+        }
+        let unnamed: Vec<_> = self
+            .raw
+            .samples
+            .keys()
+            .filter(|(stack, t, _)| {
+                pids.contains(&t.pid)
+                    && matches!(stack.first(), Some(RawFrame::Unmapped(a))
+                        if self.procs[&t.pid].jit.map.lookup(*a).is_some())
+            })
+            .cloned()
+            .collect();
+        for key in unnamed {
+            let Some(values) = self.raw.samples.remove(&key) else { continue };
+            let (mut stack, thread, time) = key;
+            let RawFrame::Unmapped(addr) = stack[0] else { continue };
+            // The time of the frame is now: the map is the newest and the address is in it.
+            stack[0] = self.jit_frame(thread.pid, addr, u64::MAX);
+            let acc = self.raw.samples.entry((stack, thread, time)).or_insert_with(|| vec![0; values.len()]);
+            for (a, v) in acc.iter_mut().zip(values) {
+                *a += v;
+            }
+        }
+    }
+}

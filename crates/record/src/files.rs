@@ -90,7 +90,7 @@ fn jitdump(pid: u32, from: u64, path: &str) -> Option<JitUpdate> {
 /// What process `pid` wrote to its perf map (`/tmp/perf-PID.map`, PID as the process knows itself) past
 /// byte `from`, complete lines only. The map is read through the process's root while it runs, and from
 /// this machine's /tmp once it is gone (where a process of this namespace left it).
-fn perf_map(pid: u32, from: u64) -> Option<JitUpdate> {
+pub(crate) fn perf_map(pid: u32, from: u64) -> Option<JitUpdate> {
     let inside = pid_inside(pid).unwrap_or(pid);
     let name = whyslow_symbols::jit::perf_map_name(inside);
     let (mut file, source) = match File::open(format!("/proc/{pid}/root/tmp/{name}")) {

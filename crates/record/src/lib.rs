@@ -18,6 +18,7 @@ mod exits;
 mod files;
 pub mod follow;
 mod host;
+pub mod jvm;
 mod layout;
 pub mod mem;
 mod options;
