@@ -54,6 +54,8 @@ pub enum JvmError {
     Failed { code: i32, message: String },
     #[error("the process is gone")]
     Gone,
+    #[error("its code cache's layout is not known: no {0}")]
+    Layout(String),
 }
 
 /// Whether process `pid` runs a HotSpot JVM: it maps `libjvm.so`.
@@ -245,6 +247,10 @@ struct Jvm {
     read: u64,
     /// It refused or did not answer: not asked again, its perf map read as any JIT's.
     refused: bool,
+    /// Where its code cache's structures are (read once), or why that is not known.
+    layout: Option<Result<crate::hotspot::Layout, String>>,
+    /// Its code blobs when it last wrote its map, for the unwinder.
+    code: Option<Vec<whyslow_unwind::JitCode>>,
 }
 
 /// The JVMs of a run, each asked for its perf map in the background (the converter never waits for a
@@ -284,7 +290,7 @@ impl Jvms {
         if jvm.written > jvm.read {
             jvm.read = jvm.written;
             return match crate::files::perf_map(pid, 0) {
-                Some(u) => JvmMap::Written(u),
+                Some(u) => JvmMap::Written(JitUpdate { code: jvm.code.take(), ..u }),
                 None => JvmMap::Unchanged,
             };
         }
@@ -327,9 +333,29 @@ impl Jvms {
 
     fn ask(&self, pid: u32) -> bool {
         let result = write_perf_map(pid);
+        let layout = {
+            let procs = self.procs.lock().unwrap_or_else(|e| e.into_inner());
+            procs.get(&pid).and_then(|j| j.as_ref()?.layout.clone())
+        };
+        // The code blobs as they are once the map is written (so every named method has its frame).
+        let layout = layout.unwrap_or_else(|| crate::hotspot::Layout::read(pid).map_err(|e| e.to_string()));
+        let code = layout.as_ref().ok().map(|l| l.code(pid).map_err(|e| e.to_string()));
         let mut procs = self.procs.lock().unwrap_or_else(|e| e.into_inner());
         let Some(Some(jvm)) = procs.get_mut(&pid) else { return false };
         jvm.busy = false;
+        let mut notes = self.notes.lock().unwrap_or_else(|e| e.into_inner());
+        if let (Err(e), None) = (&layout, &jvm.layout) {
+            notes.push(format!("JVM {pid}: compiled Java frames are unwound by frame pointers only: {e}"));
+        }
+        match code {
+            Some(Ok(code)) => jvm.code = Some(code),
+            Some(Err(e)) if jvm.layout.is_none() => {
+                notes.push(format!("JVM {pid}: compiled Java frames are unwound by frame pointers only: {e}"))
+            }
+            _ => {}
+        }
+        drop(notes);
+        jvm.layout = Some(layout);
         match result {
             Ok(()) => {
                 jvm.written += 1;
