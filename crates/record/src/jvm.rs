@@ -376,6 +376,18 @@ impl Jvms {
         }
     }
 
+    /// Forgets process `pid` (it exited or is no longer followed): its pid may come back as another
+    /// process.
+    pub fn forget(&self, pid: u32) {
+        self.procs.lock().unwrap_or_else(|e| e.into_inner()).remove(&pid);
+    }
+
+    /// Forgets the processes that ended (known through any sample, followed or not): their pids may come
+    /// back as other processes, and a whole host's run would keep them all.
+    pub fn forget_ended(&self) {
+        self.procs.lock().unwrap_or_else(|e| e.into_inner()).retain(|&pid, _| crate::target::alive(pid));
+    }
+
     /// The notes of JVMs that did not answer, taken once.
     pub fn take_notes(&self) -> Vec<String> {
         std::mem::take(&mut *self.notes.lock().unwrap_or_else(|e| e.into_inner()))

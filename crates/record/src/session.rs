@@ -243,6 +243,7 @@ impl<'a> Session<'a> {
     pub fn forget(&mut self, pid: u32) {
         self.src.forget(pid);
         self.c.forget(pid, sys::monotonic_ns());
+        self.c.host().jvms.forget(pid);
         self.pids.retain(|&p| p != pid);
     }
 
@@ -434,6 +435,7 @@ impl<'a> Session<'a> {
         for pid in gone {
             self.c.forget(pid, now);
         }
+        self.c.host().jvms.forget_ended();
         self.c.forget_exited(now);
         // JIT code compiled since a JVM last wrote its map (the map asked for meanwhile, not waited for).
         self.c.name_late_jit_code();
