@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use whyslow_model::raw::RawFrame;
 use whyslow_model::FrameKind;
 use whyslow_symbols::jit::JitMap;
+use whyslow_unwind::JitCode;
 
 /// New symbols of a process's JIT code (see [`Host::jit`]).
 #[derive(Debug, Clone, Default)]
@@ -18,6 +19,9 @@ pub struct JitUpdate {
     pub skipped: u64,
     /// How many bytes of the file are read now (the next ask's `from`).
     pub read: u64,
+    /// The runtime's code ranges with their frame layout, where it describes them (a JVM's code cache):
+    /// they replace those given before.
+    pub code: Option<Vec<JitCode>>,
 }
 
 /// How often (event time) a process is asked again for JIT symbols while an address of it is unknown:
@@ -58,12 +62,10 @@ impl<H: Host> Converter<H> {
         if jit.map.lookup(addr).is_none() && jit.asked.is_none_or(|at| time >= at.saturating_add(every)) {
             jit.asked = Some(time);
             if let Some(u) = self.host.jit(pid, jit.read, jit.dump.as_deref()) {
-                self.counters.jit_skipped += u.skipped;
-                jit.map.merge(u.map);
-                jit.source = u.source;
-                jit.read = u.read;
+                self.counters.jit_skipped += proc.take_jit(u);
             }
         }
+        let jit = &mut proc.jit;
         let Some(sym) = jit.map.lookup(addr) else { return f };
         // A JIT reuses memory: a start seen before may be another function's now.
         let known = jit.labels.get(&sym.start).filter(|&&l| self.raw.labels[l as usize].name == sym.name);
@@ -76,5 +78,57 @@ impl<H: Host> Converter<H> {
             }
         };
         RawFrame::Label(label)
+    }
+}
+
+impl crate::process::Proc {
+    /// Takes in what the process published about its JIT code; returns the lines skipped.
+    fn take_jit(&mut self, u: JitUpdate) -> u64 {
+        self.jit.map.merge(u.map);
+        self.jit.source = u.source;
+        self.jit.read = u.read;
+        if let Some(code) = u.code {
+            self.unwinder.set_jit_code(code);
+        }
+        u.skipped
+    }
+}
+
+impl<H: Host> Converter<H> {
+    /// Names the JIT frames of the samples not yet cut that were unnamed when they were taken: each
+    /// process with JIT code is asked once more for its symbols (a JVM writes its map anew when asked:
+    /// methods compiled since it last did), and a leaf still unmapped takes the name its address has
+    /// now. Only leaves: past an unnamed frame the stack was already cut where it was taken.
+    pub fn name_late_jit_code(&mut self) {
+        let pids: Vec<u32> =
+            self.procs.iter().filter(|(_, p)| p.jit.asked.is_some()).map(|(&pid, _)| pid).collect();
+        for &pid in &pids {
+            let Some(proc) = self.procs.get_mut(&pid) else { continue };
+            if let Some(u) = self.host.jit(pid, proc.jit.read, proc.jit.dump.as_deref()) {
+                self.counters.jit_skipped += proc.take_jit(u);
+            }
+        }
+        let unnamed: Vec<_> = self
+            .raw
+            .samples
+            .keys()
+            .filter(|(stack, t, _)| {
+                pids.contains(&t.pid)
+                    && matches!(stack.first(), Some(RawFrame::Unmapped(a))
+                        if self.procs[&t.pid].jit.map.lookup(*a).is_some())
+            })
+            .cloned()
+            .collect();
+        for key in unnamed {
+            let Some(values) = self.raw.samples.remove(&key) else { continue };
+            let (mut stack, thread, time) = key;
+            let RawFrame::Unmapped(addr) = stack[0] else { continue };
+            // The time of the frame is now: the map is the newest and the address is in it.
+            stack[0] = self.jit_frame(thread.pid, addr, u64::MAX);
+            let acc = self.raw.samples.entry((stack, thread, time)).or_insert_with(|| vec![0; values.len()]);
+            for (a, v) in acc.iter_mut().zip(values) {
+                *a += v;
+            }
+        }
     }
 }

@@ -84,13 +84,19 @@ fn jitdump(pid: u32, from: u64, path: &str) -> Option<JitUpdate> {
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes).ok()?;
     let (map, stats) = JitMap::parse_jitdump(&bytes).ok()?;
-    Some(JitUpdate { source: path.to_string(), map, skipped: stats.skipped as u64, read: bytes.len() as u64 })
+    Some(JitUpdate {
+        source: path.to_string(),
+        map,
+        skipped: stats.skipped as u64,
+        read: bytes.len() as u64,
+        code: None,
+    })
 }
 
 /// What process `pid` wrote to its perf map (`/tmp/perf-PID.map`, PID as the process knows itself) past
 /// byte `from`, complete lines only. The map is read through the process's root while it runs, and from
 /// this machine's /tmp once it is gone (where a process of this namespace left it).
-fn perf_map(pid: u32, from: u64) -> Option<JitUpdate> {
+pub(crate) fn perf_map(pid: u32, from: u64) -> Option<JitUpdate> {
     let inside = pid_inside(pid).unwrap_or(pid);
     let name = whyslow_symbols::jit::perf_map_name(inside);
     let (mut file, source) = match File::open(format!("/proc/{pid}/root/tmp/{name}")) {
@@ -116,5 +122,5 @@ fn perf_map(pid: u32, from: u64) -> Option<JitUpdate> {
         return None;
     }
     let (map, stats) = JitMap::parse_perf_map(&bytes[..complete]);
-    Some(JitUpdate { source, map, skipped: stats.skipped as u64, read: from + complete as u64 })
+    Some(JitUpdate { source, map, skipped: stats.skipped as u64, read: from + complete as u64, code: None })
 }

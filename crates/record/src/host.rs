@@ -1,12 +1,17 @@
 //! The live host of the converter: what it asks about a process while the process is alive (its files
 //! as it sees them, its mappings and threads, the vDSO), answered from /proc. It never changes the target.
 
+use crate::jvm::{JvmMap, Jvms};
 use crate::target;
+use std::sync::Arc;
 use whyslow_convert::{FileBytes, Foreign, Host, JitUpdate, ProcessInfo};
 
 /// The live host of the converter: files as the target sees them (containers, chroots), the vDSO from
 /// our own memory, processes from /proc.
-pub(crate) struct LiveHost;
+pub(crate) struct LiveHost {
+    /// The JVMs among the targets, asked for the perf maps of their JIT code.
+    pub jvms: Arc<Jvms>,
+}
 
 impl Host for LiveHost {
     fn file(&self, pid: u32, path: &str) -> Option<FileBytes> {
@@ -21,7 +26,11 @@ impl Host for LiveHost {
     }
 
     fn jit(&self, pid: u32, from: u64, dump: Option<&str>) -> Option<JitUpdate> {
-        crate::files::jit(pid, from, dump)
+        match self.jvms.jit(pid) {
+            JvmMap::NotAsked => crate::files::jit(pid, from, dump),
+            JvmMap::Unchanged => None,
+            JvmMap::Written(u) => Some(u),
+        }
     }
 
     fn process(&self, pid: u32) -> Option<ProcessInfo> {

@@ -18,6 +18,8 @@ mod exits;
 mod files;
 pub mod follow;
 mod host;
+mod hotspot;
+pub mod jvm;
 mod layout;
 pub mod mem;
 mod options;

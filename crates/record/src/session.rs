@@ -141,9 +141,11 @@ impl<'a> Session<'a> {
         // A gate dropped on an error here lets its child exit without running the command.
         let src = Sources::start(opts, &trace, &pids, gate.is_some(), objects, &mut notes)?;
         let probe_names = opts.calls.iter().flat_map(|c| &c.probes).map(label_of).collect();
-        let mut c = Converter::new(LiveHost, src.sample_types.clone(), src.streams.clone())
-            .with_labels(probe_names, alloc_names)
-            .with_nesting(nesting);
+        let jvms = crate::jvm::Jvms::new();
+        let mut c =
+            Converter::new(LiveHost { jvms: jvms.clone() }, src.sample_types.clone(), src.streams.clone())
+                .with_labels(probe_names, alloc_names)
+                .with_nesting(nesting);
         if src.alloc_sites.is_some() {
             // Call sites are read from the kernel after the run, also of processes that exited by then.
             c = c.retaining_exited();
@@ -155,6 +157,8 @@ impl<'a> Session<'a> {
             for &p in &pids {
                 c.add_process(p);
             }
+            // JVMs write the names of their compiled code while the run starts.
+            ask_jvms(&jvms, &pids);
         } else if c.streams().iter().any(|s| !matches!(s, Stream::Cpu { .. })) {
             // Event streams start with a burst (the loader, static constructors): have the unwind tables of
             // the command's files ready before it runs, so the first samples drain fast.
@@ -218,6 +222,7 @@ impl<'a> Session<'a> {
         self.src.follow(pid, self.opts, &mut self.notes)?;
         self.alloc_followed.insert(pid);
         self.c.add_process(pid);
+        ask_jvms(&self.c.host().jvms, &[pid]);
         self.pids.push(pid);
         Ok(())
     }
@@ -238,6 +243,7 @@ impl<'a> Session<'a> {
     pub fn forget(&mut self, pid: u32) {
         self.src.forget(pid);
         self.c.forget(pid, sys::monotonic_ns());
+        self.c.host().jvms.forget(pid);
         self.pids.retain(|&p| p != pid);
     }
 
@@ -429,7 +435,11 @@ impl<'a> Session<'a> {
         for pid in gone {
             self.c.forget(pid, now);
         }
+        self.c.host().jvms.forget_ended();
         self.c.forget_exited(now);
+        // JIT code compiled since a JVM last wrote its map (the map asked for meanwhile, not waited for).
+        self.c.name_late_jit_code();
+        self.notes.extend(self.c.host().jvms.take_notes());
         let mut raw = self.c.cut();
         add_wall(&mut raw);
         let n = self.c.counters();
@@ -555,6 +565,10 @@ impl<'a> Session<'a> {
             self.c.handle_batch(p.in_progress(end), &std::collections::HashMap::new());
         }
         self.c.finish_blocked(end);
+        // Methods a JVM compiled since it last wrote its map: asked for once more, and waited for.
+        self.c.host().jvms.ask_all_now();
+        self.c.name_late_jit_code();
+        self.notes.extend(self.c.host().jvms.take_notes());
         // What the per-call probes' hits cost in this run (measured, with the counting program's time).
         if let Some(h) = self.src.hit_cost {
             let probe = self.src.calls.as_ref().or(self.src.alloc_sites.as_ref());
@@ -624,6 +638,17 @@ impl<'a> Session<'a> {
         raw.meta = meta;
         raw
     }
+}
+
+/// Asks the JVMs among `pids` for the perf maps of their JIT code, in the background: the run does not
+/// wait for a JVM to answer.
+fn ask_jvms(jvms: &std::sync::Arc<crate::jvm::Jvms>, pids: &[u32]) {
+    let (jvms, pids) = (jvms.clone(), pids.to_vec());
+    std::thread::spawn(move || {
+        pids.iter().for_each(|&p| {
+            jvms.ask_now(p);
+        })
+    });
 }
 
 /// The call counters as the recording keeps them, each named by its probe. A probed function nobody

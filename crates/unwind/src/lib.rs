@@ -2,10 +2,15 @@
 //!
 //! DWARF CFI (.eh_frame / .debug_frame) through framehop, which falls back to frame pointers where a
 //! function has no CFI. Object files are parsed once ([`ObjectImage`]) and shared by every process that
-//! maps them. This crate never touches a live process: it sees only bytes handed to it.
+//! maps them. JIT code a runtime describes (HotSpot's code cache) is stepped by its own frame layout
+//! (`jit.rs`). This crate never touches a live process: it sees only bytes handed to it.
 
-use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
+mod jit;
+
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
 use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder};
+use jit::WithJit;
+pub use jit::{JitCode, JitFrameRule};
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
 use std::ops::Range;
 use std::sync::Arc;
@@ -252,7 +257,7 @@ pub enum Outcome {
 /// The unwinder of one process: the executable mappings it has, each backed by an [`ObjectImage`].
 #[derive(Default)]
 pub struct ProcessUnwinder {
-    unwinder: UnwinderX86_64<Bytes>,
+    unwinder: WithJit,
     cache: Option<Box<CacheX86_64>>,
     mapped: Vec<(Range<u64>, Arc<ObjectImage>, u64)>,
     /// The Go runtime functions of the mappings, at their live addresses.
@@ -356,6 +361,17 @@ impl ProcessUnwinder {
             image.go.iter().map(|(r, f)| (live(r), *f)).filter(|(r, _)| start <= r.start && r.end <= end),
         );
         self.mapped.push((start..end, image, pgoff));
+    }
+
+    /// Sets the JIT code whose frames are stepped by their runtime's layout (see [`JitFrameRule`]),
+    /// replacing what was set before: code the runtime freed since may hold other code now.
+    pub fn set_jit_code(&mut self, code: Vec<JitCode>) {
+        self.unwinder.set_code(code);
+    }
+
+    /// How many ranges of JIT code are known.
+    pub fn jit_code_len(&self) -> usize {
+        self.unwinder.code().len()
     }
 
     /// A copy with the same mappings, for a forked child.

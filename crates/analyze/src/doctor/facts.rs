@@ -295,6 +295,21 @@ impl<'a> Facts<'a> {
         self.matching(|v| if v.instrumentation { 0 } else { v.cpu }, self.cpu_total, pred)
     }
 
+    /// CPU time of the threads whose name `pred` matches, by name (largest first), and in all.
+    pub fn cpu_of_threads(&self, pred: &dyn Fn(&str) -> bool) -> (Vec<(String, i64)>, i64) {
+        let mut by: HashMap<&str, i64> = HashMap::new();
+        for v in self.views.iter().filter(|v| !v.instrumentation && v.cpu != 0) {
+            let name = self.p.threads.get(v.thread as usize).map_or("", |t| t.name.as_str());
+            if pred(name) {
+                *by.entry(name).or_default() += v.cpu;
+            }
+        }
+        let total = by.values().sum();
+        let mut rows: Vec<(String, i64)> = by.into_iter().map(|(n, v)| (n.to_string(), v)).collect();
+        rows.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        (rows, total)
+    }
+
     /// Blocked time (not idle, not waiting for a CPU) under the functions `pred` matches, as a share of
     /// the threads' working time.
     pub fn blocked(&self, pred: &dyn Fn(&Func) -> bool) -> Match {

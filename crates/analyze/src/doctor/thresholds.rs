@@ -34,6 +34,9 @@ pub const PROTOBUF_REFLECTION_CPU_PCT: f64 = 10.0;
 pub const REFLECTION_CPU_PCT: f64 = 15.0;
 /// gc-pressure: CPU share in Go's allocator and garbage collector.
 pub const GC_CPU_PCT: f64 = 15.0;
+/// jvm-runtime: CPU share of a JVM's garbage collector threads, or of its JIT compiler threads.
+pub const JVM_GC_CPU_PCT: f64 = 15.0;
+pub const JVM_JIT_CPU_PCT: f64 = 10.0;
 /// redundant-calls: a caller runs at least this many times per call of its work callee, and takes at
 /// least this share of CPU in its own code (time in its callees is work, not the pattern).
 pub const REDUNDANT_RATIO: f64 = 100.0;

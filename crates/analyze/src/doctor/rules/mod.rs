@@ -9,6 +9,7 @@ mod endpoint;
 mod excess_copying;
 mod gc_pressure;
 mod hot_logging;
+mod jvm_runtime;
 mod lock_contention;
 mod memory_growth;
 pub(crate) mod memory_pressure;
@@ -28,7 +29,7 @@ use super::{Confidence, Finding, Verdict};
 
 pub type Rule = fn(&Facts) -> Verdict;
 
-pub const ALL: [(&str, Rule); 19] = [
+pub const ALL: [(&str, Rule); 20] = [
     ("tz-stat-storm", tz_stat_storm::check),
     ("repeated-lookups", repeated_lookups::check),
     ("hot-logging", hot_logging::check),
@@ -39,6 +40,7 @@ pub const ALL: [(&str, Rule); 19] = [
     ("protobuf-reflection", protobuf_reflection::check),
     ("reflection-dispatch", reflection_dispatch::check),
     ("gc-pressure", gc_pressure::check),
+    ("jvm-runtime", jvm_runtime::check),
     ("redundant-calls", redundant_calls::check),
     ("tiny-container-lookups", tiny_container_lookups::check),
     ("unoptimized-build", unoptimized_build::check),
