@@ -20,6 +20,7 @@ pub mod follow;
 mod host;
 mod layout;
 pub mod mem;
+mod mem_attach;
 mod options;
 pub mod phases;
 pub mod procfs;

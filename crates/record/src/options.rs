@@ -197,13 +197,17 @@ pub(crate) fn check(opts: &RecordOptions) -> Result<(), RecordError> {
         }
     }
     if let Some(mem) = &opts.mem {
-        let Target::Launch(argv) = &opts.target else { return Err(RecordError::MemNeedsLaunch) };
+        if opts.target == Target::All {
+            return Err(RecordError::MemWholeHost);
+        }
         if opts.alloc.is_some() {
             return Err(RecordError::Invalid(
                 "memory in use counts every allocation itself: record it without allocation probes".into(),
             ));
         }
-        crate::mem::check_command(argv)?;
+        if let Target::Launch(argv) = &opts.target {
+            crate::mem::check_command(argv)?;
+        }
         if mem.sample_bytes > 1 << 40 {
             return bad(RecordOption::MemSample, format!("must be at most 1 TiB, not {}", mem.sample_bytes));
         }
