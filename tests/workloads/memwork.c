@@ -1,7 +1,9 @@
 /* Memory in use with exactly known answers, for `record --mem`. Prints what it still holds at exit.
- *   memwork leak N      N blocks through cache_put() (sizes 16..112 bytes, kept forever), 100000
+ *   memwork leak N [wait]  N blocks through cache_put() (sizes 16..112 bytes, kept forever), 100000
  *                       malloc/free pairs in churn(), a bounded cache of 64 entries in lru_put() that
  *                       evicts its oldest and is emptied before exit: only cache_put's blocks are held.
+ *                       With `wait`: prints its pid and does the work once a line arrives on stdin (the
+ *                       seconds printed are the work's).
  *   memwork grow S R    for S seconds, R bytes per second through cache_put() in 100 blocks a second
  *                       (one every 10 ms), with churn and the bounded cache beside it: grows R B/s.
  *   memwork bounded S   for S seconds, the bounded cache alone (64 x 4 KiB at most), freed at exit.
@@ -70,6 +72,14 @@ int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "leak";
     if (!strcmp(mode, "leak")) {
         long n = argc > 2 ? atol(argv[2]) : 1000;
+        if (argc > 3 && !strcmp(argv[3], "wait")) {
+            /* For a recorder attaching to it: its pid, then the work once a line arrives on stdin. */
+            printf("%d\n", (int)getpid());
+            fflush(stdout);
+            char line[16];
+            if (!fgets(line, sizeof line, stdin)) return 3;
+            t0 = now_s();
+        }
         for (long i = 0; i < n; i++) {
             cache_put(sizeof(struct block) + 8 + (size_t)(i % 7) * 16);
             lru_put(256);

@@ -67,7 +67,11 @@ pub fn attach_to_waiting(workload_path: &Path, workload_args: &[&str], args: &[&
 }
 
 /// As [`attach_to_waiting`], and what the workload printed after its pid.
-pub fn attach_to_waiting_with_output(workload_path: &Path, workload_args: &[&str], args: &[&str]) -> (String, String) {
+pub fn attach_to_waiting_with_output(
+    workload_path: &Path,
+    workload_args: &[&str],
+    args: &[&str],
+) -> (String, String) {
     use std::io::{BufRead, BufReader, Read, Write};
     use std::process::Stdio;
     let mut target = Command::new(workload_path)

@@ -5,9 +5,9 @@
 
 use crate::records::UserRegs;
 use crate::Mapping;
-use whyslow_unwind::{Outcome, Regs};
 use whyslow_model::raw::{RawFrame, RawRecording, RawThread};
 use whyslow_model::{sample_types as st, FrameKind};
+use whyslow_unwind::{Outcome, Regs};
 
 /// Which allocation function a stack ends in (the first frame of its samples).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

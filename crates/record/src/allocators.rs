@@ -238,8 +238,10 @@ const MEM_EXTRA: [(&str, MemHow, HeapEntry); 8] = [
 /// C++ operator new and delete (every form: sized, aligned, nothrow). libstdc++'s allocate through
 /// malloc and are not probed (its probe counts them); an allocator that defines its own (tcmalloc,
 /// jemalloc's C++ support) gets them probed in its module.
-const MEM_CXX: [(&str, MemHow, HeapEntry); 2] =
-    [("operator new*", MemHow::SizeRdi, HeapEntry::Malloc), ("operator delete*", MemHow::Free, HeapEntry::Malloc)];
+const MEM_CXX: [(&str, MemHow, HeapEntry); 2] = [
+    ("operator new*", MemHow::SizeRdi, HeapEntry::Malloc),
+    ("operator delete*", MemHow::Free, HeapEntry::Malloc),
+];
 
 /// Every (pattern, how, entry) the memory probes look for.
 fn mem_patterns() -> Vec<(String, MemHow, HeapEntry)> {
@@ -270,9 +272,13 @@ pub fn resolve_mem(t: &Target, notes: &mut Vec<String>) -> Result<MemProbes, Rec
         .iter()
         .map(|(p, _, _)| PatternSpec { group: p.clone(), pattern: p.clone(), required: false })
         .collect();
-    let site_of = |group: &str| table.iter().find(|(p, _, _)| p == group).map(|&(_, how, entry)| MemSite { how, entry });
+    let site_of = |group: &str| {
+        table.iter().find(|(p, _, _)| p == group).map(|&(_, how, entry)| MemSite { how, entry })
+    };
     let modules = crate::calls::target_modules(t)?;
-    let res = crate::calls::resolve(&modules, &patterns, |spec| site_of(&spec.group).map_or_else(Needs::default, |s| s.how.needs()))?;
+    let res = crate::calls::resolve(&modules, &patterns, |spec| {
+        site_of(&spec.group).map_or_else(Needs::default, |s| s.how.needs())
+    })?;
     notes.extend(res.notes);
     let is_libc = |m: &Path| m.file_name().is_some_and(|n| n.to_string_lossy().starts_with("libc.so"));
     // A module with an allocator of its own: one whose malloc (under any prefix) is not glibc's.
@@ -294,7 +300,9 @@ pub fn resolve_mem(t: &Target, notes: &mut Vec<String>) -> Result<MemProbes, Rec
             Some((p, site))
         })
         .collect();
-    if !probes.iter().any(|(_, s)| s.how == MemHow::Free) || !probes.iter().any(|(_, s)| s.how != MemHow::Free) {
+    if !probes.iter().any(|(_, s)| s.how == MemHow::Free)
+        || !probes.iter().any(|(_, s)| s.how != MemHow::Free)
+    {
         return Err(RecordError::NoAllocator);
     }
     let allocator = own_allocator

@@ -126,7 +126,9 @@ pub enum RecordError {
     BadOption { option: RecordOption, problem: String },
     #[error("the target has no allocation function to probe")]
     NoAllocator,
-    #[error("memory in use is recorded for a command (after `--`) or running processes (-p), not a whole host")]
+    #[error(
+        "memory in use is recorded for a command (after `--`) or running processes (-p), not a whole host"
+    )]
     MemWholeHost,
     #[error(
         "{0} is statically linked: the memory library cannot be loaded into it (LD_PRELOAD); allocation \

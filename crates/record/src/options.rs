@@ -245,6 +245,11 @@ mod tests {
             err(RecordOptions { cpu: false, calls: Some(calls), ..base.clone() }),
             "calls.callers_period must be at least 1"
         );
+        let mem = Some(crate::mem::MemOptions { sample_bytes: 0, period_ms: 100 });
+        assert_eq!(
+            err(RecordOptions { target: Target::All, cpu: false, mem, ..base.clone() }),
+            "memory in use is recorded for a command (after `--`) or running processes (-p), not a whole host"
+        );
         let syscalls = SyscallOptions { trace: Vec::new(), stacks_period: Some(0) };
         assert_eq!(
             err(RecordOptions { cpu: false, syscalls: Some(syscalls), ..base }),

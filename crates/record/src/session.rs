@@ -395,7 +395,9 @@ impl<'a> Session<'a> {
         let cost = (hits.allocs + hits.frees) * entry + hits.returns * ret;
         let sampled = match self.opts.mem.map_or(0, |o| o.sample_bytes) {
             0 => "every allocation counted".to_string(),
-            n => format!("allocations sampled one every {} on average", whyslow_model::units::bytes(n as i64)),
+            n => {
+                format!("allocations sampled one every {} on average", whyslow_model::units::bytes(n as i64))
+            }
         };
         notes.push(format!(
             "memory probes ({} allocation and free functions, {sampled}): a hit costs {:.2} us at an entry and \

@@ -282,7 +282,9 @@ impl Objects {
             None => Default::default(),
         };
         let mem = match (&opts.mem, &opts.target) {
-            (Some(_), Target::Pids(_) | Target::Comm(_)) => allocators::resolve_mem(&opts.target, &mut notes)?,
+            (Some(_), Target::Pids(_) | Target::Comm(_)) => {
+                allocators::resolve_mem(&opts.target, &mut notes)?
+            }
             _ => Default::default(),
         };
         Ok(Objects {
@@ -489,9 +491,9 @@ impl<'obj> Sources<'obj> {
             }
             _ => None,
         };
-        let mem_hit_cost = mem.as_mut().and_then(|p| {
-            crate::phases::time("measure the memory probes' hit cost", || p.measure_hits())
-        });
+        let mem_hit_cost = mem
+            .as_mut()
+            .and_then(|p| crate::phases::time("measure the memory probes' hit cost", || p.measure_hits()));
         let side_band = cfgs.iter().any(|c| c.source == Source::Track).then(|| SideBand::new(pids));
         let mut ev = Events {
             rings: Vec::new(),
@@ -725,7 +727,8 @@ impl<'obj> Sources<'obj> {
     /// stack copies of sampled allocations in it); else the assumed costs.
     pub(crate) fn mem_prices(&self, m: &MemProbe<'_>) -> [u64; 2] {
         use whyslow_symbols::placement::Execution;
-        let stepped = self.mem_probes.probes.iter().filter(|(p, _)| p.site.execution == Execution::SingleStepped);
+        let stepped =
+            self.mem_probes.probes.iter().filter(|(p, _)| p.site.execution == Execution::SingleStepped);
         let share = stepped.count() as f64 / self.mem_probes.probes.len().max(1) as f64;
         let [entry_ns, return_ns] = m.program_ns();
         let price = |e: Execution, program: Option<f64>| match &self.mem_hit_cost {
@@ -733,7 +736,8 @@ impl<'obj> Sources<'obj> {
             None if e == Execution::Emulated => crate::HIT_COST_EMULATED_NS as f64,
             None => crate::HIT_COST_STEPPED_NS as f64,
         };
-        let entry = (1.0 - share) * price(Execution::Emulated, entry_ns) + share * price(Execution::SingleStepped, entry_ns);
+        let entry = (1.0 - share) * price(Execution::Emulated, entry_ns)
+            + share * price(Execution::SingleStepped, entry_ns);
         [entry.round() as u64, price(Execution::Emulated, return_ns).round() as u64]
     }
 
@@ -752,7 +756,9 @@ impl<'obj> Sources<'obj> {
         let links = self.calls.iter_mut().chain(self.alloc_sites.as_mut()).flat_map(CallProbe::detach);
         let mut closing: Vec<Box<dyn Send>> = links.map(|l| Box::new(l) as Box<dyn Send>).collect();
         // The memory probes' entries go first (in detach), then their returns with the rest.
-        closing.extend(self.mem.as_mut().into_iter().flat_map(MemProbe::detach).map(|l| Box::new(l) as Box<dyn Send>));
+        closing.extend(
+            self.mem.as_mut().into_iter().flat_map(MemProbe::detach).map(|l| Box::new(l) as Box<dyn Send>),
+        );
         closing.extend(self.ev.take_fixed_period().into_iter().map(|fds| Box::new(fds) as Box<dyn Send>));
         std::thread::scope(|s| {
             for item in closing {

@@ -203,4 +203,3 @@ fn run(a: CallsArgs, outcome: &mut Outcome) -> Result<()> {
     out.flush()?;
     Ok(())
 }
-

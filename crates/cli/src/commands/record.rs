@@ -128,7 +128,9 @@ fn run(a: RecordArgs, outcome: &mut Outcome) -> Result<()> {
         kernel: !a.no_kernel,
         cpu: a.cpu || !(a.alloc || a.offcpu || a.mem),
         alloc: a.alloc.then_some(AllocOptions { period: a.alloc_period }),
-        mem: a.mem.then_some(MemOptions { sample_bytes: a.mem_sample.unwrap_or(default_sample), period_ms: 100 }),
+        mem: a
+            .mem
+            .then_some(MemOptions { sample_bytes: a.mem_sample.unwrap_or(default_sample), period_ms: 100 }),
         probe_budget: if a.mem { probe_budget(a.budget, launched) } else { None },
         offcpu: a.offcpu.then(|| OffCpuOptions::sampled_at(a.freq, Duration::from_micros(a.min_block_us))),
         ..Default::default()
@@ -145,8 +147,11 @@ fn run(a: RecordArgs, outcome: &mut Outcome) -> Result<()> {
     signals::install();
     // An attached run says when its probes are in (a test, or a user, starts the load then).
     let attached = matches!(opts.target, Target::Pids(_) | Target::Comm(_));
-    let mut status =
-        StatusLine::new().prefetching(opts.target.clone(), opts.kernel).about("recording", "recording", attached);
+    let mut status = StatusLine::new().prefetching(opts.target.clone(), opts.kernel).about(
+        "recording",
+        "recording",
+        attached,
+    );
     let (raw, load_run) = match &load {
         Some(l) => {
             let run = whyslow_investigate::loadtest::record_under_load(&opts, l, &mut status);

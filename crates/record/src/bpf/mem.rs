@@ -169,7 +169,15 @@ impl<'obj> MemProbe<'obj> {
             skel.progs.on_exec.attach().map_err(|e| classify("attach exec hook", e))?,
             skel.progs.on_process_exit.attach().map_err(|e| classify("attach exit hook", e))?,
         ];
-        Ok(MemProbe { skel, _hooks: hooks, returns: Vec::new(), entries: Vec::new(), stats_at: [None; 2], ring, events })
+        Ok(MemProbe {
+            skel,
+            _hooks: hooks,
+            returns: Vec::new(),
+            entries: Vec::new(),
+            stats_at: [None; 2],
+            ring,
+            events,
+        })
     }
 
     /// What a probe hit costs here: the trap measured with this program on whyslow's own calibration
@@ -220,7 +228,8 @@ impl<'obj> MemProbe<'obj> {
         let mut notes = Vec::new();
         let mut usable: Vec<(&PathBuf, Vec<usize>)> = Vec::new();
         for (module, ids) in by_module {
-            let allocs: Vec<usize> = ids.iter().copied().filter(|&i| probes[i].1.how != MemHow::Free).collect();
+            let allocs: Vec<usize> =
+                ids.iter().copied().filter(|&i| probes[i].1.how != MemHow::Free).collect();
             let mut kept = ids.clone();
             if !allocs.is_empty() {
                 match self.link(probes, &allocs, module, pid, true) {
