@@ -1,7 +1,7 @@
 //! `whyslow record --mem`: memory in use by stack, against workloads that print what they hold.
 
 mod common;
-use common::{attach_to_waiting, fails, ok, record, report_json, tmp, workload};
+use common::{attach_to_waiting_with_output, fails, ok, record, report_json, tmp, workload};
 use serde_json::Value;
 
 /// The total of `name` (the function with the largest total of that name) in a JSON report.
@@ -165,7 +165,7 @@ fn record_attached(
     args.extend_from_slice(extra);
     let mut wargs = vec!["attach"];
     wargs.extend_from_slice(workload_args);
-    let (_, printed) = common::attach_to_waiting_with_output(&workload("memwork"), &wargs, &args);
+    let (_, printed) = attach_to_waiting_with_output(&workload("memwork"), &wargs, &args);
     let (objects, bytes) = held(&printed);
     let secs: f64 = printed.split_whitespace().nth(6).unwrap().parse().unwrap();
     (data, (objects, bytes, secs))
