@@ -1,16 +1,24 @@
 /* Memory in use with exactly known answers, for `record --mem`. Prints what it still holds at exit.
- *   memwork leak N      N blocks through cache_put() (sizes 16..112 bytes, kept forever), 100000
+ *   memwork leak N [wait]  N blocks through cache_put() (sizes 16..112 bytes, kept forever), 100000
  *                       malloc/free pairs in churn(), a bounded cache of 64 entries in lru_put() that
  *                       evicts its oldest and is emptied before exit: only cache_put's blocks are held.
+ *                       With `wait`: prints its pid and does the work once a line arrives on stdin (the
+ *                       seconds printed are the work's).
  *   memwork grow S R    for S seconds, R bytes per second through cache_put() in 100 blocks a second
  *                       (one every 10 ms), with churn and the bounded cache beside it: grows R B/s.
  *   memwork bounded S   for S seconds, the bounded cache alone (64 x 4 KiB at most), freed at exit.
+ *   memwork attach S R [N]  for a recorder attaching to it (-p): first keeps 1000 blocks through cache_put()
+ *                       and fills the bounded cache, prints its pid and waits for a line on stdin (the
+ *                       recorder is attached); then the window: for S seconds `grow S R` (N blocks a tick,
+ *                       default 1), freeing the 1000 early blocks on the way (frees of blocks allocated
+ *                       before the window). It prints what cache_put kept in the window alone.
  * Output: "held N objects B bytes in S s" (what cache_put kept, and the seconds main ran: under load the
  * ticks stretch, so the rate a test expects is B / S). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 struct block { struct block *next; char data[]; };
 static struct block *kept;
@@ -64,6 +72,14 @@ int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "leak";
     if (!strcmp(mode, "leak")) {
         long n = argc > 2 ? atol(argv[2]) : 1000;
+        if (argc > 3 && !strcmp(argv[3], "wait")) {
+            /* For a recorder attaching to it: its pid, then the work once a line arrives on stdin. */
+            printf("%d\n", (int)getpid());
+            fflush(stdout);
+            char line[16];
+            if (!fgets(line, sizeof line, stdin)) return 3;
+            t0 = now_s();
+        }
         for (long i = 0; i < n; i++) {
             cache_put(sizeof(struct block) + 8 + (size_t)(i % 7) * 16);
             lru_put(256);
@@ -84,8 +100,31 @@ int main(int argc, char **argv) {
             churn(100);
             nap_ms(10);
         }
+    } else if (!strcmp(mode, "attach")) {
+        long secs = argc > 2 ? atol(argv[2]) : 3, rate = argc > 3 ? atol(argv[3]) : 100000;
+        long per_tick = argc > 4 ? atol(argv[4]) : 1;
+        for (int i = 0; i < 1000; i++) cache_put(64), lru_put(4096);
+        struct block *early = kept;
+        kept = NULL, kept_objects = 0, kept_bytes = 0;
+        printf("%d\n", (int)getpid());
+        fflush(stdout);
+        char line[16];
+        if (!fgets(line, sizeof line, stdin)) return 3;
+        t0 = now_s();
+        for (long tick = 0; tick < secs * 100; tick++) {
+            for (long k = 0; k < per_tick; k++) cache_put((size_t)(rate / 100 / per_tick));
+            lru_put(4096);
+            churn(100);
+            for (int i = 0; i < 10 && early; i++) {
+                struct block *next = early->next;
+                free(early);
+                early = next;
+            }
+            nap_ms(10);
+        }
     } else {
-        fprintf(stderr, "usage: memwork leak N | grow SECONDS BYTES_PER_SECOND | bounded SECONDS\n");
+        fprintf(stderr, "usage: memwork leak N | grow SECONDS BYTES_PER_SECOND | bounded SECONDS | attach SECONDS "
+                        "BYTES_PER_SECOND [BLOCKS_PER_TICK]\n");
         return 2;
     }
     lru_clear();

@@ -60,10 +60,19 @@ pub fn fails(args: &[&str]) -> String {
 }
 
 /// Attaches `whyslow ARGS -p PID` to a workload started with `wait` as its last argument: the workload
-/// prints its pid and waits; whyslow announces "counting ... of pid PID"; then the workload is released
+/// prints its pid and waits; whyslow announces "... pid PID"; then the workload is released
 /// and runs to its normal end, and whyslow ends with it. Returns whyslow's stdout.
 pub fn attach_to_waiting(workload_path: &Path, workload_args: &[&str], args: &[&str]) -> String {
-    use std::io::{BufRead, BufReader, Write};
+    attach_to_waiting_with_output(workload_path, workload_args, args).0
+}
+
+/// As [`attach_to_waiting`], and what the workload printed after its pid.
+pub fn attach_to_waiting_with_output(
+    workload_path: &Path,
+    workload_args: &[&str],
+    args: &[&str],
+) -> (String, String) {
+    use std::io::{BufRead, BufReader, Read, Write};
     use std::process::Stdio;
     let mut target = Command::new(workload_path)
         .args(workload_args)
@@ -85,13 +94,14 @@ pub fn attach_to_waiting(workload_path: &Path, workload_args: &[&str], args: &[&
         .unwrap();
     let mut line = String::new();
     BufReader::new(ws.stderr.as_mut().unwrap()).read_line(&mut line).unwrap();
-    assert!(line.contains(&format!(" of pid {pid} ")), "{line}");
+    assert!(line.contains(&format!(" pid {pid} ")), "{line}");
     target.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
-    std::io::copy(&mut target_out, &mut std::io::sink()).unwrap();
+    let mut printed = String::new();
+    target_out.read_to_string(&mut printed).unwrap();
     assert!(target.wait().unwrap().success(), "the target runs to its normal end");
     let out = ws.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
+    (String::from_utf8(out.stdout).unwrap(), printed)
 }
 
 /// Held by the tests of one test program that measure time (throughput under load, CPU time of

@@ -109,6 +109,21 @@ impl<H: Host> Converter<H> {
         }
     }
 
+    /// Makes process `pid`'s unwinder ready for a stack of it: the process added when it is new, the
+    /// mappings kept for its first sample (see [`Converter::lazily`]) read.
+    pub(crate) fn ready(&mut self, pid: u32) {
+        match self.procs.get_mut(&pid) {
+            None => self.add_process(pid),
+            Some(p) => {
+                if let Some(pending) = p.pending.take() {
+                    for m in pending {
+                        self.add_mapping(pid, m.start, m.end, m.pgoff, &m.path);
+                    }
+                }
+            }
+        }
+    }
+
     /// `offcpu_ns`: the blocked time of an off-CPU sample whose block already ended (else it is valued
     /// when the thread runs again).
     pub(crate) fn sample(&mut self, s: SampleRef<'_>, stream: Stream, time: u64, offcpu_ns: Option<u64>) {
@@ -118,16 +133,7 @@ impl<H: Host> Converter<H> {
         if let Some(b) = self.blocked.remove(&s.tid) {
             self.add_blocked(b, time);
         }
-        match self.procs.get_mut(&s.pid) {
-            None => self.add_process(s.pid),
-            Some(p) => {
-                if let Some(pending) = p.pending.take() {
-                    for m in pending {
-                        self.add_mapping(s.pid, m.start, m.end, m.pgoff, &m.path);
-                    }
-                }
-            }
-        }
+        self.ready(s.pid);
         let p = self.procs.get_mut(&s.pid).expect("inserted above");
         if !p.sampled && self.lazy {
             p.sampled = true;

@@ -3,9 +3,11 @@
 //! The converter turns it into samples of the profile's `inuse-*`, `alloc-*` and `peak-*` types; nothing
 //! here reads a process or a file.
 
+use crate::records::UserRegs;
 use crate::Mapping;
 use whyslow_model::raw::{RawFrame, RawRecording, RawThread};
 use whyslow_model::{sample_types as st, FrameKind};
+use whyslow_unwind::{Outcome, Regs};
 
 /// Which allocation function a stack ends in (the first frame of its samples).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -163,6 +165,26 @@ impl<H: crate::Host> crate::Converter<H> {
                 add(&mut self.raw, stack, 0, slots, [r.peak_bytes as i64, r.peak_count as i64]);
             }
         }
+    }
+
+    /// The return addresses of a stack copied at an allocation function's entry (`regs`, and the bytes
+    /// from the stack pointer up), unwound with process `pid`'s tables, from the function's caller outward
+    /// as a [`HeapStack`] holds them; and whether the walk reached the outermost frame. A source that sees
+    /// allocations from outside the process (eBPF probes) builds its stacks with this.
+    pub fn heap_return_addresses(&mut self, pid: u32, regs: UserRegs, stack: &[u8]) -> (Vec<u64>, bool) {
+        self.ready(pid);
+        let p = self.procs.get_mut(&pid).expect("made ready");
+        let mut frames = Vec::new();
+        let regs = Regs { ip: regs.ip, sp: regs.sp, bp: regs.bp };
+        let outcome = p.unwinder.unwind(regs, stack, None, &mut frames);
+        match outcome {
+            Outcome::Complete => self.counters.unwind.complete += 1,
+            Outcome::Partial => self.counters.unwind.partial += 1,
+        }
+        // The unwinder gives each return address minus one (inside the call); a HeapStack holds them as
+        // they are.
+        let ras = frames.iter().skip(1).map(|&a| a + 1).collect();
+        (ras, outcome == Outcome::Complete)
     }
 
     /// Each stack of `h` as raw frames, leaf (the allocation function) first.

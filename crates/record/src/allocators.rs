@@ -7,7 +7,8 @@ use crate::calls::{PatternSpec, Probe};
 use crate::target::Target;
 use crate::RecordError;
 use std::collections::HashSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use whyslow_convert::heap::HeapEntry;
 use whyslow_convert::{Nesting, SizeArg};
 use whyslow_symbols::placement::{Args, Needs, StackNeed};
 
@@ -160,6 +161,156 @@ pub fn resolve(t: &Target, notes: &mut Vec<String>) -> Result<Allocators, Record
         }
     }
     Ok(Allocators { probes, nesting: Nesting { within } })
+}
+
+/// How a function changes the heap, for memory in use of a running process (bpf/mem.bpf.c's `enum
+/// ws_mem_how`, in its order): where its size is, and what it frees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemHow {
+    /// free(p), and every other name of it.
+    Free,
+    /// malloc(n): the address comes back in rax.
+    SizeRdi,
+    /// aligned_alloc(a, n), memalign(a, n).
+    SizeRsi,
+    /// calloc(n, m).
+    Product,
+    /// realloc(p, n): p is freed when an address comes back (or n is 0).
+    Realloc,
+    /// reallocarray(p, n, m).
+    Reallocarray,
+    /// posix_memalign(&p, a, n): the address goes to *rdi when it returns 0.
+    PosixMemalign,
+}
+
+impl MemHow {
+    /// What its probes read and keep intact at their site: the arguments, and for an allocation the return
+    /// address on top of the stack (a return probe there takes the address it returns).
+    fn needs(self) -> Needs {
+        let args = match self {
+            MemHow::Free | MemHow::SizeRdi => Args::RDI,
+            MemHow::SizeRsi => Args::RSI,
+            MemHow::Product | MemHow::Realloc => Args::RDI.with(Args::RSI),
+            MemHow::Reallocarray => Args::RDI.with(Args::RSI).with(Args::RDX),
+            MemHow::PosixMemalign => Args::RDI.with(Args::RDX),
+        };
+        let stack = if self == MemHow::Free { StackNeed::Any } else { StackNeed::Untouched };
+        Needs { stack, args, per_call: true, at_entry: false }
+    }
+}
+
+/// What the memory probes need per probed function: how it allocates, and the function its stacks end in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemSite {
+    pub how: MemHow,
+    pub entry: HeapEntry,
+}
+
+/// The allocator's C entry points, as glibc, jemalloc and tcmalloc export them. jemalloc built with a
+/// prefix (as redis links it) names them `je_malloc`, ...; tcmalloc also exports `tc_malloc`, ....
+const MEM_FUNCTIONS: [(&str, MemHow, HeapEntry); 11] = [
+    ("malloc", MemHow::SizeRdi, HeapEntry::Malloc),
+    ("calloc", MemHow::Product, HeapEntry::Calloc),
+    ("realloc", MemHow::Realloc, HeapEntry::Realloc),
+    ("reallocarray", MemHow::Reallocarray, HeapEntry::Reallocarray),
+    ("posix_memalign", MemHow::PosixMemalign, HeapEntry::PosixMemalign),
+    ("aligned_alloc", MemHow::SizeRsi, HeapEntry::AlignedAlloc),
+    ("memalign", MemHow::SizeRsi, HeapEntry::Memalign),
+    ("valloc", MemHow::SizeRdi, HeapEntry::Valloc),
+    ("pvalloc", MemHow::SizeRdi, HeapEntry::Pvalloc),
+    ("free", MemHow::Free, HeapEntry::Malloc),
+    ("cfree", MemHow::Free, HeapEntry::Malloc),
+];
+
+/// jemalloc's own API (also with the `je_` prefix): mallocx, rallocx, dallocx, sdallocx; tcmalloc's C++
+/// entry points.
+const MEM_EXTRA: [(&str, MemHow, HeapEntry); 8] = [
+    ("mallocx", MemHow::SizeRdi, HeapEntry::Malloc),
+    ("rallocx", MemHow::Realloc, HeapEntry::Realloc),
+    ("dallocx", MemHow::Free, HeapEntry::Malloc),
+    ("sdallocx", MemHow::Free, HeapEntry::Malloc),
+    ("tc_new", MemHow::SizeRdi, HeapEntry::Malloc),
+    ("tc_newarray", MemHow::SizeRdi, HeapEntry::Malloc),
+    ("tc_delete", MemHow::Free, HeapEntry::Malloc),
+    ("tc_deletearray", MemHow::Free, HeapEntry::Malloc),
+];
+
+/// C++ operator new and delete (every form: sized, aligned, nothrow). libstdc++'s allocate through
+/// malloc and are not probed (its probe counts them); an allocator that defines its own (tcmalloc,
+/// jemalloc's C++ support) gets them probed in its module.
+const MEM_CXX: [(&str, MemHow, HeapEntry); 2] = [
+    ("operator new*", MemHow::SizeRdi, HeapEntry::Malloc),
+    ("operator delete*", MemHow::Free, HeapEntry::Malloc),
+];
+
+/// Every (pattern, how, entry) the memory probes look for.
+fn mem_patterns() -> Vec<(String, MemHow, HeapEntry)> {
+    let mut out = Vec::new();
+    for (prefix, list) in [("", &MEM_FUNCTIONS[..]), ("je_", &MEM_FUNCTIONS), ("tc_", &MEM_FUNCTIONS)] {
+        out.extend(list.iter().map(|&(n, how, e)| (format!("{prefix}{n}"), how, e)));
+    }
+    out.extend(MEM_EXTRA.iter().map(|&(n, how, e)| (n.to_string(), how, e)));
+    out.extend(MEM_EXTRA[..4].iter().map(|&(n, how, e)| (format!("je_{n}"), how, e)));
+    out.extend(MEM_CXX.iter().map(|&(n, how, e)| (n.to_string(), how, e)));
+    out
+}
+
+/// The memory probes of a running process: per probe what it does.
+#[derive(Debug, Clone, Default)]
+pub struct MemProbes {
+    pub probes: Vec<(Probe, MemSite)>,
+    /// The module of the malloc that serves the program (a jemalloc or tcmalloc it links, else libc), as
+    /// its mappings name it.
+    pub allocator: String,
+}
+
+/// The allocation and free functions of the target's modules, each placed where its probes change
+/// nothing it computes, for memory in use.
+pub fn resolve_mem(t: &Target, notes: &mut Vec<String>) -> Result<MemProbes, RecordError> {
+    let table = mem_patterns();
+    let patterns: Vec<PatternSpec> = table
+        .iter()
+        .map(|(p, _, _)| PatternSpec { group: p.clone(), pattern: p.clone(), required: false })
+        .collect();
+    let site_of = |group: &str| {
+        table.iter().find(|(p, _, _)| p == group).map(|&(_, how, entry)| MemSite { how, entry })
+    };
+    let modules = crate::calls::target_modules(t)?;
+    let res = crate::calls::resolve(&modules, &patterns, |spec| {
+        site_of(&spec.group).map_or_else(Needs::default, |s| s.how.needs())
+    })?;
+    notes.extend(res.notes);
+    let is_libc = |m: &Path| m.file_name().is_some_and(|n| n.to_string_lossy().starts_with("libc.so"));
+    // A module with an allocator of its own: one whose malloc (under any prefix) is not glibc's.
+    let own_allocator: Vec<PathBuf> = res
+        .probes
+        .iter()
+        .filter(|p| ["malloc", "je_malloc", "tc_malloc", "mallocx", "je_mallocx"].contains(&p.group.as_str()))
+        .filter(|p| !is_libc(&p.module) && !p.module.to_string_lossy().contains("/ld-linux"))
+        .map(|p| p.module.clone())
+        .collect();
+    let probes: Vec<(Probe, MemSite)> = res
+        .probes
+        .into_iter()
+        // The loader's own minimal malloc is not the program's allocator.
+        .filter(|p| !p.module.to_string_lossy().contains("/ld-linux"))
+        .filter(|p| !p.group.starts_with("operator ") || own_allocator.contains(&p.module))
+        .filter_map(|p| {
+            let site = site_of(&p.group)?;
+            Some((p, site))
+        })
+        .collect();
+    if !probes.iter().any(|(_, s)| s.how == MemHow::Free)
+        || !probes.iter().any(|(_, s)| s.how != MemHow::Free)
+    {
+        return Err(RecordError::NoAllocator);
+    }
+    let allocator = own_allocator
+        .first()
+        .or_else(|| probes.iter().find(|(p, _)| p.group == "malloc").map(|(p, _)| &p.module))
+        .map(|m| crate::target::as_the_target_sees_it(m))
+        .unwrap_or_default();
+    Ok(MemProbes { probes, allocator })
 }
 
 #[cfg(test)]

@@ -127,10 +127,9 @@ pub enum RecordError {
     #[error("the target has no allocation function to probe")]
     NoAllocator,
     #[error(
-        "memory in use is recorded for a command whyslow launches (after `--`); of a running process, \
-         allocation counts are (--alloc)"
+        "memory in use is recorded for a command (after `--`) or running processes (-p), not a whole host"
     )]
-    MemNeedsLaunch,
+    MemWholeHost,
     #[error(
         "{0} is statically linked: the memory library cannot be loaded into it (LD_PRELOAD); allocation \
          counts (--alloc) work there"

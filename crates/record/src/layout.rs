@@ -93,7 +93,11 @@ impl Layout {
         // Stacks sampled in eBPF (off-CPU blocks, callers of probed calls, allocations) are unwound with
         // the mappings the events follow.
         let callers_period = opts.calls.as_ref().and_then(|c| c.callers_period);
-        let ebpf_stacks = opts.offcpu.is_some() || opts.alloc.is_some() || callers_period.is_some();
+        // Memory in use of a running process comes from eBPF probes too (a launched command's from its
+        // library, which writes its own mappings).
+        let mem_probes = opts.mem.is_some() && !launched;
+        let ebpf_stacks =
+            opts.offcpu.is_some() || opts.alloc.is_some() || callers_period.is_some() || mem_probes;
         if !opts.cpu && (!l.cfgs.is_empty() || ebpf_stacks) {
             // The first event owns the rings and the records that follow mappings, threads and children,
             // and stays open to the end, while the syscalls' stack events are closed when the probe budget

@@ -22,6 +22,7 @@ mod hotspot;
 pub mod jvm;
 mod layout;
 pub mod mem;
+mod mem_attach;
 mod options;
 pub mod phases;
 pub mod procfs;

@@ -197,13 +197,17 @@ pub(crate) fn check(opts: &RecordOptions) -> Result<(), RecordError> {
         }
     }
     if let Some(mem) = &opts.mem {
-        let Target::Launch(argv) = &opts.target else { return Err(RecordError::MemNeedsLaunch) };
+        if opts.target == Target::All {
+            return Err(RecordError::MemWholeHost);
+        }
         if opts.alloc.is_some() {
             return Err(RecordError::Invalid(
                 "memory in use counts every allocation itself: record it without allocation probes".into(),
             ));
         }
-        crate::mem::check_command(argv)?;
+        if let Target::Launch(argv) = &opts.target {
+            crate::mem::check_command(argv)?;
+        }
         if mem.sample_bytes > 1 << 40 {
             return bad(RecordOption::MemSample, format!("must be at most 1 TiB, not {}", mem.sample_bytes));
         }
@@ -240,6 +244,11 @@ mod tests {
         assert_eq!(
             err(RecordOptions { cpu: false, calls: Some(calls), ..base.clone() }),
             "calls.callers_period must be at least 1"
+        );
+        let mem = Some(crate::mem::MemOptions { sample_bytes: 0, period_ms: 100 });
+        assert_eq!(
+            err(RecordOptions { target: Target::All, cpu: false, mem, ..base.clone() }),
+            "memory in use is recorded for a command (after `--`) or running processes (-p), not a whole host"
         );
         let syscalls = SyscallOptions { trace: Vec::new(), stacks_period: Some(0) };
         assert_eq!(

@@ -8,6 +8,7 @@ use crate::budget::{cpu_since, ProbeLoad};
 use crate::calls::{PatternSpec, Probe};
 use crate::host::LiveHost;
 use crate::mem::MemRun;
+use crate::mem_attach::Ledger;
 use crate::sources::{raise_fd_limit, Objects, Sources};
 use crate::sys::{self, Clock};
 use crate::syscall_sampler::SyscallSampler;
@@ -103,6 +104,10 @@ pub struct Session<'a> {
     env_end: Option<whyslow_model::TargetEnv>,
     /// Memory in use of a launched command: read once it ended.
     mem: Option<MemRun>,
+    /// Memory in use of running processes: the allocations and frees the memory probes sent, paired.
+    ledger: Option<Ledger>,
+    /// When the memory probes stopped (event clock), under the probe budget.
+    mem_stopped: Option<u64>,
 }
 
 impl<'a> Session<'a> {
@@ -146,8 +151,9 @@ impl<'a> Session<'a> {
             Converter::new(LiveHost { jvms: jvms.clone() }, src.sample_types.clone(), src.streams.clone())
                 .with_labels(probe_names, alloc_names)
                 .with_nesting(nesting);
-        if src.alloc_sites.is_some() {
-            // Call sites are read from the kernel after the run, also of processes that exited by then.
+        if src.alloc_sites.is_some() || src.mem.is_some() {
+            // Call sites are read from the kernel after the run, also of processes that exited by then;
+            // in-use stacks are normalized after it.
             c = c.retaining_exited();
         }
         if src.host {
@@ -168,6 +174,15 @@ impl<'a> Session<'a> {
         }
         let start_unix_ns = unix_now_ns();
         let cpu_at_start = cpu_since(&pids, 0);
+        let ledger = match (&opts.mem, &src.mem) {
+            (Some(m), Some(_)) => Some(Ledger::new(
+                sys::monotonic_ns(),
+                m.sample_bytes,
+                m.period_ms.max(1) * 1_000_000,
+                src.mem_probes.allocator.clone(),
+            )),
+            _ => None,
+        };
         let env = crate::phases::time(ENV_PHASE, || env.and_then(|e| e.join().ok()));
         c.set_origin(sys::monotonic_ns());
         observer.started(&pids);
@@ -205,6 +220,8 @@ impl<'a> Session<'a> {
             env,
             env_end: None,
             mem,
+            ledger,
+            mem_stopped: None,
         })
     }
 
@@ -261,6 +278,7 @@ impl<'a> Session<'a> {
             if budget.is_some() || self.sampler.is_some() { 20 } else { 100 },
         );
         self.src.drain(&mut self.c, &mut self.buf);
+        self.take_mem();
         if let Some(p) = &self.src.syscalls {
             p.drain_events().iter().for_each(|e| observer.trace(e));
         }
@@ -304,6 +322,10 @@ impl<'a> Session<'a> {
                 self.src.stop_per_call();
                 // Stack samples sent before the probes went (allocation counts are split over them below).
                 self.src.drain(&mut self.c, &mut self.buf);
+                self.take_mem();
+                if self.ledger.is_some() {
+                    self.mem_stopped = Some(sys::monotonic_ns());
+                }
                 self.sampler = self.src.syscalls.as_ref().map(|p| {
                     let cpu = self.target_cpu();
                     SyscallSampler::new(at, p.seen(), spent, self.src.syscall_prices(), share, cpu)
@@ -361,6 +383,61 @@ impl<'a> Session<'a> {
         }
     }
 
+    /// Pairs what the memory probes sent since the last call (their stacks unwound with the mappings
+    /// the converter has now).
+    fn take_mem(&mut self) {
+        let (Some(m), Some(l)) = (self.src.mem.as_mut(), self.ledger.as_mut()) else { return };
+        let mut events = Vec::new();
+        m.drain(&mut events);
+        l.take(events, &mut self.c, sys::monotonic_ns());
+    }
+
+    /// What the memory probes cost and could not keep, for the notes (before they are closed).
+    fn mem_notes(&self) -> Vec<String> {
+        let Some(m) = &self.src.mem else { return Vec::new() };
+        let mut notes = Vec::new();
+        let [entry, ret] = self.src.mem_prices(m);
+        let hits = m.hits();
+        let cost = (hits.allocs + hits.frees) * entry + hits.returns * ret;
+        let sampled = match self.opts.mem.map_or(0, |o| o.sample_bytes) {
+            0 => "every allocation counted".to_string(),
+            n => {
+                format!("allocations sampled one every {} on average", whyslow_model::units::bytes(n as i64))
+            }
+        };
+        notes.push(format!(
+            "memory probes ({} allocation and free functions, {sampled}): a hit costs {:.2} us at an entry and \
+             {:.2} us at a return here ({}, the probes' programs included); {} allocations and {} frees cost \
+             the target about {:.1} ms",
+            self.src.mem_probes.probes.len(),
+            entry as f64 / 1e3,
+            ret as f64 / 1e3,
+            if self.src.mem_hit_cost.is_some() { "measured at the start of the run" } else { "assumed" },
+            hits.allocs,
+            hits.frees,
+            cost as f64 / 1e6
+        ));
+        if let Some(share) = self.opts.probe_budget {
+            // Two traps per allocation, one per free: at about as many frees as allocations, each pair
+            // costs 2 entries and a return.
+            let pair = (2 * entry + ret).max(1) as f64;
+            notes.push(format!(
+                "memory probes: within the probe budget of {}% of the target's CPU time they keep up with \
+                 about {:.0} allocations and frees per second of it; past it they stop and in-use is as of then",
+                share * 100.0,
+                share * 1e9 / pair * 2.0
+            ));
+        }
+        let (ring, live) = m.lost();
+        if ring + live > 0 {
+            notes.push(format!(
+                "memory probes: {ring} records found the ring full and {live} sampled allocations found the \
+                 kernel's live set full: not counted"
+            ));
+        }
+        notes
+    }
+
     /// The target processes' CPU time since the start.
     fn target_cpu(&self) -> u64 {
         cpu_since(&self.pids, self.cpu_at_start)
@@ -368,7 +445,11 @@ impl<'a> Session<'a> {
 
     /// What the per-hit probes cost so far (None without any).
     fn probe_load(&self) -> Option<ProbeLoad> {
-        if self.src.calls.is_none() && self.src.alloc_sites.is_none() && self.src.syscalls.is_none() {
+        if self.src.calls.is_none()
+            && self.src.alloc_sites.is_none()
+            && self.src.syscalls.is_none()
+            && self.src.mem.is_none()
+        {
             return None;
         }
         let latency = self.opts.calls.as_ref().is_some_and(|c| c.latency);
@@ -515,8 +596,10 @@ impl<'a> Session<'a> {
         if self.opts.calls.is_some() {
             sources.push("call counters (eBPF)");
         }
-        if self.opts.mem.is_some() {
-            sources.push("allocations and frees (in-process)");
+        match (&self.opts.mem, &self.src.mem) {
+            (Some(_), Some(_)) => sources.push("allocations and frees (uprobes)"),
+            (Some(_), None) => sources.push("allocations and frees (in-process)"),
+            _ => {}
         }
         sources.join(" + ")
     }
@@ -556,9 +639,11 @@ impl<'a> Session<'a> {
         self.src.drain(&mut self.c, &mut self.buf);
         // The probes that cost the target at every call go next, all at once (their counts stay
         // readable), once what their events wrote is read.
+        let mem_notes = self.mem_notes();
         self.src.stop_per_call();
         // Stack samples sent before the probes went (allocation counts are split over them below).
         self.src.drain(&mut self.c, &mut self.buf);
+        self.take_mem();
         // Threads still blocked were blocked until now.
         let end = sys::monotonic_ns();
         if let Some(p) = self.src.offcpu.take() {
@@ -609,7 +694,7 @@ impl<'a> Session<'a> {
         meta.lost_events = lost_events;
         // Lost samples of this last window only (the earlier ones went with their windows).
         meta.lost_samples = counters.lost - self.lost_before;
-        let Session { opts, src, mut c, gate, t0, mem, .. } = self;
+        let Session { opts, src, mut c, gate, t0, mem, ledger, mem_stopped, .. } = self;
         // The events close before a launched command is ended.
         drop(src);
         if let Some(g) = gate.as_ref().filter(|_| !opts.leave_running) {
@@ -624,6 +709,16 @@ impl<'a> Session<'a> {
                 c.add_heap(p);
             }
             meta.notes.extend(crate::mem::notes(&profiles, &errors, gate.as_ref().map(|g| g.pid)));
+        }
+        if let Some(l) = ledger {
+            // In use at the end of the run (or where the budget stopped the probes): what was allocated
+            // while they were attached and is still live.
+            let profiles = l.finish(mem_stopped.unwrap_or(end));
+            for p in &profiles {
+                c.add_heap(p);
+            }
+            meta.notes.extend(mem_notes);
+            meta.notes.extend(crate::mem::notes(&profiles, &[], None));
         }
         observer.progress(&Progress {
             elapsed: t0.elapsed(),

@@ -3,9 +3,9 @@
 //! allocation-site counters with their sampled stacks, off-CPU blocks, exit watch). Opening, falling back
 //! where the machine refuses, following more processes later, and closing.
 
-use crate::allocators::{self, Allocators};
+use crate::allocators::{self, Allocators, MemProbes};
 use crate::bpf::{
-    CallProbe, ClockFilter, ExitWatch, OffCpuConfig, OffCpuProbe, Seen, SyscallCost, SyscallProbe,
+    CallProbe, ClockFilter, ExitWatch, MemProbe, OffCpuConfig, OffCpuProbe, Seen, SyscallCost, SyscallProbe,
 };
 use crate::calls::Probe;
 use crate::layout::{ebpf_ring_bytes, Layout};
@@ -264,8 +264,11 @@ pub struct Objects {
     exits: std::mem::MaybeUninit<libbpf_rs::OpenObject>,
     offcpu: std::mem::MaybeUninit<libbpf_rs::OpenObject>,
     clock: std::mem::MaybeUninit<libbpf_rs::OpenObject>,
+    mem_obj: std::mem::MaybeUninit<libbpf_rs::OpenObject>,
     /// The allocation functions to probe and how they nest (with --alloc).
     pub(crate) alloc: Allocators,
+    /// The allocation and free functions to probe for memory in use of running processes (--mem -p).
+    pub(crate) mem: MemProbes,
     /// What resolving the allocation functions had to say.
     pub(crate) notes: Vec<String>,
 }
@@ -278,6 +281,12 @@ impl Objects {
             Some(_) => allocators::resolve(&opts.target, &mut notes)?,
             None => Default::default(),
         };
+        let mem = match (&opts.mem, &opts.target) {
+            (Some(_), Target::Pids(_) | Target::Comm(_)) => {
+                allocators::resolve_mem(&opts.target, &mut notes)?
+            }
+            _ => Default::default(),
+        };
         Ok(Objects {
             syscalls: std::mem::MaybeUninit::uninit(),
             calls: std::mem::MaybeUninit::uninit(),
@@ -285,7 +294,9 @@ impl Objects {
             exits: std::mem::MaybeUninit::uninit(),
             offcpu: std::mem::MaybeUninit::uninit(),
             clock: std::mem::MaybeUninit::uninit(),
+            mem_obj: std::mem::MaybeUninit::uninit(),
             alloc,
+            mem,
             notes,
         })
     }
@@ -327,6 +338,12 @@ pub(crate) struct Sources<'obj> {
     pub(crate) exits: Option<ExitWatch<'obj>>,
     /// Off-CPU blocks, sampled in the kernel.
     pub(crate) offcpu: Option<OffCpuProbe<'obj>>,
+    /// Allocations and frees of running processes, for memory in use (--mem -p), and the functions
+    /// probed.
+    pub(crate) mem: Option<MemProbe<'obj>>,
+    pub(crate) mem_probes: MemProbes,
+    /// What a memory probe hit costs here, measured before the run.
+    pub(crate) mem_hit_cost: Option<crate::calls::HitCost>,
     /// Keeps the followed processes' samples of the per-CPU clock (None: the clock is per thread).
     clock_filter: Option<ClockFilter<'obj>>,
     pub(crate) streams: Vec<Stream>,
@@ -460,6 +477,23 @@ impl<'obj> Sources<'obj> {
             }
             None => None,
         };
+        let mut mem = match (&opts.mem, launched) {
+            (Some(m), false) => {
+                let sites: Vec<_> = objects.mem.probes.iter().map(|(_, s)| *s).collect();
+                let ring = ebpf_ring_bytes(opts.ring_pages.max(crate::layout::EVENT_RING_PAGES));
+                let p = crate::phases::time("load eBPF: memory probes", || {
+                    MemProbe::load(&mut objects.mem_obj, m.sample_bytes, event_stack_bytes, ring, &sites)
+                })?;
+                for &pid in pids {
+                    p.track(pid)?;
+                }
+                Some(p)
+            }
+            _ => None,
+        };
+        let mem_hit_cost = mem
+            .as_mut()
+            .and_then(|p| crate::phases::time("measure the memory probes' hit cost", || p.measure_hits()));
         let side_band = cfgs.iter().any(|c| c.source == Source::Track).then(|| SideBand::new(pids));
         let mut ev = Events {
             rings: Vec::new(),
@@ -523,6 +557,11 @@ impl<'obj> Sources<'obj> {
                 notes.extend(p.attach(&alloc_probes, 0..alloc_probes.len(), pid as i32)?);
             }
         }
+        if let Some(p) = mem.as_mut() {
+            for &pid in pids {
+                notes.extend(p.attach(&objects.mem.probes, pid)?);
+            }
+        }
         crate::phases::add("attach probes", attach_t0.elapsed());
         Ok(Sources {
             ev,
@@ -531,6 +570,9 @@ impl<'obj> Sources<'obj> {
             alloc_sites: alloc_sites.take(),
             exits,
             offcpu,
+            mem,
+            mem_probes: objects.mem.clone(),
+            mem_hit_cost,
             clock_filter,
             streams,
             sample_types,
@@ -598,6 +640,9 @@ impl<'obj> Sources<'obj> {
             alloc_sites: None,
             exits: None,
             offcpu: None,
+            mem: None,
+            mem_probes: MemProbes::default(),
+            mem_hit_cost: None,
             clock_filter: None,
             streams: layout.streams,
             sample_types: layout.sample_types,
@@ -667,7 +712,33 @@ impl<'obj> Sources<'obj> {
                 .iter()
                 .for_each(|s| add(s.calls, cost_in(sites, self.alloc_probes.get(s.probe as usize))));
         }
+        if let Some(m) = &self.mem {
+            let [entry, ret] = self.mem_prices(m);
+            let hits = m.hits();
+            add(hits.allocs + hits.frees, entry);
+            add(hits.returns, ret);
+        }
         total
+    }
+
+    /// What a hit of the memory probes costs, in ns: (at an entry, at a return). The trap as measured at
+    /// the start of the run (the entry's by how the kernel runs the probed instructions, mostly emulated;
+    /// a return's trap as an emulated one), with the programs' own time per run in the run so far (the
+    /// stack copies of sampled allocations in it); else the assumed costs.
+    pub(crate) fn mem_prices(&self, m: &MemProbe<'_>) -> [u64; 2] {
+        use whyslow_symbols::placement::Execution;
+        let stepped =
+            self.mem_probes.probes.iter().filter(|(p, _)| p.site.execution == Execution::SingleStepped);
+        let share = stepped.count() as f64 / self.mem_probes.probes.len().max(1) as f64;
+        let [entry_ns, return_ns] = m.program_ns();
+        let price = |e: Execution, program: Option<f64>| match &self.mem_hit_cost {
+            Some(h) => h.ns(e, program),
+            None if e == Execution::Emulated => crate::HIT_COST_EMULATED_NS as f64,
+            None => crate::HIT_COST_STEPPED_NS as f64,
+        };
+        let entry = (1.0 - share) * price(Execution::Emulated, entry_ns)
+            + share * price(Execution::SingleStepped, entry_ns);
+        [entry.round() as u64, price(Execution::Emulated, return_ns).round() as u64]
     }
 
     /// Stops the probes that cost per call (syscall and call counters, allocation probes and the stacks
@@ -684,6 +755,10 @@ impl<'obj> Sources<'obj> {
         }
         let links = self.calls.iter_mut().chain(self.alloc_sites.as_mut()).flat_map(CallProbe::detach);
         let mut closing: Vec<Box<dyn Send>> = links.map(|l| Box::new(l) as Box<dyn Send>).collect();
+        // The memory probes' entries go first (in detach), then their returns with the rest.
+        closing.extend(
+            self.mem.as_mut().into_iter().flat_map(MemProbe::detach).map(|l| Box::new(l) as Box<dyn Send>),
+        );
         closing.extend(self.ev.take_fixed_period().into_iter().map(|fds| Box::new(fds) as Box<dyn Send>));
         std::thread::scope(|s| {
             for item in closing {

@@ -1,7 +1,10 @@
 //! `whyslow calls`: calls of library and program functions counted exactly with uprobes, within a
 //! probe budget, with their latency and call sites on request.
 
-use super::flags::{deprecated, duration, target, OutputFormat, ReportTo, TargetArgs, DEFAULT_LIMIT};
+use super::flags::{
+    deprecated, duration, parse_budget, probe_budget, target, Budget, OutputFormat, ReportTo, TargetArgs,
+    DEFAULT_LIMIT,
+};
 use super::outcome::{ran, Outcome};
 use super::output::Report;
 use super::status::{end_status_line, StatusLine};
@@ -69,25 +72,6 @@ pub struct CallsArgs {
     pub format: OutputFormat,
 }
 
-/// A probe budget given on the command line.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Budget {
-    /// Never stop the probes.
-    None,
-    /// Percent of the target's CPU time.
-    Pct(f64),
-}
-
-fn parse_budget(s: &str) -> Result<Budget, String> {
-    if s == "none" {
-        return Ok(Budget::None);
-    }
-    match s.parse::<f64>() {
-        Ok(p) if p > 0.0 && p <= 100.0 => Ok(Budget::Pct(p)),
-        _ => Err("a percentage of the target's CPU time, above 0 and at most 100, or `none`".into()),
-    }
-}
-
 impl CallsArgs {
     pub fn upgrade(&mut self) {
         self.report.upgrade();
@@ -151,12 +135,7 @@ fn run(a: CallsArgs, outcome: &mut Outcome) -> Result<()> {
     let launched = matches!(target, Target::Launch(_));
     // A running process is probed within a budget unless told otherwise; a launched command's counts
     // stay exact unless a budget is given.
-    let budget = match a.budget {
-        Some(Budget::Pct(p)) => Some(p / 100.0),
-        Some(Budget::None) => None,
-        None if launched => None,
-        None => Some(DEFAULT_BUDGET_PCT / 100.0),
-    };
+    let budget = probe_budget(a.budget, launched);
     let run_duration = duration(&a.target)?;
     let opts = RecordOptions {
         duration: run_duration,
@@ -224,6 +203,3 @@ fn run(a: CallsArgs, outcome: &mut Outcome) -> Result<()> {
     out.flush()?;
     Ok(())
 }
-
-/// The probe budget of a running target when none is given, in percent of its CPU time (the doctor's).
-const DEFAULT_BUDGET_PCT: f64 = 5.0;

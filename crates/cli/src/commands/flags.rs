@@ -211,3 +211,36 @@ pub fn load_options(l: &LoadArgs) -> Result<Option<LoadOptions>> {
     let ready_timeout = seconds("--ready-timeout", l.ready_timeout)?;
     Ok(Some(LoadOptions { command, ready, ready_timeout }))
 }
+
+/// A probe budget given on the command line.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Budget {
+    /// Never stop the probes.
+    None,
+    /// Percent of the target's CPU time.
+    Pct(f64),
+}
+
+pub fn parse_budget(s: &str) -> Result<Budget, String> {
+    if s == "none" {
+        return Ok(Budget::None);
+    }
+    match s.parse::<f64>() {
+        Ok(p) if p > 0.0 && p <= 100.0 => Ok(Budget::Pct(p)),
+        _ => Err("a percentage of the target's CPU time, above 0 and at most 100, or `none`".into()),
+    }
+}
+
+/// The probe budget of a running target when none is given, in percent of its CPU time (the doctor's).
+const DEFAULT_BUDGET_PCT: f64 = 5.0;
+
+/// The share of the target's CPU time the probes may cost: as `given`, else the doctor's for a running
+/// target and none for a launched command (its counts stay exact).
+pub fn probe_budget(given: Option<Budget>, launched: bool) -> Option<f64> {
+    match given {
+        Some(Budget::Pct(p)) => Some(p / 100.0),
+        Some(Budget::None) => None,
+        None if launched => None,
+        None => Some(DEFAULT_BUDGET_PCT / 100.0),
+    }
+}

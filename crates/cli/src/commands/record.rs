@@ -1,7 +1,10 @@
 //! `whyslow record`: sample a target's CPU time (and on request its blocked time and allocations) with
 //! complete stacks, print a summary and save the recording; with --load, a server under a load command.
 
-use super::flags::{duration, load_options, target, LoadArgs, ReportTo, TargetArgs, DEFAULT_LIMIT};
+use super::flags::{
+    duration, load_options, parse_budget, probe_budget, target, Budget, LoadArgs, ReportTo, TargetArgs,
+    DEFAULT_LIMIT,
+};
 use super::outcome::{ran, Outcome};
 use super::output::{check_writable, Report};
 use super::recording::value_index;
@@ -53,15 +56,23 @@ pub struct RecordArgs {
     /// of each is copied at its 1st, 2nd, 4th, ... call and then at least every Nth (1: every call).
     #[arg(long, default_value_t = whyslow_record::ALLOC_PERIOD, value_name = "N")]
     pub alloc_period: u64,
-    /// Record memory in use by stack, for a launched command: what it still holds at its end (what it
-    /// leaked), at its heap's peak and over time (report --type inuse-bytes, peak-bytes, alloc-bytes).
-    /// Every allocation and free is paired inside the program (a library it runs with: LD_PRELOAD).
+    /// Record memory in use by stack: what the target still holds at its end (what a launched command
+    /// leaked; of a running process, what it allocated during the run and still holds, with its age), at
+    /// its heap's peak and over time (report --type inuse-bytes, peak-bytes, alloc-bytes). A launched
+    /// command pairs every allocation and free inside itself (a library it runs with: LD_PRELOAD); a
+    /// running process (-p) is probed (uprobes on its allocator, no restart, no stop).
     #[arg(long)]
     pub mem: bool,
-    /// With --mem: sample allocations by bytes, one every BYTES on average (512 KiB as tcmalloc, jemalloc
-    /// and Go do), with unbiased estimates; 0 counts every allocation exactly.
-    #[arg(long, default_value_t = 0, value_name = "BYTES")]
-    pub mem_sample: u64,
+    /// With --mem: sample allocations by bytes, one every BYTES on average (as tcmalloc, jemalloc and Go
+    /// do), with unbiased estimates; 0 counts every allocation exactly. Default: 0 for a launched
+    /// command, 524288 (512 KiB) for a running process.
+    #[arg(long, value_name = "BYTES")]
+    pub mem_sample: Option<u64>,
+    /// With --mem on a running process: stop the probes once their estimated cost (each hit priced as
+    /// measured at the start) passes PCT percent of its CPU time, as the doctor does; in use is then as
+    /// of that moment. Default 5; `none`: never stop.
+    #[arg(long, value_name = "PCT", value_parser = parse_budget)]
+    pub budget: Option<Budget>,
     /// Bytes of user stack copied per sample (deeper stacks are cut).
     #[arg(long, default_value_t = 32768)]
     pub stack_size: u32,
@@ -79,6 +90,9 @@ pub struct RecordArgs {
     pub load: LoadArgs,
 }
 
+/// The mean bytes between sampled allocations of a running process (tcmalloc's, jemalloc's and Go's).
+const DEFAULT_MEM_SAMPLE: u64 = 512 * 1024;
+
 #[derive(Clone, Copy, ValueEnum)]
 pub enum EventArg {
     Auto,
@@ -94,8 +108,15 @@ pub fn record(a: RecordArgs) -> Result<Outcome> {
 fn run(a: RecordArgs, outcome: &mut Outcome) -> Result<()> {
     let mut report = Report::open(&a.report)?;
     check_writable(&a.output)?;
+    let target = target(&a.target)?;
+    let launched = matches!(target, Target::Launch(_));
+    if a.budget.is_some() && (!a.mem || launched) {
+        bail!("--budget limits the memory probes of a running process: it goes with --mem and -p");
+    }
+    // A running process's every allocation traps: sampled by default, so stacks are copied rarely.
+    let default_sample = if launched { 0 } else { DEFAULT_MEM_SAMPLE };
     let opts = RecordOptions {
-        target: target(&a.target)?,
+        target,
         frequency: a.freq,
         duration: duration(&a.target)?,
         clock: match a.event {
@@ -107,7 +128,10 @@ fn run(a: RecordArgs, outcome: &mut Outcome) -> Result<()> {
         kernel: !a.no_kernel,
         cpu: a.cpu || !(a.alloc || a.offcpu || a.mem),
         alloc: a.alloc.then_some(AllocOptions { period: a.alloc_period }),
-        mem: a.mem.then_some(MemOptions { sample_bytes: a.mem_sample, period_ms: 100 }),
+        mem: a
+            .mem
+            .then_some(MemOptions { sample_bytes: a.mem_sample.unwrap_or(default_sample), period_ms: 100 }),
+        probe_budget: if a.mem { probe_budget(a.budget, launched) } else { None },
         offcpu: a.offcpu.then(|| OffCpuOptions::sampled_at(a.freq, Duration::from_micros(a.min_block_us))),
         ..Default::default()
     };
@@ -121,7 +145,13 @@ fn run(a: RecordArgs, outcome: &mut Outcome) -> Result<()> {
         }
     }
     signals::install();
-    let mut status = StatusLine::new().prefetching(opts.target.clone(), opts.kernel);
+    // An attached run says when its probes are in (a test, or a user, starts the load then).
+    let attached = matches!(opts.target, Target::Pids(_) | Target::Comm(_));
+    let mut status = StatusLine::new().prefetching(opts.target.clone(), opts.kernel).about(
+        "recording",
+        "recording",
+        attached,
+    );
     let (raw, load_run) = match &load {
         Some(l) => {
             let run = whyslow_investigate::loadtest::record_under_load(&opts, l, &mut status);

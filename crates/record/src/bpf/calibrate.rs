@@ -110,6 +110,33 @@ pub(crate) fn program_stats(prog: &impl AsRawFd) -> Option<(u64, u64)> {
     (r == 0).then_some((info.run_time_ns, info.run_cnt))
 }
 
+/// Measures what a hit of `prog`'s entry probe costs here: whyslow's own two calibration functions
+/// probed for its own process, each called with and without the probe. About 5 ms; the probe's removal
+/// (a grace period) happens on a thread of its own. Returns the cost and the program's (run time, runs)
+/// after the measurement (its runs since are the run's).
+pub(crate) fn measure(prog: &libbpf_rs::ProgramMut<'_>) -> Option<(HitCost, Option<(u64, u64)>)> {
+    use std::os::fd::AsFd;
+    let (path, [emulated, stepped]) = sites()?;
+    let stats = enable_stats();
+    let without = time_calls(100, 5);
+    let opts = libbpf_rs::UprobeMultiOpts {
+        offsets: vec![emulated as usize, stepped as usize],
+        cookies: vec![0, 0],
+        retprobe: false,
+        ..Default::default()
+    };
+    let link = prog.attach_uprobe_multi_with_opts(std::process::id() as i32, &path, "", opts).ok()?;
+    let before = stats.then(|| program_stats(&prog.as_fd())).flatten();
+    let with = time_calls(100, 5);
+    let after = stats.then(|| program_stats(&prog.as_fd())).flatten();
+    std::thread::spawn(move || drop(link));
+    let program_ns = match (before, after) {
+        (Some(b), Some(a)) if a.1 > b.1 => (a.0 - b.0) as f64 / (a.1 - b.1) as f64,
+        _ => 0.0,
+    };
+    Some((hit_cost(without, with, program_ns), after))
+}
+
 /// The cost of one hit from the times per call without and with the probe and the program's own time
 /// per run meanwhile.
 pub(crate) fn hit_cost(without: [f64; 2], with: [f64; 2], program_ns: f64) -> HitCost {

@@ -184,29 +184,9 @@ impl<'obj> CallProbe<'obj> {
     /// calibration functions probed for its own process, each called with and without the probe. About
     /// 5 ms; the probe's removal (a grace period) happens on a thread of its own.
     pub fn measure_hits(&mut self) -> Option<HitCost> {
-        use super::calibrate;
-        use std::os::fd::AsFd;
-        let (path, [emulated, stepped]) = calibrate::sites()?;
-        let stats = calibrate::enable_stats();
-        let prog = &self.skel.progs.on_entry;
-        let without = calibrate::time_calls(100, 5);
-        let opts = UprobeMultiOpts {
-            offsets: vec![emulated as usize, stepped as usize],
-            cookies: vec![0, 0],
-            retprobe: false,
-            ..Default::default()
-        };
-        let link = prog.attach_uprobe_multi_with_opts(std::process::id() as i32, &path, "", opts).ok()?;
-        let before = stats.then(|| calibrate::program_stats(&prog.as_fd())).flatten();
-        let with = calibrate::time_calls(100, 5);
-        let after = stats.then(|| calibrate::program_stats(&prog.as_fd())).flatten();
-        std::thread::spawn(move || drop(link));
-        self.stats_at = after;
-        let program_ns = match (before, after) {
-            (Some(b), Some(a)) if a.1 > b.1 => (a.0 - b.0) as f64 / (a.1 - b.1) as f64,
-            _ => 0.0,
-        };
-        Some(calibrate::hit_cost(without, with, program_ns))
+        let (cost, stats) = super::calibrate::measure(&self.skel.progs.on_entry)?;
+        self.stats_at = stats;
+        Some(cost)
     }
 
     /// Counts the entry program's runs from now on as the run's (see [`CallProbe::program_ns`]).

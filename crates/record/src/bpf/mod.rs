@@ -5,12 +5,14 @@ mod calibrate;
 mod calls;
 mod clock;
 mod exits;
+mod mem;
 mod offcpu;
 mod syscalls;
 
 pub use calls::{CallCount, CallProbe, StackSampling};
 pub use clock::ClockFilter;
 pub use exits::ExitWatch;
+pub use mem::{MemEvent, MemProbe};
 pub use offcpu::{OffCpuConfig, OffCpuProbe};
 pub use syscalls::{syscall_numbers, Seen, SyscallCost, SyscallProbe};
 
@@ -42,6 +44,13 @@ mod exits_skel {
 #[allow(non_upper_case_globals, non_snake_case, missing_docs)]
 mod clock_skel {
     include!(concat!(env!("OUT_DIR"), "/clock.skel.rs"));
+}
+
+#[allow(clippy::all, clippy::undocumented_unsafe_blocks, dead_code, unused_imports, unused_qualifications)]
+#[allow(non_camel_case_types)]
+#[allow(non_upper_case_globals, non_snake_case, missing_docs)]
+mod mem_skel {
+    include!(concat!(env!("OUT_DIR"), "/mem.skel.rs"));
 }
 
 #[allow(clippy::all, clippy::undocumented_unsafe_blocks, dead_code, unused_imports, unused_qualifications)]
@@ -190,6 +199,12 @@ unsafe impl Plain for calls_skel::types::ws_call_val {}
 unsafe impl Plain for calls_skel::types::ws_size_arg {}
 // SAFETY: as above, with arrays of u8 and u64.
 unsafe impl Plain for calls_skel::types::ws_sample {}
+// SAFETY: as above (bpf/mem.bpf.c): u32 fields, its enum a #[repr(transparent)] u32.
+unsafe impl Plain for mem_skel::types::ws_mem_site {}
+// SAFETY: as above: u32 and u64 fields.
+unsafe impl Plain for mem_skel::types::ws_mem_event {}
+// SAFETY: as above: the event, u64 and u32 fields and an array of u8.
+unsafe impl Plain for mem_skel::types::ws_mem_alloc {}
 // SAFETY: as above (bpf/offcpu.bpf.c).
 unsafe impl Plain for offcpu_skel::types::ws_block {}
 // SAFETY: as above (bpf/syscalls.bpf.c): u32 fields only.
