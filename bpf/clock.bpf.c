@@ -25,16 +25,18 @@
 /* Set before load: the bytes of user stack each sample copies. */
 const volatile u64 stack_bytes = 0;
 
+#define GO_COPY (GO_BELOW + GO_STACK_MAX) /* bytes of a goroutine's stack sent at most */
+#define GO_COPY_MASK 16383		  /* 2^k - 1 >= GO_COPY: bounds offsets for the verifier */
+
 struct ws_goroutine {
 	u64 time;
 	u32 tid;
 	u32 bytes;
-	u64 bp; /* the address the bytes were copied from */
-	/* Slack past GO_STACK_MAX keeps the verifier's bound on each page-sized read simple. */
-	u8 stack[GO_STACK_MAX + 2 * PAGE];
+	u64 bp; /* the address the bytes were copied from: GO_BELOW below the frame pointer, or it */
+	/* Slack past the mask keeps the verifier's bound on each page-sized read simple. */
+	u8 stack[GO_COPY_MASK + 1 + 2 * PAGE];
 };
 
-/* Where a goroutine stack is put together (too large for the BPF stack); only the bytes copied are sent. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
@@ -46,6 +48,29 @@ struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 1 << 18); /* resized by user space before load */
 } goroutines SEC(".maps");
+
+/* Copies up to GO_COPY bytes of the goroutine stack from `from` into g->stack, page by page, stopping at
+ * the first page that cannot be read: returns the bytes copied. */
+static __always_inline u32 copy_goroutine(struct ws_goroutine *g, u64 from)
+{
+	u32 n = 0;
+	for (int k = 0; k < GO_COPY / PAGE + 2; k++) {
+		if (n >= GO_COPY)
+			break;
+		u32 len = PAGE - ((from + n) & (PAGE - 1));
+		if (len > GO_COPY - n)
+			len = GO_COPY - n;
+		u32 off = n;
+		barrier_var(off);
+		barrier_var(len);
+		off &= GO_COPY_MASK;
+		len &= PAGE * 2 - 1;
+		if (bpf_probe_read_user(&g->stack[off], len, (void *)(from + n)))
+			break;
+		n += len;
+	}
+	return n;
+}
 
 /* Sends the goroutine stack of a sample (go.h): the frame pointers are followed in the target's memory
  * through the part of the stack the sample copies. */
@@ -68,28 +93,19 @@ static __always_inline void goroutine_stack(void)
 	struct ws_goroutine *g = bpf_map_lookup_elem(&scratch, &zero);
 	if (!g)
 		return;
-	u32 n = 0;
-	for (int k = 0; k < GO_STACK_MAX / PAGE + 1; k++) {
-		u32 len = PAGE - ((bp + n) & (PAGE - 1));
-		if (n >= GO_STACK_MAX)
-			break;
-		if (len > GO_STACK_MAX - n)
-			len = GO_STACK_MAX - n;
-		u32 off = n;
-		barrier_var(off);
-		barrier_var(len);
-		off &= GO_STACK_MAX - 1;
-		len &= PAGE * 2 - 1;
-		if (bpf_probe_read_user(&g->stack[off], len, (void *)(bp + n)))
-			break;
-		n += len;
+	/* From GO_BELOW below the frame pointer, or from it where that page cannot be read. */
+	u64 from = bp - GO_BELOW;
+	u32 n = copy_goroutine(g, from);
+	if (n <= GO_BELOW) {
+		from = bp;
+		n = copy_goroutine(g, from);
 	}
 	if (!n)
 		return;
 	g->time = bpf_ktime_get_ns();
 	g->tid = (u32)bpf_get_current_pid_tgid();
 	g->bytes = n;
-	g->bp = bp;
+	g->bp = from;
 	u64 size = __builtin_offsetof(struct ws_goroutine, stack) + (u64)n;
 	if (size > sizeof(*g))
 		size = sizeof(*g);

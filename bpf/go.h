@@ -13,7 +13,11 @@
 #ifndef WHYSLOW_GO_H
 #define WHYSLOW_GO_H
 
-#define GO_STACK_MAX 8192 /* bytes of a goroutine's stack copied at most (a power of two) */
+#define GO_STACK_MAX 8192 /* bytes of a goroutine's stack copied at most from where the chain leads */
+/* Bytes copied below it too: a switching function without a frame of its own (systemstack and mcall
+ * before Go 1.21, morestack) leaves its caller's frame pointer in the chain, and the return address into
+ * that caller lies below that frame (GO_SWITCH_BELOW in crates/unwind). */
+#define GO_BELOW 1024
 #define GO_FRAMES 64      /* frame pointers followed at most to where they leave the copied stack */
 
 struct {

@@ -165,9 +165,16 @@ static __always_inline void copy_goroutine_stack(struct ws_block *b, struct task
 	}
 	if (i == GO_FRAMES)
 		return;
-	b->go_at = bp;
+	/* From GO_BELOW below the frame pointer (go.h), or from it where that page cannot be read. */
+	u64 from = bp - GO_BELOW;
+	u32 got = copy_stack(b, n, from, GO_BELOW + GO_STACK_MAX, t);
+	if (got <= GO_BELOW) {
+		from = bp;
+		got = copy_stack(b, n, from, GO_STACK_MAX, t);
+	}
+	b->go_at = from;
 	b->go_pc = 0;
-	b->go_bytes = copy_stack(b, n, bp, GO_STACK_MAX, t);
+	b->go_bytes = got;
 }
 
 /* Thread `p`'s user registers and stacks as it blocked: taken by `p` itself (t NULL: at its switch-out, or
@@ -230,8 +237,8 @@ static __always_inline void blocked_at(struct task_struct *p, struct ws_block *b
 static __always_inline void send(struct ws_block *b)
 {
 	u64 n = (u64)b->ustack_bytes + b->go_bytes;
-	if (n > STACK_MAX + GO_STACK_MAX)
-		n = STACK_MAX + GO_STACK_MAX;
+	if (n > STACK_MAX + GO_BELOW + GO_STACK_MAX)
+		n = STACK_MAX + GO_BELOW + GO_STACK_MAX;
 	barrier_var(n);
 	if (bpf_ringbuf_output(&events, b, __builtin_offsetof(struct ws_block, ustack) + n, 0))
 		drop(DROP_RING);

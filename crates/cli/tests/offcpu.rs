@@ -152,9 +152,11 @@ fn go_blocked_stacks(dir: &std::path::Path, data: &str) -> String {
             let mut frames = l.split(';');
             let mut root = frames.next().unwrap_or("");
             // A new thread preempted at its first instruction (runtime.clone's child side) has nothing
-            // past it to unwind: unwound by frame pointers alone (no DWARF), that comes out cut.
+            // past it to unwind: unwound by frame pointers alone (no DWARF), that comes out cut. So does
+            // a thread preempted in gogo as it switches to a goroutine: no real root, so counted cut.
             if root == "[stack cut here]" {
-                root = frames.next().filter(|f| f.starts_with("runtime.clone")).unwrap_or(root);
+                let switching = |f: &&str| f.starts_with("runtime.clone") || f.starts_with("runtime.gogo");
+                root = frames.next().filter(switching).unwrap_or(root);
             }
             !roots.contains(&root.strip_suffix(".abi0").unwrap_or(root)) && !l.contains(";runtime.sigtramp")
         })

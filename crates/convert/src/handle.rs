@@ -212,30 +212,29 @@ impl<H: Host> Converter<H> {
                 _ => (s.stack, None),
             };
             let outcome = proc.unwinder.unwind(Regs { ip, sp, bp }, own, goroutine, &mut self.frames);
-            let cut = outcome == Outcome::Partial;
-            match outcome {
-                Outcome::Complete => self.counters.unwind.complete += 1,
-                Outcome::Partial => self.counters.unwind.partial += 1,
-            }
+            let mut cut = outcome == Outcome::Partial;
             if self.frames.is_empty() {
                 self.frames.push(ip);
             }
             // Past the leaf, an address in no executable mapping is not a return address but data the
-            // unwinder read beyond the stack's real end (Go's runtime.clone and mcall roots): the stack
-            // ends there.
+            // unwinder read: the stack is cut there.
             let known = !proc.maps.is_empty();
             let frames = std::mem::take(&mut self.frames);
             for (i, &a) in frames.iter().enumerate().skip(skip_leaf as usize) {
                 let f = self.jit_frame(s.pid, a, time);
                 if i > 0 && known && matches!(f, RawFrame::Unmapped(_)) {
+                    cut = true;
                     break;
                 }
                 stack.push(f);
             }
             self.frames = frames;
             if cut {
+                self.counters.unwind.partial += 1;
                 let label = self.raw.label(whyslow_model::CUT_FRAME, "[unwind]", FrameKind::Unknown);
                 stack.push(RawFrame::Label(label));
+            } else {
+                self.counters.unwind.complete += 1;
             }
         } else if !s.user.is_empty() {
             for &a in s.user.iter().skip(skip_leaf as usize) {

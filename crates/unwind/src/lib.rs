@@ -86,8 +86,9 @@ pub struct ObjectImage {
     entry: u64,
     /// Functions of a Go runtime linked into this file (virtual addresses).
     go: Vec<(Range<u64>, GoFrame)>,
-    /// A Go program's function table, kept where the file has no CFI (stripped Go): its stack-pointer
-    /// deltas find the return address of a leaf that has not set up a frame.
+    /// A Go program's function table: its stack-pointer deltas unwind Go code as Go's own traceback
+    /// does, whatever the file's CFI (a cgo program's .eh_frame covers its C code only) and wherever a
+    /// function is interrupted (before its frame is set up, in a leaf without one).
     go_table: Option<whyslow_gopclntab::GoTable>,
 }
 
@@ -99,31 +100,39 @@ pub fn is_go(obj: &object::File) -> bool {
 /// Go runtime functions that unwinding treats specially.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum GoFrame {
-    /// The outermost frame of a stack: a goroutine's (`goexit`), a thread's (`mstart`, `rt0_go`), the
-    /// system stack's under `morestack`, which clears the frame pointer when it switches to it, or `gogo`
-    /// switching to a goroutine (its stack pointer is the goroutine's, not yet its frames).
+    /// The outermost frame of a stack, where Go's own traceback ends: a goroutine's (`goexit`), a
+    /// thread's (`mstart`, `rt0_go` and the `_rt0_amd64*` entry that jumps to it).
     Root,
     /// `mcall`, which switches to the system stack for good (a goroutine that parks, exits, yields or
-    /// waits for a P): the root of the system stack, unless the goroutine it switched away from was
-    /// copied, whose stack the unwind goes on with: from its saved registers ([`Goroutine::parked`]; Go
-    /// 1.25 on, where mcall clears the frame pointer), or where the frame-pointer chain leads (before).
+    /// waits for a P): the root of the system stack (as in Go's traceback), unless the goroutine it
+    /// switched away from was copied, whose stack the unwind goes on with: from its saved registers
+    /// ([`Goroutine::parked`]; Go 1.25 on, where mcall clears the frame pointer), or where the
+    /// frame-pointer chain leads (before).
     Mcall,
-    /// Runs a function on the thread's system stack (`systemstack`, the vDSO calls, cgo calls), its own
-    /// frame and its caller's are on the goroutine's stack.
+    /// Runs a function on the thread's system stack (`systemstack`, the vDSO calls, cgo calls, and
+    /// `morestack`'s call of newstack where it keeps the frame pointer): the goroutine's frames go on
+    /// where the frame pointer left in the chain leads.
     Switch,
+    /// Code past which the stack is not a caller's (`gogo` switching to a goroutine): the unwind stops
+    /// there, incomplete.
+    End,
 }
 
 impl GoFrame {
     fn of(symbol: &str) -> Option<GoFrame> {
-        match symbol.strip_suffix(".abi0").unwrap_or(symbol) {
-            "runtime.goexit" | "runtime.mstart" | "runtime.rt0_go" | "runtime.morestack" | "runtime.gogo"
-            | "gogo" => Some(GoFrame::Root),
+        let name = symbol.strip_suffix(".abi0").unwrap_or(symbol);
+        match name {
+            "runtime.goexit" | "runtime.mstart" | "runtime.rt0_go" => Some(GoFrame::Root),
+            _ if name.starts_with("_rt0_amd64") => Some(GoFrame::Root),
             "runtime.mcall" => Some(GoFrame::Mcall),
             "runtime.systemstack"
             | "runtime.asmcgocall"
             | "runtime.nanotime1"
             | "runtime.walltime"
-            | "time.now" => Some(GoFrame::Switch),
+            | "time.now"
+            | "runtime.morestack"
+            | "runtime.morestack_noctxt" => Some(GoFrame::Switch),
+            "runtime.gogo" | "gogo" => Some(GoFrame::End),
             _ => None,
         }
     }
@@ -184,26 +193,21 @@ impl ObjectImage {
             .flatten()
             .map(|b| b.iter().map(|x| format!("{x:02x}")).collect())
             .unwrap_or_default();
-        // Only a Go program's symbol table is read: others may be large, and have none of these.
-        let no_cfi = sections.eh_frame.is_none() && sections.debug_frame.is_none();
-        let mut go_table = None;
-        let go = if !is_go(&obj) {
-            Vec::new()
-        } else if obj.symbol_table().is_some() {
-            obj.symbols()
+        // A Go program's own function table (kept: its stack-pointer deltas unwind every Go frame) names
+        // the runtime's special functions, stripped or not; its symbol table where the table cannot be
+        // read (before Go 1.18). Other files' symbol tables may be large, and have none of these.
+        let go_table =
+            if is_go(&obj) { whyslow_gopclntab::GoTable::from_elf(whole).ok().flatten() } else { None };
+        let go = match &go_table {
+            Some(table) => {
+                table.functions().filter_map(|f| Some((f.entry..f.end, GoFrame::of(&f.name)?))).collect()
+            }
+            None if is_go(&obj) => obj
+                .symbols()
                 .filter_map(|s| Some((s.address()..s.address() + s.size(), GoFrame::of(s.name().ok()?)?)))
-                .collect()
-        } else {
-            // Stripped, as production ships Go: the runtime's own function table names them.
-            go_table = whyslow_gopclntab::GoTable::from_elf(whole).ok().flatten();
-            let funcs = go_table.iter().flat_map(|t| t.functions());
-            funcs.filter_map(|f| Some((f.entry..f.end, GoFrame::of(&f.name)?))).collect()
+                .collect(),
+            None => Vec::new(),
         };
-        if !no_cfi {
-            go_table = None;
-        } else if go_table.is_none() && is_go(&obj) {
-            go_table = whyslow_gopclntab::GoTable::from_elf(whole).ok().flatten();
-        }
         let entry = obj.entry();
         Ok(ObjectImage { path: path.to_string(), build_id, segments, sections, entry, go, go_table })
     }
@@ -262,12 +266,15 @@ pub struct ProcessUnwinder {
     mapped: Vec<(Range<u64>, Arc<ObjectImage>, u64)>,
     /// The Go runtime functions of the mappings, at their live addresses.
     go: Vec<(Range<u64>, GoFrame)>,
+    /// The mappings of Go programs with a function table: live range, load bias, image.
+    go_code: Vec<(Range<u64>, u64, Arc<ObjectImage>)>,
 }
 
 /// A goroutine's stack that the stack being unwound continues on. Go's `runtime.systemstack` runs a
-/// function on the thread's system stack, and left the frame pointer of its own frame on the goroutine's
-/// stack in the chain; `runtime.mcall` switched away from the goroutine for good, which saved its
-/// registers (`parked`). `stack` holds the bytes copied from address `at` upwards: that frame pointer, or
+/// function on the thread's system stack, and left a frame pointer on the goroutine's stack in the chain
+/// (its own frame's, or its caller's where it has none); `runtime.mcall` switched away from the
+/// goroutine for good, which saved its registers (`parked`). `stack` holds the bytes copied from address
+/// `at` upwards: from a little below that frame pointer (where a caller's return address lies), or from
 /// the saved stack pointer.
 #[derive(Debug, Clone, Copy)]
 pub struct Goroutine<'a> {
@@ -283,6 +290,11 @@ const PROLOGUE: u64 = 4;
 
 /// Switches between stacks followed in one unwind at most.
 const MAX_SWITCHES: usize = 4;
+
+/// How far below the frame pointer a stack switch left in the chain the return address into the
+/// switching function's caller is looked for, where the switching function has no frame of its own
+/// (the caller's frame size, at most; the kernel side copies this much below it).
+pub const GO_SWITCH_BELOW: u64 = 1024;
 
 /// The stack bytes of an unwind: the copy from the stack pointer, and the goroutine's if any.
 #[derive(Clone, Copy)]
@@ -309,29 +321,30 @@ impl<'a> Copies<'a> {
     fn word(&self, addr: u64) -> Option<u64> {
         Some(u64::from_le_bytes(self.from(addr).get(..8)?.try_into().ok()?))
     }
-
-    /// Follows the frame pointers from `bp` to the frame of the function in `switch` that the stack
-    /// switched in; `bp` itself when the function was entered from the first frame (`leaf_returns`).
-    fn switch_frame(&self, bp: u64, switch: &Range<u64>, leaf_returns: bool) -> Option<u64> {
-        let mut at = bp;
-        for _ in 0..MAX_FRAMES {
-            let (Some(next), Some(ret)) = (self.word(at), self.word(at.wrapping_add(8))) else { break };
-            if switch.contains(&ret.wrapping_sub(1)) {
-                return Some(next);
-            }
-            at = next;
-        }
-        leaf_returns.then_some(bp)
-    }
 }
 
 /// How one stack's walk ended.
 enum Walked {
     Done(Outcome),
-    /// In a switching function (its live range): the caller is on the goroutine's stack.
-    Switch(Range<u64>),
-    /// At mcall (its live range): the goroutine it switched away from is the caller, if it was copied.
-    Mcall(Range<u64>),
+    /// In a switching function (`bp` is its frame pointer there): the caller is on the goroutine's stack.
+    Switch {
+        bp: u64,
+    },
+    /// At mcall (`bp` is its frame pointer there): the goroutine it switched away from is the caller,
+    /// if it was copied.
+    Mcall {
+        bp: u64,
+    },
+}
+
+/// What one step of a walk found.
+enum Step {
+    /// The caller's return address.
+    Caller(u64),
+    /// The CFI says the frame has no caller (`_start`, a thread's clone): the stack's real root.
+    Root,
+    /// No caller found, or one the unwind rules only guessed at (a zero frame pointer): incomplete.
+    Stop,
 }
 
 impl ProcessUnwinder {
@@ -352,6 +365,7 @@ impl ProcessUnwinder {
             self.unwinder.remove_module(old.start);
             self.mapped.retain(|(r, _, _)| r.start != old.start);
             self.go.retain(|(f, _)| !old.contains(&f.start));
+            self.go_code.retain(|(r, _, _)| r.start != old.start);
         }
         let Some(bias) = image.bias(start, pgoff) else { return };
         let module = Module::new(image.path.clone(), start..end, bias, image.sections.clone());
@@ -360,6 +374,9 @@ impl ProcessUnwinder {
         self.go.extend(
             image.go.iter().map(|(r, f)| (live(r), *f)).filter(|(r, _)| start <= r.start && r.end <= end),
         );
+        if image.go_table.is_some() {
+            self.go_code.push((start..end, bias, image.clone()));
+        }
         self.mapped.push((start..end, image, pgoff));
     }
 
@@ -387,6 +404,10 @@ impl ProcessUnwinder {
     /// stack it continues on past Go's switch to the system stack, if one was copied. Frames are written to
     /// `out`, innermost first: the first is the instruction pointer, the rest are return addresses minus
     /// one (so they point into the call instruction, which is what symbolizers should look up).
+    ///
+    /// [`Outcome::Complete`] only when the walk reached a real root: a Go stack's `goexit`, `mstart`,
+    /// `rt0_go` (or `mcall`, whose goroutine is gone), or a frame the CFI says has no caller (`_start`,
+    /// a thread's `clone`), or the entry code of the program.
     pub fn unwind(
         &mut self,
         regs: Regs,
@@ -399,104 +420,222 @@ impl ProcessUnwinder {
         let mut parked = goroutine.and_then(|g| g.parked);
         let mut at = regs;
         for _ in 0..MAX_SWITCHES {
-            let first = out.len();
-            let switch = match self.walk(at, copies.from(at.sp), out) {
+            let bp = match self.walk(at, copies.from(at.sp), out) {
                 Walked::Done(outcome) => return outcome,
-                Walked::Switch(range) => range,
-                Walked::Mcall(range) => match parked.take() {
+                Walked::Switch { bp } => bp,
+                Walked::Mcall { bp } => match parked.take() {
                     Some(parked) => {
                         at = Regs { ip: parked.ip.wrapping_sub(1), ..parked };
                         continue;
                     }
                     // Before Go 1.25, mcall left the goroutine's frame pointer in the chain, as
                     // systemstack does: the unwind goes on from the goroutine frame it leads to.
-                    None if goroutine.is_some_and(|g| g.parked.is_none()) => range,
+                    // (Unless the goroutine runs again elsewhere: its frames there are no caller's.)
+                    None if goroutine.is_some_and(|g| g.parked.is_none()) => {
+                        match self.switch_caller(&copies, bp) {
+                            Some((caller, true)) => {
+                                at = caller;
+                                continue;
+                            }
+                            _ => return Outcome::Complete,
+                        }
+                    }
                     None => return Outcome::Complete,
                 },
             };
-            // The switching function's frame: where `bp` points when it was interrupted itself, or when
-            // nothing was pushed since it called; else the one the frame-pointer chain links the frame
-            // that returns into it to (Go keeps the chain across the switch). It holds its caller's frame
-            // pointer and return address, and the caller's stack pointer is past both.
-            let frame = match out.len() - first {
-                1 => Some(at.bp),
-                n => copies.switch_frame(at.bp, &switch, n == 2),
-            };
-            let Some(frame) = frame else { return Outcome::Partial };
-            let (Some(bp), Some(ret)) = (copies.word(frame), copies.word(frame + 8)) else {
-                return Outcome::Partial;
-            };
-            at = Regs { ip: ret.wrapping_sub(1), sp: frame + 16, bp };
+            match self.switch_caller(&copies, bp) {
+                Some((caller, _)) => at = caller,
+                None => return Outcome::Partial,
+            }
         }
         Outcome::Partial
     }
 
-    /// The caller's registers of a leaf in Go code without CFI that has not set up its frame (frame
-    /// pointers would skip its caller): at its entry or inside a frameless leaf (the table's stack-pointer
-    /// delta is 0, the return address is at sp), or right after it pushed the caller's frame pointer.
-    fn go_leaf_caller(&self, regs: Regs, stack: &[u8]) -> Option<Regs> {
-        // The runtime's roots and stack switches keep their own rules.
-        if self.go.iter().any(|(r, _)| r.contains(&regs.ip)) {
+    /// The registers of the goroutine frame a stack switch returns to, from the frame pointer `bp` the
+    /// switching function runs with. Where it set up a frame of its own (Go 1.21 on; the vDSO calls),
+    /// that frame holds its caller's frame pointer and return address, and the caller's stack pointer is
+    /// past both. Where it has none (systemstack and mcall before Go 1.21, morestack), `bp` is its
+    /// caller's frame,
+    /// and the return address into that caller is below it: found by the direct call of a switching
+    /// function right before it, and checked by the caller's frame size (its frame must be `bp`).
+    /// The flag says whether the caller was found so; if not (a caller's frame larger than what was
+    /// copied below it), the registers are those the chain leads to, past that caller.
+    fn switch_caller(&self, copies: &Copies, bp: u64) -> Option<(Regs, bool)> {
+        if bp == 0 {
             return None;
         }
-        let (range, image, pgoff) = self.mapped.iter().find(|(r, _, _)| r.contains(&regs.ip))?;
-        let table = image.go_table.as_ref()?;
-        let vaddr = regs.ip.wrapping_sub(image.bias(range.start, *pgoff)?);
-        let word =
-            |off: u64| Some(u64::from_le_bytes(stack.get(off as usize..off as usize + 8)?.try_into().ok()?));
-        match table.sp_delta(vaddr)? {
-            0 => Some(Regs { ip: word(0)?.wrapping_sub(1), sp: regs.sp + 8, bp: regs.bp }),
-            8 if regs.bp != regs.sp => {
-                Some(Regs { ip: word(8)?.wrapping_sub(1), sp: regs.sp + 16, bp: word(0)? })
+        let (next, ret) = (copies.word(bp)?, copies.word(bp.wrapping_add(8))?);
+        let past = Regs { ip: ret.wrapping_sub(1), sp: bp + 16, bp: next };
+        if self.calls_switch(ret) {
+            return Some((past, true));
+        }
+        for below in (8..=GO_SWITCH_BELOW).step_by(8) {
+            let Some(at) = bp.checked_sub(below) else { break };
+            let Some(ret) = copies.word(at) else { break };
+            let caller = Regs { ip: ret.wrapping_sub(1), sp: at + 8, bp };
+            if self.calls_switch(ret) && self.go_frame_links(copies, caller, bp) {
+                return Some((caller, true));
             }
-            _ => None,
+        }
+        Some((past, false))
+    }
+
+    /// Whether the frame at `regs` (a return address into Go code, at most one frameless function
+    /// deep) has its frame pointer at `frame`, by the function table's frame sizes.
+    fn go_frame_links(&self, copies: &Copies, mut regs: Regs, frame: u64) -> bool {
+        for _ in 0..2 {
+            let Some(delta) = self.go_sp_delta(regs.ip) else { return false };
+            if delta >= 8 && regs.sp + delta - 8 == frame {
+                return true;
+            }
+            let Some(ret) = copies.word(regs.sp + delta) else { return false };
+            regs = Regs { ip: ret.wrapping_sub(1), sp: regs.sp + delta + 8, bp: regs.bp };
+        }
+        false
+    }
+
+    /// Whether the instruction before return address `ret` is a direct call of one of Go's stack
+    /// switching functions (how the runtime calls them).
+    fn calls_switch(&self, ret: u64) -> bool {
+        const CALL_REL32: u8 = 0xe8;
+        let Some((range, bias, image)) =
+            self.go_code.iter().find(|(r, _, _)| r.contains(&ret.wrapping_sub(1)))
+        else {
+            return false;
+        };
+        let (Some(text), Some(svma)) = (&image.sections.text, &image.sections.text_svma) else {
+            return false;
+        };
+        let vaddr = ret.wrapping_sub(*bias);
+        let Some(off) = vaddr.checked_sub(svma.start).and_then(|o| o.checked_sub(5)) else { return false };
+        let Some(call) = usize::try_from(off).ok().and_then(|o| text.get(o..o + 5)) else { return false };
+        if call[0] != CALL_REL32 || !range.contains(&ret) {
+            return false;
+        }
+        let rel = i32::from_le_bytes(call[1..5].try_into().expect("4 bytes"));
+        let target = ret.wrapping_add_signed(i64::from(rel));
+        self.go.iter().any(|(r, f)| r.start == target && matches!(f, GoFrame::Switch | GoFrame::Mcall))
+    }
+
+    /// The function table's stack-pointer delta at live address `pc` of Go code.
+    fn go_sp_delta(&self, pc: u64) -> Option<u64> {
+        let (_, bias, image) = self.go_code.iter().find(|(r, _, _)| r.contains(&pc))?;
+        image.go_table.as_ref()?.sp_delta(pc.wrapping_sub(*bias))
+    }
+
+    /// Whether the CFI of the module at `addr` describes it: where it ends a walk, it says the frame has
+    /// no caller (the return address undefined, as `_start` and glibc's thread start mark theirs).
+    fn cfi_covers(&self, addr: u64) -> bool {
+        use gimli::{BaseAddresses, EhFrame, EhFrameHdr, LittleEndian, UnwindSection};
+        let Some((range, image, pgoff)) = self.mapped.iter().find(|(r, _, _)| r.contains(&addr)) else {
+            return false;
+        };
+        let sections = &image.sections;
+        let (Some(hdr), Some(hdr_svma), Some(eh), Some(eh_svma)) = (
+            &sections.eh_frame_hdr,
+            &sections.eh_frame_hdr_svma,
+            &sections.eh_frame,
+            &sections.eh_frame_svma,
+        ) else {
+            return false;
+        };
+        let Some(bias) = image.bias(range.start, *pgoff) else { return false };
+        let vaddr = addr.wrapping_sub(bias);
+        let bases = BaseAddresses::default().set_eh_frame_hdr(hdr_svma.start).set_eh_frame(eh_svma.start);
+        let bases = match &sections.text_svma {
+            Some(t) => bases.set_text(t.start),
+            None => bases,
+        };
+        let Ok(parsed) = EhFrameHdr::new(&hdr[..], LittleEndian).parse(&bases, 8) else { return false };
+        let Some(table) = parsed.table() else { return false };
+        let eh_frame = EhFrame::new(&eh[..], LittleEndian);
+        table
+            .fde_for_address(&eh_frame, &bases, vaddr, EhFrame::cie_from_offset)
+            .is_ok_and(|fde| fde.contains(vaddr))
+    }
+
+    /// One step of a walk from the frame at `address` with registers `regs`.
+    fn step(
+        &self,
+        address: FrameAddress,
+        regs: &mut UnwindRegsX86_64,
+        cache: &mut CacheX86_64,
+        read: &mut impl FnMut(u64) -> Result<u64, ()>,
+    ) -> Step {
+        let pc = address.address_for_lookup();
+        // Go code: the function table's stack-pointer delta at the pc, as Go's own traceback reads it,
+        // exact wherever the function was interrupted. The frame pointer is the caller's unless it
+        // points at this frame's saved one (just below the return address).
+        if let Some(delta) = self.go_sp_delta(pc) {
+            let (sp, bp) = (regs.sp(), regs.bp());
+            let Some(slot) = sp.checked_add(delta) else { return Step::Stop };
+            let Ok(ret) = read(slot) else { return Step::Stop };
+            let bp = match delta >= 8 && bp == slot - 8 {
+                true => match read(bp) {
+                    Ok(saved) => saved,
+                    Err(()) => return Step::Stop,
+                },
+                false => bp,
+            };
+            if ret == 0 {
+                return Step::Stop;
+            }
+            regs.set_sp(slot + 8);
+            regs.set_bp(bp);
+            return Step::Caller(ret);
+        }
+        match self.unwinder.unwind_frame(address, regs, cache, read) {
+            Ok(Some(ret)) => Step::Caller(ret),
+            Ok(None) if self.cfi_covers(pc) => Step::Root,
+            Ok(None) => Step::Stop,
+            // The entry code (the loader's `_start` while it relocates) has no caller to find.
+            Err(_) if at_entry(&self.mapped, pc) => Step::Root,
+            Err(_) => Step::Stop,
         }
     }
 
     /// Appends the frames of one stack to `out`.
     fn walk(&mut self, regs: Regs, stack: &[u8], out: &mut Vec<u64>) -> Walked {
-        if out.is_empty() {
-            if let Some(caller) = self.go_leaf_caller(regs, stack) {
-                out.push(regs.ip);
-                let skip = (caller.sp - regs.sp) as usize;
-                return self.walk(caller, stack.get(skip..).unwrap_or_default(), out);
-            }
-        }
         let sp = regs.sp;
         let mut read_stack = |addr: u64| -> Result<u64, ()> {
             let off = addr.checked_sub(sp).ok_or(())? as usize;
             let bytes = stack.get(off..off.checked_add(8).ok_or(())?).ok_or(())?;
             Ok(u64::from_le_bytes(bytes.try_into().map_err(|_| ())?))
         };
-        let cache = self.cache.get_or_insert_with(|| Box::new(CacheX86_64::new()));
-        let start = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
-        let mut frames = self.unwinder.iter_frames(regs.ip, start, cache, &mut read_stack);
-        loop {
-            let (a, returns) = match frames.next() {
-                Ok(Some(FrameAddress::InstructionPointer(a))) => (a, false),
-                Ok(Some(FrameAddress::ReturnAddress(a))) => (u64::from(a) - 1, true),
-                Ok(None) => return Walked::Done(Outcome::Complete),
-                // The entry code (the loader's `_start` while it relocates) has no caller to find.
-                Err(_) if out.last().is_some_and(|&a| at_entry(&self.mapped, a)) => {
-                    return Walked::Done(Outcome::Complete)
-                }
-                Err(_) => return Walked::Done(Outcome::Partial),
+        let mut cache = self.cache.take().unwrap_or_else(|| Box::new(CacheX86_64::new()));
+        let mut uregs = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
+        let mut address = FrameAddress::from_instruction_pointer(regs.ip);
+        let walked = loop {
+            let (a, returns) = match address {
+                FrameAddress::InstructionPointer(a) => (a, false),
+                FrameAddress::ReturnAddress(a) => (u64::from(a) - 1, true),
             };
             out.push(a);
             // What lies past a Go root, or past systemstack on the system stack, is no caller's frame.
             // (A switching function interrupted past its prologue may have switched already.)
             match self.go.iter().find(|(r, _)| r.contains(&a)) {
-                Some((_, GoFrame::Root)) => return Walked::Done(Outcome::Complete),
-                Some((r, GoFrame::Mcall)) => return Walked::Mcall(r.clone()),
+                Some((_, GoFrame::Root)) => break Walked::Done(Outcome::Complete),
+                Some((_, GoFrame::End)) => break Walked::Done(Outcome::Partial),
+                Some((_, GoFrame::Mcall)) => break Walked::Mcall { bp: uregs.bp() },
                 Some((r, GoFrame::Switch)) if returns || a >= r.start + PROLOGUE => {
-                    return Walked::Switch(r.clone())
+                    break Walked::Switch { bp: uregs.bp() }
                 }
                 _ => {}
             }
             if out.len() >= MAX_FRAMES {
-                return Walked::Done(Outcome::Partial);
+                break Walked::Done(Outcome::Partial);
             }
-        }
+            match self.step(address, &mut uregs, &mut cache, &mut read_stack) {
+                Step::Caller(ret) => match FrameAddress::from_return_address(ret) {
+                    Some(next) => address = next,
+                    None => break Walked::Done(Outcome::Partial),
+                },
+                Step::Root => break Walked::Done(Outcome::Complete),
+                Step::Stop => break Walked::Done(Outcome::Partial),
+            }
+        };
+        self.cache = Some(cache);
+        walked
     }
 }
 

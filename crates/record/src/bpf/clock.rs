@@ -17,7 +17,12 @@ use whyslow_convert::records::{GoroutineStack, Record, Timed};
 
 /// Where `struct ws_goroutine`'s stack bytes start (bpf/clock.bpf.c; the generated type has its layout).
 const STACK_OFFSET: usize = offset_of!(Gor, stack);
-const GO_STACK_MAX: u64 = 8192;
+/// The bytes of a goroutine stack sent at most (GO_COPY in bpf/clock.bpf.c): GO_BELOW below the frame
+/// pointer the chain leads to, where the unwinder looks for a switching function's caller, and 8 KB up.
+const GO_COPY: u64 = GO_BELOW + 8192;
+/// GO_BELOW in bpf/go.h.
+const GO_BELOW: u64 = 1024;
+const _: () = assert!(GO_BELOW == whyslow_unwind::GO_SWITCH_BELOW);
 /// The program that runs for a sample sends its goroutine stack within this long after the sample's time
 /// (a few microseconds; a thread's samples are further apart).
 const JOIN_NS: u64 = 200_000;
@@ -60,7 +65,7 @@ impl<'obj> ClockFilter<'obj> {
         let cpus = crate::sys::online_cpus().len() as u64;
         // Without Go, one page: the 4 MB ring took a third of loading this program (mapping and zeroing).
         let ring = match go {
-            true => (frequency * cpus * GO_STACK_MAX / 4).next_power_of_two().clamp(1 << 18, 1 << 22),
+            true => (frequency * cpus * GO_COPY / 4).next_power_of_two().clamp(1 << 18, 1 << 22),
             false => 4096,
         };
         open.maps.goroutines.set_max_entries(ring as u32).map_err(|e| classify("ring buffer", e))?;
