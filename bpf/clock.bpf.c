@@ -9,7 +9,8 @@
  *
  * A kept sample of a Go program's thread running on the runtime's system stack has its goroutine's frames
  * on another stack than the one the sample copies: this program sends a copy of that one (see
- * goroutine_stack), which user space joins to the sample by thread and time.
+ * goroutine_stack), which user space joins to the sample by thread and time. A kept sample of a CPython
+ * process's thread has its Python frames sent the same way (python.h).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -19,6 +20,7 @@
 #define WS_OWN_EXIT
 #include "track.h"
 #include "go.h"
+#include "python.h"
 
 #define PAGE 4096
 
@@ -72,6 +74,26 @@ static __always_inline u32 copy_goroutine(struct ws_goroutine *g, u64 from)
 	return n;
 }
 
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 12); /* resized by user space before load */
+} pystacks SEC(".maps");
+
+/* Sends the Python frames of a sample of a CPython process (python.h); only the frames read. */
+static __always_inline void python_stack(struct ws_py_proc *py)
+{
+	u32 zero = 0;
+	struct ws_pystack *s = bpf_map_lookup_elem(&py_scratch, &zero);
+	if (!s || !py_frames(py, bpf_get_current_task_btf(), s))
+		return;
+	s->time = bpf_ktime_get_ns();
+	u64 size = __builtin_offsetof(struct ws_pystack, frame) + (u64)s->frames * sizeof(struct ws_py_frame);
+	if (size > sizeof(*s))
+		size = sizeof(*s);
+	barrier_var(size);
+	bpf_ringbuf_output(&pystacks, s, size, 0);
+}
+
 /* Sends the goroutine stack of a sample (go.h): the frame pointers are followed in the target's memory
  * through the part of the stack the sample copies. */
 static __always_inline void goroutine_stack(void)
@@ -121,7 +143,26 @@ int keep(void *ctx)
 		return 0;
 	if (runs_go(tgid))
 		goroutine_stack();
+	struct ws_py_proc *py = bpf_map_lookup_elem(&py_procs, &tgid);
+	if (py)
+		python_stack(py);
 	return 1;
+}
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(py_on_fork, struct task_struct *parent, struct task_struct *child)
+{
+	if (parent->tgid != child->tgid)
+		py_forked(parent->tgid, child->tgid);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(py_on_exec, struct task_struct *p)
+{
+	u32 tgid = p->tgid;
+	bpf_map_delete_elem(&py_procs, &tgid);
+	return 0;
 }
 
 /* A process that ends leaves the maps: its pid goes to another process sooner or later. */
@@ -129,6 +170,10 @@ SEC("tp_btf/sched_process_exit")
 int BPF_PROG(on_process_exit, struct task_struct *p)
 {
 	forget_go_ended(p);
+	if (process_ended(p)) {
+		u32 tgid = p->tgid;
+		bpf_map_delete_elem(&py_procs, &tgid);
+	}
 	untrack_ended(p);
 	return 0;
 }

@@ -219,16 +219,25 @@ impl<H: Host> Converter<H> {
             // Past the leaf, an address in no executable mapping is not a return address but data the
             // unwinder read: the stack is cut there.
             let known = !proc.maps.is_empty();
-            let frames = std::mem::take(&mut self.frames);
-            for (i, &a) in frames.iter().enumerate().skip(skip_leaf as usize) {
+            let all = std::mem::take(&mut self.frames);
+            // Each native frame of CPython's eval loop stands for the Python frames that call runs.
+            let frames = &all[(skip_leaf as usize).min(all.len())..];
+            let mut python = self.python_frames(s.pid, s.python, frames, cut);
+            for (i, &a) in frames.iter().enumerate() {
+                if let Some(py) = python.runs.get_mut(i).and_then(Option::take) {
+                    stack.extend(py);
+                    continue;
+                }
                 let f = self.jit_frame(s.pid, a, time);
-                if i > 0 && known && matches!(f, RawFrame::Unmapped(_)) {
+                if i + skip_leaf as usize > 0 && known && matches!(f, RawFrame::Unmapped(_)) {
                     cut = true;
                     break;
                 }
                 stack.push(f);
             }
-            self.frames = frames;
+            // Callers the native stack did not reach (it was cut).
+            stack.extend(python.rest);
+            self.frames = all;
             if cut {
                 self.counters.unwind.partial += 1;
                 let label = self.raw.label(whyslow_model::CUT_FRAME, "[unwind]", FrameKind::Unknown);

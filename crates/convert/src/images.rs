@@ -143,8 +143,10 @@ impl<H: Host> Converter<H> {
         let proc = self.procs.entry(pid).or_default();
         proc.maps.retain(|m| m.end <= start || end <= m.start);
         proc.maps.push(Mapped { start, end, pgoff, module });
+        let bias = image.as_ref().and_then(|i| i.bias(start, pgoff));
         if let Some(image) = image {
             proc.unwinder.add_mapping(start, end, pgoff, image);
         }
+        self.find_python(pid, path, bias);
     }
 }

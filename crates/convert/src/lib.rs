@@ -9,8 +9,8 @@
 //!
 //! This file holds the entry points (the [`Host`], what events mean, the converter and its window cut);
 //! each concern has its module: `handle` (records in), `process` (processes and threads), `images`
-//! (parsed files, modules, mappings), `jitcode` (JIT symbols), `alloc` (allocation counts) and `heap`
-//! (memory in use).
+//! (parsed files, modules, mappings), `jitcode` (JIT symbols), `python` (Python frames), `alloc`
+//! (allocation counts) and `heap` (memory in use).
 
 mod alloc;
 mod handle;
@@ -18,6 +18,7 @@ pub mod heap;
 mod images;
 mod jitcode;
 mod process;
+mod python;
 pub mod records;
 
 use alloc::StackKey;
@@ -26,6 +27,7 @@ use images::Images;
 pub use jitcode::JitUpdate;
 use process::{Blocked, Proc};
 pub use process::{Mapping, ProcessInfo};
+pub use python::{unknown_layout_note, PythonFound};
 use std::collections::HashMap;
 use whyslow_model::raw::{FastMap, KeptFile, RawFrame, RawRecording, RawThread};
 use whyslow_model::{SampleType, UnwindStats};
@@ -58,6 +60,11 @@ pub trait Host {
     /// names the file).
     fn identity(&self, _pid: u32, _path: &str) -> Option<(u64, u64, i64)> {
         None
+    }
+    /// Fills `buf` from address `addr` of live process `pid` (its Python code objects); false where it
+    /// cannot (the process is gone, an imported file's host).
+    fn read_memory(&self, _pid: u32, _addr: u64, _buf: &mut [u8]) -> bool {
+        false
     }
 }
 
@@ -141,6 +148,10 @@ pub struct Converter<H: Host> {
     lazy: bool,
     /// Processes sampled for the first time (since their last exec) and not yet taken.
     first_sampled: Vec<u32>,
+    /// The CPython interpreter in each file looked at, by path (None: not one).
+    interpreters: HashMap<String, Option<whyslow_python::Interpreter>>,
+    /// Processes found to run CPython and not yet taken.
+    python_found: Vec<PythonFound>,
 }
 
 impl<H: Host> Converter<H> {
@@ -168,6 +179,8 @@ impl<H: Host> Converter<H> {
             alloc_added: HashMap::new(),
             lazy: false,
             first_sampled: Vec::new(),
+            interpreters: HashMap::new(),
+            python_found: Vec::new(),
         }
     }
 

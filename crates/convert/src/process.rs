@@ -2,6 +2,7 @@
 //! exits, then forgotten so a long run stays bounded), and threads blocked off-CPU until they run again.
 
 use crate::jitcode::Jit;
+use crate::python::PyProc;
 use crate::{Converter, Host, Stream};
 use whyslow_model::raw::{RawFrame, RawThread};
 use whyslow_unwind::ProcessUnwinder;
@@ -70,6 +71,8 @@ pub(crate) struct Proc {
     pub(crate) pending: Option<Vec<Mapping>>,
     /// Whether a sample of it was seen (since its last exec).
     pub(crate) sampled: bool,
+    /// The CPython interpreter it runs, if any.
+    pub(crate) python: Option<Box<PyProc>>,
 }
 
 impl Proc {
@@ -81,6 +84,7 @@ impl Proc {
             jit: Jit::default(),
             pending: self.pending.clone(),
             sampled: false,
+            python: self.python.clone(),
         }
     }
 

@@ -77,8 +77,22 @@ pub struct Sample {
     pub stack: Vec<u8>,
     /// Where the user stack continues on a goroutine's stack (Go's `runtime.systemstack`, `runtime.mcall`).
     pub goroutine: Option<GoroutineStack>,
+    /// The Python frames the thread ran when the sample was taken, innermost first (a CPython process:
+    /// bpf/python.h); empty for others.
+    pub python: Vec<PyFrame>,
     /// Tracepoint fields (empty for other events).
     pub raw: Vec<u8>,
+}
+
+/// A Python frame as the interpreter held it: its code object and instruction (`f_lasti`, or a pointer
+/// to the instruction from 3.11), read from the process's memory when the sample was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PyFrame {
+    pub code: u64,
+    pub instr: u64,
+    /// The first frame its `_PyEval_EvalFrameDefault` call ran (the frames from the innermost up to
+    /// here are that call's; each frame is one call's before 3.11).
+    pub entry: bool,
 }
 
 /// A goroutine's stack copied after the user stack: `stack[offset..]` holds the bytes from address `at`,
@@ -106,6 +120,7 @@ pub struct SampleRef<'a> {
     pub regs: Option<UserRegs>,
     pub stack: &'a [u8],
     pub goroutine: Option<GoroutineStack>,
+    pub python: &'a [PyFrame],
     pub raw: &'a [u8],
 }
 
@@ -121,6 +136,7 @@ impl Sample {
             regs: self.regs,
             stack: &self.stack,
             goroutine: self.goroutine,
+            python: &self.python,
             raw: &self.raw,
         }
     }

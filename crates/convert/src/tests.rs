@@ -126,6 +126,7 @@ fn sample(id: u64, pid: u32, tid: u32, ip: u64) -> Record {
         regs: Some(regs),
         stack: vec![],
         goroutine: None,
+        python: Vec::new(),
         raw: vec![],
     })
 }

@@ -28,6 +28,9 @@ pub struct RawLabel {
     pub name: String,
     pub module: String,
     pub kind: crate::FrameKind,
+    /// The source file and line the source knows it at (a Python frame's), else "" and 0.
+    pub file: String,
+    pub line: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,7 +110,25 @@ pub struct RawKernel {
 impl RawRecording {
     /// The index of a label, added when new.
     pub fn label(&mut self, name: &str, module: &str, kind: crate::FrameKind) -> u32 {
-        let l = RawLabel { name: name.to_string(), module: module.to_string(), kind };
+        self.label_at(name, module, kind, "", 0)
+    }
+
+    /// The index of a label at a source line (a frame the source names with its file and line).
+    pub fn label_at(
+        &mut self,
+        name: &str,
+        module: &str,
+        kind: crate::FrameKind,
+        file: &str,
+        line: u32,
+    ) -> u32 {
+        let l = RawLabel {
+            name: name.to_string(),
+            module: module.to_string(),
+            kind,
+            file: file.to_string(),
+            line,
+        };
         match self.labels.iter().position(|x| *x == l) {
             Some(i) => i as u32,
             None => {

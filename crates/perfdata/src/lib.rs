@@ -364,6 +364,7 @@ impl Importer {
             regs,
             stack,
             goroutine: None,
+            python: &[],
             raw,
         };
         self.c.handle_sample(sample, time, &self.ids);

@@ -44,6 +44,12 @@ impl Host for LiveHost {
         target::comm_of(pid, tid)
     }
 
+    fn read_memory(&self, pid: u32, addr: u64, buf: &mut [u8]) -> bool {
+        // A read of the memory file: the process is not stopped (no ptrace attach).
+        let Ok(f) = std::fs::File::open(format!("/proc/{pid}/mem")) else { return false };
+        std::os::unix::fs::FileExt::read_exact_at(&f, buf, addr).is_ok()
+    }
+
     fn identity(&self, pid: u32, path: &str) -> Option<(u64, u64, i64)> {
         use std::os::unix::fs::MetadataExt;
         if !path.starts_with('/') {

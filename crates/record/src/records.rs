@@ -145,6 +145,7 @@ fn decode_sample(r: &mut Reader, fixed_period: impl Fn(u64) -> Option<u64>) -> O
             regs,
             stack,
             goroutine: None,
+            python: Vec::new(),
             raw,
         }),
     })

@@ -279,6 +279,7 @@ impl<'a> Session<'a> {
         );
         self.src.drain(&mut self.c, &mut self.buf);
         self.take_mem();
+        self.follow_python();
         if let Some(p) = &self.src.syscalls {
             p.drain_events().iter().for_each(|e| observer.trace(e));
         }
@@ -362,6 +363,27 @@ impl<'a> Session<'a> {
             }
         }
         None
+    }
+
+    /// Has the kernel read the Python frames of the processes the converter found to run CPython; a
+    /// version with no known layout is a note.
+    fn follow_python(&mut self) {
+        for f in self.c.take_python_found() {
+            let Some(layout) = f.layout else {
+                let note = whyslow_convert::unknown_layout_note(f.minor);
+                if !self.notes.contains(&note) {
+                    self.notes.push(note);
+                }
+                continue;
+            };
+            // A process that is gone (or a map that is full) keeps its native frames.
+            if let Err(e) = self.src.track_python(f.pid, f.runtime, layout) {
+                let note = format!("Python frames of process {} not read: {e}", f.pid);
+                if !self.notes.contains(&note) {
+                    self.notes.push(note);
+                }
+            }
+        }
     }
 
     /// Probes the allocations of the children the converter saw forking from a followed process (soon

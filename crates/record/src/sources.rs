@@ -389,7 +389,8 @@ impl<'obj> Sources<'obj> {
                 // Only tracked processes said to run Go get goroutine stacks: a launched command that is not
                 // Go (its children are not marked Go either) needs no ring for them.
                 let go = !launched || go.iter().any(|&g| g);
-                ClockFilter::load(&mut objects.clock, opts.stack_bytes, opts.frequency, go).ok()
+                let python = target::may_run_python(&opts.target);
+                ClockFilter::load(&mut objects.clock, opts.stack_bytes, opts.frequency, go, python).ok()
             })
         } else {
             None
@@ -826,6 +827,20 @@ impl<'obj> Sources<'obj> {
             f.track(pid, false, go)?;
         }
         Ok(())
+    }
+
+    /// Reads the Python frames of process `pid`'s clock samples from now on (see
+    /// [`ClockFilter::track_python`]); nothing where the clock is not filtered in the kernel.
+    pub(crate) fn track_python(
+        &self,
+        pid: u32,
+        runtime: u64,
+        layout: &whyslow_python::Layout,
+    ) -> Result<(), RecordError> {
+        match &self.clock_filter {
+            Some(f) => f.track_python(pid, runtime, layout),
+            None => Ok(()),
+        }
     }
 
     /// Counts the allocations of process `pid` too (with --alloc): a followed process, or a child forked

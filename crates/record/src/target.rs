@@ -286,6 +286,25 @@ pub(crate) fn runs_go(target: &Target, pid: u32) -> bool {
     object::File::parse(&*bytes).is_ok_and(|o| whyslow_unwind::is_go(&o))
 }
 
+/// Whether a launched command may run CPython (its Python frames need a ring): the program is a Python
+/// interpreter or links libpython, or is a script that names python (a `#!` line, pyenv's shims).
+pub(crate) fn may_run_python(target: &Target) -> bool {
+    let Target::Launch(argv) = target else { return true };
+    let Some(path) = argv.first().and_then(|c| program_path(c)) else { return false };
+    let real = std::fs::canonicalize(&path).unwrap_or(path);
+    if whyslow_python::looks_like_python(&real.to_string_lossy()) {
+        return true;
+    }
+    let Ok(file) = std::fs::File::open(&real) else { return false };
+    let Ok(bytes) = whyslow_unwind::FileBytes::map(&file) else { return false };
+    let has = |b: &[u8], what: &[u8]| b.windows(what.len()).any(|w| w == what);
+    match bytes.starts_with(b"\x7fELF") {
+        // The name of the library it needs is in its dynamic string table.
+        true => has(&bytes, b"libpython3"),
+        false => has(&bytes[..bytes.len().min(4096)], b"python"),
+    }
+}
+
 /// The wait status of launched child `pid` if it ended.
 pub(crate) fn try_wait(pid: u32) -> Option<i32> {
     let mut st = 0;

@@ -561,7 +561,7 @@ fn build(raw: RawRecording, pool: &mut Pool, kernel: &mut dyn kernel::KernelTabl
                         let l = &raw.labels[i as usize];
                         let m = b.module(&l.module, "");
                         return (
-                            vec![(b.frame(&l.name, m, "", l.kind), 0)],
+                            vec![(b.frame(&l.name, m, &l.file, l.kind), l.line)],
                             is_probe_frame(&l.name, &l.module),
                         );
                     }

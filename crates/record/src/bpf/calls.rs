@@ -104,6 +104,7 @@ fn decode(b: &[u8], s: &StackSampling) -> Option<Timed> {
         regs: Some(regs),
         stack: b[USTACK_OFFSET..USTACK_OFFSET + bytes].to_vec(),
         goroutine: None,
+        python: Vec::new(),
         raw: if s.keyed { [ret.to_ne_bytes(), stack.to_ne_bytes()].concat() } else { Vec::new() },
     };
     Some(Timed { time: u64_of(offset_of!(Rec, time)), record: Record::Sample(sample) })

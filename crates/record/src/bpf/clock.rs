@@ -1,19 +1,22 @@
 //! The filter of the per-CPU clock events (bpf/clock.bpf.c): the kernel keeps a sample only when it
 //! interrupted a tracked process, and sends the goroutine stack of a Go thread sampled on the runtime's
-//! system stack, which [`ClockFilter::join_goroutines`] adds to its sample.
+//! system stack, which [`ClockFilter::join_goroutines`] adds to its sample, and the Python frames of a
+//! CPython process's thread (bpf/python.h), which it adds too.
 
 use super::clock_skel::types::ws_goroutine as Gor;
+use super::clock_skel::types::{ws_py_proc, ws_pystack as PyStack};
 use super::clock_skel::{ClockSkel, ClockSkelBuilder, OpenClockSkel};
 use super::{check_btf, classify, quiet_libbpf, u32_at, u64_at};
 use crate::RecordError;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
-use libbpf_rs::{OpenObject, RingBuffer, RingBufferBuilder};
+use libbpf_rs::{MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
 use std::cell::RefCell;
 use std::mem::{offset_of, MaybeUninit};
 use std::os::fd::{AsFd, AsRawFd};
 use std::rc::Rc;
 use std::time::Duration;
-use whyslow_convert::records::{GoroutineStack, Record, Timed};
+use whyslow_convert::records::{GoroutineStack, PyFrame, Record, Timed};
+use whyslow_python::Layout;
 
 /// Where `struct ws_goroutine`'s stack bytes start (bpf/clock.bpf.c; the generated type has its layout).
 const STACK_OFFSET: usize = offset_of!(Gor, stack);
@@ -37,21 +40,60 @@ struct Goroutine {
     waited: u8,
 }
 
+/// Where `struct ws_pystack`'s frames start, and the size of one (bpf/python.h).
+const PY_FRAMES_OFFSET: usize = offset_of!(PyStack, frame);
+const PY_FRAME_BYTES: usize = 16;
+/// The most a sample's Python frames take in the ring (bpf/python.h PY_FRAMES).
+const PY_STACK_BYTES: u64 = (PY_FRAMES_OFFSET + 64 * PY_FRAME_BYTES) as u64;
+
+/// The Python frames the kernel sent for the next clock sample of thread `tid`.
+struct PyPending {
+    time: u64,
+    tid: u32,
+    frames: Vec<PyFrame>,
+    waited: u8,
+}
+
+/// Decodes a `struct ws_pystack` record.
+fn decode_pystack(d: &[u8]) -> Option<PyPending> {
+    if d.len() < PY_FRAMES_OFFSET {
+        return None;
+    }
+    let n =
+        (u32_at(d, offset_of!(PyStack, frames)) as usize).min((d.len() - PY_FRAMES_OFFSET) / PY_FRAME_BYTES);
+    let entry = u64_at(d, offset_of!(PyStack, entry));
+    let frames = (0..n)
+        .map(|k| {
+            let at = PY_FRAMES_OFFSET + k * PY_FRAME_BYTES;
+            PyFrame { code: u64_at(d, at), instr: u64_at(d, at + 8), entry: entry >> k & 1 == 1 }
+        })
+        .collect();
+    Some(PyPending {
+        time: u64_at(d, offset_of!(PyStack, time)),
+        tid: u32_at(d, offset_of!(PyStack, tid)),
+        frames,
+        waited: 0,
+    })
+}
+
 /// Loaded filter, following forks and execs of the tracked processes; detached when dropped.
 pub struct ClockFilter<'obj> {
     skel: ClockSkel<'obj>,
     ring: RingBuffer<'static>,
     pending: Rc<RefCell<Vec<Goroutine>>>,
+    py_pending: Rc<RefCell<Vec<PyPending>>>,
 }
 
 impl<'obj> ClockFilter<'obj> {
     /// `stack_bytes`: the user stack each sample copies; `frequency`: samples per second and CPU; `go`:
-    /// whether a Go program may be tracked (goroutine stacks need a ring; none is written otherwise).
+    /// whether a Go program may be tracked (goroutine stacks need a ring; none is written otherwise);
+    /// `python`: whether a CPython program may be (so for its Python frames).
     pub fn load(
         obj: &'obj mut MaybeUninit<OpenObject>,
         stack_bytes: u32,
         frequency: u64,
         go: bool,
+        python: bool,
     ) -> Result<Self, RecordError> {
         check_btf()?;
         quiet_libbpf();
@@ -69,6 +111,12 @@ impl<'obj> ClockFilter<'obj> {
             false => 4096,
         };
         open.maps.goroutines.set_max_entries(ring as u32).map_err(|e| classify("ring buffer", e))?;
+        // A quarter second of Python stacks of the deepest kind, likewise.
+        let py_ring = match python {
+            true => (frequency * cpus * PY_STACK_BYTES / 4).next_power_of_two().clamp(1 << 16, 1 << 22),
+            false => 4096,
+        };
+        open.maps.pystacks.set_max_entries(py_ring as u32).map_err(|e| classify("ring buffer", e))?;
         let mut skel = open.load().map_err(|e| classify("load", e))?;
         // Attaches the fork and exec hooks; the filter itself is attached to each event by the caller.
         skel.attach().map_err(|e| classify("attach", e))?;
@@ -90,8 +138,15 @@ impl<'obj> ClockFilter<'obj> {
             0
         })
         .map_err(|e| classify("ring buffer", e))?;
+        let py_pending = Rc::new(RefCell::new(Vec::new()));
+        let py_sink = py_pending.clone();
+        b.add(&skel.maps.pystacks, move |d: &[u8]| {
+            py_sink.borrow_mut().extend(decode_pystack(d));
+            0
+        })
+        .map_err(|e| classify("ring buffer", e))?;
         let ring = b.build().map_err(|e| classify("ring buffer", e))?;
-        Ok(ClockFilter { skel, ring, pending })
+        Ok(ClockFilter { skel, ring, pending, py_pending })
     }
 
     /// Keeps the samples of process `pid` (from its exec on when `launched`) and of the processes it forks;
@@ -99,6 +154,32 @@ impl<'obj> ClockFilter<'obj> {
     pub fn track(&self, pid: u32, launched: bool, go: bool) -> Result<(), RecordError> {
         super::track_go(&self.skel.maps.go_procs, pid, go)?;
         super::track(&self.skel.maps.tracked, pid, launched)
+    }
+
+    /// Reads the Python frames of process `pid`'s samples from now on: its CPython's `_PyRuntime` is at
+    /// `runtime`, its structs are laid out as `layout` says.
+    pub fn track_python(&self, pid: u32, runtime: u64, layout: &Layout) -> Result<(), RecordError> {
+        let p = ws_py_proc {
+            runtime,
+            interpreters_head: layout.runtime_interpreters_head,
+            interp_next: layout.interp_next,
+            interp_threads_head: layout.interp_threads_head,
+            tstate_next: layout.tstate_next,
+            tstate_thread_id: layout.tstate_thread_id,
+            tstate_frame: layout.tstate_frame,
+            cframe_current_frame: layout.cframe_current_frame.map_or(0, |o| o + 1),
+            frame_previous: layout.frame_previous,
+            frame_code: layout.frame_code,
+            frame_instr: layout.frame_instr,
+            frame_owner: layout.frame_owner,
+            minor: layout.minor,
+            ..Default::default()
+        };
+        self.skel
+            .maps
+            .py_procs
+            .update(&pid.to_ne_bytes(), super::bytes_of(&p), MapFlags::ANY)
+            .map_err(|e| classify("python map", e))
     }
 
     /// Drops the samples of process `pid` from now on.
@@ -133,6 +214,23 @@ impl<'obj> ClockFilter<'obj> {
             }
             g.waited += 1;
             g.waited < 2
+        });
+        // Python frames likewise.
+        self.py_pending.borrow_mut().retain_mut(|p| {
+            let sample = batch.iter_mut().find_map(|t| match &mut t.record {
+                Record::Sample(s)
+                    if s.tid == p.tid && clock(s.id) && t.time <= p.time && p.time - t.time < JOIN_NS =>
+                {
+                    Some(s)
+                }
+                _ => None,
+            });
+            if let Some(s) = sample {
+                s.python = std::mem::take(&mut p.frames);
+                return false;
+            }
+            p.waited += 1;
+            p.waited < 2
         });
     }
 }

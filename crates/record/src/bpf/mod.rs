@@ -207,6 +207,8 @@ unsafe impl Plain for mem_skel::types::ws_mem_event {}
 unsafe impl Plain for mem_skel::types::ws_mem_alloc {}
 // SAFETY: as above (bpf/offcpu.bpf.c).
 unsafe impl Plain for offcpu_skel::types::ws_block {}
+// SAFETY: as above (bpf/python.h): a u64, u16s and two u8s, 32 bytes with no padding.
+unsafe impl Plain for clock_skel::types::ws_py_proc {}
 // SAFETY: as above (bpf/syscalls.bpf.c): u32 fields only.
 unsafe impl Plain for skel::types::ws_key {}
 // SAFETY: as above: u64 fields and an array of them.

@@ -81,6 +81,7 @@ fn decode(b: &[u8], until: Option<u64>) -> Option<Timed> {
         regs: Some(regs),
         stack: b[USTACK_OFFSET..USTACK_OFFSET + ubytes + gbytes].to_vec(),
         goroutine,
+        python: Vec::new(),
         raw: u64::from(u32_of(offset_of!(Block, state))).to_ne_bytes().to_vec(),
     };
     Some(Timed { time, record: Record::OffCpu { sample, ns } })

@@ -1,0 +1,89 @@
+//! Python frames: a CPython 3.8-3.13 program recorded without flags names its Python functions, with
+//! their file and line, interleaved with the interpreter's native frames, in the shares the program's
+//! structure gives them (tests/workloads/python/split.py), for each pyenv version installed here.
+
+mod common;
+use common::*;
+use serde_json::Value;
+use std::path::PathBuf;
+
+/// mix's share of the rounds' CPU: two of every three fib(16) calls run under it (split.py).
+const MIX_SHARE: f64 = 200.0 / 3.0;
+/// Points a share may stray: at ~2,500 samples one binomial standard deviation of a 2/3 share is under
+/// 1 point; the rounds' own overhead (one clock read per three fib(16) calls) is far below one.
+const SHARE_TOLERANCE: f64 = 5.0;
+
+/// The newest pyenv CPython 3.`minor`, if installed.
+fn python(minor: u8) -> Option<PathBuf> {
+    let home = std::env::var("HOME").ok()?;
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(format!("{home}/.pyenv/versions"))
+        .ok()?
+        .flatten()
+        .map(|d| d.path())
+        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&format!("3.{minor}."))))
+        .collect();
+    dirs.sort();
+    let exe = dirs.pop()?.join(format!("bin/python3.{minor}"));
+    exe.exists().then_some(exe)
+}
+
+/// (line, total) of the lines of `name` in a `report --source` answer, and its file.
+fn source_lines(data: &str, name: &str) -> (String, Vec<(u64, i64)>) {
+    let v: Value =
+        serde_json::from_str(&ok(&["report", data, "--source", &format!("^{name}$"), "--format", "json"]))
+            .unwrap();
+    let f = &v["functions"][0];
+    let lines = f["lines"].as_array().map_or(Vec::new(), |ls| {
+        ls.iter().map(|l| (l["line"].as_u64().unwrap(), l["total"].as_i64().unwrap())).collect()
+    });
+    (f["file"].as_str().unwrap_or_default().to_string(), lines)
+}
+
+#[test]
+fn python_functions_are_named_with_their_file_line_and_share() {
+    let _x = exclusive();
+    let script = root().join("tests/workloads/python/split.py");
+    let script_path = script.to_str().unwrap();
+    let dir = tmp();
+    let mut tested = Vec::new();
+    for minor in [8, 9, 10, 11, 12, 13] {
+        let Some(exe) = python(minor) else {
+            eprintln!("skipped CPython 3.{minor}: not installed under ~/.pyenv/versions");
+            continue;
+        };
+        let name = format!("py3{minor}");
+        let data = record(dir.path(), &name, &[], &[exe.to_str().unwrap(), script_path, "2.5"]);
+        let r = report_json(&data, &[]);
+        // Nearly every sample runs Python code under the script's module: startup (before the kernel
+        // reads its frames) sleeps, and takes no CPU samples.
+        let module = total_pct(&r, "<module>");
+        assert!(module >= 95.0, "3.{minor}: <module> in {module:.1}% of the samples");
+        let main = total_pct(&r, "main");
+        assert!(main >= 90.0, "3.{minor}: main in {main:.1}% of the samples");
+        // fib is what main runs; mix holds two of its three calls.
+        let fib = 100.0 * total_pct(&r, "fib") / main;
+        assert!(fib >= 95.0, "3.{minor}: fib under {fib:.1}% of main");
+        let mix = 100.0 * total_pct(&r, "mix") / main;
+        assert!(
+            (mix - MIX_SHARE).abs() <= SHARE_TOLERANCE,
+            "3.{minor}: mix {mix:.1}% of main, expected 66.7"
+        );
+        // The native eval frames are replaced by the Python frames they run, but for an eval call's first
+        // and last instructions (its frame not yet pushed, or popped): call overhead, under the caller.
+        let eval = total_pct(&r, "_PyEval_EvalFrameDefault");
+        assert!(eval < 10.0, "3.{minor}: eval frames left in {eval:.1}% of the samples");
+        let native = function(&r, |n| n.starts_with("_Py") || n.starts_with("Py")).is_some();
+        assert!(native, "3.{minor}: no native frame of the interpreter left");
+        // File and lines: fib's samples on its body (split.py lines 15-17, or its `def` line 14 while a
+        // call begins), mix's on its two calls (21-22), main's on the loop (31-35).
+        for (func, lines) in [("fib", 14..=17), ("mix", 20..=22), ("main", 31..=35)] {
+            let (file, ls) = source_lines(&data, func);
+            assert_eq!(file, script_path, "3.{minor}: {func}'s file");
+            let total: i64 = ls.iter().map(|l| l.1).sum();
+            let inside: i64 = ls.iter().filter(|l| lines.contains(&l.0)).map(|l| l.1).sum();
+            assert!(total > 0 && inside * 100 >= total * 98, "3.{minor}: {func}'s lines {ls:?}");
+        }
+        tested.push(minor);
+    }
+    assert!(!tested.is_empty(), "no CPython 3.8-3.13 under ~/.pyenv/versions");
+}
