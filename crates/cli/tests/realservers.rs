@@ -57,8 +57,8 @@ impl Nginx {
     fn worker(&self) -> u32 {
         let master = self.master();
         for _ in 0..100 {
-            let children = std::fs::read_to_string(format!("/proc/{master}/task/{master}/children"))
-                .unwrap_or_default();
+            let children =
+                std::fs::read_to_string(format!("/proc/{master}/task/{master}/children")).unwrap_or_default();
             if let Some(pid) = children.split_whitespace().next().and_then(|s| s.parse().ok()) {
                 return pid;
             }
@@ -145,7 +145,8 @@ fn nginx_unbuffered_access_log() {
     assert!(text("fix").starts_with("nginx: buffer the access log"), "{first:#}");
     assert!(text("fix").contains("access_log") && text("fix").contains("buffer=64k"), "{first:#}");
     assert!(text("fix").contains("access_log off;"), "{first:#}");
-    let evidence: Vec<&str> = first["evidence"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    let evidence: Vec<&str> =
+        first["evidence"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
     let writes = number_after(evidence[0], "").unwrap();
     assert!(evidence[0].contains(" write syscalls to a regular file"), "{evidence:?}");
     let replies = number_after(evidence[1], "about one per request: ")
@@ -166,7 +167,9 @@ fn nginx_unbuffered_access_log() {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|f| f["title"].as_str().unwrap().contains("file") || f["fix"].as_str().unwrap().contains("access_log"))
+        .filter(|f| {
+            f["title"].as_str().unwrap().contains("file") || f["fix"].as_str().unwrap().contains("access_log")
+        })
         .collect();
     assert!(file_findings.is_empty(), "{file_findings:#?}");
 }

@@ -91,9 +91,7 @@ pub fn dominant(f: &Facts, d: Direction, also: impl Fn(Endpoint, &Func) -> bool)
 /// `do_writev`, `__sys_sendto`) or the C library's wrapper of that name (`__GI___libc_write`).
 pub fn of_syscall(f: &Func, name: &str) -> bool {
     if f.kernel {
-        return ["__x64_sys_", "ksys_", "do_", "__sys_"]
-            .iter()
-            .any(|p| f.name.strip_prefix(p) == Some(name));
+        return ["__x64_sys_", "ksys_", "do_", "__sys_"].iter().any(|p| f.name.strip_prefix(p) == Some(name));
     }
     let aliases: &[&str] = match name {
         "pwrite64" => &["pwrite"],

@@ -39,7 +39,8 @@ const SOCKET_STREAM_FIX: &str = "gather the records of one message or one event-
 /// Small writes to a regular file, at about one per request when the program answers requests.
 const FILE_TITLE: &str = "many small writes to a file";
 const FILE_PER_REQUEST_TITLE: &str = "one small write to a file per request (an unbuffered log)";
-const FILE_PER_REQUEST_WHY: &str = "each request pays a write syscall for its line (a kernel entry and exit, \
+const FILE_PER_REQUEST_WHY: &str =
+    "each request pays a write syscall for its line (a kernel entry and exit, \
     the file system's locking and page-cache copy, about a microsecond or more) on the thread that \
     answers requests; a buffer turns thousands of those into one write per 64 KB";
 
@@ -94,7 +95,11 @@ fn file_writes(f: &Facts, names: &[&str], others: &[&str]) -> Option<Finding> {
     // throttling by writeback) plus preemptions. A server's worker busy a third of the time yields too
     // few CPU samples in a few seconds for a share of a few percent to be sure from them alone.
     let writers: std::collections::HashSet<u32> =
-        f.p.syscalls.iter().filter(|s| names.contains(&s.name.as_str()) && s.calls > 0).map(|s| s.tid).collect();
+        f.p.syscalls
+            .iter()
+            .filter(|s| names.contains(&s.name.as_str()) && s.calls > 0)
+            .map(|s| s.tid)
+            .collect();
     let wall_ns = f.syscall_seconds() * 1e9 * writers.len().max(1) as f64;
     let inside = w.total_ns.saturating_sub(w.calls * f.p.meta.syscall_cost_ns);
     let inside_pct = 100.0 * inside as f64 / wall_ns;
