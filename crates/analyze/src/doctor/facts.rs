@@ -310,6 +310,24 @@ impl<'a> Facts<'a> {
         (rows, total)
     }
 
+    /// On-CPU time of the stacks through a function `outer` matches with a function `inner` matches
+    /// below it (the kernel's file code under a `write` syscall), as a share of all CPU time; entries
+    /// are the outermost `inner` matches.
+    pub fn cpu_below(&self, outer: &dyn Fn(&Func) -> bool, inner: &dyn Fn(&Func) -> bool) -> Match {
+        let mut m = Match::default();
+        let mut entries: HashMap<usize, i64> = HashMap::new();
+        let (mut is_outer, mut is_inner) = (self.memo(outer), self.memo(inner));
+        for v in self.views.iter().filter(|v| !v.instrumentation && v.cpu != 0) {
+            let Some(o) = v.funcs.iter().position(|&f| is_outer(f)) else { continue };
+            let Some(i) = v.funcs[o..].iter().position(|&f| is_inner(f)) else { continue };
+            m.value += v.cpu;
+            *entries.entry(v.funcs[o + i]).or_default() += v.cpu;
+        }
+        m.pct = pct(m.value, self.cpu_total);
+        m.entries = self.ranked(entries);
+        m
+    }
+
     /// Blocked time (not idle, not waiting for a CPU) under the functions `pred` matches, as a share of
     /// the threads' working time.
     pub fn blocked(&self, pred: &dyn Fn(&Func) -> bool) -> Match {

@@ -88,6 +88,7 @@ mod tests {
             why: String::new(),
             fix: String::new(),
             verify: String::new(),
+            case: "",
         };
         let d = Diagnosis {
             findings: vec![finding("small-writes", 30.0), finding("tz-stat-storm", 4.0)],

@@ -40,6 +40,10 @@ pub struct Finding {
     pub why: String,
     pub fix: String,
     pub verify: String,
+    /// Which case of its rule this is, for advice that fits that case only (`file` for small writes to
+    /// a regular file, "" for a rule's general case); the title says it to people.
+    #[serde(skip)]
+    pub case: &'static str,
 }
 
 /// A heavy call path, for the user to read when no rule matches (and after the findings when some do).

@@ -12,7 +12,8 @@ pub struct Known {
     pub name: &'static str,
     /// Functions of its own (exact names, or prefixes ending in `(` for C++ signatures).
     markers: &'static [&'static str],
-    /// (rule id, advice) pairs.
+    /// (rule id, advice) pairs; `id/case` fits only that case of the rule (see [`Finding::case`]), and the
+    /// first pair that fits a finding is its advice.
     advice: &'static [(&'static str, &'static str)],
 }
 
@@ -80,11 +81,18 @@ pub const KNOWN: [Known; 6] = [
         markers: &["ngx_worker_process_cycle", "ngx_process_events_and_timers", "ngx_http_process_request"],
         advice: &[
             (
-                "small-writes",
-                "nginx: buffer the access log (access_log ... buffer=64k flush=5s) or turn it off where not \
-                 needed; sendfile on with tcp_nopush on for files",
+                "small-writes/file",
+                "nginx: buffer the access log, `access_log /var/log/nginx/access.log combined buffer=64k \
+                 flush=1s;` (one write per 64 KB or per second; lines reach the file up to a second late), or \
+                 `access_log off;` where it is not needed; the same holds for each server and location with \
+                 its own access_log",
             ),
-            ("blocking-io", "nginx: access_log ... buffer=64k flush=5s; aio threads for large files on slow disks"),
+            ("small-writes", "nginx: sendfile on with tcp_nopush on for files"),
+            (
+                "blocking-io",
+                "nginx: `access_log /var/log/nginx/access.log combined buffer=64k flush=1s;`; aio threads for \
+                 large files on slow disks",
+            ),
             (
                 "repeated-lookups",
                 "nginx: open_file_cache (with open_file_cache_valid) keeps descriptors and stat results; a \
@@ -174,7 +182,11 @@ pub fn recognise(f: &Facts) -> Option<Recognised> {
 pub fn advise(f: &Facts, findings: &mut [Finding]) {
     let Some(r) = recognise(f) else { return };
     for x in findings.iter_mut() {
-        let Some((_, advice)) = r.known.advice.iter().find(|(id, _)| *id == x.id) else { continue };
+        let fits = |id: &str| match id.split_once('/') {
+            Some((rule, case)) => rule == x.id && case == x.case,
+            None => id == x.id,
+        };
+        let Some((_, advice)) = r.known.advice.iter().find(|(id, _)| fits(id)) else { continue };
         x.fix = format!("{advice}. In general: {}", x.fix);
         let module = std::path::Path::new(&r.module)
             .file_name()

@@ -71,6 +71,7 @@ impl Endpoint {
                 (Endpoint::File, Write) => {
                     named(f.name, &["generic_perform_write", "write_null", "iter_file_splice_write"], &[])
                         || f.name.ends_with("_file_write_iter")
+                        || f.name.ends_with("_buffered_write_iter")
                 }
             }
     }
@@ -81,6 +82,33 @@ impl Endpoint {
 pub fn dominant(f: &Facts, d: Direction, also: impl Fn(Endpoint, &Func) -> bool) -> Option<(Endpoint, f64)> {
     let by: Vec<(Endpoint, i64)> =
         Endpoint::ALL.iter().map(|&e| (e, f.cpu(&|x: &Func| e.matches(d, x) || also(e, x)).value)).collect();
+    let seen: i64 = by.iter().map(|x| x.1).sum();
+    let (e, v) = by.into_iter().max_by_key(|x| x.1)?;
+    (v * 2 > seen).then(|| (e, 100.0 * v as f64 / seen as f64))
+}
+
+/// A frame of the syscall `name` itself: its kernel entry (`__x64_sys_writev`, `ksys_write`,
+/// `do_writev`, `__sys_sendto`) or the C library's wrapper of that name (`__GI___libc_write`).
+pub fn of_syscall(f: &Func, name: &str) -> bool {
+    if f.kernel {
+        return ["__x64_sys_", "ksys_", "do_", "__sys_"].iter().any(|p| f.name.strip_prefix(p) == Some(name));
+    }
+    let aliases: &[&str] = match name {
+        "pwrite64" => &["pwrite"],
+        "sendto" => &["send"],
+        _ => &[],
+    };
+    !f.is_user_code() && (f.plain() == name || aliases.contains(&f.plain()))
+}
+
+/// What the syscall `name` writes to or reads from, told by the kernel code under it in the CPU
+/// samples (over half of the time that shows one), and that share: a program's `write` may go to a log
+/// file while its `writev` answers sockets.
+pub fn sink_of_syscall(f: &Facts, d: Direction, name: &str) -> Option<(Endpoint, f64)> {
+    let by: Vec<(Endpoint, i64)> = Endpoint::ALL
+        .iter()
+        .map(|&e| (e, f.cpu_below(&|x: &Func| of_syscall(x, name), &|x: &Func| e.matches(d, x)).value))
+        .collect();
     let seen: i64 = by.iter().map(|x| x.1).sum();
     let (e, v) = by.into_iter().max_by_key(|x| x.1)?;
     (v * 2 > seen).then(|| (e, 100.0 * v as f64 / seen as f64))

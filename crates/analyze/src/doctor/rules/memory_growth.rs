@@ -113,6 +113,7 @@ pub fn check(f: &Facts) -> Verdict {
         why: TEXT.why.to_string(),
         fix: TEXT.fix.to_string(),
         verify: super::verify(f, &TEXT),
+        case: "",
     })
 }
 

@@ -114,6 +114,7 @@ pub fn finding(
         why: t.why.to_string(),
         fix: t.fix.to_string(),
         verify: verify(f, t),
+        case: "",
     }
 }
 

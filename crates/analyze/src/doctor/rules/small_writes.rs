@@ -3,12 +3,17 @@
 //! and the advice follows: a file or pipe wants a user-space buffer; a socket answering requests one
 //! reply at a time wants replies batched per event-loop turn or pipelined clients, or nothing at all when
 //! the writes are a small share.
+//!
+//! A server often does both with different syscalls (nginx answers with `writev` and logs each request
+//! with `write`): the syscalls whose sampled kernel code is a regular file's are judged first and apart
+//! (case `file`), so that an unbuffered log on the request path is not hidden in, nor excused by, the
+//! replies.
 
-use super::endpoint::{dominant, Direction, Endpoint};
+use super::endpoint::{dominant, of_syscall, sink_of_syscall, Direction, Endpoint};
 use super::{finding, list, named, Text};
 use crate::doctor::facts::{Facts, Func};
 use crate::doctor::thresholds::{SMALL_REPLIES_PCT, SMALL_WRITES_PCT, SMALL_WRITES_RATE, SMALL_WRITE_BYTES};
-use crate::doctor::{Confidence, Verdict};
+use crate::doctor::{Confidence, Finding, Verdict};
 
 const TEXT: Text = Text {
     id: "small-writes",
@@ -31,21 +36,16 @@ const REPLIES_WHY: &str = "each reply costs a kernel entry and exit and a pass t
 const SOCKET_STREAM_FIX: &str = "gather the records of one message or one event-loop turn and send them \
     with one writev/sendmsg (or MSG_MORE / TCP_CORK while composing), instead of one send per record";
 
+/// Small writes to a regular file, at about one per request when the program answers requests.
+const FILE_TITLE: &str = "many small writes to a file";
+const FILE_PER_REQUEST_TITLE: &str = "one small write to a file per request (an unbuffered log)";
+const FILE_PER_REQUEST_WHY: &str =
+    "each request pays a write syscall for its line (a kernel entry and exit, \
+    the file system's locking and page-cache copy, about a microsecond or more) on the thread that \
+    answers requests; a buffer turns thousands of those into one write per 64 KB";
+
 const WRITES: [&str; 6] = ["write", "pwrite64", "writev", "sendto", "sendmsg", "pwritev"];
 const READS: [&str; 6] = ["read", "readv", "recvfrom", "recvmsg", "pread64", "preadv"];
-
-fn in_write(f: &Func) -> bool {
-    if f.kernel {
-        named(
-            f.name,
-            &[],
-            &["__x64_sys_write", "__x64_sys_pwrite", "__x64_sys_sendto", "__x64_sys_sendmsg", "ksys_write"],
-        )
-    } else {
-        !f.is_user_code()
-            && named(f.plain(), &["write", "pwrite64", "pwrite", "writev", "send", "sendto", "sendmsg"], &[])
-    }
-}
 
 /// The protocol's own sending (under the socket layer): the work of moving the bytes, which fewer
 /// syscalls would not remove when each carries one reply.
@@ -66,7 +66,93 @@ pub fn check(f: &Facts) -> Verdict {
     if !f.has_syscalls() {
         return Verdict::NeedsData("syscall counters");
     }
-    let w = f.syscall(&WRITES);
+    let (to_file, rest): (Vec<&str>, Vec<&str>) = WRITES
+        .iter()
+        .filter(|n| f.syscall(&[n]).calls > 0)
+        .partition(|n| sink_of_syscall(f, Direction::Write, n).is_some_and(|s| s.0 == Endpoint::File));
+    if let Some(found) = file_writes(f, &to_file, &rest) {
+        return Verdict::Found(found);
+    }
+    writes(f, &rest)
+}
+
+/// The write syscalls `names`, whose sampled kernel code is a regular file's: a finding when they are
+/// many, small and a share of CPU worth a buffer; about one per request (the other writes' replies, else
+/// the reads) says they are on the request path.
+fn file_writes(f: &Facts, names: &[&str], others: &[&str]) -> Option<Finding> {
+    if names.is_empty() {
+        return None;
+    }
+    let w = f.syscall(names);
+    let rate = w.calls as f64 / f.syscall_seconds().max(1e-9);
+    let avg = w.bytes as f64 / w.calls.max(1) as f64;
+    if rate < SMALL_WRITES_RATE || avg > SMALL_WRITE_BYTES {
+        return None;
+    }
+    let mut impact = f.cpu(&|x: &Func| names.iter().any(|n| of_syscall(x, n)));
+    // The time inside them, exact from the counters (less what our probe added to each): a regular
+    // file has no reader to wait for, so it is the writes' own cost (the copy, the file system's locks,
+    // throttling by writeback) plus preemptions. A server's worker busy a third of the time yields too
+    // few CPU samples in a few seconds for a share of a few percent to be sure from them alone.
+    let writers: std::collections::HashSet<u32> =
+        f.p.syscalls
+            .iter()
+            .filter(|s| names.contains(&s.name.as_str()) && s.calls > 0)
+            .map(|s| s.tid)
+            .collect();
+    let wall_ns = f.syscall_seconds() * 1e9 * writers.len().max(1) as f64;
+    let inside = w.total_ns.saturating_sub(w.calls * f.p.meta.syscall_cost_ns);
+    let inside_pct = 100.0 * inside as f64 / wall_ns;
+    if f.cpu_pct_surely(impact.pct) < SMALL_WRITES_PCT && inside_pct < SMALL_WRITES_PCT {
+        return None;
+    }
+    let replies = f.syscall(others).calls;
+    let reads = f.syscall(&READS).calls;
+    let requests = if replies > 0 { replies } else { reads };
+    let per_request = requests > 0 && w.calls * 2 >= requests && w.calls <= requests * 2;
+    let mut evidence = vec![format!(
+        "{} {} syscalls to a regular file ({rate:.0}/s{}), {avg:.0} bytes per call on average",
+        w.calls,
+        names.join("/"),
+        f.syscall_window()
+    )];
+    if per_request {
+        evidence.push(if replies > 0 {
+            format!("about one per request: {} replies were written by {}", replies, others.join("/"))
+        } else {
+            format!("about one per request: {reads} reads of requests")
+        });
+    }
+    evidence.push(format!(
+        "{:.1}% of CPU time is in these writes (kernel included); {inside_pct:.1}% of the writing \
+         threads' time is inside them ({:.1} us per call)",
+        impact.pct,
+        inside as f64 / w.calls.max(1) as f64 / 1e3
+    ));
+    let of = if inside_pct > impact.pct {
+        impact.pct = inside_pct;
+        "wall"
+    } else {
+        "cpu"
+    };
+    let (stacks, all) = f.syscall_stacks(names, &|x: &Func| x.is_user_code());
+    if all > 0 && !stacks.entries.is_empty() {
+        evidence.push(format!("issued from: {}", list(&stacks.entries, all)));
+    } else if !impact.sites.is_empty() {
+        evidence.push(format!("called from: {}", list(&impact.sites, f.cpu_total)));
+    }
+    let mut found = finding(f, &TEXT, &impact, of, Confidence::High, evidence);
+    found.case = "file";
+    found.title = if per_request { FILE_PER_REQUEST_TITLE } else { FILE_TITLE }.into();
+    if per_request {
+        found.why = FILE_PER_REQUEST_WHY.into();
+    }
+    Some(found)
+}
+
+/// The write syscalls `names` (all but those to a regular file) judged together.
+fn writes(f: &Facts, names: &[&str]) -> Verdict {
+    let w = f.syscall(names);
     let rate = w.calls as f64 / f.syscall_seconds().max(1e-9);
     let avg = w.bytes as f64 / w.calls.max(1) as f64;
     if rate < SMALL_WRITES_RATE || avg > SMALL_WRITE_BYTES {
@@ -74,11 +160,11 @@ pub fn check(f: &Facts) -> Verdict {
     }
     // Impact: the CPU time in the write path (what a syscall per record costs). The time inside the
     // syscalls is evidence only: it also holds waits (a full pipe, a preemption by the woken reader).
-    let path = f.cpu(&in_write);
+    let path = f.cpu(&|x: &Func| names.iter().any(|n| of_syscall(x, n)));
     let writers: std::collections::HashSet<u32> =
         f.p.syscalls
             .iter()
-            .filter(|s| WRITES.contains(&s.name.as_str()) && s.calls > 0)
+            .filter(|s| names.contains(&s.name.as_str()) && s.calls > 0)
             .map(|s| s.tid)
             .collect();
     let wall_ns = f.syscall_seconds() * 1e9 * writers.len().max(1) as f64;
@@ -128,7 +214,7 @@ pub fn check(f: &Facts) -> Verdict {
             protocol.pct, impact.pct
         ));
     }
-    let (stacks, all) = f.syscall_stacks(&WRITES, &|x: &Func| x.is_user_code());
+    let (stacks, all) = f.syscall_stacks(names, &|x: &Func| x.is_user_code());
     if all > 0 && !stacks.entries.is_empty() {
         evidence.push(format!("issued from: {}", list(&stacks.entries, all)));
     } else if !impact.sites.is_empty() {
@@ -192,6 +278,40 @@ mod tests {
             "large writes"
         );
         assert_eq!(fired(super::check, &with_writes(&FILE, 5_000, 5_000 * 64, 0)), None, "500 per second");
+    }
+
+    /// A server answering with `writev` and logging each request with `write` (nginx's unbuffered
+    /// access_log): the file writes are judged apart from the replies and named, one per request; once
+    /// buffered (few file writes) they raise nothing.
+    #[test]
+    fn a_log_write_per_request_is_told_apart_from_the_replies() {
+        let stacks = [
+            ("main;ngx_http_log_handler;lib:__GI___libc_write;k:ksys_write;k:vfs_write;k:ext4_buffered_write_iter", 20, 0),
+            ("main;ngx_writev;lib:__GI___writev;k:do_writev;k:sock_write_iter;k:tcp_sendmsg", 40, 0),
+            ("main;ngx_http_process_request", 40, 0),
+        ];
+        let run = |log_writes: u64| {
+            let mut p = profile(&stacks);
+            let stat = |name: &str, calls: u64, bytes: u64| SyscallStat {
+                tid: 1,
+                name: name.into(),
+                calls,
+                bytes,
+                total_ns: calls * 1000,
+                ..Default::default()
+            };
+            p.syscalls.push(stat("write", log_writes, log_writes * 90));
+            p.syscalls.push(stat("writev", 30_000, 30_000 * 150));
+            p.syscalls.push(stat("recvfrom", 60_000, 30_000 * 80));
+            super::check(&Facts::new(&p))
+        };
+        let Verdict::Found(x) = run(29_990) else { panic!("not found") };
+        assert_eq!((x.case, x.impact_pct), ("file", 20.0));
+        assert!(x.title.contains("per request"), "{}", x.title);
+        assert!(x.evidence[0].starts_with("29990 write syscalls to a regular file"), "{:?}", x.evidence);
+        assert_eq!(x.evidence[1], "about one per request: 30000 replies were written by writev");
+        // Buffered: a write a second is no finding of this case.
+        assert!(!matches!(run(10), Verdict::Found(x) if x.case == "file"));
     }
 
     /// The impact is one of the numbers of the evidence, and socket replies get the batching advice: the
