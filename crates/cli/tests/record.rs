@@ -663,8 +663,8 @@ fn programs_a_launched_command_starts_are_named() {
 
 /// A Go server whose CPU goes to two handlers and the garbage collector (tests/workloads/gosplit.go),
 /// built by the installed Go and by Go 1.20 (whose systemstack and mcall have no frame of their own),
-/// recorded by whyslow while the program's own profiler (net/http/pprof) samples the same seconds:
-/// >= 95% of the stacks reach a real root (goexit, mstart; mcall whose goroutine is gone), the header's
+/// recorded by whyslow while the program's own profiler (net/http/pprof) samples the same seconds: at
+/// least 95% of the stacks reach a real root (goexit, mstart; mcall whose goroutine is gone), the header's
 /// figure agrees, and each function's total share is Go's within 7 points. Go samples at 100 Hz: ~400
 /// samples of 40% of a core in 10 s, a standard error of ~2.5 points at a share of 40% (~3.5 for the
 /// difference of the two).
