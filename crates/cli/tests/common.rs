@@ -49,12 +49,14 @@ pub fn ok(args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// Runs whyslow expecting failure; returns stderr, which must be one line.
+/// Runs whyslow expecting failure; returns stderr, whose error must be one line (beside the line an
+/// attached run announces itself with, "whyslow: recording pid N (Ctrl-C to stop)").
 pub fn fails(args: &[&str]) -> String {
     let out = run(args);
     assert!(!out.status.success(), "whyslow {args:?} should have failed");
     let err = String::from_utf8(out.stderr).unwrap();
-    assert_eq!(err.trim_end().lines().count(), 1, "error should be one line: {err}");
+    let said = err.trim_end().lines().filter(|l| !l.ends_with("(Ctrl-C to stop)")).count();
+    assert_eq!(said, 1, "error should be one line: {err}");
     assert!(!err.contains("panicked"), "{err}");
     err
 }
