@@ -215,6 +215,18 @@ impl<'a> Facts<'a> {
         self.p.meta.syscalls_seconds()
     }
 
+    /// How many threads made any of syscalls `names`.
+    pub fn syscall_threads(&self, names: &[&str]) -> usize {
+        let tids = self.p.syscalls.iter().filter(|s| names.contains(&s.name.as_str()) && s.calls > 0);
+        tids.map(|s| s.tid).collect::<std::collections::HashSet<u32>>().len()
+    }
+
+    /// The wall time, in ns, of the threads that made syscalls `names` over the window the counters ran:
+    /// what the time inside those syscalls is a share of.
+    pub fn syscall_wall_ns(&self, names: &[&str]) -> f64 {
+        self.syscall_seconds() * 1e9 * self.syscall_threads(names).max(1) as f64
+    }
+
     /// How a syscall rate's window reads after the rate: "" when the counters ran the whole profile.
     pub fn syscall_window(&self) -> String {
         let m = &self.p.meta;

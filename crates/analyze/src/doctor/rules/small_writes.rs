@@ -94,13 +94,7 @@ fn file_writes(f: &Facts, names: &[&str], others: &[&str]) -> Option<Finding> {
     // file has no reader to wait for, so it is the writes' own cost (the copy, the file system's locks,
     // throttling by writeback) plus preemptions. A server's worker busy a third of the time yields too
     // few CPU samples in a few seconds for a share of a few percent to be sure from them alone.
-    let writers: std::collections::HashSet<u32> =
-        f.p.syscalls
-            .iter()
-            .filter(|s| names.contains(&s.name.as_str()) && s.calls > 0)
-            .map(|s| s.tid)
-            .collect();
-    let wall_ns = f.syscall_seconds() * 1e9 * writers.len().max(1) as f64;
+    let wall_ns = f.syscall_wall_ns(names);
     let inside = w.total_ns.saturating_sub(w.calls * f.p.meta.syscall_cost_ns);
     let inside_pct = 100.0 * inside as f64 / wall_ns;
     if f.cpu_pct_surely(impact.pct) < SMALL_WRITES_PCT && inside_pct < SMALL_WRITES_PCT {
@@ -161,13 +155,7 @@ fn writes(f: &Facts, names: &[&str]) -> Verdict {
     // Impact: the CPU time in the write path (what a syscall per record costs). The time inside the
     // syscalls is evidence only: it also holds waits (a full pipe, a preemption by the woken reader).
     let path = f.cpu(&|x: &Func| names.iter().any(|n| of_syscall(x, n)));
-    let writers: std::collections::HashSet<u32> =
-        f.p.syscalls
-            .iter()
-            .filter(|s| names.contains(&s.name.as_str()) && s.calls > 0)
-            .map(|s| s.tid)
-            .collect();
-    let wall_ns = f.syscall_seconds() * 1e9 * writers.len().max(1) as f64;
+    let wall_ns = f.syscall_wall_ns(names);
     let syscall_pct = 100.0 * w.total_ns as f64 / wall_ns;
     let sink = dominant(f, Direction::Write, |e, x| e == Endpoint::Socket && is_send(x));
     let reads = f.syscall(&READS).calls;
@@ -182,7 +170,7 @@ fn writes(f: &Facts, names: &[&str]) -> Verdict {
     if f.cpu_pct_surely(impact.pct) < if replies { SMALL_REPLIES_PCT } else { SMALL_WRITES_PCT } {
         return Verdict::Clear;
     }
-    let threads = match writers.len() {
+    let threads = match f.syscall_threads(names) {
         1 => "the writing thread's".to_string(),
         n => format!("the {n} writing threads'"),
     };

@@ -78,10 +78,8 @@ pub fn check(f: &Facts) -> Verdict {
     if f.cpu_pct_surely(path.pct) < TINY_READS_PCT {
         return Verdict::Clear;
     }
-    let readers = f.p.syscalls.iter().filter(|s| READS.contains(&s.name.as_str()) && s.calls > 0);
-    let readers: std::collections::HashSet<u32> = readers.map(|s| s.tid).collect();
-    let wall_ns = f.syscall_seconds() * 1e9 * readers.len().max(1) as f64;
-    let threads = match readers.len() {
+    let wall_ns = f.syscall_wall_ns(&READS);
+    let threads = match f.syscall_threads(&READS) {
         1 => "the reading thread's".to_string(),
         n => format!("the {n} reading threads'"),
     };
