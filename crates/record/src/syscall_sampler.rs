@@ -172,7 +172,7 @@ mod tests {
         assert_eq!(s.allowed(2_000_000_000), 100_000_000 + crate::BUDGET_CREDIT_NS);
         assert_eq!(
             s.describe(),
-            "{}after their first window of 1.00 s, 1 slice of 50 ms every 620 ms (0.05 s in \
+            "syscall counters: after their first window of 1.00 s, 1 slice of 50 ms every 620 ms (0.05 s in \
              all) sampled the rest of the run"
         );
         // A target whose counters cost little next to its CPU is sampled half the time at most; one that

@@ -24,6 +24,12 @@ pub struct Func<'a> {
     pub kernel: bool,
 }
 
+/// A frame named by its module and offset (`nginx+0x76e8b`): no symbol covers its address.
+fn is_address(name: &str) -> bool {
+    name.rsplit_once("+0x")
+        .is_some_and(|(_, hex)| !hex.is_empty() && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
 impl Func<'_> {
     /// Code the user wrote (or built into their program), not a system library, the kernel, the C++
     /// standard library templates or the Go runtime: where a fix would go.
@@ -278,7 +284,7 @@ impl<'a> Facts<'a> {
             let Some(i) = v.funcs.iter().position(|&f| is(f)) else { continue };
             m.value += x;
             *entries.entry(v.funcs[i]).or_default() += x;
-            if let Some(&site) = v.funcs[..i].iter().rev().find(|&&f| self.user[f]) {
+            if let Some(site) = self.site(&v.funcs[..i]) {
                 *sites.entry(site).or_default() += x;
             }
         }
@@ -286,6 +292,15 @@ impl<'a> Facts<'a> {
         m.entries = self.ranked(entries);
         m.sites = self.ranked(sites);
         m
+    }
+
+    /// The innermost user-code frame of `callers` (outermost first) that has a name, else the innermost
+    /// user-code frame: in a stripped binary the frames without a symbol (`nginx+0x76e8b`) sit between
+    /// named ones, and the nearest name says more than an address.
+    fn site(&self, callers: &[usize]) -> Option<usize> {
+        let mut user = callers.iter().rev().copied().filter(|&f| self.user[f]);
+        let innermost = user.clone().next();
+        user.find(|&f| !is_address(self.names[f])).or(innermost)
     }
 
     /// `pred` of a function id, asked once per function: a predicate compares names, and a profile has
@@ -362,6 +377,13 @@ impl<'a> Facts<'a> {
         };
         let all: i64 = self.views.iter().filter(|v| is_call(v)).map(|v| v.syscalls).sum();
         (self.matching(|v| if is_call(v) { v.syscalls } else { 0 }, all, pred), all)
+    }
+
+    /// The functions user code made the syscalls `names` from (the innermost user-code frame of each
+    /// sampled stack, by `site`), largest first; and the number of all sampled stacks of those syscalls.
+    pub fn syscall_sites(&self, names: &[&str]) -> (Vec<(String, i64)>, i64) {
+        let (m, all) = self.syscall_stacks(names, &|x: &Func| x.module == "[syscall]");
+        (m.sites, all)
     }
 
     /// For the sampled stacks of the syscalls `names`: the library function user code called to make

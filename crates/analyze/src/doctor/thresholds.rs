@@ -16,6 +16,9 @@ pub const SMALL_WRITES_RATE: f64 = 1000.0;
 pub const SMALL_WRITE_BYTES: f64 = 512.0;
 /// small-writes: share of CPU in those syscalls (or of wall blocked in them) worth acting on.
 pub const SMALL_WRITES_PCT: f64 = 5.0;
+/// small-writes to a regular file at about one per request (a log line per request): the share worth a
+/// buffer, lower because each request pays it on the thread that answers, and the fix is one setting.
+pub const SMALL_FILE_WRITES_PER_REQUEST_PCT: f64 = 2.0;
 /// small-writes on a socket answering one request per write: the share of CPU in the per-call part of
 /// the path (what only pipelining clients or a batching protocol would save) worth that change.
 pub const SMALL_REPLIES_PCT: f64 = 10.0;

@@ -12,7 +12,10 @@
 use super::endpoint::{dominant, of_syscall, sink_of_syscall, Direction, Endpoint};
 use super::{finding, list, named, Text};
 use crate::doctor::facts::{Facts, Func};
-use crate::doctor::thresholds::{SMALL_REPLIES_PCT, SMALL_WRITES_PCT, SMALL_WRITES_RATE, SMALL_WRITE_BYTES};
+use crate::doctor::thresholds::{
+    SMALL_FILE_WRITES_PER_REQUEST_PCT, SMALL_REPLIES_PCT, SMALL_WRITES_PCT, SMALL_WRITES_RATE,
+    SMALL_WRITE_BYTES,
+};
 use crate::doctor::{Confidence, Finding, Verdict};
 
 const TEXT: Text = Text {
@@ -97,13 +100,14 @@ fn file_writes(f: &Facts, names: &[&str], others: &[&str]) -> Option<Finding> {
     let wall_ns = f.syscall_wall_ns(names);
     let inside = w.total_ns.saturating_sub(w.calls * f.p.meta.syscall_cost_ns);
     let inside_pct = 100.0 * inside as f64 / wall_ns;
-    if f.cpu_pct_surely(impact.pct) < SMALL_WRITES_PCT && inside_pct < SMALL_WRITES_PCT {
-        return None;
-    }
     let replies = f.syscall(others).calls;
     let reads = f.syscall(&READS).calls;
     let requests = if replies > 0 { replies } else { reads };
     let per_request = requests > 0 && w.calls * 2 >= requests && w.calls <= requests * 2;
+    let least = if per_request { SMALL_FILE_WRITES_PER_REQUEST_PCT } else { SMALL_WRITES_PCT };
+    if f.cpu_pct_surely(impact.pct) < least && inside_pct < least {
+        return None;
+    }
     let mut evidence = vec![format!(
         "{} {} syscalls to a regular file ({rate:.0}/s{}), {avg:.0} bytes per call on average",
         w.calls,
@@ -129,9 +133,9 @@ fn file_writes(f: &Facts, names: &[&str], others: &[&str]) -> Option<Finding> {
     } else {
         "cpu"
     };
-    let (stacks, all) = f.syscall_stacks(names, &|x: &Func| x.is_user_code());
-    if all > 0 && !stacks.entries.is_empty() {
-        evidence.push(format!("issued from: {}", list(&stacks.entries, all)));
+    let (sites, all) = f.syscall_sites(names);
+    if all > 0 && !sites.is_empty() {
+        evidence.push(format!("issued from: {}", list(&sites, all)));
     } else if !impact.sites.is_empty() {
         evidence.push(format!("called from: {}", list(&impact.sites, f.cpu_total)));
     }
@@ -202,9 +206,9 @@ fn writes(f: &Facts, names: &[&str]) -> Verdict {
             protocol.pct, impact.pct
         ));
     }
-    let (stacks, all) = f.syscall_stacks(names, &|x: &Func| x.is_user_code());
-    if all > 0 && !stacks.entries.is_empty() {
-        evidence.push(format!("issued from: {}", list(&stacks.entries, all)));
+    let (sites, all) = f.syscall_sites(names);
+    if all > 0 && !sites.is_empty() {
+        evidence.push(format!("issued from: {}", list(&sites, all)));
     } else if !impact.sites.is_empty() {
         evidence.push(format!("called from: {}", list(&impact.sites, f.cpu_total)));
     }
