@@ -811,6 +811,58 @@ impl Drop for Cgroup {
     }
 }
 
+/// A followed process that moves to another cgroup and execs is read again: /processes lists it by its
+/// new name and unit, and the windows recorded after that carry its new cgroup (a unit selector finds
+/// them). The target follows it by pid, so it matches before and after.
+#[test]
+fn a_followed_process_is_read_again_after_it_moves_and_execs() {
+    let _x = exclusive();
+    let unit = format!("wsmove-{}.service", std::process::id());
+    let Some(svc) = Cgroup::make(&format!("system.slice/{unit}")) else {
+        eprintln!("no writable cgroup v2 here: skipped");
+        return;
+    };
+    let dir = tmp();
+    let a = Agent::start(dir.path(), &[]);
+    // A shell that waits for a line, then moves itself into the unit and becomes cpu_split.
+    let script = format!(
+        "read go; echo $$ > {}/cgroup.procs && exec {} 2",
+        svc.0.display(),
+        workload("cpu_split").display()
+    );
+    let mut child = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = u64::from(child.id());
+    let body = format!(r#"{{"match":{{"pids":[{pid}]}},"sources":["cpu"],"frequency":99,"window_s":1}}"#);
+    let (code, t) = a.post("/api/v1/targets", &body);
+    assert_eq!(code, 201, "{t}");
+    let a = &a;
+    let listed = |comm: &'static str| {
+        move || {
+            let (_, v) = a.get("/api/v1/processes");
+            v.as_array()?.iter().find(|p| p["pid"] == pid && p["comm"] == comm).cloned()
+        }
+    };
+    let before = wait_for(10, "the shell followed", listed("sh"));
+    assert_eq!(before["labels"].get("unit"), None, "{before}");
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let after = wait_for(10, "the process listed again as cpu_split", listed("cpu_split"));
+    assert_eq!(after["labels"]["unit"], unit.as_str(), "{after}");
+    assert!(after["cmdline"].as_str().unwrap().contains("cpu_split"), "{after}");
+    assert!(child.wait().unwrap().success());
+    let r = wait_for(30, "the unit's windows", || {
+        let (code, r) = a.get(&format!("/api/v1/profile?selector=unit={unit}&type=cpu&from=now-5m"));
+        (code == 200 && r["total_samples"].as_i64()? >= 30).then_some(r)
+    });
+    let pids: Vec<u64> =
+        r["threads"].as_array().unwrap().iter().map(|t| t["pid"].as_u64().unwrap()).collect();
+    assert!(pids.iter().all(|&p| p == pid), "{pids:?}");
+}
+
 /// Beyond issue 32: `serve --all` defines a target of every process at 19 Hz, kept by name.
 #[test]
 fn serve_all_defines_a_target_of_every_process() {

@@ -237,6 +237,12 @@ impl Manager {
         for (pid, (ids, key, root)) in want {
             if let Some(t) = tracked.get_mut(&pid).filter(|t| t.gone_ns.is_none()) {
                 t.targets = ids;
+                // The same process read again (it exec'd, renamed itself or moved to another cgroup):
+                // its windows from now on carry what it is now.
+                if t.view != views[&pid] {
+                    t.view = views[&pid].clone();
+                    new.push(t.view.clone());
+                }
                 continue;
             }
             if self.failed.contains_key(&key) {

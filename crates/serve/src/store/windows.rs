@@ -24,7 +24,7 @@ impl Store {
         self.write(|c| {
             c.execute(
                 "INSERT INTO processes(pid, start_ticks, comm, cmdline, first_ns, last_ns) VALUES (?1, ?2, ?3, ?4, ?5, ?5)
-                 ON CONFLICT(pid, start_ticks) DO UPDATE SET last_ns = ?5, comm = ?3",
+                 ON CONFLICT(pid, start_ticks) DO UPDATE SET last_ns = ?5, comm = ?3, cmdline = ?4",
                 params![p.pid, p.start_ticks as i64, p.comm, p.cmdline, now_ns as i64],
             )
         })?;
