@@ -605,9 +605,9 @@ def label_filter(whyslow, bindir, out):
         tid = api("api/v1/targets", {"name": "split", "match": {"cmdline": "cpu_split 8.0419"}, "sources": ["cpu"],
                                      "frequency": 99, "window_s": 1})["id"]
         split = os.path.join(bindir, "cpu_split")
-        # The shell moves itself into the unit, then execs. Its own command line must not match the target (the
-        # workload's path comes from the environment): the agent keeps the cgroup it read when it first followed
-        # a process, and a scan between the shell's start and its move would leave it outside the unit for good.
+        # The shell moves itself into the unit, then execs (the agent reads a followed process again when it
+        # execs). Its own command line does not match the target (the workload's path comes from the
+        # environment), so the samples the target holds are cpu_split's, inside the unit.
         inside = subprocess.Popen(["sh", "-c", f'echo $$ > {cg}/cgroup.procs && exec "$SPLIT" 8.0419'],
                                   env={**os.environ, "SPLIT": split}, stdout=subprocess.DEVNULL)
         outside = subprocess.Popen([split, "8.0419"], stdout=subprocess.DEVNULL)
