@@ -81,16 +81,14 @@ impl<H: Host> Converter<H> {
     }
 }
 
-impl crate::process::Proc {
-    /// Takes in what the process published about its JIT code; returns the lines skipped.
-    fn take_jit(&mut self, u: JitUpdate) -> u64 {
-        self.jit.map.merge(u.map);
-        self.jit.source = u.source;
-        self.jit.read = u.read;
-        if let Some(code) = u.code {
-            self.unwinder.set_jit_code(code);
-        }
-        u.skipped
+impl Jit {
+    /// Takes in the symbols of what the process published about its JIT code; returns its code ranges
+    /// with their frame layout (for the unwinder), if given.
+    pub(crate) fn take(&mut self, u: JitUpdate) -> Option<Vec<JitCode>> {
+        self.map.merge(u.map);
+        self.source = u.source;
+        self.read = u.read;
+        u.code
     }
 }
 

@@ -1,7 +1,7 @@
 //! Process and thread state: each process's mappings and unwinder (forked with it, kept a while after it
 //! exits, then forgotten so a long run stays bounded), and threads blocked off-CPU until they run again.
 
-use crate::jitcode::Jit;
+use crate::jitcode::{Jit, JitUpdate};
 use crate::python::PyProc;
 use crate::{Converter, Host, Stream};
 use whyslow_model::raw::{RawFrame, RawThread};
@@ -86,6 +86,15 @@ impl Proc {
             sampled: false,
             python: self.python.clone(),
         }
+    }
+
+    /// Takes in what the process published about its JIT code; returns the lines skipped.
+    pub(crate) fn take_jit(&mut self, u: JitUpdate) -> u64 {
+        let skipped = u.skipped;
+        if let Some(code) = self.jit.take(u) {
+            self.unwinder.set_jit_code(code);
+        }
+        skipped
     }
 
     /// A process whose mappings are kept unread until its first sample.

@@ -12,12 +12,20 @@
 //! Reads /proc/PID/mem only: it never writes to or stops the JVM. A layout it does not know (another
 //! JVM, a field renamed) is an error naming the missing piece, never a guess.
 
-use crate::jvm::JvmError;
 use object::{Object, ObjectSymbol};
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use whyslow_unwind::{JitCode, JitFrameRule};
+
+/// Why a JVM's code cache could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum LayoutError {
+    #[error("cannot {0}: {1}")]
+    Io(&'static str, std::io::Error),
+    #[error("its code cache's layout is not known: no {0}")]
+    Missing(String),
+}
 
 /// Fewer blocks than this are read per heap (a code cache is at most 2 GB of 64+ byte segments).
 const MAX_BLOCKS: usize = 1 << 22;
@@ -58,29 +66,31 @@ pub struct Layout {
 struct Mem(File);
 
 impl Mem {
-    fn open(pid: u32) -> Result<Mem, JvmError> {
-        File::open(format!("/proc/{pid}/mem")).map(Mem).map_err(|e| JvmError::Io("open the JVM's memory", e))
+    fn open(pid: u32) -> Result<Mem, LayoutError> {
+        File::open(format!("/proc/{pid}/mem"))
+            .map(Mem)
+            .map_err(|e| LayoutError::Io("open the JVM's memory", e))
     }
 
-    fn bytes(&self, addr: u64, len: usize) -> Result<Vec<u8>, JvmError> {
+    fn bytes(&self, addr: u64, len: usize) -> Result<Vec<u8>, LayoutError> {
         let mut buf = vec![0u8; len];
-        self.0.read_exact_at(&mut buf, addr).map_err(|e| JvmError::Io("read the JVM's memory", e))?;
+        self.0.read_exact_at(&mut buf, addr).map_err(|e| LayoutError::Io("read the JVM's memory", e))?;
         Ok(buf)
     }
 
-    fn u64(&self, addr: u64) -> Result<u64, JvmError> {
+    fn u64(&self, addr: u64) -> Result<u64, LayoutError> {
         Ok(u64::from_le_bytes(self.bytes(addr, 8)?.try_into().unwrap_or_default()))
     }
 
-    fn i32(&self, addr: u64) -> Result<i32, JvmError> {
+    fn i32(&self, addr: u64) -> Result<i32, LayoutError> {
         Ok(i32::from_le_bytes(self.bytes(addr, 4)?.try_into().unwrap_or_default()))
     }
 
     /// A NUL-terminated string of at most 128 bytes (type and field names are short).
-    fn cstr(&self, addr: u64) -> Result<String, JvmError> {
+    fn cstr(&self, addr: u64) -> Result<String, LayoutError> {
         let mut buf = [0u8; 128];
         // A name near the end of a mapping: read what there is.
-        let n = self.0.read_at(&mut buf, addr).map_err(|e| JvmError::Io("read the JVM's memory", e))?;
+        let n = self.0.read_at(&mut buf, addr).map_err(|e| LayoutError::Io("read the JVM's memory", e))?;
         let s = &buf[..n];
         let end = s.iter().position(|&b| b == 0).unwrap_or(s.len());
         Ok(String::from_utf8_lossy(&s[..end]).into_owned())
@@ -103,11 +113,11 @@ fn libjvm(pid: u32) -> Option<(String, u64)> {
 
 impl Layout {
     /// Reads the VM structure tables of JVM `pid`.
-    pub fn read(pid: u32) -> Result<Layout, JvmError> {
-        let missing = |what: &str| JvmError::Layout(what.to_string());
+    pub fn read(pid: u32) -> Result<Layout, LayoutError> {
+        let missing = |what: &str| LayoutError::Missing(what.to_string());
         let (path, bias) = libjvm(pid).ok_or_else(|| missing("libjvm.so mapping"))?;
-        let file = crate::files::open(pid, &path).map_err(|e| JvmError::Io("open libjvm.so", e))?;
-        let bytes = whyslow_unwind::FileBytes::map(&file).map_err(|e| JvmError::Io("map libjvm.so", e))?;
+        let file = crate::files::open(pid, &path).map_err(|e| LayoutError::Io("open libjvm.so", e))?;
+        let bytes = whyslow_unwind::FileBytes::map(&file).map_err(|e| LayoutError::Io("map libjvm.so", e))?;
         let obj = object::File::parse(&*bytes).map_err(|_| missing("libjvm.so as ELF"))?;
         let symbols: HashMap<&str, u64> = obj
             .dynamic_symbols()
@@ -115,7 +125,7 @@ impl Layout {
             .filter(|(n, _)| n.starts_with("gHotSpotVM"))
             .collect();
         let mem = Mem::open(pid)?;
-        let var = |name: &str| -> Result<u64, JvmError> {
+        let var = |name: &str| -> Result<u64, LayoutError> {
             let at = symbols.get(name).ok_or_else(|| missing(name))?;
             mem.u64(bias + at)
         };
@@ -177,7 +187,7 @@ impl Layout {
     }
 
     /// Every code blob of JVM `pid` now, with the rule its frames are stepped by.
-    pub fn code(&self, pid: u32) -> Result<Vec<JitCode>, JvmError> {
+    pub fn code(&self, pid: u32) -> Result<Vec<JitCode>, LayoutError> {
         let mem = Mem::open(pid)?;
         let heaps = mem.u64(self.heaps)?;
         let n = mem.i32(heaps + self.array_len)?.clamp(0, 16) as u64;

@@ -54,8 +54,6 @@ pub enum JvmError {
     Failed { code: i32, message: String },
     #[error("the process is gone")]
     Gone,
-    #[error("its code cache's layout is not known: no {0}")]
-    Layout(String),
 }
 
 /// Whether process `pid` runs a HotSpot JVM: it maps `libjvm.so`.
