@@ -124,9 +124,9 @@ fn number_after(line: &str, prefix: &str) -> Option<f64> {
 /// is one write(2) to the log file under ngx_http_log_handler, beside the writev of its reply. The first
 /// finding is those writes, told apart from the replies (one per request: as many as the writevs within
 /// 5%, the program writes exactly one of each per request) made from ngx_http_free_request, naming
-/// access_log's buffer= and `access_log off;`; their rate matches the lines the log file gained while
-/// the doctor ran within a factor of 2 (the counters run in windows during which the probes slow the
-/// worker, and the file also gained lines during the doctor's start and its second phase). With
+/// access_log's buffer= and `access_log off;`; no more of them than the lines the log file gained while
+/// the doctor ran, and at a rate of the same order (the counters run in windows during which the probes
+/// slow the worker, and the file also gained lines during the doctor's start and its second phase). With
 /// `buffer=64k flush=1s` no file-write finding is raised.
 #[test]
 fn nginx_unbuffered_access_log() {
@@ -154,10 +154,14 @@ fn nginx_unbuffered_access_log() {
     assert!((writes - replies).abs() <= 0.05 * replies, "{writes} log writes for {replies} replies");
     // Debian's nginx is stripped but for its dynamic symbols: the nearest named caller of the write.
     assert!(evidence.iter().any(|e| e.starts_with("issued from: ngx_http_free_request")), "{evidence:?}");
+    // Each counted write wrote one line while the doctor ran: no more writes than lines. The rate over
+    // the counted windows is of the same order as the file's over the whole run, which also holds the
+    // doctor's start and symbolizing (on a busy machine they take CPU from nginx: 3x slower seen).
+    assert!(writes <= lines as f64, "{writes} log writes counted, {lines} lines the file gained");
     let rate = number_after(evidence[0], "regular file (").unwrap();
     let file_rate = lines as f64 / seconds;
     assert!(
-        rate > file_rate / 2.0 && rate < file_rate * 2.0,
+        rate > file_rate / 3.0 && rate < file_rate * 5.0,
         "{rate}/s log writes counted, {file_rate:.0}/s lines the file gained ({lines} in {seconds:.1} s)"
     );
     println!("unbuffered: {rate}/s writes counted, {file_rate:.0}/s log lines; {:?}", evidence);

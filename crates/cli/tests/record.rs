@@ -121,7 +121,8 @@ fn go_and_rust_names_resolve() {
 /// A Go program that collects garbage runs much of its runtime on the threads' system stacks (Go's
 /// runtime.systemstack): its CPU samples go on to the goroutine's frames (the kernel sends a copy of that
 /// stack with the sample), so its stacks are complete and the collector's work shows under the goroutines
-/// that caused it. Only stacks in a signal handler (what it interrupted is not unwound) may be cut.
+/// that caused it. Only stacks in a signal handler (what it interrupted is not unwound) and under
+/// morestack may be cut.
 #[test]
 fn go_cpu_stacks_cross_the_system_stack_switch() {
     let dir = tmp();
@@ -138,10 +139,17 @@ fn go_cpu_stacks_cross_the_system_stack_switch() {
         .filter(|l| l.starts_with("[stack cut here]") && l.contains("runtime.sig"))
         .map(count)
         .sum();
+    // A goroutine preempted or growing its stack at a function's prologue runs morestack on the system
+    // stack, which clears the frame pointer from Go 1.21 on: following it back to the goroutine would need
+    // the runtime's g and m layouts. Such stacks are cut there, more of them the more the machine
+    // preempts (1.2% on a busy CI machine, 6% beside four builds); bounded apart.
+    let in_morestack: u64 =
+        text.lines().filter(|l| l.starts_with("[stack cut here];runtime.morestack;")).map(count).sum();
     assert!(total > 1000, "{total} samples");
+    assert!(in_morestack <= total / 10, "{in_morestack} of {total} stacks cut under morestack: {text}");
     assert!(
-        cut - in_signal <= total / 100,
-        "{cut} of {total} stacks cut, {in_signal} in a signal handler: {text}"
+        cut - in_signal - in_morestack <= total / 100,
+        "{cut} of {total} stacks cut, {in_signal} in a signal handler, {in_morestack} under morestack: {text}"
     );
     let crossed: u64 = text
         .lines()

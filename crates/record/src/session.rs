@@ -225,6 +225,11 @@ impl<'a> Session<'a> {
         })
     }
 
+    /// When sampling began: the run's duration counts from here.
+    pub fn started(&self) -> Instant {
+        self.t0
+    }
+
     /// The processes followed (the target's, then those added with [`Session::follow`]).
     pub fn pids(&self) -> &[u32] {
         &self.pids

@@ -156,7 +156,9 @@ pub fn top(a: TopArgs) -> Result<()> {
     let run = Run {
         view,
         interval,
-        t0: Instant::now(),
+        // Tables are cut from when sampling began, as `-d` counts: reading the kernel's symbols and
+        // following the other processes take time on a busy machine.
+        t0: s.started(),
         tables: 0,
         json,
         symbolizer: Default::default(),
