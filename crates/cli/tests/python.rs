@@ -87,3 +87,29 @@ fn python_functions_are_named_with_their_file_line_and_share() {
     }
     assert!(!tested.is_empty(), "no CPython 3.8-3.13 under ~/.pyenv/versions");
 }
+
+/// A CPython without a layout here (3.7, 3.6: before 3.8) is not read wrongly: the run says so in one
+/// note, no Python function is named, and its samples keep their native frames, complete (but for 1%).
+#[test]
+fn an_unknown_python_version_gets_a_note_and_native_frames() {
+    let script = root().join("tests/workloads/python/split.py");
+    let dir = tmp();
+    let Some((minor, exe)) = [7, 6].into_iter().find_map(|m| python(m).map(|e| (m, e))) else {
+        eprintln!("skipped: no CPython 3.6 or 3.7 under ~/.pyenv/versions");
+        return;
+    };
+    let data = record(dir.path(), "old", &[], &[exe.to_str().unwrap(), script.to_str().unwrap(), "1"]);
+    let r = report_json(&data, &[]);
+    assert_eq!(
+        r["notes"],
+        serde_json::json!([format!("CPython 3.{minor}: layout unknown, Python frames not shown")])
+    );
+    for name in ["fib", "mix", "main", "<module>"] {
+        assert!(function(&r, |n| n == name).is_none(), "3.{minor}: {name} named without a layout");
+    }
+    let eval = total_pct(&r, "_PyEval_EvalFrameDefault");
+    assert!(eval >= 90.0, "3.{minor}: the eval loop in {eval:.1}% of the samples");
+    let (complete, partial) =
+        (r["unwind"]["complete"].as_u64().unwrap(), r["unwind"]["partial"].as_u64().unwrap());
+    assert!(partial * 100 <= complete + partial, "3.{minor}: {}", r["unwind"]);
+}
