@@ -21,6 +21,12 @@ const POSTGRES_CPU: &str = "PostgreSQL: keep the active backends near the CPUs i
     (PgBouncer in transaction mode) in front of a lower max_connections, and max_parallel_workers(_per_gather) \
     within the CPUs or quota";
 
+const POSTGRES_LOG: &str = "PostgreSQL: the server log gets a line per statement (log_statement = 'all', \
+    log_min_duration_statement = 0, log_duration = on), written by the backend answering it: log_statement = \
+    'ddl' (or 'none'), log_min_duration_statement = a threshold such as 250ms, log_duration = off; to keep a \
+    sample, log_min_duration_sample with log_statement_sample_rate, or log_transaction_sample_rate; \
+    pg_stat_statements counts every statement without a line each";
+
 pub const KNOWN: [Known; 6] = [
     Known {
         name: "PostgreSQL",
@@ -34,6 +40,8 @@ pub const KNOWN: [Known; 6] = [
                  clients commit_delay (e.g. 1000 us) with commit_siblings (e.g. 5) groups their flushes; check \
                  wal_sync_method with pg_test_fsync. Never fsync = off",
             ),
+            ("small-writes/file", POSTGRES_LOG),
+            ("hot-logging", POSTGRES_LOG),
             ("cpu-throttling", POSTGRES_CPU),
             ("cpu-oversubscription", POSTGRES_CPU),
             (
@@ -49,9 +57,11 @@ pub const KNOWN: [Known; 6] = [
         advice: &[(
             "blocking-io",
             "MySQL/MariaDB: innodb_flush_log_at_trx_commit = 2 flushes the redo log once a second (up to a second \
-             of commits lost if the host crashes, not if only mysqld does); sync_binlog = 0 or N likewise for \
-             the binary log; binlog_group_commit_sync_delay groups concurrent commits; batch statements into \
-             transactions",
+             of commits lost if the host crashes, not if only mysqld does); on MariaDB 10.8 and later also \
+             innodb_log_file_buffering = ON (the default when started with 2, not when set at run time), else \
+             each commit's write to the redo log still waits for the disk (O_DIRECT); sync_binlog = 0 or N \
+             likewise for the binary log; binlog_group_commit_sync_delay groups concurrent commits; batch \
+             statements into transactions",
         )],
     },
     Known {
@@ -61,7 +71,7 @@ pub const KNOWN: [Known; 6] = [
             (
                 "blocking-io",
                 "Redis: appendfsync always fsyncs the AOF on every write; appendfsync everysec (the default) loses \
-                 at most about a second of writes on a crash, no leaves flushing to the OS; \
+                 at most about a second of writes on a crash, appendfsync no leaves flushing to the OS; \
                  no-appendfsync-on-rewrite yes avoids stalls while the AOF is rewritten",
             ),
             (
@@ -224,6 +234,46 @@ mod tests {
         assert_eq!(
             io.evidence.last().unwrap(),
             "recognised as PostgreSQL by its functions PostgresMain, PostmasterMain, XLogFlush in app"
+        );
+    }
+
+    /// A PostgreSQL backend logging each statement and its duration to the server log: the small writes
+    /// to the file, two per reply, get the log settings first.
+    #[test]
+    fn postgres_statement_logging_gets_its_settings() {
+        let mut p = profile(&[
+            (
+                "PostmasterMain;PostgresMain;errfinish;EmitErrorReport;lib:__GI___libc_write;k:ksys_write;\
+                 k:vfs_write;k:ext4_buffered_write_iter",
+                10,
+                0,
+            ),
+            ("PostmasterMain;PostgresMain;exec_simple_query;lib:__libc_send;k:__x64_sys_sendto;k:tcp_sendmsg", 20, 0),
+            ("PostmasterMain;PostgresMain;exec_simple_query;standard_ExecutorRun", 70, 0),
+        ]);
+        let stat = |name: &str, calls: u64, bytes: u64| whyslow_model::SyscallStat {
+            tid: 1,
+            name: name.into(),
+            calls,
+            bytes: calls * bytes,
+            total_ns: calls * 1000,
+            ..Default::default()
+        };
+        p.syscalls.extend([
+            stat("write", 20_000, 90),
+            stat("sendto", 10_000, 60),
+            stat("recvfrom", 10_000, 80),
+        ]);
+        let d = diagnose(&p, "x.data");
+        let first = &d.findings[0];
+        assert_eq!((first.id, first.case), ("small-writes", "file"), "{:?}", d.findings);
+        assert!(
+            first.fix.starts_with("PostgreSQL: the server log gets a line per statement"),
+            "{}",
+            first.fix
+        );
+        assert!(
+            first.fix.contains("log_statement = 'ddl'") && first.fix.contains("log_min_duration_statement")
         );
     }
 

@@ -13,8 +13,8 @@ use super::endpoint::{dominant, of_syscall, sink_of_syscall, Direction, Endpoint
 use super::{finding, list, named, Text};
 use crate::doctor::facts::{Facts, Func};
 use crate::doctor::thresholds::{
-    SMALL_FILE_WRITES_PER_REQUEST_PCT, SMALL_REPLIES_PCT, SMALL_WRITES_PCT, SMALL_WRITES_RATE,
-    SMALL_WRITE_BYTES,
+    SMALL_FILE_WRITES_PER_REQUEST_MAX, SMALL_FILE_WRITES_PER_REQUEST_PCT, SMALL_REPLIES_PCT,
+    SMALL_WRITES_PCT, SMALL_WRITES_RATE, SMALL_WRITE_BYTES,
 };
 use crate::doctor::{Confidence, Finding, Verdict};
 
@@ -42,8 +42,9 @@ const SOCKET_STREAM_FIX: &str = "gather the records of one message or one event-
 /// Small writes to a regular file, at about one per request when the program answers requests.
 const FILE_TITLE: &str = "many small writes to a file";
 const FILE_PER_REQUEST_TITLE: &str = "one small write to a file per request (an unbuffered log)";
+const FILE_SEVERAL_PER_REQUEST_TITLE: &str = "a few small writes to a file per request (an unbuffered log)";
 const FILE_PER_REQUEST_WHY: &str =
-    "each request pays a write syscall for its line (a kernel entry and exit, \
+    "each request pays a write syscall for each of its lines (a kernel entry and exit, \
     the file system's locking and page-cache copy, about a microsecond or more) on the thread that \
     answers requests; a buffer turns thousands of those into one write per 64 KB";
 
@@ -80,8 +81,9 @@ pub fn check(f: &Facts) -> Verdict {
 }
 
 /// The write syscalls `names`, whose sampled kernel code is a regular file's: a finding when they are
-/// many, small and a share of CPU worth a buffer; about one per request (the other writes' replies, else
-/// the reads) says they are on the request path.
+/// many, small and a share of CPU worth a buffer; one to a few per request (the other writes' replies,
+/// else the reads: a line per request, or two when a server logs both the request and its duration)
+/// says they are on the request path.
 fn file_writes(f: &Facts, names: &[&str], others: &[&str]) -> Option<Finding> {
     if names.is_empty() {
         return None;
@@ -103,7 +105,9 @@ fn file_writes(f: &Facts, names: &[&str], others: &[&str]) -> Option<Finding> {
     let replies = f.syscall(others).calls;
     let reads = f.syscall(&READS).calls;
     let requests = if replies > 0 { replies } else { reads };
-    let per_request = requests > 0 && w.calls * 2 >= requests && w.calls <= requests * 2;
+    let per_request = requests > 0
+        && w.calls * 2 >= requests
+        && w.calls as f64 <= requests as f64 * SMALL_FILE_WRITES_PER_REQUEST_MAX;
     let least = if per_request { SMALL_FILE_WRITES_PER_REQUEST_PCT } else { SMALL_WRITES_PCT };
     if f.cpu_pct_surely(impact.pct) < least && inside_pct < least {
         return None;
@@ -114,11 +118,15 @@ fn file_writes(f: &Facts, names: &[&str], others: &[&str]) -> Option<Finding> {
         names.join("/"),
         f.syscall_window()
     )];
+    let per = w.calls as f64 / requests.max(1) as f64;
+    let several = per >= 1.5;
     if per_request {
+        let how_many =
+            if several { format!("about {per:.0} per request") } else { "about one per request".into() };
         evidence.push(if replies > 0 {
-            format!("about one per request: {} replies were written by {}", replies, others.join("/"))
+            format!("{how_many}: {} replies were written by {}", replies, others.join("/"))
         } else {
-            format!("about one per request: {reads} reads of requests")
+            format!("{how_many}: {reads} reads of requests")
         });
     }
     evidence.push(format!(
@@ -141,7 +149,12 @@ fn file_writes(f: &Facts, names: &[&str], others: &[&str]) -> Option<Finding> {
     }
     let mut found = finding(f, &TEXT, &impact, of, Confidence::High, evidence);
     found.case = "file";
-    found.title = if per_request { FILE_PER_REQUEST_TITLE } else { FILE_TITLE }.into();
+    found.title = match (per_request, several) {
+        (true, false) => FILE_PER_REQUEST_TITLE,
+        (true, true) => FILE_SEVERAL_PER_REQUEST_TITLE,
+        _ => FILE_TITLE,
+    }
+    .into();
     if per_request {
         found.why = FILE_PER_REQUEST_WHY.into();
     }
@@ -302,6 +315,12 @@ mod tests {
         assert!(x.title.contains("per request"), "{}", x.title);
         assert!(x.evidence[0].starts_with("29990 write syscalls to a regular file"), "{:?}", x.evidence);
         assert_eq!(x.evidence[1], "about one per request: 30000 replies were written by writev");
+        // Two lines per request (a statement and its duration), one more than twice counted in windows.
+        let Verdict::Found(x) = run(60_001) else { panic!("not found") };
+        assert_eq!(x.title, "a few small writes to a file per request (an unbuffered log)");
+        assert_eq!(x.evidence[1], "about 2 per request: 30000 replies were written by writev");
+        // Four a request is not a log line per request: the general case's threshold (5%) holds.
+        assert!(matches!(run(120_000), Verdict::Found(x) if !x.title.contains("per request")));
         // Buffered: a write a second is no finding of this case.
         assert!(!matches!(run(10), Verdict::Found(x) if x.case == "file"));
     }
