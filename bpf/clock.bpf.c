@@ -84,7 +84,7 @@ static __always_inline void python_stack(struct ws_py_proc *py)
 {
 	u32 zero = 0;
 	struct ws_pystack *s = bpf_map_lookup_elem(&py_scratch, &zero);
-	if (!s || !py_frames(py, bpf_get_current_task_btf(), s))
+	if (!s || !py_frames(py, bpf_get_current_task_btf(), 0, s))
 		return;
 	s->time = bpf_ktime_get_ns();
 	u64 size = __builtin_offsetof(struct ws_pystack, frame) + (u64)s->frames * sizeof(struct ws_py_frame);

@@ -10,6 +10,11 @@
  * The thread's PyThreadState is the one whose thread_id (its pthread_t: the thread's TLS base, fsbase,
  * with glibc) is the task's fsbase, found in the interpreters' thread lists and cached per thread.
  * Include after track.h.
+ *
+ * The frames read are the current thread's, through its own memory; a sleepable program that defines
+ * WS_PY_OTHER_TASKS may read another thread's (bpf/stacks.bpf.c: a blocked thread, from a task
+ * iterator), and one that defines PY_OUT(tid) (a `struct ws_pystack *` for thread tid, or NULL) puts
+ * them elsewhere than the per-CPU scratch entry.
  */
 #ifndef WHYSLOW_PYTHON_H
 #define WHYSLOW_PYTHON_H
@@ -77,13 +82,39 @@ struct {
 	__type(value, struct ws_pystack);
 } py_scratch SEC(".maps");
 
-static __always_inline u64 py_read_ptr(u64 addr)
+/* Reads `len` bytes at `addr` of the process: through the current thread, or where the program defines
+ * WS_PY_OTHER_TASKS, through thread `other` (always: one way of reading keeps the verifier's work small). */
+static __always_inline long py_read(void *dst, u32 len, u64 addr, u32 other)
+{
+#ifdef WS_PY_OTHER_TASKS
+	struct task_struct *t = bpf_task_from_pid(other);
+	if (!t)
+		return -1;
+	long err = bpf_copy_from_user_task(dst, len, (void *)addr, t, 0);
+	bpf_task_release(t);
+	return err;
+#else
+	return bpf_probe_read_user(dst, len, (void *)addr);
+#endif
+}
+
+static __always_inline u64 py_read_ptr(u64 addr, u32 other)
 {
 	u64 v = 0;
-	if (bpf_probe_read_user(&v, sizeof(v), (void *)addr))
+	if (py_read(&v, sizeof(v), addr, other))
 		return 0;
 	return v;
 }
+
+#ifndef PY_OUT
+/* Where a sample's Python frames are put together: the per-CPU scratch entry. */
+#define PY_OUT(tid) py_scratch_out()
+static __always_inline struct ws_pystack *py_scratch_out(void)
+{
+	u32 zero = 0;
+	return bpf_map_lookup_elem(&py_scratch, &zero);
+}
+#endif
 
 /* A walk of the interpreters' thread lists for the thread whose thread_id is `fs`, one thread state per
  * step (bpf_loop: the verifier checks one step, not every path of the whole walk). */
@@ -94,6 +125,8 @@ struct py_search {
 	u64 ts;
 	u32 interps;
 	u32 found;
+	u32 other; /* see py_read */
+	u32 pad;
 };
 
 static long py_search_step(u64 i, void *ctx)
@@ -103,33 +136,33 @@ static long py_search_step(u64 i, void *ctx)
 		/* This interpreter's list ended: the next one's. */
 		if (!s->interp || ++s->interps > PY_INTERPRETERS)
 			return 1;
-		s->interp = py_read_ptr(s->interp + s->py.interp_next);
+		s->interp = py_read_ptr(s->interp + s->py.interp_next, s->other);
 		if (!s->interp)
 			return 1;
-		s->ts = py_read_ptr(s->interp + s->py.interp_threads_head);
+		s->ts = py_read_ptr(s->interp + s->py.interp_threads_head, s->other);
 		break;
 	}
 	if (!s->ts)
 		return 1;
-	if (py_read_ptr(s->ts + s->py.tstate_thread_id) == s->fs) {
+	if (py_read_ptr(s->ts + s->py.tstate_thread_id, s->other) == s->fs) {
 		s->found = 1;
 		return 1;
 	}
-	s->ts = py_read_ptr(s->ts + s->py.tstate_next);
+	s->ts = py_read_ptr(s->ts + s->py.tstate_next, s->other);
 	return 0;
 }
 
-/* The thread state of the current thread (fsbase `fs`), or 0. */
-static __always_inline u64 py_tstate(struct ws_py_proc *py, u32 tid, u64 fs)
+/* The thread state of thread `tid` (fsbase `fs`), or 0. */
+static __always_inline u64 py_tstate(struct ws_py_proc *py, u32 tid, u64 fs, u32 other)
 {
 	u64 *cached = bpf_map_lookup_elem(&py_tstates, &tid);
-	if (cached && *cached && py_read_ptr(*cached + py->tstate_thread_id) == fs)
+	if (cached && *cached && py_read_ptr(*cached + py->tstate_thread_id, other) == fs)
 		return *cached;
-	struct py_search s = { .py = *py, .fs = fs };
-	s.interp = py_read_ptr(py->runtime + py->interpreters_head);
+	struct py_search s = { .py = *py, .fs = fs, .other = other };
+	s.interp = py_read_ptr(py->runtime + py->interpreters_head, other);
 	if (!s.interp)
 		return 0;
-	s.ts = py_read_ptr(s.interp + py->interp_threads_head);
+	s.ts = py_read_ptr(s.interp + py->interp_threads_head, other);
 	bpf_loop(PY_INTERPRETERS * PY_THREADS, py_search_step, &s, 0);
 	if (!s.found)
 		return 0;
@@ -144,6 +177,8 @@ struct py_walk {
 	u64 entry;
 	u32 n;
 	u32 truncated;
+	u32 tid;
+	u32 other; /* see py_read */
 };
 
 static long py_walk_step(u64 i, void *ctx)
@@ -154,8 +189,8 @@ static long py_walk_step(u64 i, void *ctx)
 		return 1;
 	u8 owner = 0;
 	if (w->py.minor >= 11)
-		bpf_probe_read_user(&owner, 1, (void *)(frame + w->py.frame_owner));
-	w->frame = py_read_ptr(frame + w->py.frame_previous);
+		py_read(&owner, 1, frame + w->py.frame_owner, w->other);
+	w->frame = py_read_ptr(frame + w->py.frame_previous, w->other);
 	if (w->py.minor >= 12 && owner == PY_OWNED_BY_CSTACK) {
 		/* The shim under an eval call's first frame: the frame before it was that first one. */
 		if (w->n > 0)
@@ -166,20 +201,19 @@ static long py_walk_step(u64 i, void *ctx)
 		w->truncated = 1;
 		return 1;
 	}
-	u32 zero = 0;
-	struct ws_pystack *out = bpf_map_lookup_elem(&py_scratch, &zero);
+	struct ws_pystack *out = PY_OUT(w->tid);
 	if (!out)
 		return 1;
 	u32 n = w->n & (PY_FRAMES - 1);
 	struct ws_py_frame *f = &out->frame[n];
-	f->code = py_read_ptr(frame + w->py.frame_code);
+	f->code = py_read_ptr(frame + w->py.frame_code, w->other);
 	if (w->py.minor <= 10) {
 		s32 lasti = 0;
-		bpf_probe_read_user(&lasti, sizeof(lasti), (void *)(frame + w->py.frame_instr));
+		py_read(&lasti, sizeof(lasti), frame + w->py.frame_instr, w->other);
 		f->instr = (u64)(u32)lasti;
 		w->entry |= 1ULL << n;
 	} else {
-		f->instr = py_read_ptr(frame + w->py.frame_instr);
+		f->instr = py_read_ptr(frame + w->py.frame_instr, w->other);
 		if (w->py.minor == 11 && owner)
 			w->entry |= 1ULL << n;
 	}
@@ -187,21 +221,23 @@ static long py_walk_step(u64 i, void *ctx)
 	return 0;
 }
 
-/* Fills `out` (py_scratch's entry) with the current thread's Python frames; false when it runs none (or
- * is no Python thread). `task` is the current task. */
-static __always_inline bool py_frames(struct ws_py_proc *py, struct task_struct *task, struct ws_pystack *out)
+/* Fills `out` (PY_OUT(task's tid)) with thread `task`'s Python frames; false when it runs none (or is
+ * no Python thread). `task` is the current task, read through its own memory (`other` 0), or (see
+ * py_read) a blocked thread `other`. */
+static __always_inline bool py_frames(struct ws_py_proc *py, struct task_struct *task, u32 other,
+				      struct ws_pystack *out)
 {
-	u32 tid = (u32)bpf_get_current_pid_tgid();
+	u32 tid = task->pid;
 	u64 fs = task->thread.fsbase;
 	if (!fs)
 		return false;
-	u64 ts = py_tstate(py, tid, fs);
+	u64 ts = py_tstate(py, tid, fs, other);
 	if (!ts)
 		return false;
-	u64 frame = py_read_ptr(ts + py->tstate_frame);
+	u64 frame = py_read_ptr(ts + py->tstate_frame, other);
 	if (frame && py->cframe_current_frame)
-		frame = py_read_ptr(frame + py->cframe_current_frame - 1);
-	struct py_walk w = { .py = *py, .frame = frame };
+		frame = py_read_ptr(frame + py->cframe_current_frame - 1, other);
+	struct py_walk w = { .py = *py, .frame = frame, .tid = tid, .other = other };
 	bpf_loop(PY_FRAMES * 2, py_walk_step, &w, 0);
 	out->frames = w.n;
 	out->entry = w.entry;

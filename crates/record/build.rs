@@ -4,7 +4,7 @@
 use libbpf_cargo::SkeletonBuilder;
 use std::path::PathBuf;
 
-const PROGRAMS: &[&str] = &["syscalls", "calls", "exits", "offcpu", "clock", "mem"];
+const PROGRAMS: &[&str] = &["syscalls", "calls", "exits", "offcpu", "clock", "mem", "stacks"];
 
 fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bpf");
@@ -18,7 +18,7 @@ fn main() {
             .unwrap_or_else(|e| panic!("building {}: {e:#}", src.display()));
         println!("cargo:rerun-if-changed={}", src.display());
     }
-    for header in ["vmlinux.h", "track.h", "drops.h", "go.h", "ustack.h"] {
+    for header in ["vmlinux.h", "track.h", "drops.h", "go.h", "ustack.h", "python.h"] {
         println!("cargo:rerun-if-changed={}", root.join(header).display());
     }
     build_preload(&out);

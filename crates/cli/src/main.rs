@@ -7,7 +7,7 @@ mod shell;
 use clap::{CommandFactory, Parser, Subcommand};
 use commands::{
     CallsArgs, CompareArgs, DiffArgs, DoctorArgs, ExportArgs, FlamegraphArgs, Outcome, PushFileArgs,
-    RecordArgs, ReportArgs, ServeArgs, SyscallsArgs, TopArgs, ViewArgs,
+    RecordArgs, ReportArgs, ServeArgs, StacksArgs, SyscallsArgs, TopArgs, ViewArgs,
 };
 use std::path::PathBuf;
 
@@ -61,6 +61,9 @@ enum Command {
     Calls(CallsArgs),
     /// The hottest functions of running processes, refreshed every second (like `perf top`).
     Top(TopArgs),
+    /// Every thread's stack now (native, Java and Python frames) and what it waits on, without
+    /// stopping the process (like `eu-stack`, `jstack`, `py-spy dump`): the first look at a hung one.
+    Stacks(StacksArgs),
     /// Investigate and explain: diagnose known performance anti-patterns with evidence and the fix.
     Doctor(DoctorArgs),
     /// Per-function deltas of two recordings and a differential flame graph.
@@ -128,6 +131,7 @@ fn main() {
         Command::Calls(a) => commands::calls(a),
         Command::Doctor(a) => commands::doctor(a),
         Command::Top(a) => done(commands::top(a)),
+        Command::Stacks(a) => done(commands::stacks(a)),
         Command::Diff(a) => done(commands::diff(a)),
         Command::Compare(a) => done(commands::compare(a)),
         Command::Serve(a) => done(commands::serve(a)),

@@ -7,6 +7,7 @@
 pub mod file;
 pub mod pprof;
 pub mod raw;
+pub mod stacks;
 pub mod syscalls;
 pub mod units;
 
@@ -95,6 +96,8 @@ pub mod sample_types {
     /// Sampled syscall entries and probed calls (count) by stack.
     pub const SYSCALLS: &str = "syscalls";
     pub const CALLS: &str = "calls";
+    /// Threads by stack, one sample per thread at one moment (`whyslow stacks`).
+    pub const THREADS: &str = "threads";
     /// Sampled allocations by stack, and exact ones by call site.
     pub const ALLOC_COUNT: &str = "alloc-count";
     pub const ALLOC_BYTES: &str = "alloc-bytes";

@@ -106,6 +106,8 @@ pub enum RecordError {
     Permission(std::io::Error),
     #[error("no such process: {0}")]
     NoSuchProcess(u32),
+    #[error("process {0} exited while its stacks were taken")]
+    Ended(u32),
     #[error("no running process is named '{name}'{}", whyslow_model::did_you_mean(.suggestions))]
     NoSuchComm { name: String, suggestions: Vec<String> },
     #[error("no command given")]

@@ -31,10 +31,12 @@ mod session;
 mod sideband;
 pub mod signals;
 mod sources;
+pub mod stacks;
 mod sys;
 mod syscall_sampler;
 pub mod target;
 mod target_env;
+mod waits;
 
 pub use bpf::syscall_numbers;
 pub use budget::{

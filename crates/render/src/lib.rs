@@ -11,6 +11,7 @@ pub mod flamegraph;
 pub mod json;
 pub mod loadtest;
 pub mod source;
+pub mod stacks;
 pub mod syscalls;
 pub mod text;
 pub mod top;

@@ -47,15 +47,15 @@ const PY_FRAME_BYTES: usize = 16;
 const PY_STACK_BYTES: u64 = (PY_FRAMES_OFFSET + 64 * PY_FRAME_BYTES) as u64;
 
 /// The Python frames the kernel sent for the next clock sample of thread `tid`.
-struct PyPending {
+pub(super) struct PyPending {
     time: u64,
     tid: u32,
-    frames: Vec<PyFrame>,
+    pub(super) frames: Vec<PyFrame>,
     waited: u8,
 }
 
 /// Decodes a `struct ws_pystack` record.
-fn decode_pystack(d: &[u8]) -> Option<PyPending> {
+pub(super) fn decode_pystack(d: &[u8]) -> Option<PyPending> {
     if d.len() < PY_FRAMES_OFFSET {
         return None;
     }
@@ -74,6 +74,27 @@ fn decode_pystack(d: &[u8]) -> Option<PyPending> {
         frames,
         waited: 0,
     })
+}
+
+/// A `py_procs` entry (bpf/python.h, shared by the programs that read Python frames): the CPython whose
+/// `_PyRuntime` is at `runtime`, its structs laid out as `layout` says.
+pub(super) fn py_proc(runtime: u64, layout: &Layout) -> ws_py_proc {
+    ws_py_proc {
+        runtime,
+        interpreters_head: layout.runtime_interpreters_head,
+        interp_next: layout.interp_next,
+        interp_threads_head: layout.interp_threads_head,
+        tstate_next: layout.tstate_next,
+        tstate_thread_id: layout.tstate_thread_id,
+        tstate_frame: layout.tstate_frame,
+        cframe_current_frame: layout.cframe_current_frame.map_or(0, |o| o + 1),
+        frame_previous: layout.frame_previous,
+        frame_code: layout.frame_code,
+        frame_instr: layout.frame_instr,
+        frame_owner: layout.frame_owner,
+        minor: layout.minor,
+        ..Default::default()
+    }
 }
 
 /// Loaded filter, following forks and execs of the tracked processes; detached when dropped.
@@ -159,26 +180,10 @@ impl<'obj> ClockFilter<'obj> {
     /// Reads the Python frames of process `pid`'s samples from now on: its CPython's `_PyRuntime` is at
     /// `runtime`, its structs are laid out as `layout` says.
     pub fn track_python(&self, pid: u32, runtime: u64, layout: &Layout) -> Result<(), RecordError> {
-        let p = ws_py_proc {
-            runtime,
-            interpreters_head: layout.runtime_interpreters_head,
-            interp_next: layout.interp_next,
-            interp_threads_head: layout.interp_threads_head,
-            tstate_next: layout.tstate_next,
-            tstate_thread_id: layout.tstate_thread_id,
-            tstate_frame: layout.tstate_frame,
-            cframe_current_frame: layout.cframe_current_frame.map_or(0, |o| o + 1),
-            frame_previous: layout.frame_previous,
-            frame_code: layout.frame_code,
-            frame_instr: layout.frame_instr,
-            frame_owner: layout.frame_owner,
-            minor: layout.minor,
-            ..Default::default()
-        };
         self.skel
             .maps
             .py_procs
-            .update(&pid.to_ne_bytes(), super::bytes_of(&p), MapFlags::ANY)
+            .update(&pid.to_ne_bytes(), super::bytes_of(&py_proc(runtime, layout)), MapFlags::ANY)
             .map_err(|e| classify("python map", e))
     }
 

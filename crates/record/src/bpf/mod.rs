@@ -7,6 +7,7 @@ mod clock;
 mod exits;
 mod mem;
 mod offcpu;
+mod stacks;
 mod syscalls;
 
 pub use calls::{CallCount, CallProbe, StackSampling};
@@ -14,6 +15,7 @@ pub use clock::ClockFilter;
 pub use exits::ExitWatch;
 pub use mem::{MemEvent, MemProbe};
 pub use offcpu::{OffCpuConfig, OffCpuProbe};
+pub use stacks::{StacksProbe, Taken};
 pub use syscalls::{syscall_numbers, Seen, SyscallCost, SyscallProbe};
 
 use crate::RecordError;
@@ -58,6 +60,13 @@ mod mem_skel {
 #[allow(non_upper_case_globals, non_snake_case, missing_docs)]
 mod offcpu_skel {
     include!(concat!(env!("OUT_DIR"), "/offcpu.skel.rs"));
+}
+
+#[allow(clippy::all, clippy::undocumented_unsafe_blocks, dead_code, unused_imports, unused_qualifications)]
+#[allow(non_camel_case_types)]
+#[allow(non_upper_case_globals, non_snake_case, missing_docs)]
+mod stacks_skel {
+    include!(concat!(env!("OUT_DIR"), "/stacks.skel.rs"));
 }
 
 /// Fails early, with the fix, where eBPF cannot work: no kernel BTF.
