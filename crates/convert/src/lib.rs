@@ -20,6 +20,7 @@ mod jitcode;
 mod process;
 mod python;
 pub mod records;
+pub mod runtime_heap;
 
 use alloc::StackKey;
 pub use alloc::{Nesting, SiteCount, SizeArg, StackCount};

@@ -10,6 +10,7 @@
 //! a panic (the importers are fuzzed in `tests/fuzz.rs`). Nothing here prints.
 
 mod folded;
+mod goheap;
 mod http;
 mod perf_script;
 mod pprof;
@@ -20,6 +21,7 @@ use whyslow_model::file::FileError;
 use whyslow_model::Profile;
 
 pub use folded::parse as parse_folded;
+pub use goheap::{fetch_go_heap, go_heap_url, parse_go_heap};
 pub use perf_script::parse as parse_perf_script;
 pub use pprof::decode as decode_pprof;
 
@@ -82,6 +84,16 @@ pub enum ImportError {
     PerfScript { origin: String, line: usize, what: String },
     #[error("cannot fetch {url}: {what}")]
     Unreachable { url: String, what: String },
+    #[error(
+        "{origin} is not a Go heap profile (its sample types: {types}; a heap profile has inuse_space, \
+         inuse_objects, alloc_space, alloc_objects)"
+    )]
+    NotHeap { origin: String, types: String },
+    #[error(
+        "{url} is not the address of a Go program's heap profile: give http://HOST:PORT/debug/pprof \
+         (whyslow reads /debug/pprof/heap there)"
+    )]
+    NotHeapUrl { url: String },
     #[error("{url} answered HTTP {status}: {line}")]
     HttpStatus { url: String, status: u16, line: String },
 }

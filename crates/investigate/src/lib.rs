@@ -13,6 +13,7 @@
 //! load and measures runs for it.
 
 pub mod compare;
+pub mod goheap;
 pub mod loadtest;
 
 use std::time::{Duration, Instant};

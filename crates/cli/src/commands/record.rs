@@ -14,6 +14,7 @@ use clap::{Args, ValueEnum};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
+use whyslow_investigate::goheap::{record_go_heap, GoHeapOptions};
 use whyslow_investigate::loadtest::LoadOutput;
 use whyslow_model::file;
 use whyslow_record::mem::MemOptions;
@@ -60,9 +61,12 @@ pub struct RecordArgs {
     /// leaked; of a running process, what it allocated during the run and still holds, with its age), at
     /// its heap's peak and over time (report --type inuse-bytes, peak-bytes, alloc-bytes). A launched
     /// command pairs every allocation and free inside itself (a library it runs with: LD_PRELOAD); a
-    /// running process (-p) is probed (uprobes on its allocator, no restart, no stop).
-    #[arg(long)]
-    pub mem: bool,
+    /// running process (-p) is probed (uprobes on its allocator, no restart, no stop). A Go program's
+    /// heap is its runtime's, not malloc's: give its net/http/pprof address (`--mem
+    /// http://HOST:PORT/debug/pprof`, with or without -p PID) and its heap profile is read at the start,
+    /// every second and at the end.
+    #[arg(long, value_name = "URL", num_args = 0..=1)]
+    pub mem: Option<Option<String>>,
     /// With --mem: sample allocations by bytes, one every BYTES on average (as tcmalloc, jemalloc and Go
     /// do), with unbiased estimates; 0 counts every allocation exactly. Default: 0 for a launched
     /// command, 524288 (512 KiB) for a running process.
@@ -90,6 +94,10 @@ pub struct RecordArgs {
     pub load: LoadArgs,
 }
 
+/// How often a Go heap (`--mem URL`) is read between the start and the end: the series the memory-growth
+/// rule fits, one HTTP request each.
+const GO_HEAP_PERIOD: Duration = Duration::from_secs(1);
+
 /// The mean bytes between sampled allocations of a running process (tcmalloc's, jemalloc's and Go's).
 const DEFAULT_MEM_SAMPLE: u64 = 512 * 1024;
 
@@ -108,9 +116,18 @@ pub fn record(a: RecordArgs) -> Result<Outcome> {
 fn run(a: RecordArgs, outcome: &mut Outcome) -> Result<()> {
     let mut report = Report::open(&a.report)?;
     check_writable(&a.output)?;
-    let target = target(&a.target)?;
+    let go_heap = a.mem.clone().flatten();
+    let mem = a.mem.is_some() && go_heap.is_none();
+    let target = match (&go_heap, &a.target) {
+        // The heap's address is the target: no process needs naming.
+        (Some(_), t) if t.pids.is_empty() && t.comm.is_none() && t.command.is_empty() => Target::Pids(vec![]),
+        _ => target(&a.target)?,
+    };
     let launched = matches!(target, Target::Launch(_));
-    if a.budget.is_some() && (!a.mem || launched) {
+    if go_heap.is_some() && (a.mem_sample.is_some() || a.budget.is_some() || a.load.load.is_some()) {
+        bail!("--mem URL reads Go's own heap profile (Go samples it): --mem-sample, --budget and --load do not apply");
+    }
+    if a.budget.is_some() && (!mem || launched) {
         bail!("--budget limits the memory probes of a running process: it goes with --mem and -p");
     }
     // A running process's every allocation traps: sampled by default, so stacks are copied rarely.
@@ -126,12 +143,11 @@ fn run(a: RecordArgs, outcome: &mut Outcome) -> Result<()> {
         },
         stack_bytes: a.stack_size,
         kernel: !a.no_kernel,
-        cpu: a.cpu || !(a.alloc || a.offcpu || a.mem),
+        cpu: a.cpu || !(a.alloc || a.offcpu || a.mem.is_some()),
         alloc: a.alloc.then_some(AllocOptions { period: a.alloc_period }),
-        mem: a
-            .mem
+        mem: mem
             .then_some(MemOptions { sample_bytes: a.mem_sample.unwrap_or(default_sample), period_ms: 100 }),
-        probe_budget: if a.mem { probe_budget(a.budget, launched) } else { None },
+        probe_budget: if mem { probe_budget(a.budget, launched) } else { None },
         offcpu: a.offcpu.then(|| OffCpuOptions::sampled_at(a.freq, Duration::from_micros(a.min_block_us))),
         ..Default::default()
     };
@@ -147,11 +163,9 @@ fn run(a: RecordArgs, outcome: &mut Outcome) -> Result<()> {
     signals::install();
     // An attached run says when its probes are in (a test, or a user, starts the load then).
     let attached = matches!(opts.target, Target::Pids(_) | Target::Comm(_));
-    let mut status = StatusLine::new().prefetching(opts.target.clone(), opts.kernel).about(
-        "recording",
-        "recording",
-        attached,
-    );
+    let doing = if go_heap.is_some() { "reading the Go heap of" } else { "recording" };
+    let mut status =
+        StatusLine::new().prefetching(opts.target.clone(), opts.kernel).about("recording", doing, attached);
     let (raw, load_run) = match &load {
         Some(l) => {
             let run = whyslow_investigate::loadtest::record_under_load(&opts, l, &mut status);
@@ -159,15 +173,26 @@ fn run(a: RecordArgs, outcome: &mut Outcome) -> Result<()> {
             let run = run?;
             (run.raw, Some((run.load, run.ready_after)))
         }
-        None => {
-            let raw = whyslow_record::record(&opts, &mut status);
-            end_status_line();
-            (raw?, None)
-        }
+        None => match &go_heap {
+            Some(url) => {
+                let heap = GoHeapOptions { url: url.clone(), period: GO_HEAP_PERIOD };
+                let raw = record_go_heap(&opts, &heap, &mut status);
+                end_status_line();
+                (raw?, None)
+            }
+            None => {
+                let raw = whyslow_record::record(&opts, &mut status);
+                end_status_line();
+                (raw?, None)
+            }
+        },
     };
     *outcome = Outcome::of(&raw.meta, a.target.duration);
     if let Some((out, ready_after)) = &load_run {
         show_load(out, *ready_after, raw.meta.exit_code)?;
+    }
+    if let (Some(url), true) = (&go_heap, raw.samples.is_empty()) {
+        bail!("the Go heap at {url} holds nothing and nothing was allocated during the run");
     }
     if raw.samples.is_empty() {
         let why = whyslow_record::NoSamples::of(&opts, &raw.meta);

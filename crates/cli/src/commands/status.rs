@@ -174,7 +174,10 @@ pub fn print_phases() {
 /// counting calls of pid 12 (Ctrl-C to stop)".
 pub fn announce(doing: &str, pids: &[u32]) {
     let list: Vec<String> = pids.iter().map(u32::to_string).collect();
-    eprintln!("whyslow: {doing} pid {} (Ctrl-C to stop)", list.join(","));
+    match list.is_empty() {
+        true => eprintln!("whyslow: {doing} the program (Ctrl-C to stop)"),
+        false => eprintln!("whyslow: {doing} pid {} (Ctrl-C to stop)", list.join(",")),
+    }
 }
 
 #[cfg(test)]
