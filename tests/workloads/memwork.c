@@ -12,6 +12,11 @@
  *                       recorder is attached); then the window: for S seconds `grow S R` (N blocks a tick,
  *                       default 1), freeing the 1000 early blocks on the way (frees of blocks allocated
  *                       before the window). It prints what cache_put kept in the window alone.
+ *   memwork serve S R   a server for an agent: prints its pid, waits for a line on stdin, then for S seconds
+ *                       ticks 20 times a second: R/20 bytes through cache_put() (none when R is 0), 3
+ *                       entries of the bounded cache at 64 KiB (4 MiB at most, each entry replaced about
+ *                       once a second) and 2 ms of CPU work, so the allocator probes cost it about 1.5%
+ *                       of its CPU time. R 0: bounded memory only.
  * Output: "held N objects B bytes in S s" (what cache_put kept, and the seconds main ran: under load the
  * ticks stretch, so the rate a test expects is B / S). */
 #include <stdio.h>
@@ -67,6 +72,20 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+static double thread_cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* A request's CPU work: about `ms` of this thread's CPU time. */
+__attribute__((noinline)) void handle(double ms) {
+    volatile unsigned long x = 0;
+    double until = thread_cpu_s() + ms / 1e3;
+    while (thread_cpu_s() < until)
+        for (int i = 0; i < 1000; i++) x += (unsigned long)i * 2654435761u;
+}
+
 int main(int argc, char **argv) {
     double t0 = now_s();
     const char *mode = argc > 1 ? argv[1] : "leak";
@@ -100,6 +119,19 @@ int main(int argc, char **argv) {
             churn(100);
             nap_ms(10);
         }
+    } else if (!strcmp(mode, "serve")) {
+        long secs = argc > 2 ? atol(argv[2]) : 3, rate = argc > 3 ? atol(argv[3]) : 0;
+        printf("%d\n", (int)getpid());
+        fflush(stdout);
+        char line[16];
+        if (!fgets(line, sizeof line, stdin)) return 3;
+        t0 = now_s();
+        for (long tick = 0; tick < secs * 20; tick++) {
+            if (rate > 0) cache_put((size_t)(rate / 20));
+            for (int k = 0; k < 3; k++) lru_put(65536);
+            handle(2.0);
+            nap_ms(50);
+        }
     } else if (!strcmp(mode, "attach")) {
         long secs = argc > 2 ? atol(argv[2]) : 3, rate = argc > 3 ? atol(argv[3]) : 100000;
         long per_tick = argc > 4 ? atol(argv[4]) : 1;
@@ -124,7 +156,7 @@ int main(int argc, char **argv) {
         }
     } else {
         fprintf(stderr, "usage: memwork leak N | grow SECONDS BYTES_PER_SECOND | bounded SECONDS | attach SECONDS "
-                        "BYTES_PER_SECOND [BLOCKS_PER_TICK]\n");
+                        "BYTES_PER_SECOND [BLOCKS_PER_TICK] | serve SECONDS BYTES_PER_SECOND\n");
         return 2;
     }
     lru_clear();

@@ -43,26 +43,38 @@ pub fn in_use_series(p: &Profile, keep: impl Fn(&Sample) -> bool) -> Vec<i64> {
 /// The slope of `series` (bytes at the end of consecutive [`TIME_BUCKET_NS`] slices); None below three
 /// slices.
 pub fn growth(series: &[i64]) -> Option<Growth> {
-    let n = series.len();
+    let dt = TIME_BUCKET_NS as f64 / 1e9;
+    let xs: Vec<f64> = (0..series.len()).map(|k| k as f64 * dt).collect();
+    growth_at(&xs, series)
+}
+
+/// The slope of `series` taken at `secs` (seconds, increasing; an agent's windows' ends), with its 95%
+/// interval; `seconds` is the points' number times their mean spacing (for evenly spaced slices, the run).
+/// None below three points.
+pub fn growth_at(secs: &[f64], series: &[i64]) -> Option<Growth> {
+    let n = series.len().min(secs.len());
     if n < 3 {
         return None;
     }
-    let dt = TIME_BUCKET_NS as f64 / 1e9;
-    let xs: Vec<f64> = (0..n).map(|k| k as f64 * dt).collect();
-    let ys: Vec<f64> = series.iter().map(|&v| v as f64).collect();
+    let xs = &secs[..n];
+    let ys: Vec<f64> = series[..n].iter().map(|&v| v as f64).collect();
     let mx = xs.iter().sum::<f64>() / n as f64;
     let my = ys.iter().sum::<f64>() / n as f64;
     let sxx: f64 = xs.iter().map(|x| (x - mx).powi(2)).sum();
+    if sxx <= 0.0 {
+        return None;
+    }
     let sxy: f64 = xs.iter().zip(&ys).map(|(x, y)| (x - mx) * (y - my)).sum();
     let slope = sxy / sxx;
     let sse: f64 = xs.iter().zip(&ys).map(|(x, y)| (y - my - slope * (x - mx)).powi(2)).sum();
     let se = (sse / (n - 2) as f64 / sxx).sqrt();
+    let step = (xs[n - 1] - xs[0]) / (n - 1) as f64;
     Some(Growth {
         per_sec: slope,
         within: t95(n - 2) * se,
         first: series[0],
         last: series[n - 1],
-        seconds: n as f64 * dt,
+        seconds: n as f64 * step,
     })
 }
 

@@ -140,6 +140,10 @@ pub const SYSCALL_SLICES_NOTE: &str = "syscall counters: ";
 /// Start of the note saying the probes were stopped when their cost reached the budget.
 pub const BUDGET_NOTE: &str = "probes stopped after";
 
+/// Start of the note saying the kernel's OOM killer ended a target process (`{OOM_NOTE}PID`, then what
+/// was kept of it): the doctor's `oom-killed` rule reads it.
+pub const OOM_NOTE: &str = "the kernel's OOM killer ended pid ";
+
 /// Whether note `n` says how the probes spent their budget (a second phase's window, when they stopped,
 /// the price of a counted syscall, the counters' slices) rather than something the reader must know to trust the
 /// numbers: such notes are for `-v` and JSON, not the default text.

@@ -149,10 +149,13 @@ impl Layout {
                 (sample_types::INUSE_COUNT, "count"),
                 (sample_types::ALLOC_BYTES, "bytes"),
                 (sample_types::ALLOC_COUNT, "count"),
-                (sample_types::PEAK_BYTES, "bytes"),
-                (sample_types::PEAK_COUNT, "count"),
             ] {
                 sample_type(&mut l, name, unit);
+            }
+            // A window has no peak of its own (the heap's peak is a whole run's).
+            if !opts.windowed {
+                sample_type(&mut l, sample_types::PEAK_BYTES, "bytes");
+                sample_type(&mut l, sample_types::PEAK_COUNT, "count");
             }
         }
         if l.cfgs.iter().any(|c| matches!(c.source, Source::Tracepoint { .. })) {

@@ -48,6 +48,8 @@ struct Row {
     /// The event that last changed it: its in-use is its value at the peak while this is not after it.
     last_mod: u64,
     dirty: bool,
+    /// Allocations made (count, bytes) when the last window was cut.
+    alloc_at_cut: (u64, u64),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -150,6 +152,8 @@ pub struct Ledger {
     next_snapshot_ns: u64,
     start_ns: u64,
     allocator: String,
+    /// Cut into windows ([`Ledger::window`]): no series is kept between them.
+    windowed: bool,
 }
 
 impl Ledger {
@@ -164,6 +168,7 @@ impl Ledger {
             next_snapshot_ns: start_ns + period_ns.max(1),
             start_ns,
             allocator,
+            windowed: false,
         }
     }
 
@@ -210,7 +215,7 @@ impl Ledger {
                 }
             }
         }
-        if now_ns >= self.next_snapshot_ns {
+        if now_ns >= self.next_snapshot_ns && !self.windowed {
             self.snapshot(now_ns, false);
         }
     }
@@ -221,6 +226,73 @@ impl Ledger {
             b.snapshot(now_ns);
         }
         self.next_snapshot_ns = now_ns + self.period_ns;
+    }
+
+    /// A window of each process's heap at `now_ns`, as an agent stores it: one snapshot holding every
+    /// stack's in-use then (what was allocated since the probes were attached and is still live, not
+    /// its change), and per stack the allocations made since the last window (as totals without a
+    /// peak). From the first window on no series is kept (a process followed for days would hold one
+    /// snapshot every period). The books of processes `alive` says ended go after their last window.
+    pub fn window(&mut self, now_ns: u64, alive: impl Fn(u32) -> bool) -> Vec<HeapProfile> {
+        self.windowed = true;
+        let mut pids: Vec<u32> = self.books.keys().copied().collect();
+        pids.sort_unstable();
+        let mut out = Vec::new();
+        for pid in pids {
+            let b = self.books.get_mut(&pid).expect("listed above");
+            b.snapshots.clear();
+            for id in std::mem::take(&mut b.dirty) {
+                b.rows[id as usize].dirty = false;
+            }
+            let changed: Vec<(u32, u64, u64)> = (0..b.rows.len() as u32)
+                .map(|id| (id, b.rows[id as usize].inuse_bytes, b.rows[id as usize].inuse_count))
+                .filter(|&(_, bytes, count)| bytes > 0 || count > 0)
+                .collect();
+            let rows: Vec<HeapRow> = b
+                .rows
+                .iter_mut()
+                .enumerate()
+                .filter_map(|(i, r)| {
+                    let (count, bytes) = (r.alloc_count, r.alloc_bytes);
+                    let (c0, b0) = std::mem::replace(&mut r.alloc_at_cut, (count, bytes));
+                    (count > c0).then_some(HeapRow {
+                        stack: i as u32,
+                        alloc_count: count - c0,
+                        alloc_bytes: bytes - b0,
+                        ..HeapRow::default()
+                    })
+                })
+                .collect();
+            if !changed.is_empty() || !rows.is_empty() {
+                let snapshot = HeapSnapshot {
+                    time_ns: now_ns,
+                    total_bytes: b.total_bytes,
+                    total_count: b.total_count,
+                    changed,
+                };
+                out.push(HeapProfile {
+                    pid,
+                    start_ns: b.start_ns,
+                    sample_bytes: self.sample_bytes,
+                    stacks: b.stacks.clone(),
+                    snapshots: vec![snapshot],
+                    totals: Some(HeapTotals {
+                        time_ns: now_ns,
+                        unknown_frees: b.unknown_frees,
+                        lost: b.lost,
+                        rows,
+                        ..HeapTotals::default()
+                    }),
+                    maps: String::new(),
+                    allocator: self.allocator.clone(),
+                    truncated_file: false,
+                });
+            }
+            if !alive(pid) {
+                self.books.remove(&pid);
+            }
+        }
+        out
     }
 
     /// Each process's heap at `end_ns`: its series, and its totals (in use then, with the birth of its
@@ -329,6 +401,41 @@ mod tests {
         assert_eq!((two.alloc_count, two.inuse_bytes, two.peak_bytes, two.oldest_live_ns), (1, 0, 32, None));
         assert_eq!(p.snapshots.len(), 2, "one when the period passed, one at the end");
         assert_eq!(p.snapshots[0].total_bytes, 80);
+    }
+
+    /// Windows hold what is in use at their end (not its change) and the allocations made in them; a
+    /// process that ended has its last window, then its book goes; no series is kept between windows.
+    #[test]
+    fn windows_hold_what_is_in_use_at_their_end() {
+        let mut l = Ledger::new(1000, 0, 100, "libc".into());
+        l.take(
+            vec![alloc(7, 1100, 64, 1), done(7, 1200, 0xa0), alloc(7, 1300, 32, 2), done(7, 1400, 0xb0)],
+            &mut ByByte,
+            1450,
+        );
+        let w = l.window(1500, |_| true).pop().expect("one process");
+        assert_eq!(w.snapshots.len(), 1);
+        assert_eq!(w.snapshots[0].changed, [(0, 64, 1), (1, 32, 1)]);
+        let made: Vec<(u32, u64, u64)> =
+            w.totals.expect("totals").rows.iter().map(|r| (r.stack, r.alloc_count, r.alloc_bytes)).collect();
+        assert_eq!(made, [(0, 1, 64), (1, 1, 32)]);
+        // The second window: stack 1 freed, stack 0 allocated again; only this window's allocations.
+        l.take(
+            vec![
+                MemEvent::Freed { pid: 1, time: 1600, addr: 0xb0 },
+                alloc(7, 1700, 16, 1),
+                done(7, 1800, 0xc0),
+            ],
+            &mut ByByte,
+            5000,
+        );
+        let w = l.window(5000, |_| false).pop().expect("one process");
+        assert_eq!(w.snapshots.len(), 1, "no series between windows");
+        assert_eq!(w.snapshots[0].changed, [(0, 80, 2)]);
+        let made: Vec<(u32, u64, u64)> =
+            w.totals.expect("totals").rows.iter().map(|r| (r.stack, r.alloc_count, r.alloc_bytes)).collect();
+        assert_eq!(made, [(0, 1, 16)]);
+        assert!(l.window(6000, |_| true).is_empty(), "the ended process's book went with its last window");
     }
 
     /// A sampled allocation stands for its expected share: a block much larger than the mean for itself,

@@ -49,6 +49,11 @@ pub struct RecordOptions {
     /// short slices spread over the rest of the run, within the budget (`meta.syscall_slices`). None: no
     /// limit.
     pub probe_budget: Option<f64>,
+    /// The caller cuts the run into windows and keeps it going (an agent): memory in use of running
+    /// processes is kept per window as what is held at its end, and the probe budget stops the probes
+    /// that cost per call without ending a run that samples nothing else (its windows keep the in-use
+    /// as of then).
+    pub windowed: bool,
 }
 
 /// Which functions to count and how.
@@ -147,6 +152,7 @@ impl Default for RecordOptions {
             leave_running: false,
             stop: None,
             probe_budget: None,
+            windowed: false,
         }
     }
 }

@@ -108,6 +108,8 @@ pub struct Session<'a> {
     ledger: Option<Ledger>,
     /// When the memory probes stopped (event clock), under the probe budget.
     mem_stopped: Option<u64>,
+    /// Processes the kernel's OOM killer ended since the last window (said in its notes).
+    oom: Vec<u32>,
 }
 
 impl<'a> Session<'a> {
@@ -222,6 +224,7 @@ impl<'a> Session<'a> {
             mem,
             ledger,
             mem_stopped: None,
+            oom: Vec::new(),
         })
     }
 
@@ -263,6 +266,8 @@ impl<'a> Session<'a> {
     /// Lets process `pid` go: closes its events, and the converter drops its state a second later (no exit
     /// record of it comes through the side band from now on).
     pub fn forget(&mut self, pid: u32) {
+        // Read before the exit watch lets it go.
+        self.note_oom(pid);
         self.src.forget(pid);
         self.c.forget(pid, sys::monotonic_ns());
         self.c.host().jvms.forget(pid);
@@ -322,7 +327,7 @@ impl<'a> Session<'a> {
                 // The counters' window ends when the note says (removing the probes takes a while).
                 self.notes.push(note);
                 self.per_call_stopped = Some(at);
-                if !self.opts.cpu && self.opts.offcpu.is_none() {
+                if !self.opts.cpu && self.opts.offcpu.is_none() && !self.opts.windowed {
                     return Some(End::Stopped);
                 }
                 self.src.stop_per_call();
@@ -408,6 +413,24 @@ impl<'a> Session<'a> {
             self.last_release_check = Instant::now();
             self.src.release_ended();
         }
+    }
+
+    /// Remembers for the next window's notes that the kernel's OOM killer ended process `pid`, if it did.
+    fn note_oom(&mut self, pid: u32) {
+        if !self.oom.contains(&pid) && self.src.exits.as_ref().is_some_and(|w| w.oom_killed(pid)) {
+            self.oom.push(pid);
+        }
+    }
+
+    /// The notes of the processes the OOM killer ended, taken (each said once).
+    fn oom_notes(&mut self) -> Vec<String> {
+        let kept = if self.ledger.is_some() { "its memory in use as of its end is kept" } else { "" };
+        std::mem::take(&mut self.oom)
+            .into_iter()
+            .map(|pid| {
+                format!("{}{pid}{}{kept}", whyslow_model::OOM_NOTE, if kept.is_empty() { "" } else { ": " })
+            })
+            .collect()
     }
 
     /// Pairs what the memory probes sent since the last call (their stacks unwound with the mappings
@@ -541,7 +564,16 @@ impl<'a> Session<'a> {
         let now = sys::monotonic_ns();
         let gone: Vec<u32> = self.c.process_ids().filter(|&p| !target::alive(p)).collect();
         for pid in gone {
+            self.note_oom(pid);
             self.c.forget(pid, now);
+        }
+        // Memory in use at the end of the window (what was allocated since the probes were attached and
+        // is still live), of the processes that ended in it too.
+        self.take_mem();
+        if let Some(l) = self.ledger.as_mut() {
+            for p in l.window(now, target::alive) {
+                self.c.add_heap(&p);
+            }
         }
         self.c.host().jvms.forget_ended();
         self.c.forget_exited(now);
@@ -553,6 +585,7 @@ impl<'a> Session<'a> {
         let n = self.c.counters();
         raw.meta = self.metadata(self.window_t0.elapsed(), n);
         raw.meta.lost_samples = n.lost - self.lost_before;
+        raw.meta.notes.extend(self.oom_notes());
         // Each window carries its surroundings' readings (an agent's doctor checks quotas too).
         let pids = self.pids.clone();
         raw.meta.target_env = self.env.take().map(|e| e.finish(&pids));
@@ -637,6 +670,9 @@ impl<'a> Session<'a> {
         // The probes' cost up to the end, read while they are there.
         let probes = self.probe_load();
         if self.gate.is_none() {
+            for pid in self.pids.clone() {
+                self.note_oom(pid);
+            }
             // Attached targets that a signal ended during the run (whyslow is not their parent to wait).
             if let Some(w) = self.src.exits.take() {
                 let ended = self.pids.iter().filter_map(|&p| Killed::from_wait_status(p, w.status(p)?));
@@ -721,6 +757,7 @@ impl<'a> Session<'a> {
         meta.lost_events = lost_events;
         // Lost samples of this last window only (the earlier ones went with their windows).
         meta.lost_samples = counters.lost - self.lost_before;
+        meta.notes.extend(self.oom_notes());
         let Session { opts, src, mut c, gate, t0, mem, ledger, mem_stopped, .. } = self;
         // The events close before a launched command is ended.
         drop(src);
@@ -737,15 +774,25 @@ impl<'a> Session<'a> {
             }
             meta.notes.extend(crate::mem::notes(&profiles, &errors, gate.as_ref().map(|g| g.pid)));
         }
-        if let Some(l) = ledger {
-            // In use at the end of the run (or where the budget stopped the probes): what was allocated
-            // while they were attached and is still live.
-            let profiles = l.finish(mem_stopped.unwrap_or(end));
-            for p in &profiles {
-                c.add_heap(p);
+        match ledger {
+            Some(mut l) if opts.windowed => {
+                // The last window, as every one before it: in use at its end.
+                for p in l.window(end, |_| true) {
+                    c.add_heap(&p);
+                }
+                meta.notes.extend(mem_notes);
             }
-            meta.notes.extend(mem_notes);
-            meta.notes.extend(crate::mem::notes(&profiles, &[], None));
+            Some(l) => {
+                // In use at the end of the run (or where the budget stopped the probes): what was
+                // allocated while they were attached and is still live.
+                let profiles = l.finish(mem_stopped.unwrap_or(end));
+                for p in &profiles {
+                    c.add_heap(p);
+                }
+                meta.notes.extend(mem_notes);
+                meta.notes.extend(crate::mem::notes(&profiles, &[], None));
+            }
+            None => {}
         }
         observer.progress(&Progress {
             elapsed: t0.elapsed(),

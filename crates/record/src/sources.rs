@@ -816,6 +816,10 @@ impl<'obj> Sources<'obj> {
             }
         }
         notes.extend(self.follow_allocations(pid)?);
+        if let Some(m) = self.mem.as_mut().filter(|m| !m.stopped()) {
+            m.track(pid)?;
+            notes.extend(m.attach(&self.mem_probes.probes, pid)?);
+        }
         if let Some(w) = &self.exits {
             w.track(pid, false)?;
         }
@@ -870,6 +874,9 @@ impl<'obj> Sources<'obj> {
         }
         if let Some(w) = &self.exits {
             w.untrack(pid);
+        }
+        if let Some(m) = self.mem.as_mut() {
+            m.release(pid);
         }
     }
 }

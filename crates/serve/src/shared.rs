@@ -131,9 +131,25 @@ impl Shared {
 
 /// The stored windows `ids`, merged into one profile spanning them.
 pub(crate) fn merged(s: &Shared, ids: &[i64]) -> Result<whyslow_model::Profile, StoreError> {
+    merged_with(s, ids, |_| true)
+}
+
+/// [`merged`], leaving out the memory in use of the windows `in_use` refuses: a window holds the level
+/// at its end, so a range keeps one window's of each process (see `api/query.rs`).
+pub(crate) fn merged_with(
+    s: &Shared,
+    ids: &[i64],
+    in_use: impl Fn(i64) -> bool,
+) -> Result<whyslow_model::Profile, StoreError> {
     let mut profiles = Vec::with_capacity(ids.len());
     for &id in ids {
-        profiles.extend(s.store.lock().expect("store lock").profile(id)?);
+        let p = s.store.lock().expect("store lock").profile(id)?;
+        profiles.extend(p.map(|mut p| {
+            if !in_use(id) {
+                drop_in_use(&mut p);
+            }
+            p
+        }));
     }
     if profiles.len() == 1 {
         return Ok(profiles.pop().expect("one profile"));
@@ -148,4 +164,19 @@ pub(crate) fn merged(s: &Shared, ids: &[i64]) -> Result<whyslow_model::Profile, 
         p.meta.duration_ns = end - start;
     }
     Ok(p)
+}
+
+/// Zeroes a profile's `inuse-*` values (samples left with no value go).
+fn drop_in_use(p: &mut whyslow_model::Profile) {
+    use whyslow_model::sample_types as st;
+    let slots: Vec<usize> = [st::INUSE_BYTES, st::INUSE_COUNT].iter().filter_map(|t| p.sample_type(t)).collect();
+    if slots.is_empty() {
+        return;
+    }
+    for smp in &mut p.samples {
+        for &i in &slots {
+            smp.values[i] = 0;
+        }
+    }
+    p.samples.retain(|smp| smp.values.iter().any(|&v| v != 0));
 }

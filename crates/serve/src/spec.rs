@@ -28,10 +28,14 @@ pub enum SourceKind {
     Alloc,
     /// Sampled syscall entries by stack (syscalls).
     Syscalls,
+    /// Memory in use by stack, stackprobe's `mem` (inuse-bytes, inuse-count: what each window's end
+    /// holds of what was allocated since the source started; alloc-* of the window beside): the
+    /// allocator's functions probed, allocations sampled by bytes, within the probe budget.
+    Mem,
 }
 
-pub const ALL_SOURCES: [SourceKind; 4] =
-    [SourceKind::Cpu, SourceKind::Offcpu, SourceKind::Alloc, SourceKind::Syscalls];
+pub const ALL_SOURCES: [SourceKind; 5] =
+    [SourceKind::Cpu, SourceKind::Offcpu, SourceKind::Alloc, SourceKind::Syscalls, SourceKind::Mem];
 
 /// Which processes a target takes. Every given criterion must hold; at least one is given.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -172,7 +176,7 @@ impl TargetSpec {
             }
         }
         if self.sources.is_empty() {
-            return bad("sources must name at least one of cpu, offcpu, alloc, syscalls".into());
+            return bad("sources must name at least one of cpu, offcpu, alloc, syscalls, mem".into());
         }
         if !(1..=1000).contains(&self.frequency) {
             return bad(format!("frequency must be 1 to 1000 Hz, not {}", self.frequency));

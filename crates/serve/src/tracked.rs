@@ -7,12 +7,19 @@ use std::collections::BTreeSet;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
+use whyslow_record::mem::MemOptions;
 use whyslow_record::{AllocOptions, OffCpuOptions, RecordOptions, SyscallOptions, Target};
 
 /// Allocation stacks: each copied again at least every Nth call of it (the counts are exact).
 const ALLOC_PERIOD: u64 = 1000;
 /// Syscall entries sampled: every Nth.
 const SYSCALL_PERIOD: u64 = 100;
+/// Memory in use: allocations sampled one every this many bytes on average (tcmalloc's, jemalloc's and
+/// Go's default), so a stack crosses to user space per half MiB allocated, not per call.
+pub const MEM_SAMPLE_BYTES: u64 = 512 * 1024;
+/// The share of a process's CPU time the memory probes may cost (the doctor's and `record -p --mem`'s
+/// default): past it they stop and the windows keep the in-use as of then.
+pub const MEM_PROBE_BUDGET: f64 = 0.05;
 
 /// What one session records: its sources, frequency and window length.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -48,7 +55,14 @@ impl Key {
             cpu: has(SourceKind::Cpu),
             offcpu: has(SourceKind::Offcpu)
                 .then(|| OffCpuOptions::sampled_at(self.frequency, Duration::ZERO)),
-            alloc: has(SourceKind::Alloc).then_some(AllocOptions { period: ALLOC_PERIOD }),
+            // Memory in use counts the allocations of each window itself (sampled): with it, no
+            // allocation probes of their own (one uprobe per allocator call is enough).
+            alloc: (has(SourceKind::Alloc) && !has(SourceKind::Mem))
+                .then_some(AllocOptions { period: ALLOC_PERIOD }),
+            mem: has(SourceKind::Mem)
+                .then_some(MemOptions { sample_bytes: MEM_SAMPLE_BYTES, period_ms: 100 }),
+            probe_budget: has(SourceKind::Mem).then_some(MEM_PROBE_BUDGET),
+            windowed: true,
             syscalls: has(SourceKind::Syscalls)
                 .then(|| SyscallOptions { trace: Vec::new(), stacks_period: Some(SYSCALL_PERIOD) }),
             ring_pages: ring_pages(self.frequency, RecordOptions::default().stack_bytes),

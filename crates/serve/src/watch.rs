@@ -11,11 +11,16 @@
 //! `whyslow doctor` (exact call counts) are not run here. The detectors live in memory: at start each
 //! target's last windows before the cursor are replayed through its detector (nothing reported
 //! again), so a restart of the agent keeps its baselines.
+//!
+//! Memory in use is judged over windows: each window holds what its processes held at its end (not a
+//! series), so a target's last [`MEMORY_WINDOWS`] windows are kept per call site and the memory-growth
+//! rule fits their series ([`whyslow_analyze::doctor::memory_growth_across_windows`]); steady growth is a
+//! finding of every window it holds in, and its start is reported as a regression too.
 
 use crate::outbox::{Outbox, Outcome, Reader};
 use crate::shared::{merged, Shared};
 use crate::store::{FindingRow, Queue, StoreError, WindowRow};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 use whyslow_analyze::regress::{self, Detector, Regression};
@@ -24,6 +29,14 @@ use whyslow_analyze::regress::{self, Detector, Regression};
 pub const CURSOR: &str = "doctor";
 /// A finding absent from this many windows before is reported as started again.
 const RESTART_WINDOWS: u64 = 3;
+/// Windows of in-use memory the memory-growth rule fits (10 minutes of 10 s windows).
+const MEMORY_WINDOWS: usize = 60;
+/// Least growth over those windows that is a finding: eight sampling intervals (4 MiB), well above what
+/// the estimate of memory that is merely replaced scatters by (a 4 MiB cache whose entries are replaced
+/// every second: about 1.4 MiB from one window to the next).
+const MEMORY_GROWTH_MIN_BYTES: u64 = 8 * crate::tracked::MEM_SAMPLE_BYTES;
+/// The rule id whose findings come from the windows' series, not from one window.
+const MEMORY_GROWTH: &str = "memory-growth";
 
 /// One series' state: a target's windows of one set of sample types.
 struct TargetState {
@@ -31,6 +44,8 @@ struct TargetState {
     /// Windows seen, and the window each rule was last found in.
     seq: u64,
     last_seen: HashMap<String, u64>,
+    /// The last windows' in-use by call site: (start, end, sites), oldest first.
+    memory: VecDeque<(u64, u64, Vec<whyslow_analyze::doctor::SiteInUse>)>,
 }
 
 pub fn run(s: Arc<Shared>) {
@@ -116,7 +131,7 @@ fn diagnose(
     report: bool,
 ) {
     let name = spec.name.clone().unwrap_or_else(|| format!("target {target}"));
-    let d = whyslow_analyze::doctor::diagnose(p, &name);
+    let mut d = whyslow_analyze::doctor::diagnose(p, &name);
     let (start, end) = (p.meta.start_unix_ns, p.meta.start_unix_ns + p.meta.duration_ns);
     // One series per target and set of sample types: a target whose processes are recorded by sessions
     // of different sources (another target asks more of some) gets windows of each at their own times,
@@ -126,8 +141,16 @@ fn diagnose(
         detector: Detector::new(regress::Config::default()),
         seq: 0,
         last_seen: HashMap::new(),
+        memory: VecDeque::new(),
     });
     st.seq += 1;
+    let growth = memory_growth(st, p, start, end);
+    if p.sample_type(whyslow_model::sample_types::INUSE_BYTES).is_some() {
+        // A window's in-use is one moment: its growth is judged over the windows.
+        d.findings.retain(|f| f.id != MEMORY_GROWTH);
+        d.findings.extend(growth.clone());
+        d.findings.sort_by(|a, b| b.impact_pct.total_cmp(&a.impact_pct).then(a.id.cmp(b.id)));
+    }
     let mut events = Vec::new();
     let rows: Vec<FindingRow> = d
         .findings
@@ -147,9 +170,13 @@ fn diagnose(
             evidence: f.evidence.clone(),
         })
         .collect();
+    let mut memory_regression = None;
     for f in &d.findings {
         let before = st.last_seen.insert(f.id.to_string(), st.seq);
         if before.is_none_or(|b| st.seq - b > RESTART_WINDOWS) {
+            if f.id == MEMORY_GROWTH && growth.is_some() {
+                memory_regression = Some(memory_regression_json(target, spec.name.as_deref(), st, f));
+            }
             let body = serde_json::json!({
                 "event": "finding",
                 "target": target,
@@ -186,6 +213,10 @@ fn diagnose(
         );
         events.push((target, r.after_until_ns, "regression", body.to_string()));
     }
+    if let Some(body) = &memory_regression {
+        eprintln!("whyslow serve: regression in {name}: memory in use grows steadily ({})", body["function"]);
+        events.push((target, end, "regression", body.to_string()));
+    }
     let stored = s.store.lock().expect("store lock").add_findings(&rows, &events);
     s.store_result(&stored);
     if let Err(e) = stored {
@@ -204,6 +235,69 @@ fn diagnose(
     if regression.is_some() {
         *stats.regressions.entry(target).or_default() += 1;
     }
+    if memory_regression.is_some() {
+        *stats.regressions.entry(target).or_default() += 1;
+    }
+}
+
+/// Keeps window [start, end)'s in-use by call site in the target's series and judges its growth over
+/// the series (None without in-use memory or without steady growth).
+fn memory_growth(
+    st: &mut TargetState,
+    p: &whyslow_model::Profile,
+    start: u64,
+    end: u64,
+) -> Option<whyslow_analyze::doctor::Finding> {
+    p.sample_type(whyslow_model::sample_types::INUSE_BYTES)?;
+    st.memory.push_back((start, end, whyslow_analyze::doctor::sites_in_use(p)));
+    while st.memory.len() > MEMORY_WINDOWS {
+        st.memory.pop_front();
+    }
+    let history: Vec<(f64, Vec<whyslow_analyze::doctor::SiteInUse>)> =
+        st.memory.iter().map(|(_, end, sites)| (*end as f64 / 1e9, sites.clone())).collect();
+    whyslow_analyze::doctor::memory_growth_across_windows(&history, MEMORY_GROWTH_MIN_BYTES)
+}
+
+/// Steady growth of memory in use as a regression event: the call site growing fastest, the first and
+/// the last window of the series it was found over (with the diff of their in-use: what grew between),
+/// and the finding's evidence.
+fn memory_regression_json(
+    target: i64,
+    name: Option<&str>,
+    st: &TargetState,
+    f: &whyslow_analyze::doctor::Finding,
+) -> serde_json::Value {
+    let (first, last) = (st.memory.front(), st.memory.back());
+    let span = |w: Option<&(u64, u64, Vec<whyslow_analyze::doctor::SiteInUse>)>| w.map_or((0, 0), |w| (w.0, w.1));
+    let ((bf, bu), (af, au)) = (span(first), span(last));
+    // The site named first in the evidence ("grows X/s (...) under SITE (PATH), ...").
+    let site = f
+        .evidence
+        .iter()
+        .find_map(|e| e.split(" under ").nth(1)?.split(" (").next().map(str::to_string))
+        .unwrap_or_default();
+    let secs = |ns: u64| format!("{:.3}", ns as f64 / 1e9);
+    let diff = format!(
+        "/api/v1/diff?target={target}&type=inuse-bytes&before_from={}&before_until={}&after_from={}&after_until={}",
+        secs(bf),
+        secs(bu),
+        secs(af),
+        secs(au)
+    );
+    serde_json::json!({
+        "event": "regression",
+        "target": target,
+        "target_name": name,
+        "function": site,
+        "measure": MEMORY_GROWTH,
+        "before": { "from_ns": bf, "until_ns": bu, "windows": 1 },
+        "after": { "from_ns": af, "until_ns": au, "windows": 1 },
+        "windows": st.memory.len(),
+        "deploy": false,
+        "evidence": f.evidence,
+        "diff": diff,
+        "diff_svg": format!("{diff}&format=svg"),
+    })
 }
 
 /// What ran in a window: the main executables' build ids, behind the target's `version` label if any.

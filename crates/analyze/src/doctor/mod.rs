@@ -11,6 +11,7 @@ pub mod thresholds;
 
 pub use facts::{Facts, IdleThread, WallSplit};
 pub use fail_on::FailOn;
+pub use rules::memory_growth::{across_windows as memory_growth_across_windows, sites_in_use, SiteInUse};
 use serde::Serialize;
 use whyslow_model::Profile;
 

@@ -27,6 +27,7 @@ impl<'obj> ExitWatch<'obj> {
     /// an earlier process under the same pid left is forgotten.
     pub fn track(&self, pid: u32, launched: bool) -> Result<(), RecordError> {
         let _ = self.skel.maps.exits.delete(&pid.to_ne_bytes());
+        let _ = self.skel.maps.oom_victims.delete(&pid.to_ne_bytes());
         super::track(&self.skel.maps.tracked, pid, launched)
     }
 
@@ -34,6 +35,12 @@ impl<'obj> ExitWatch<'obj> {
     pub fn untrack(&self, pid: u32) {
         let _ = self.skel.maps.tracked.delete(&pid.to_ne_bytes());
         let _ = self.skel.maps.exits.delete(&pid.to_ne_bytes());
+        let _ = self.skel.maps.oom_victims.delete(&pid.to_ne_bytes());
+    }
+
+    /// Whether the kernel's OOM killer chose process `pid` (its SIGKILL was the OOM killer's).
+    pub fn oom_killed(&self, pid: u32) -> bool {
+        self.skel.maps.oom_victims.lookup(&pid.to_ne_bytes(), MapFlags::ANY).ok().flatten().is_some()
     }
 
     /// The wait status of `pid` if it ended (signal in the low 7 bits, 0x80 core dumped, code << 8).

@@ -110,9 +110,12 @@ pub struct MemProbe<'obj> {
     skel: MemSkel<'obj>,
     /// The exec and exit hooks of the `tracked` map.
     _hooks: Vec<Link>,
-    /// Return links (attached first, so that every counted entry has its return), then entry links.
-    returns: Vec<Link>,
-    entries: Vec<Link>,
+    /// Return links (attached first, so that every counted entry has its return), then entry links, each
+    /// with the process it was attached for.
+    returns: Vec<(u32, Link)>,
+    entries: Vec<(u32, Link)>,
+    /// Detached for good (the probe budget was spent): processes followed later get no probes.
+    stopped: bool,
     /// The programs' (run time ns, runs) when the run began: their runs since are the run's.
     stats_at: [Option<(u64, u64)>; 2],
     ring: libbpf_rs::RingBuffer<'static>,
@@ -174,6 +177,7 @@ impl<'obj> MemProbe<'obj> {
             _hooks: hooks,
             returns: Vec::new(),
             entries: Vec::new(),
+            stopped: false,
             stats_at: [None; 2],
             ring,
             events,
@@ -233,13 +237,13 @@ impl<'obj> MemProbe<'obj> {
             let mut kept = ids.clone();
             if !allocs.is_empty() {
                 match self.link(probes, &allocs, module, pid, true) {
-                    Ok(l) => self.returns.push(l),
+                    Ok(l) => self.returns.push((pid, l)),
                     Err(e @ RecordError::BpfPermission(_)) => return Err(e),
                     Err(_) => {
                         // One at a time, to find and skip the ones that cannot be probed.
                         for &i in &allocs {
                             match self.link(probes, &[i], module, pid, true) {
-                                Ok(l) => self.returns.push(l),
+                                Ok(l) => self.returns.push((pid, l)),
                                 Err(_) => {
                                     kept.retain(|&k| k != i);
                                     notes.push(format!(
@@ -257,12 +261,12 @@ impl<'obj> MemProbe<'obj> {
         }
         for (module, ids) in usable.into_iter().filter(|(_, ids)| !ids.is_empty()) {
             match self.link(probes, &ids, module, pid, false) {
-                Ok(l) => self.entries.push(l),
+                Ok(l) => self.entries.push((pid, l)),
                 Err(e @ RecordError::BpfPermission(_)) => return Err(e),
                 Err(_) => {
                     for &i in &ids {
                         match self.link(probes, &[i], module, pid, false) {
-                            Ok(l) => self.entries.push(l),
+                            Ok(l) => self.entries.push((pid, l)),
                             Err(_) => notes.push(format!(
                                 "{} in {} cannot be probed here: not counted",
                                 probes[i].0.name,
@@ -299,8 +303,21 @@ impl<'obj> MemProbe<'obj> {
     /// Stops the probes: the entry probes go first (an entry then always has its return), the rest once
     /// the returned links are dropped. What was sent stays readable with [`MemProbe::drain`].
     pub fn detach(&mut self) -> Vec<Link> {
+        self.stopped = true;
         drop(std::mem::take(&mut self.entries));
-        std::mem::take(&mut self.returns)
+        std::mem::take(&mut self.returns).into_iter().map(|(_, l)| l).collect()
+    }
+
+    /// Whether the probes were detached for good ([`MemProbe::detach`]).
+    pub fn stopped(&self) -> bool {
+        self.stopped
+    }
+
+    /// Stops the probes of process `pid` (a followed process that ended or was let go), entries first.
+    pub fn release(&mut self, pid: u32) {
+        self.entries.retain(|(p, _)| *p != pid);
+        self.returns.retain(|(p, _)| *p != pid);
+        let _ = self.skel.maps.tracked.delete(&pid.to_ne_bytes());
     }
 
     /// The events sent since the last call, in the order sent.

@@ -15,6 +15,7 @@ use whyslow_model::unix_now_ns as now_ns;
 
 mod conns;
 mod guard;
+mod memory;
 mod profiles;
 mod query;
 mod reply;
@@ -46,6 +47,7 @@ pub async fn serve(shared: Arc<Shared>, listener: std::net::TcpListener) -> std:
         .route("/api/v1/regressions", get(regressions))
         .route("/api/v1/regressions/check", get(regression_check))
         .route("/api/v1/diff", get(diff))
+        .route("/api/v1/inuse", get(memory::inuse))
         .route("/flamegraph", get(get_flamegraph).put(put_flamegraph))
         .fallback(|| async { ApiError::not_found("no such endpoint (see /api/v1/targets, /api/v1/profile)") })
         .method_not_allowed_fallback(|| async {

@@ -1,7 +1,7 @@
 //! Profiles of the stored windows: merged, as trees, timelines and tables; the doctor's findings and
 //! regressions; diffs of two ranges.
 
-use super::query::{join, load, params, range, selected, target_id, value, Selection, ThreadFilter};
+use super::query::{join, load, load_as, params, range, selected, target_id, value, InUse, Selection, ThreadFilter};
 use super::reply::{blocking, bytes, internal, json, ApiError, ApiResult};
 use crate::shared::Shared;
 use crate::timespec;
@@ -31,7 +31,9 @@ pub(super) async fn profile(
         return Err(ApiError::bad(format!("format '{format}' is not one of {}", FORMATS.join(", "))));
     }
     blocking(move || {
-        let mut p = load(&s, &targets, from, until)?;
+        // A timeline shows memory in use at each window's end; everything else what was held at the end.
+        let in_use = if format == "timeline" { InUse::Each } else { InUse::AtEnd };
+        let mut p = load_as(&s, &targets, from, until, in_use)?;
         if !slice.is_everything() {
             p = slice.apply(&p);
         }

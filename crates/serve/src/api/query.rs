@@ -124,12 +124,51 @@ pub(super) fn join(ids: &[i64]) -> String {
 /// Largest sum of stored window bytes one query merges.
 const MAX_QUERY_BYTES: u64 = 512 << 20;
 
+/// How a range's windows hold memory in use, which each window stores as its level at its end (not a
+/// change in it, as other values are).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum InUse {
+    /// Each process's level at the range's end: of its last window that ended in the range (a flame
+    /// graph of what it holds, a diff of two moments).
+    AtEnd,
+    /// Every window's, at its end (a timeline: the level over time).
+    Each,
+}
+
 /// The samples of `targets` in [from, until): the stored windows overlapping it, merged, without the
-/// samples of time slices outside it.
+/// samples of time slices outside it; memory in use as held at the range's end ([`InUse::AtEnd`]).
 pub(super) fn load(s: &Shared, sel: &Selection, from: u64, until: u64) -> Result<Profile, ApiError> {
-    let mut p = load_windows(s, sel, from, until)?;
+    load_as(s, sel, from, until, InUse::AtEnd)
+}
+
+/// [`load`], with memory in use as `in_use` says.
+pub(super) fn load_as(
+    s: &Shared,
+    sel: &Selection,
+    from: u64,
+    until: u64,
+    in_use: InUse,
+) -> Result<Profile, ApiError> {
+    let rows = window_rows(s, sel, from, until)?;
+    let ids: Vec<i64> = rows.iter().map(|w| w.id).collect();
+    let at_end = last_ended(&rows, until);
+    let mut p = crate::shared::merged_with(s, &ids, |id| in_use == InUse::Each || at_end.contains(&id))?;
     p.retain_time(from, until);
     Ok(p)
+}
+
+/// Per process, the window that ended last by `until` (else the one that ended last): whose in-use is
+/// the process's level at the end of a range.
+pub(super) fn last_ended(rows: &[crate::store::WindowRow], until: u64) -> std::collections::HashSet<i64> {
+    let mut last: BTreeMap<u32, (bool, u64, i64)> = BTreeMap::new();
+    for w in rows {
+        let key = (w.end_ns <= until, w.end_ns, w.id);
+        let e = last.entry(w.pid).or_insert(key);
+        if key > *e {
+            *e = key;
+        }
+    }
+    last.values().map(|&(_, _, id)| id).collect()
 }
 
 /// The threads a query names: `thread=TID[,TID]` and/or `pid=PID[,PID]` (None: any).
@@ -157,8 +196,14 @@ impl ThreadFilter {
     }
 }
 
-/// Every stored window of `targets` overlapping [from, until), merged into one profile.
-fn load_windows(s: &Shared, sel: &Selection, from: u64, until: u64) -> Result<Profile, ApiError> {
+/// Every stored window of `targets` overlapping [from, until) (with the selection's process labels),
+/// oldest first; an error when there is none or they hold too much to merge.
+pub(super) fn window_rows(
+    s: &Shared,
+    sel: &Selection,
+    from: u64,
+    until: u64,
+) -> Result<Vec<crate::store::WindowRow>, ApiError> {
     let mut rows = s.store.lock().expect("store lock").windows(&sel.targets, from, until)?;
     if !sel.process_labels.is_empty() {
         rows.retain(|w| {
@@ -185,8 +230,7 @@ fn load_windows(s: &Shared, sel: &Selection, from: u64, until: u64) -> Result<Pr
             "the range holds too much data: query a shorter one".into(),
         ));
     }
-    let ids: Vec<i64> = rows.iter().map(|w| w.id).collect();
-    Ok(crate::shared::merged(s, &ids)?)
+    Ok(rows)
 }
 
 /// The index of the sample type a query asks for (`type`, default the profile's: cpu, else the first).

@@ -18,7 +18,8 @@ use std::sync::Arc;
 use whyslow_model::unix_now_ns as now_ns;
 
 /// stackprobe's `PUT /flamegraph` body: `json=<object>` (as `curl -d json='{...}'` sends it, raw or
-/// percent-encoded), with `cmd.probe` (oncpu, offcpu, mem), `snoopers.proc_id`, `snoopers.proc_name`
+/// percent-encoded), with `cmd.probe` (oncpu, offcpu, mem: memory in use, as stackprobe's leak graph; and
+/// alloc: allocation counts, whyslow's own), `snoopers.proc_id`, `snoopers.proc_name`
 /// (`[{comm, cmdline}]`), `params` and `state`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -110,10 +111,11 @@ fn from_stackprobe(body: &[u8]) -> Result<Vec<TargetSpec>, SpecError> {
         let s = match p.as_str() {
             "oncpu" => SourceKind::Cpu,
             "offcpu" => SourceKind::Offcpu,
-            "mem" => SourceKind::Alloc,
+            "mem" => SourceKind::Mem,
+            "alloc" => SourceKind::Alloc,
             other => {
                 return Err(SpecError::Invalid(format!(
-                    "cmd.probe '{other}' is not one of oncpu, offcpu, mem"
+                    "cmd.probe '{other}' is not one of oncpu, offcpu, mem, alloc"
                 )))
             }
         };
@@ -219,6 +221,10 @@ mod tests {
         let enc = b"json=%7B%22snoopers%22%3A%7B%22proc_id%22%3A%5B1%5D%7D%7D";
         assert_eq!(from_stackprobe(enc).unwrap()[0].matcher.pids, [1]);
         assert!(from_stackprobe(br#"json={"cmd":{"probe":["gpu"]},"snoopers":{"proc_id":[1]}}"#).is_err());
+        // stackprobe's mem is memory in use; allocation counts are asked for as alloc.
+        let mem =
+            from_stackprobe(br#"json={"cmd":{"probe":["oncpu","mem","alloc"]},"snoopers":{"proc_id":[1]}}"#);
+        assert_eq!(mem.unwrap()[0].sources, [SourceKind::Cpu, SourceKind::Mem, SourceKind::Alloc]);
         assert!(
             from_stackprobe(br#"json={"snoopers":{"proc_id":[1]},"params":{"output_dir":"/etc"}}"#).is_err()
         );

@@ -1,14 +1,17 @@
 //! memory-growth: memory in use keeps growing over the run (a leak, or a cache without a bound): the
 //! in-use series grows steadily, still in its second half, under the call sites named by their first
 //! function of user code. Memory that is large but levels off is not a finding.
+//!
+//! An agent's windows each hold what is in use at their end, not a series: [`across_windows`] judges the
+//! series of a target's windows by the same rule (each call site's level at each window's end).
 
 use super::Text;
 use crate::doctor::facts::Facts;
 use crate::doctor::thresholds::{MEMORY_GROWTH_MIN_BYTES, MEMORY_GROWTH_MIN_SECS, MEMORY_GROWTH_STEADY};
 use crate::doctor::{Confidence, Finding, Verdict};
-use crate::memory::{growth, in_use_series, Growth};
-use std::collections::HashMap;
-use whyslow_model::sample_types;
+use crate::memory::{growth, growth_at, in_use_series, Growth};
+use std::collections::{BTreeMap, HashMap};
+use whyslow_model::{sample_types, Profile, Sample};
 
 const TEXT: Text = Text {
     id: "memory-growth",
@@ -49,10 +52,125 @@ fn path(names: &[String], site: &str) -> String {
 /// half keeps at least [`MEMORY_GROWTH_STEADY`] of the run's rate (memory that fills up and then stays
 /// is bounded, however fast it filled).
 fn steady(series: &[i64]) -> Option<(Growth, Growth)> {
-    let whole = growth(series)?;
-    let late = growth(&series[series.len() / 2..])?;
+    steady_with(series, growth)
+}
+
+/// [`steady`] with the slope taken by `fit` (over slices, or over windows at their times).
+fn steady_with(series: &[i64], fit: impl Fn(&[i64]) -> Option<Growth>) -> Option<(Growth, Growth)> {
+    let whole = fit(series)?;
+    let late = fit(&series[series.len() / 2..])?;
     (whole.surely_grows() && late.surely_grows() && late.per_sec >= MEMORY_GROWTH_STEADY * whole.per_sec)
         .then_some((whole, late))
+}
+
+/// The evidence line of one growing call site.
+fn site_line(path: &str, name: &str, g: &Growth, late: &Growth) -> String {
+    format!(
+        "grows {}/s (±{}/s, 95%) under {name} ({path}), still {}/s over the second half; {} held at the end",
+        bytes(g.per_sec),
+        bytes(g.within),
+        bytes(late.per_sec),
+        bytes(g.last as f64)
+    )
+}
+
+/// What one call site holds at one moment (an agent's window's end), named as the rule names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SiteInUse {
+    /// The first function of user code from the allocation outward.
+    pub site: String,
+    /// `main > … > cache_put > malloc`.
+    pub path: String,
+    pub bytes: i64,
+}
+
+/// Per call site, the `inuse-bytes` of the samples `keep` keeps, summed (what a profile of in-use at one
+/// moment holds there), largest first; empty without in-use memory.
+pub(crate) fn sites_of(f: &Facts, keep: impl Fn(&Sample) -> bool) -> Vec<SiteInUse> {
+    let Some(inuse) = f.p.sample_type(sample_types::INUSE_BYTES) else { return Vec::new() };
+    let mut sites: BTreeMap<String, SiteInUse> = BTreeMap::new();
+    for s in f.p.samples.iter().filter(|s| s.values[inuse] != 0 && keep(s)) {
+        let (name, names) = site(f, s.stack);
+        let e = sites.entry(name.clone()).or_insert_with(|| SiteInUse {
+            path: path(&names, &name),
+            site: name,
+            bytes: 0,
+        });
+        e.bytes += s.values[inuse];
+    }
+    let mut out: Vec<SiteInUse> = sites.into_values().collect();
+    out.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.site.cmp(&b.site)));
+    out
+}
+
+/// [`sites_of`] every sample of `p`: what an agent keeps of each window for [`across_windows`].
+pub fn sites_in_use(p: &Profile) -> Vec<SiteInUse> {
+    sites_of(&Facts::new(p), |_| true)
+}
+
+/// memory-growth over a target's windows, oldest first, each as (its end in seconds, what each call site
+/// held then): the same judgement as over one run's slices (a steady slope with its interval, still
+/// growing over the second half), where the growth must also reach `min_bytes` (above what sampling
+/// scatters, for windows of sampled allocations). None below five windows or without steady growth.
+pub fn across_windows(history: &[(f64, Vec<SiteInUse>)], min_bytes: u64) -> Option<Finding> {
+    let secs: Vec<f64> = history.iter().map(|(t, _)| *t).collect();
+    let fit = |series: &[i64]| growth_at(&secs[secs.len() - series.len()..], series);
+    let mut names: BTreeMap<&str, &str> = BTreeMap::new();
+    for s in history.iter().flat_map(|(_, sites)| sites) {
+        names.entry(&s.site).or_insert(&s.path);
+    }
+    let series_of = |name: &str| -> Vec<i64> {
+        history.iter().map(|(_, sites)| sites.iter().find(|s| s.site == name).map_or(0, |s| s.bytes)).collect()
+    };
+    let least = (min_bytes.max(MEMORY_GROWTH_MIN_BYTES)) as f64;
+    let mut growing: Vec<(String, String, Growth, Growth)> = names
+        .iter()
+        .filter_map(|(&name, &path)| {
+            let (g, late) = steady_with(&series_of(name), fit)?;
+            let enough = g.per_sec * g.seconds >= least && g.seconds >= MEMORY_GROWTH_MIN_SECS;
+            enough.then(|| (path.to_string(), name.to_string(), g, late))
+        })
+        .collect();
+    if growing.is_empty() {
+        return None;
+    }
+    growing.sort_by(|a, b| b.2.per_sec.total_cmp(&a.2.per_sec).then(a.1.cmp(&b.1)));
+    let totals: Vec<i64> = history.iter().map(|(_, sites)| sites.iter().map(|s| s.bytes).sum()).collect();
+    let mut evidence = Vec::new();
+    if let Some(all) = growth_at(&secs, &totals) {
+        evidence.push(format!(
+            "in use over the last {} windows ({:.0} s): {} at the first one's end, {} at the last one's ({}/s \
+             on average)",
+            history.len(),
+            all.seconds,
+            bytes(all.first as f64),
+            bytes(all.last as f64),
+            bytes(all.per_sec),
+        ));
+    }
+    for (path, name, g, late) in growing.iter().take(3) {
+        evidence.push(site_line(path, name, g, late));
+    }
+    let total = totals.last().copied().unwrap_or(0);
+    let held: i64 = growing.iter().map(|(_, _, g, _)| g.last.max(0)).sum();
+    let impact = if total > 0 { (100.0 * held as f64 / total as f64).min(100.0) } else { 0.0 };
+    let (g, late) = (growing[0].2, growing[0].3);
+    Some(Finding {
+        id: TEXT.id,
+        title: TEXT.title.to_string(),
+        impact_pct: (impact * 10.0).round() / 10.0,
+        impact_of: "memory",
+        confidence: if late.per_sec >= 0.8 * g.per_sec { Confidence::High } else { Confidence::Medium },
+        evidence,
+        why: TEXT.why.to_string(),
+        fix: TEXT.fix.to_string(),
+        verify: format!(
+            "after the fix, the in-use of {} levels off over the target's next windows (its memory view, \
+             `/api/v1/inuse`), and the agent no longer reports {}",
+            growing[0].1, TEXT.id
+        ),
+        case: "",
+    })
 }
 
 pub fn check(f: &Facts) -> Verdict {
@@ -91,13 +209,7 @@ pub fn check(f: &Facts) -> Verdict {
         ));
     }
     for (path, name, g, late) in growing.iter().take(3) {
-        evidence.push(format!(
-            "grows {}/s (±{}/s, 95%) under {name} ({path}), still {}/s over the second half; {} held at the end",
-            bytes(g.per_sec),
-            bytes(g.within),
-            bytes(late.per_sec),
-            bytes(g.last as f64)
-        ));
+        evidence.push(site_line(path, name, g, late));
     }
     let total = f.p.total(inuse);
     let held: i64 = growing.iter().map(|(_, _, g, _)| g.last.max(0)).sum();
@@ -124,7 +236,7 @@ fn bytes(n: f64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::check;
+    use super::{across_windows, check, SiteInUse};
     use crate::doctor::{Facts, Verdict};
     use whyslow_model::{sample_types as st, FrameKind, Metadata, Profile, ProfileBuilder, SampleType};
 
@@ -175,5 +287,34 @@ mod tests {
     #[test]
     fn large_but_bounded_memory_is_no_finding() {
         assert!(matches!(check(&Facts::new(&profile(0))), Verdict::Clear));
+    }
+
+    fn at(site: &str, bytes: i64) -> SiteInUse {
+        SiteInUse { site: site.into(), path: format!("main > {site} > malloc"), bytes }
+    }
+
+    /// Windows of 2 s: `cache_put` holds 100 KiB more at each window's end, `lru_put` fills to 256 KiB and
+    /// stays, scattering by a sampling quantum. The leak is found from the fifth window on, by its
+    /// exact slope; the bounded cache never, nor growth below `min_bytes`.
+    #[test]
+    fn growth_across_windows_is_judged_by_the_same_rule() {
+        let history: Vec<(f64, Vec<SiteInUse>)> = (0..8)
+            .map(|k| {
+                let lru = if k == 0 { 0 } else { 262_144 + [0, 524_288, 0][k % 3] };
+                (2.0 * k as f64, vec![at("cache_put", 102_400 * (k as i64 + 1)), at("lru_put", lru)])
+            })
+            .collect();
+        assert!(across_windows(&history[..4], 0).is_none(), "four windows are too few");
+        let f = across_windows(&history[..5], 0).expect("a finding at the fifth window");
+        assert_eq!(f.id, "memory-growth");
+        assert_eq!(
+            f.evidence[1],
+            "grows 50.0KiB/s (±0B/s, 95%) under cache_put (main > cache_put > malloc), still 50.0KiB/s over \
+             the second half; 500KiB held at the end"
+        );
+        assert_eq!(f.evidence.len(), 2, "the bounded cache is not named: {:?}", f.evidence);
+        assert!(across_windows(&history, 2 << 20).is_none(), "1.4 MiB grown is under 2 MiB");
+        let bounded: Vec<(f64, Vec<SiteInUse>)> = history.iter().map(|(t, s)| (*t, vec![s[1].clone()])).collect();
+        assert!(across_windows(&bounded, 0).is_none());
     }
 }

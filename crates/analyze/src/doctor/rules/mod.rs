@@ -11,7 +11,8 @@ mod gc_pressure;
 mod hot_logging;
 mod jvm_runtime;
 mod lock_contention;
-mod memory_growth;
+mod oom_killed;
+pub(crate) mod memory_growth;
 pub(crate) mod memory_pressure;
 mod protobuf_reflection;
 mod redundant_calls;
@@ -29,7 +30,7 @@ use super::{Confidence, Finding, Verdict};
 
 pub type Rule = fn(&Facts) -> Verdict;
 
-pub const ALL: [(&str, Rule); 20] = [
+pub const ALL: [(&str, Rule); 21] = [
     ("tz-stat-storm", tz_stat_storm::check),
     ("repeated-lookups", repeated_lookups::check),
     ("hot-logging", hot_logging::check),
@@ -49,6 +50,7 @@ pub const ALL: [(&str, Rule); 20] = [
     ("cpu-throttling", cpu_throttling::check),
     ("memory-pressure", memory_pressure::check),
     ("memory-growth", memory_growth::check),
+    ("oom-killed", oom_killed::check),
     ("cpu-oversubscription", cpu_oversubscription::check),
 ];
 
