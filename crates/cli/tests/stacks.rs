@@ -37,7 +37,8 @@ fn settled(pid: u32, running: &[&str]) {
         let all = tasks.iter().all(|t| {
             let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
             let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
-            let state = stat.rsplit_once(')').map_or(' ', |(_, r)| r.trim_start().chars().next().unwrap_or(' '));
+            let state =
+                stat.rsplit_once(')').map_or(' ', |(_, r)| r.trim_start().chars().next().unwrap_or(' '));
             running.contains(&comm.trim()) || state == 'S'
         });
         if all {
@@ -141,7 +142,9 @@ fn text_folds_threads_with_the_same_stack_and_state() {
     }
     assert!(block.contains("sleeping for ") && block.contains(" in futex(futex 0x"), "{block}");
     let reader = text.split("\n\n").find(|b| b.contains("\"reader\"")).unwrap();
-    assert!(reader.contains(" in read(fd ") && reader.contains("park_in_read (") && reader.contains("parked.c:"));
+    assert!(
+        reader.contains(" in read(fd ") && reader.contains("park_in_read (") && reader.contains("parked.c:")
+    );
 }
 
 #[test]
@@ -170,8 +173,12 @@ fn a_python_thread_shows_its_python_function_with_file_and_line() {
         let main = &threads[0];
         assert_eq!(main["state"], "sleeping", "3.{minor}");
         assert_eq!(main["syscall"]["name"], "read", "3.{minor}");
-        let py: Vec<&Value> =
-            main["frames"].as_array().unwrap().iter().filter(|f| f["file"].as_str().unwrap().ends_with("blocked.py")).collect();
+        let py: Vec<&Value> = main["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["file"].as_str().unwrap().ends_with("blocked.py"))
+            .collect();
         let names: Vec<&str> = py.iter().map(|f| f["function"].as_str().unwrap()).collect();
         assert_eq!(names, ["wait_here", "main", "<module>"], "3.{minor}: {main:#}");
         assert_eq!(py[0]["line"], 14, "3.{minor}: the os.read line of wait_here");

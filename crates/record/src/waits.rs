@@ -119,9 +119,7 @@ fn address(hex: &str, v6: bool) -> Option<String> {
 /// The descriptors epoll instance `epfd` watches (its fdinfo's `tfd:` lines).
 fn epoll_fds(pid: u32, epfd: i32) -> Vec<i32> {
     let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{epfd}")).unwrap_or_default();
-    info.lines()
-        .filter_map(|l| l.strip_prefix("tfd:")?.split_whitespace().next()?.parse().ok())
-        .collect()
+    info.lines().filter_map(|l| l.strip_prefix("tfd:")?.split_whitespace().next()?.parse().ok()).collect()
 }
 
 /// The descriptors of a poll's `struct pollfd` array (8 bytes each, the fd first), read from the
@@ -172,10 +170,7 @@ mod tests {
     #[test]
     fn proc_net_addresses_read_in_host_order() {
         assert_eq!(address("0100007F:1F90", false).as_deref(), Some("127.0.0.1:8080"));
-        assert_eq!(
-            address("00000000000000000000000001000000:0050", true).as_deref(),
-            Some("[::1]:80")
-        );
+        assert_eq!(address("00000000000000000000000001000000:0050", true).as_deref(), Some("[::1]:80"));
         assert_eq!(socket_inode("socket:[12345]"), Some(12345));
         assert_eq!(socket_inode("pipe:[12345]"), None);
     }

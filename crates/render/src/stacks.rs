@@ -95,7 +95,12 @@ pub fn state_line(t: &ThreadState) -> String {
 
 /// Text: a header, then each group of threads with the same state and stack, the largest first (then by
 /// their first thread id).
-pub fn text(w: &mut impl Write, p: &Profile, threads: &[ThreadState], kernel: bool) -> Result<(), RenderError> {
+pub fn text(
+    w: &mut impl Write,
+    p: &Profile,
+    threads: &[ThreadState],
+    kernel: bool,
+) -> Result<(), RenderError> {
     let frames = frames_by_thread(p, kernel);
     let none = Vec::new();
     // Grouped by (state word, syscall, wchan, frames): durations and arguments may differ within one.
@@ -157,7 +162,12 @@ pub fn text(w: &mut impl Write, p: &Profile, threads: &[ThreadState], kernel: bo
 }
 
 /// JSON: the process, and every thread (by id) with its state and frames, innermost first.
-pub fn json(w: &mut impl Write, p: &Profile, threads: &[ThreadState], kernel: bool) -> Result<(), RenderError> {
+pub fn json(
+    w: &mut impl Write,
+    p: &Profile,
+    threads: &[ThreadState],
+    kernel: bool,
+) -> Result<(), RenderError> {
     let frames = frames_by_thread(p, kernel);
     let none = Vec::new();
     let shown: Vec<ShownThread<'_>> = threads

@@ -56,10 +56,12 @@ fn decode(v: &[u8], pid: u32) -> Option<Taken> {
     let kbytes = (u32_of(offset_of!(Snap, kstack_bytes)) as usize).min(PY_OFFSET - KSTACK_OFFSET);
     let ubytes = (u32_of(offset_of!(Snap, ustack_bytes)) as usize).min(v.len() - USTACK_OFFSET);
     let kernel = (0..kbytes / 8).map(|i| u64_of(KSTACK_OFFSET + 8 * i)).filter(|&a| a != 0).collect();
-    let python = super::clock::decode_pystack(&v[PY_OFFSET..USTACK_OFFSET]).map(|p| p.frames).unwrap_or_default();
+    let python =
+        super::clock::decode_pystack(&v[PY_OFFSET..USTACK_OFFSET]).map(|p| p.frames).unwrap_or_default();
     let nr = u64_of(offset_of!(Snap, syscall)) as i64;
     let args_at = offset_of!(Snap, args);
-    let syscall = (!running && nr >= 0).then(|| (nr as u32, std::array::from_fn(|i| u64_of(args_at + 8 * i))));
+    let syscall =
+        (!running && nr >= 0).then(|| (nr as u32, std::array::from_fn(|i| u64_of(args_at + 8 * i))));
     let regs = UserRegs {
         ip: u64_of(offset_of!(Snap, ip)),
         sp: u64_of(offset_of!(Snap, sp)),
@@ -101,7 +103,8 @@ impl<'obj> StacksProbe<'obj> {
     ) -> Result<Self, RecordError> {
         check_btf()?;
         quiet_libbpf();
-        let mut open: OpenStacksSkel = StacksSkelBuilder::default().open(obj).map_err(|e| classify("open", e))?;
+        let mut open: OpenStacksSkel =
+            StacksSkelBuilder::default().open(obj).map_err(|e| classify("open", e))?;
         if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
             ro.target = pid;
             ro.stack_bytes = stack_bytes.min(STACK_MAX);
@@ -130,7 +133,8 @@ impl<'obj> StacksProbe<'obj> {
             .or(links.snapshot_python.as_ref())
             .ok_or_else(|| RecordError::Bpf("no iterator link".into()))?;
         let mut it = libbpf_rs::Iter::new(link).map_err(|e| classify("iterator", e))?;
-        std::io::copy(&mut it, &mut std::io::sink()).map_err(|e| RecordError::Io("task iterator".into(), e))?;
+        std::io::copy(&mut it, &mut std::io::sink())
+            .map_err(|e| RecordError::Io("task iterator".into(), e))?;
         Ok(())
     }
 
