@@ -638,13 +638,16 @@ fn reflection_dispatch_on_a_loaded_go_server() {
         let mut port = String::new();
         std::io::BufReader::new(server.stdout.take().unwrap()).read_line(&mut port).unwrap();
         let url = format!("http://127.0.0.1:{}/rpc", port.trim());
+        // The load lasts until the doctor is done: on a busy machine attaching alone took longer than the
+        // 7 s a fixed-length load had left, and the doctor saw an idle server.
         let mut load =
-            Command::new("wrk").args(["-t1", "-c8", "-d8s", &url]).stdout(Stdio::null()).spawn().unwrap();
+            Command::new("wrk").args(["-t1", "-c8", "-d120s", &url]).stdout(Stdio::null()).spawn().unwrap();
         std::thread::sleep(std::time::Duration::from_secs(1));
         let out = whyslow()
             .args(["doctor", "--format", "json", "-d", "5", "-p", &server.id().to_string()])
             .output()
             .unwrap();
+        load.kill().unwrap();
         load.wait().unwrap();
         server.kill().unwrap();
         server.wait().unwrap();
