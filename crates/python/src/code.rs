@@ -55,8 +55,8 @@ fn read_u64(mem: &dyn Memory, addr: u64) -> Result<u64, CodeError> {
 /// The code object at `addr` of a process running CPython with `layout`.
 pub fn read_code(mem: &dyn Memory, layout: &Layout, addr: u64) -> Result<Code, CodeError> {
     // Its type is `code` (3.13's frames may hold other executables).
-    let ty = read_u64(mem, addr + 8)?;
-    let name_at = read_u64(mem, ty + u64::from(layout.type_name))?;
+    let ty = read_u64(mem, addr.wrapping_add(8))?;
+    let name_at = read_u64(mem, ty.wrapping_add(u64::from(layout.type_name)))?;
     let mut tn = [0u8; 5];
     if !mem.read(name_at, &mut tn) {
         return Err(CodeError::Unreadable(name_at));
@@ -87,26 +87,27 @@ pub fn read_code(mem: &dyn Memory, layout: &Layout, addr: u64) -> Result<Code, C
         first_line,
         table,
         minor: layout.minor,
-        instructions: addr + u64::from(layout.code_adaptive),
+        instructions: addr.wrapping_add(u64::from(layout.code_adaptive)),
     })
 }
 
 /// A compact `str` (what names and file names are): ASCII, Latin-1, UCS-2 or UCS-4.
 fn read_str(mem: &dyn Memory, layout: &Layout, addr: u64) -> Result<String, CodeError> {
     let mut head = [0u8; 8];
-    let state_at = addr + u64::from(layout.unicode_state);
+    let state_at = addr.wrapping_add(u64::from(layout.unicode_state));
     if !mem.read(state_at, &mut head[..4]) {
         return Err(CodeError::Unreadable(state_at));
     }
     let state = u32::from_le_bytes(head[..4].try_into().expect("4 bytes"));
     let (kind, compact, ascii) = ((state >> 2) & 7, (state >> 5) & 1 == 1, (state >> 6) & 1 == 1);
-    let len = read_u64(mem, addr + u64::from(layout.unicode_length))?.min(MAX_STRING as u64) as usize;
+    let len =
+        read_u64(mem, addr.wrapping_add(u64::from(layout.unicode_length)))?.min(MAX_STRING as u64) as usize;
     if !compact || !matches!(kind, 1 | 2 | 4) {
         return Err(CodeError::BadString(addr));
     }
     let data = match ascii {
-        true => addr + u64::from(layout.unicode_ascii_data),
-        false => addr + u64::from(layout.unicode_compact_data),
+        true => addr.wrapping_add(u64::from(layout.unicode_ascii_data)),
+        false => addr.wrapping_add(u64::from(layout.unicode_compact_data)),
     };
     let mut b = vec![0u8; len * kind as usize];
     if !mem.read(data, &mut b) {
@@ -126,12 +127,12 @@ fn read_str(mem: &dyn Memory, layout: &Layout, addr: u64) -> Result<String, Code
 
 /// A `bytes` object's contents.
 fn read_bytes(mem: &dyn Memory, layout: &Layout, addr: u64) -> Result<Vec<u8>, CodeError> {
-    let len = read_u64(mem, addr + u64::from(layout.bytes_size))? as usize;
+    let len = read_u64(mem, addr.wrapping_add(u64::from(layout.bytes_size)))? as usize;
     if len > MAX_TABLE {
         return Err(CodeError::BadString(addr));
     }
     let mut b = vec![0u8; len];
-    let data = addr + u64::from(layout.bytes_data);
+    let data = addr.wrapping_add(u64::from(layout.bytes_data));
     match mem.read(data, &mut b) {
         true => Ok(b),
         false => Err(CodeError::Unreadable(data)),
@@ -265,7 +266,30 @@ fn svarint(table: &[u8], at: &mut usize) -> i64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{linetable_310, lnotab_line, location_table};
+    use super::{linetable_310, lnotab_line, location_table, read_code, CodeError, Memory};
+
+    /// Memory that reads as all ones everywhere: every pointer in it is `u64::MAX`.
+    struct Ones;
+    impl Memory for Ones {
+        fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
+            buf.fill(0xff);
+            addr < u64::MAX - 64
+        }
+    }
+
+    /// A frame read mid-change points at garbage: reading it is an error, not an overflow.
+    #[test]
+    fn garbage_pointers_are_errors() {
+        for layout in crate::layout::LAYOUTS {
+            for addr in [0, 0x1000, u64::MAX - 4] {
+                assert!(
+                    matches!(read_code(&Ones, layout, addr), Err(CodeError::Unreadable(_))),
+                    "3.{}",
+                    layout.minor
+                );
+            }
+        }
+    }
 
     /// Tables as each version's compiler writes them for
     /// `def f(n):\n  if n < 2:\n    return n\n  return f(n - 1) + f(n - 2)` at line 14 (bytes taken from
