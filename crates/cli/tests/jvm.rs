@@ -45,16 +45,25 @@ impl Drop for Jvm {
     }
 }
 
-/// Records JVM `pid` for `seconds` into `dir/NAME.data`.
-fn record_jvm(dir: &std::path::Path, name: &str, jvm: &mut Jvm, seconds: &str) -> String {
+/// Records JVM `pid` for `seconds` into `dir/NAME.data`. With `attached`, the timed part starts once
+/// whyslow has asked the JVM for its map (the map is there: within the attach's own limits, 5 s for the
+/// listener and 10 s for the answer), so what it compiles next is compiled during the recording.
+fn record_jvm(dir: &std::path::Path, name: &str, jvm: &mut Jvm, seconds: &str, attached: bool) -> String {
     let data = dir.join(format!("{name}.data")).to_string_lossy().into_owned();
     let pid = jvm.1.to_string();
+    // A map left by an earlier process of that pid is not this JVM's answer.
+    let map = std::path::PathBuf::from(format!("/tmp/perf-{pid}.map"));
+    let _ = std::fs::remove_file(&map);
     let ws = whyslow()
         .args(["record", "-q", "-d", seconds, "-o", &data, "-p", &pid])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while attached && !map.exists() && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     jvm.go();
     let out = ws.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -80,7 +89,7 @@ fn a_running_jvm_names_its_methods_and_unwinds_whole() {
     let _x = exclusive();
     let dir = tmp();
     let mut jvm = Jvm::start("10", &[]);
-    let data = record_jvm(dir.path(), "jvm", &mut jvm, "6");
+    let data = record_jvm(dir.path(), "jvm", &mut jvm, "6", true);
     let r = report_json(&data, &[]);
     let (a, b) = (self_pct(&r, HOT_A), self_pct(&r, HOT_B));
     let module = function(&r, |n| n == HOT_A).map(|f| f["module"].as_str().unwrap().to_string());
@@ -107,7 +116,7 @@ fn a_jvm_that_disables_attaching_gets_one_note() {
     let dir = tmp();
     // It runs well past the recording: attaching took 3.5 s beside five builds.
     let mut jvm = Jvm::start("10", &["-XX:+DisableAttachMechanism"]);
-    let data = record_jvm(dir.path(), "refused", &mut jvm, "2");
+    let data = record_jvm(dir.path(), "refused", &mut jvm, "2", false);
     let r = report_json(&data, &[]);
     let notes: Vec<&str> = r["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
     let pid = jvm.1;

@@ -29,10 +29,12 @@ const LISTENER_WAIT: Duration = Duration::from_secs(5);
 /// How long one command may take (writing the perf map of a large code cache).
 const REPLY_WAIT: Duration = Duration::from_secs(10);
 
-/// How often a JVM is asked again for its perf map while samples fall in code it has not named (code it
-/// compiled since): often enough that a method compiled during a run is named seconds later, rarely
-/// enough that writing the map (a walk of its code cache under a lock) costs the JVM nothing measurable.
-pub const REFRESH: Duration = Duration::from_secs(2);
+/// How soon a JVM is asked again for its perf map while samples fall in code it has not named (code it
+/// compiled since): until then its stacks are cut at that code. At least this long after the last ask,
+/// and [`REFRESH_COST`] times as long as that ask took, so a JVM with a large code cache (whose map
+/// takes long to write, a walk under a lock) spends at most 1/20 of one thread on it.
+const REFRESH: Duration = Duration::from_millis(200);
+const REFRESH_COST: u32 = 20;
 
 /// The diagnostic command that writes the JVM's code cache as a perf map.
 const PERFMAP_COMMAND: &str = "Compiler.perfmap";
@@ -236,8 +238,9 @@ fn connect(pid: u32, st: &Status, socket: &Path) -> Result<UnixStream, JvmError>
 /// What is known of one process about its JVM.
 #[derive(Debug, Default)]
 struct Jvm {
-    /// When its perf map was last asked for.
+    /// When its perf map was last asked for, and how long that took.
     asked: Option<Instant>,
+    took: Duration,
     /// A request is running.
     busy: bool,
     /// Requests answered, and how many of them the converter has read the map of.
@@ -276,7 +279,8 @@ impl Jvms {
     }
 
     /// For the converter asking for JIT symbols of `pid`: the map written since it last read one, and
-    /// a new request when the last is [`REFRESH`] old (an address is unknown: code compiled since).
+    /// a new request when the last is old enough (an address is unknown: code compiled since; see
+    /// [`REFRESH`]).
     pub fn jit(self: &Arc<Self>, pid: u32) -> JvmMap {
         let mut procs = self.procs.lock().unwrap_or_else(|e| e.into_inner());
         let Some(jvm) = procs.entry(pid).or_insert_with(|| is_jvm(pid).then(Jvm::default)) else {
@@ -292,7 +296,7 @@ impl Jvms {
                 None => JvmMap::Unchanged,
             };
         }
-        if !jvm.busy && jvm.asked.is_none_or(|t| t.elapsed() >= REFRESH) {
+        if !jvm.busy && jvm.asked.is_none_or(|t| t.elapsed() >= REFRESH.max(jvm.took * REFRESH_COST)) {
             jvm.busy = true;
             jvm.asked = Some(Instant::now());
             let me = Arc::clone(self);
@@ -330,7 +334,9 @@ impl Jvms {
     }
 
     fn ask(&self, pid: u32) -> bool {
+        let started = Instant::now();
         let result = write_perf_map(pid);
+        let took = started.elapsed();
         let layout = {
             let procs = self.procs.lock().unwrap_or_else(|e| e.into_inner());
             procs.get(&pid).and_then(|j| j.as_ref()?.layout.clone())
@@ -341,6 +347,10 @@ impl Jvms {
         let mut procs = self.procs.lock().unwrap_or_else(|e| e.into_inner());
         let Some(Some(jvm)) = procs.get_mut(&pid) else { return false };
         jvm.busy = false;
+        // The first ask's time is mostly the JVM starting its attach listener: not what a map costs.
+        if jvm.written > 0 {
+            jvm.took = took;
+        }
         let mut notes = self.notes.lock().unwrap_or_else(|e| e.into_inner());
         if let (Err(e), None) = (&layout, &jvm.layout) {
             notes.push(format!("JVM {pid}: compiled Java frames are unwound by frame pointers only: {e}"));
