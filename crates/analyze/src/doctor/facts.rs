@@ -233,6 +233,15 @@ impl<'a> Facts<'a> {
         self.syscall_seconds() * 1e9 * self.syscall_threads(names).max(1) as f64
     }
 
+    /// [`Facts::syscall_wall_ns`] less the share those threads waited for work: the working time the
+    /// syscalls' own time is a share of, so that a server idle half the time for want of load (a
+    /// client-bound benchmark) shows the cost per request it pays, not half of it.
+    pub fn syscall_working_ns(&self, names: &[&str]) -> f64 {
+        let tids = self.p.syscalls.iter().filter(|s| names.contains(&s.name.as_str()) && s.calls > 0);
+        let tids = tids.map(|s| s.tid).collect();
+        self.syscall_wall_ns(names) * self.working_fraction(&tids).max(1e-3)
+    }
+
     /// How a syscall rate's window reads after the rate: "" when the counters ran the whole profile.
     pub fn syscall_window(&self) -> String {
         let m = &self.p.meta;

@@ -73,6 +73,25 @@ impl Facts<'_> {
         by
     }
 
+    /// The share of their time the threads with these tids worked (ran, blocked or waited for a CPU)
+    /// rather than waited for work, from the samples; 1 without off-CPU data or samples of them.
+    pub fn working_fraction(&self, tids: &HashSet<u32>) -> f64 {
+        if self.wall_total == 0 {
+            return 1.0;
+        }
+        let of = |thread: u32| self.p.threads.get(thread as usize).is_some_and(|t| tids.contains(&t.tid));
+        let (all, idle) = self
+            .thread_times()
+            .into_iter()
+            .filter(|(thread, _)| of(*thread))
+            .fold((0, 0), |(a, i), (_, t)| (a + t.all, i + t.idle));
+        if all == 0 {
+            1.0
+        } else {
+            (all - idle) as f64 / all as f64
+        }
+    }
+
     /// The threads (index into the profile's threads) idle for at least [`IDLE_THREAD_PCT`] of their time.
     pub(super) fn idle_thread_ids(&self) -> HashSet<u32> {
         let times = self.thread_times().into_iter();
@@ -135,6 +154,10 @@ mod tests {
             WallSplit { running_ns: 40, blocked_ns: 20, runnable_ns: 20, idle_ns: 650, probe_ns: 7 }
         );
         assert_eq!(f.wall_total, 80);
+        // The one thread (tid 1) worked 80 of its 730 ns (the 7 in a probe left out).
+        let working = f.working_fraction(&[1].into());
+        assert!((working - 80.0 / 730.0).abs() < 1e-9, "{working}");
+        assert_eq!(f.working_fraction(&[2].into()), 1.0, "no samples of tid 2");
         let of: Vec<(&str, f64)> = f.hot_paths(10).iter().map(|h| (h.of, h.pct)).collect();
         assert_eq!(
             of,
