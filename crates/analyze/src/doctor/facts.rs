@@ -378,6 +378,21 @@ impl<'a> Facts<'a> {
         self.matching_except(value, self.wall_total, pred, except)
     }
 
+    /// As [`Facts::blocked_except`], without the blocked time of background workers (see
+    /// [`Facts::background_thread_ids`]): waits that hold up the program's work.
+    pub fn blocked_in_foreground_except(
+        &self,
+        pred: &dyn Fn(&Func) -> bool,
+        except: &dyn Fn(&Func) -> bool,
+    ) -> Match {
+        let background = self.background_thread_ids();
+        let value = |v: &View| match v.wait == Wait::Blocked && !v.instrumentation {
+            true if !background.contains(&v.thread) => v.off,
+            _ => 0,
+        };
+        self.matching_except(value, self.wall_total, pred, except)
+    }
+
     /// Sampled stacks of the syscalls `names` (leaf: the syscall's name in module `[syscall]`) that pass through a function `pred`
     /// matches: (matching, all sampled stacks of those syscalls).
     pub fn syscall_stacks(&self, names: &[&str], pred: &dyn Fn(&Func) -> bool) -> (Match, i64) {

@@ -3,7 +3,7 @@
 
 use super::waits::{is_idle_wait, Wait};
 use super::{pct, Facts};
-use crate::doctor::thresholds::IDLE_THREAD_PCT;
+use crate::doctor::thresholds::{BACKGROUND_IDLE_PCT, BACKGROUND_RUNNING_PCT, IDLE_THREAD_PCT};
 use std::collections::{HashMap, HashSet};
 
 /// One thread's time (ns): on and off CPU, idle, and the longest idle stack's value with the function it
@@ -92,6 +92,26 @@ impl Facts<'_> {
         }
     }
 
+    /// Background workers (index into the profile's threads): threads that waited for work for at least
+    /// [`BACKGROUND_IDLE_PCT`] of their time and ran for under [`BACKGROUND_RUNNING_PCT`] of the rest,
+    /// the rest being their waits (Redis's bio_aof_fsync syncing the AOF once a second): what they wait
+    /// for holds up no request, which runs on other threads.
+    pub fn background_thread_ids(&self) -> HashSet<u32> {
+        let mut running: HashMap<u32, i64> = HashMap::new();
+        for v in self.views.iter().filter(|v| !v.instrumentation) {
+            *running.entry(v.thread).or_default() += v.cpu;
+        }
+        let times = self.thread_times().into_iter();
+        times
+            .filter(|(thread, t)| {
+                let working = t.all - t.idle;
+                pct(t.idle, t.all) >= BACKGROUND_IDLE_PCT
+                    && pct(running.get(thread).copied().unwrap_or(0), working) < BACKGROUND_RUNNING_PCT
+            })
+            .map(|(thread, _)| thread)
+            .collect()
+    }
+
     /// The threads (index into the profile's threads) idle for at least [`IDLE_THREAD_PCT`] of their time.
     pub(super) fn idle_thread_ids(&self) -> HashSet<u32> {
         let times = self.thread_times().into_iter();
@@ -158,6 +178,7 @@ mod tests {
         let working = f.working_fraction(&[1].into());
         assert!((working - 80.0 / 730.0).abs() < 1e-9, "{working}");
         assert_eq!(f.working_fraction(&[2].into()), 1.0, "no samples of tid 2");
+        assert!(f.background_thread_ids().is_empty(), "it ran for half its working time");
         let of: Vec<(&str, f64)> = f.hot_paths(10).iter().map(|h| (h.of, h.pct)).collect();
         assert_eq!(
             of,
