@@ -9,6 +9,7 @@ for cmd_pkg in gcc:gcc g++:g++ make:make pkg-config:pkg-config clang:clang perf:
                strace:strace ltrace:ltrace hyperfine:hyperfine bpftool:bpftool sqlite3:sqlite3 wrk:wrk \
                protoc:protobuf-compiler promtool:prometheus chromium:chromium \
                redis-server:redis-server redis-benchmark:redis-tools \
+               mariadbd:mariadb-server mariadb-slap:mariadb-client pgbench:postgresql \
                debuginfod:debuginfod debuginfod-find:debuginfod javac:openjdk-17-jdk-headless \
                jcmd:openjdk-17-jdk-headless; do
   cmd=${cmd_pkg%%:*}; pkg=${cmd_pkg#*:}

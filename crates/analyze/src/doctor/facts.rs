@@ -233,6 +233,15 @@ impl<'a> Facts<'a> {
         self.syscall_seconds() * 1e9 * self.syscall_threads(names).max(1) as f64
     }
 
+    /// [`Facts::syscall_wall_ns`] less the share those threads waited for work: the working time the
+    /// syscalls' own time is a share of, so that a server idle half the time for want of load (a
+    /// client-bound benchmark) shows the cost per request it pays, not half of it.
+    pub fn syscall_working_ns(&self, names: &[&str]) -> f64 {
+        let tids = self.p.syscalls.iter().filter(|s| names.contains(&s.name.as_str()) && s.calls > 0);
+        let tids = tids.map(|s| s.tid).collect();
+        self.syscall_wall_ns(names) * self.working_fraction(&tids).max(1e-3)
+    }
+
     /// How a syscall rate's window reads after the rate: "" when the counters ran the whole profile.
     pub fn syscall_window(&self) -> String {
         let m = &self.p.meta;
@@ -366,6 +375,21 @@ impl<'a> Facts<'a> {
     /// rule owns).
     pub fn blocked_except(&self, pred: &dyn Fn(&Func) -> bool, except: &dyn Fn(&Func) -> bool) -> Match {
         let value = |v: &View| if v.wait == Wait::Blocked && !v.instrumentation { v.off } else { 0 };
+        self.matching_except(value, self.wall_total, pred, except)
+    }
+
+    /// As [`Facts::blocked_except`], without the blocked time of background workers (see
+    /// [`Facts::background_thread_ids`]): waits that hold up the program's work.
+    pub fn blocked_in_foreground_except(
+        &self,
+        pred: &dyn Fn(&Func) -> bool,
+        except: &dyn Fn(&Func) -> bool,
+    ) -> Match {
+        let background = self.background_thread_ids();
+        let value = |v: &View| match v.wait == Wait::Blocked && !v.instrumentation {
+            true if !background.contains(&v.thread) => v.off,
+            _ => 0,
+        };
         self.matching_except(value, self.wall_total, pred, except)
     }
 

@@ -72,6 +72,11 @@ pub const OVERSUB_DEMAND_RATIO: f64 = 1.5;
 pub const MEMORY_WALL_PCT: f64 = 5.0;
 pub const MEMORY_MIN_MS: f64 = 100.0;
 
+/// blocking-io: a thread idle (waiting for work) for at least this share of its time that ran for under
+/// this share of the rest is a background worker (a flusher thread): its disk waits hold up no request.
+pub const BACKGROUND_IDLE_PCT: f64 = 50.0;
+pub const BACKGROUND_RUNNING_PCT: f64 = 10.0;
+
 /// A thread idle (waiting for work) for at least this share of its time is summarized as idle.
 pub const IDLE_THREAD_PCT: f64 = 90.0;
 

@@ -43,3 +43,17 @@ pub fn with_syscalls(stacks: &[(&str, i64, i64)], syscall_stacks: &[(&str, i64)]
     }
     b.finish()
 }
+
+/// Stacks as [`profile`]'s, each on the thread with the tid given (one process).
+pub fn on_threads(stacks: &[(u32, &str, i64, i64)]) -> Profile {
+    let types = ["cpu-ns", "offcpu"].map(|n| SampleType { name: n.into(), unit: "nanoseconds".into() });
+    let mut b =
+        ProfileBuilder::new(Metadata { duration_ns: 10_000_000_000, ..Default::default() }, types.to_vec());
+    for (tid, stack, cpu, off) in stacks {
+        let t = b.thread(1, *tid, "app");
+        let frames: Vec<u32> = stack.split(';').map(|s| frame(&mut b, s)).collect();
+        let s = b.stack(&frames);
+        b.add_sample(s, t, &[*cpu, *off]);
+    }
+    b.finish()
+}

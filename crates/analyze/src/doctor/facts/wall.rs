@@ -3,7 +3,7 @@
 
 use super::waits::{is_idle_wait, Wait};
 use super::{pct, Facts};
-use crate::doctor::thresholds::IDLE_THREAD_PCT;
+use crate::doctor::thresholds::{BACKGROUND_IDLE_PCT, BACKGROUND_RUNNING_PCT, IDLE_THREAD_PCT};
 use std::collections::{HashMap, HashSet};
 
 /// One thread's time (ns): on and off CPU, idle, and the longest idle stack's value with the function it
@@ -73,6 +73,45 @@ impl Facts<'_> {
         by
     }
 
+    /// The share of their time the threads with these tids worked (ran, blocked or waited for a CPU)
+    /// rather than waited for work, from the samples; 1 without off-CPU data or samples of them.
+    pub fn working_fraction(&self, tids: &HashSet<u32>) -> f64 {
+        if self.wall_total == 0 {
+            return 1.0;
+        }
+        let of = |thread: u32| self.p.threads.get(thread as usize).is_some_and(|t| tids.contains(&t.tid));
+        let (all, idle) = self
+            .thread_times()
+            .into_iter()
+            .filter(|(thread, _)| of(*thread))
+            .fold((0, 0), |(a, i), (_, t)| (a + t.all, i + t.idle));
+        if all == 0 {
+            1.0
+        } else {
+            (all - idle) as f64 / all as f64
+        }
+    }
+
+    /// Background workers (index into the profile's threads): threads that waited for work for at least
+    /// [`BACKGROUND_IDLE_PCT`] of their time and ran for under [`BACKGROUND_RUNNING_PCT`] of the rest,
+    /// the rest being their waits (Redis's bio_aof_fsync syncing the AOF once a second): what they wait
+    /// for holds up no request, which runs on other threads.
+    pub fn background_thread_ids(&self) -> HashSet<u32> {
+        let mut running: HashMap<u32, i64> = HashMap::new();
+        for v in self.views.iter().filter(|v| !v.instrumentation) {
+            *running.entry(v.thread).or_default() += v.cpu;
+        }
+        let times = self.thread_times().into_iter();
+        times
+            .filter(|(thread, t)| {
+                let working = t.all - t.idle;
+                pct(t.idle, t.all) >= BACKGROUND_IDLE_PCT
+                    && pct(running.get(thread).copied().unwrap_or(0), working) < BACKGROUND_RUNNING_PCT
+            })
+            .map(|(thread, _)| thread)
+            .collect()
+    }
+
     /// The threads (index into the profile's threads) idle for at least [`IDLE_THREAD_PCT`] of their time.
     pub(super) fn idle_thread_ids(&self) -> HashSet<u32> {
         let times = self.thread_times().into_iter();
@@ -135,6 +174,11 @@ mod tests {
             WallSplit { running_ns: 40, blocked_ns: 20, runnable_ns: 20, idle_ns: 650, probe_ns: 7 }
         );
         assert_eq!(f.wall_total, 80);
+        // The one thread (tid 1) worked 80 of its 730 ns (the 7 in a probe left out).
+        let working = f.working_fraction(&[1].into());
+        assert!((working - 80.0 / 730.0).abs() < 1e-9, "{working}");
+        assert_eq!(f.working_fraction(&[2].into()), 1.0, "no samples of tid 2");
+        assert!(f.background_thread_ids().is_empty(), "it ran for half its working time");
         let of: Vec<(&str, f64)> = f.hot_paths(10).iter().map(|h| (h.of, h.pct)).collect();
         assert_eq!(
             of,

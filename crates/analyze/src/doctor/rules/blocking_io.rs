@@ -1,5 +1,6 @@
 //! blocking-io: wall time blocked in fsync/fdatasync or in file reads and writes waiting for the disk
-//! (e.g. a database committing every statement). Waits inside page faults are memory-pressure's.
+//! (e.g. a database committing every statement). Waits inside page faults are memory-pressure's; those
+//! of background workers (a thread mostly waiting for work that wakes to sync) hold up no request.
 
 use super::{named, share_rule, Share, Text};
 use crate::doctor::facts::{Facts, Func};
@@ -69,6 +70,8 @@ pub fn check(f: &Facts) -> Verdict {
             min_value,
             extra: &syncs,
             except: &super::memory_pressure::is_fault_entry,
+            // A flusher thread syncing once a second off the request path is the fix, not the problem.
+            foreground: true,
             ..Share::blocked(&is_disk_wait, BLOCKING_IO_WALL_PCT)
         },
     )
@@ -76,8 +79,28 @@ pub fn check(f: &Facts) -> Verdict {
 
 #[cfg(test)]
 mod tests {
-    use crate::doctor::facts::test_profile::profile;
+    use crate::doctor::facts::test_profile::{on_threads, profile};
     use crate::doctor::rules::tests::fired;
+
+    /// Redis with appendfsync everysec: the main thread answers; bio_aof_fsync waits for work and wakes
+    /// once a second to sync, slowly on a busy disk. Not a finding; the same syncs on the main thread
+    /// (appendfsync always) are.
+    #[test]
+    fn a_background_syncer_is_not_a_finding() {
+        let fsync = "bio;lib:fdatasync;k:__x64_sys_fdatasync;k:file_write_and_wait_range";
+        let p = on_threads(&[
+            (1, "main;aeMain;readQueryFromClient", 800_000_000, 0),
+            (2, "bio;lib:pthread_cond_wait;k:futex_wait", 0, 3_000_000_000),
+            (2, fsync, 1_000_000, 200_000_000),
+        ]);
+        assert_eq!(fired(super::check, &p), None);
+        let main = fsync.replace("bio;", "main;flushAppendOnlyFile;");
+        let p = on_threads(&[
+            (1, "main;aeMain;readQueryFromClient", 800_000_000, 0),
+            (1, &main, 1_000_000, 200_000_000),
+        ]);
+        assert!(fired(super::check, &p).is_some());
+    }
 
     #[test]
     fn fires_on_fdatasync_blocking_not_on_pipes() {

@@ -133,6 +133,9 @@ pub struct Share<'a> {
     pub extra: &'a dyn Fn(&Facts) -> Vec<String>,
     /// Stacks through a function this matches are another rule's (blocked time only).
     pub except: &'a dyn Fn(&Func) -> bool,
+    /// Leave out the blocked time of background workers (blocked time only; see
+    /// [`Facts::background_thread_ids`]).
+    pub foreground: bool,
 }
 
 impl<'a> Share<'a> {
@@ -145,6 +148,7 @@ impl<'a> Share<'a> {
             confidence: Confidence::High,
             extra: &|_| Vec::new(),
             except: &|_| false,
+            foreground: false,
         }
     }
 
@@ -159,6 +163,7 @@ pub fn share_rule(f: &Facts, t: &Text, s: Share) -> Verdict {
     let (m, total, of) = match s.blocked {
         true if !f.has_offcpu() => return Verdict::NeedsData("off-CPU time (record --offcpu)"),
         false if !f.has_cpu() => return Verdict::NeedsData("CPU samples"),
+        true if s.foreground => (f.blocked_in_foreground_except(s.pred, s.except), f.wall_total, "wall"),
         true => (f.blocked_except(s.pred, s.except), f.wall_total, "wall"),
         false => (f.cpu(s.pred), f.cpu_total, "cpu"),
     };

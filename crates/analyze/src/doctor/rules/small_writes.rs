@@ -98,8 +98,9 @@ fn file_writes(f: &Facts, names: &[&str], others: &[&str]) -> Option<Finding> {
     // The time inside them, exact from the counters (less what our probe added to each): a regular
     // file has no reader to wait for, so it is the writes' own cost (the copy, the file system's locks,
     // throttling by writeback) plus preemptions. A server's worker busy a third of the time yields too
-    // few CPU samples in a few seconds for a share of a few percent to be sure from them alone.
-    let wall_ns = f.syscall_wall_ns(names);
+    // few CPU samples in a few seconds for a share of a few percent to be sure from them alone. A share
+    // of its working time: the time it waited for requests is not time the writes could give back.
+    let wall_ns = f.syscall_working_ns(names);
     let inside = w.total_ns.saturating_sub(w.calls * f.p.meta.syscall_cost_ns);
     let inside_pct = 100.0 * inside as f64 / wall_ns;
     let replies = f.syscall(others).calls;
@@ -131,7 +132,7 @@ fn file_writes(f: &Facts, names: &[&str], others: &[&str]) -> Option<Finding> {
     }
     evidence.push(format!(
         "{:.1}% of CPU time is in these writes (kernel included); {inside_pct:.1}% of the writing \
-         threads' time is inside them ({:.1} us per call)",
+         threads' working time is inside them ({:.1} us per call)",
         impact.pct,
         inside as f64 / w.calls.max(1) as f64 / 1e3
     ));
