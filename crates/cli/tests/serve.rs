@@ -1515,7 +1515,9 @@ fn the_agent_flags_a_leak_and_not_a_bounded_cache() {
     let target = |pid: u64| format!(r#"{{"match":{{"pids":[{pid}]}},"sources":["mem"],"window_s":1}}"#);
     let (l, b) = (add_target(&a, &target(leak_pid)), add_target(&a, &target(bounded_pid)));
     // Both followed by the session, their probes attached: then the work starts.
-    wait_for(10, "the session to follow both", || (metric(&a, "whyslow_processes_held") >= 2.0).then_some(()));
+    wait_for(10, "the session to follow both", || {
+        (metric(&a, "whyslow_processes_held") >= 2.0).then_some(())
+    });
     for c in [&mut leak, &mut bounded] {
         c.stdin.take().unwrap().write_all(b"go\n").unwrap();
     }
@@ -1533,7 +1535,10 @@ fn the_agent_flags_a_leak_and_not_a_bounded_cache() {
     assert!(site.contains(" under cache_put (") && site.contains("cache_put > malloc)"), "{found}");
     let r = regressions(&a, l);
     assert_eq!(r.len(), 1, "{r:?}");
-    assert_eq!((r[0]["measure"].as_str(), r[0]["function"].as_str()), (Some("memory-growth"), Some("cache_put")));
+    assert_eq!(
+        (r[0]["measure"].as_str(), r[0]["function"].as_str()),
+        (Some("memory-growth"), Some("cache_put"))
+    );
     // The flame graph of what grew between the first and the last window of the series.
     let (code, body) = a.req("GET", &format!("{}&format=svg", r[0]["diff"].as_str().unwrap()), b"");
     assert_eq!(code, 200);
@@ -1609,13 +1614,12 @@ fn an_oom_killed_process_keeps_its_last_in_use_profile() {
     assert!(evidence[0].starts_with(&format!("pid {pid} was killed by the OOM killer holding ")), "{f}");
     assert!(evidence[1].contains(" under cache_put (") && evidence[1].contains("cache_put > malloc)"), "{f}");
     // The kept profile: what it held at its end, cache_put's stack on top, tens of MiB of the 64 MiB.
-    let (code, body) = a.req("GET", &format!("/api/v1/profile?target={id}&type=inuse-bytes&format=folded&from=now-5m"), b"");
+    let (code, body) =
+        a.req("GET", &format!("/api/v1/profile?target={id}&type=inuse-bytes&format=folded&from=now-5m"), b"");
     assert_eq!(code, 200);
     let text = String::from_utf8(body).unwrap();
-    let mut lines: Vec<(i64, &str)> = text
-        .lines()
-        .filter_map(|l| l.rsplit_once(' ').map(|(s, v)| (v.parse().unwrap_or(0), s)))
-        .collect();
+    let mut lines: Vec<(i64, &str)> =
+        text.lines().filter_map(|l| l.rsplit_once(' ').map(|(s, v)| (v.parse().unwrap_or(0), s))).collect();
     lines.sort();
     let (bytes, stack) = lines.last().copied().unwrap();
     assert!(stack.ends_with("main;cache_put;malloc"), "{text}");

@@ -169,7 +169,8 @@ pub(crate) fn merged_with(
 /// Zeroes a profile's `inuse-*` values (samples left with no value go).
 fn drop_in_use(p: &mut whyslow_model::Profile) {
     use whyslow_model::sample_types as st;
-    let slots: Vec<usize> = [st::INUSE_BYTES, st::INUSE_COUNT].iter().filter_map(|t| p.sample_type(t)).collect();
+    let slots: Vec<usize> =
+        [st::INUSE_BYTES, st::INUSE_COUNT].iter().filter_map(|t| p.sample_type(t)).collect();
     if slots.is_empty() {
         return;
     }

@@ -268,7 +268,8 @@ fn memory_regression_json(
     f: &whyslow_analyze::doctor::Finding,
 ) -> serde_json::Value {
     let (first, last) = (st.memory.front(), st.memory.back());
-    let span = |w: Option<&(u64, u64, Vec<whyslow_analyze::doctor::SiteInUse>)>| w.map_or((0, 0), |w| (w.0, w.1));
+    let span =
+        |w: Option<&(u64, u64, Vec<whyslow_analyze::doctor::SiteInUse>)>| w.map_or((0, 0), |w| (w.0, w.1));
     let ((bf, bu), (af, au)) = (span(first), span(last));
     // The site named first in the evidence ("grows X/s (...) under SITE (PATH), ...").
     let site = f

@@ -1,7 +1,9 @@
 //! Profiles of the stored windows: merged, as trees, timelines and tables; the doctor's findings and
 //! regressions; diffs of two ranges.
 
-use super::query::{join, load, load_as, params, range, selected, target_id, value, InUse, Selection, ThreadFilter};
+use super::query::{
+    join, load, load_as, params, range, selected, target_id, value, InUse, Selection, ThreadFilter,
+};
 use super::reply::{blocking, bytes, internal, json, ApiError, ApiResult};
 use crate::shared::Shared;
 use crate::timespec;

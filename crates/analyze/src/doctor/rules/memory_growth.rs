@@ -120,7 +120,10 @@ pub fn across_windows(history: &[(f64, Vec<SiteInUse>)], min_bytes: u64) -> Opti
         names.entry(&s.site).or_insert(&s.path);
     }
     let series_of = |name: &str| -> Vec<i64> {
-        history.iter().map(|(_, sites)| sites.iter().find(|s| s.site == name).map_or(0, |s| s.bytes)).collect()
+        history
+            .iter()
+            .map(|(_, sites)| sites.iter().find(|s| s.site == name).map_or(0, |s| s.bytes))
+            .collect()
     };
     let least = (min_bytes.max(MEMORY_GROWTH_MIN_BYTES)) as f64;
     let mut growing: Vec<(String, String, Growth, Growth)> = names
@@ -314,7 +317,8 @@ mod tests {
         );
         assert_eq!(f.evidence.len(), 2, "the bounded cache is not named: {:?}", f.evidence);
         assert!(across_windows(&history, 2 << 20).is_none(), "1.4 MiB grown is under 2 MiB");
-        let bounded: Vec<(f64, Vec<SiteInUse>)> = history.iter().map(|(t, s)| (*t, vec![s[1].clone()])).collect();
+        let bounded: Vec<(f64, Vec<SiteInUse>)> =
+            history.iter().map(|(t, s)| (*t, vec![s[1].clone()])).collect();
         assert!(across_windows(&bounded, 0).is_none());
     }
 }

@@ -23,14 +23,13 @@ const TEXT: Text = Text {
 
 /// The pids the OOM notes name.
 fn victims(f: &Facts) -> Vec<u32> {
-    let mut pids: Vec<u32> = f
-        .p
-        .meta
-        .notes
-        .iter()
-        .filter_map(|n| n.strip_prefix(OOM_NOTE))
-        .filter_map(|rest| rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok())
-        .collect();
+    let mut pids: Vec<u32> =
+        f.p.meta
+            .notes
+            .iter()
+            .filter_map(|n| n.strip_prefix(OOM_NOTE))
+            .filter_map(|rest| rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok())
+            .collect();
     pids.sort_unstable();
     pids.dedup();
     pids
@@ -52,7 +51,8 @@ pub fn check(f: &Facts) -> Verdict {
         let sites = sites_of(f, of_pid);
         let held: i64 = sites.iter().map(|s| s.bytes).sum();
         if held <= 0 {
-            evidence.push(format!("pid {pid} was killed by the OOM killer (no memory in use recorded of it)"));
+            evidence
+                .push(format!("pid {pid} was killed by the OOM killer (no memory in use recorded of it)"));
             continue;
         }
         evidence.push(format!(
@@ -107,7 +107,8 @@ mod tests {
                 ];
                 b.stack(&f)
             };
-            let (leak, lru, other) = (stack(&mut b, "cache_put"), stack(&mut b, "lru_put"), stack(&mut b, "idle"));
+            let (leak, lru, other) =
+                (stack(&mut b, "cache_put"), stack(&mut b, "lru_put"), stack(&mut b, "idle"));
             let (t7, t8) = (b.thread(7, 7, "app"), b.thread(8, 8, "app"));
             b.add_sample_at(leak, t7, 9, &[48 << 20]);
             b.add_sample_at(lru, t7, 9, &[1 << 20]);
