@@ -336,6 +336,7 @@ def main():
     doctor_view(whyslow, bindir, out)
     findings_track(whyslow, bindir, out)
     label_filter(whyslow, bindir, out)
+    memory_view(whyslow, bindir, out)
     log(f"passed in {time.time() - t0:.1f} s (screenshots in {out})")
 
 
@@ -670,6 +671,52 @@ def label_filter(whyslow, bindir, out):
                 break
             except OSError:
                 time.sleep(0.1)
+
+
+def memory_view(whyslow, bindir, out):
+    """`whyslow serve`'s mem source in the UI: memwork leaking 2 MiB/s under a mem target with 1 s windows. With
+    type inuse-bytes the timeline holds each window's in-use at its end (growing), the flame graph what was held
+    at the range's end (the last window's level, exactly), and the Diff view of an early and a late selection
+    what grew between those moments (cache_put)."""
+    agent, url, api = serve(whyslow, out, "serve-mem-data")
+    w = subprocess.Popen([os.path.join(bindir, "memwork"), "serve", "30", "2097152"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        pid = int(w.stdout.readline())
+        tid = api("api/v1/targets", {"name": "mem", "match": {"pids": [pid]}, "sources": ["mem"], "window_s": 1})["id"]
+        # Its probes are attached once the session holds it; then it starts leaking.
+        until(api, "the session to hold the process", lambda: (metric(url, "whyslow_processes_held") or 0) >= 1,
+              5 * SCANS_PER_S)
+        w.stdin.write("go\n")
+        w.stdin.flush()
+        await_windows(api, tid, 8)
+        with sync_playwright() as pw:
+            browser, page, errors = open_page(pw, url)
+            loads = page.evaluate("window.whyslow.loads")
+            page.select_option("#type", "inuse-bytes")
+            page.wait_for_function(f"window.whyslow.loads > {loads}")
+            levels = [v for v in page.evaluate("window.whyslow.timeline().values") if v]
+            log(f"memory view: in use at the windows' ends {levels}")
+            assert len(levels) >= 8 and levels[-1] > 2 * levels[1], levels
+            # The flame graph of the whole range: what the process held at its end (its last window's level).
+            assert page.evaluate("window.whyslow.total") == levels[-1], (page.evaluate("window.whyslow.total"), levels)
+            assert widest(frames(page), "cache_put")["width"] > widest(frames(page), "lru_put")["width"]
+            page.screenshot(path=os.path.join(out, "memory_timeline.png"), full_page=True)
+            # What grew between an early and a late moment: the Diff view of two selections.
+            select_timeline(page, 0, 0.35)
+            page.click("#sel-base")
+            select_timeline(page, 0.65, 1)
+            page.click("#tabs button[data-view=diff]")
+            page.wait_for_selector("#diff-table tr[data-name=cache_put]", timeout=10000)
+            row = page.locator("#diff-table tr[data-name=cache_put]")
+            assert row.get_attribute("class") == "grew", row.get_attribute("class")
+            page.screenshot(path=os.path.join(out, "memory_diff.png"), full_page=True)
+            assert not errors, errors
+            browser.close()
+    finally:
+        w.kill()
+        w.wait()
+        stop(agent)
 
 
 if __name__ == "__main__":

@@ -277,6 +277,22 @@ fn memory_regression_json(
         .iter()
         .find_map(|e| e.split(" under ").nth(1)?.split(" (").next().map(str::to_string))
         .unwrap_or_default();
+    // The change as the other regressions give theirs: the site's share of what was in use, at the first
+    // and at the last window of the series (a level's change: no interval or p of a comparison).
+    let share = |w: Option<&(u64, u64, Vec<whyslow_analyze::doctor::SiteInUse>)>| {
+        let sites = w.map(|w| w.2.as_slice()).unwrap_or_default();
+        let total: i64 = sites.iter().map(|s| s.bytes).sum();
+        let held = sites.iter().find(|s| s.site == site).map_or(0, |s| s.bytes);
+        if total > 0 {
+            100.0 * held as f64 / total as f64
+        } else {
+            0.0
+        }
+    };
+    let change = serde_json::json!({
+        "measure": MEMORY_GROWTH, "subject": site, "before_pct": share(first), "after_pct": share(last),
+        "ci": null, "p": null,
+    });
     let secs = |ns: u64| format!("{:.3}", ns as f64 / 1e9);
     let diff = format!(
         "/api/v1/diff?target={target}&type=inuse-bytes&before_from={}&before_until={}&after_from={}&after_until={}",
@@ -291,10 +307,11 @@ fn memory_regression_json(
         "target_name": name,
         "function": site,
         "measure": MEMORY_GROWTH,
-        "before": { "from_ns": bf, "until_ns": bu, "windows": 1 },
-        "after": { "from_ns": af, "until_ns": au, "windows": 1 },
+        "before": { "from_ns": bf, "until_ns": bu, "windows": 1, "build": "" },
+        "after": { "from_ns": af, "until_ns": au, "windows": 1, "build": "" },
         "windows": st.memory.len(),
         "deploy": false,
+        "changes": [change],
         "evidence": f.evidence,
         "diff": diff,
         "diff_svg": format!("{diff}&format=svg"),
