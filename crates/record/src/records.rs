@@ -135,7 +135,10 @@ fn decode_other(kind: u32, misc: u32, mut r: Reader) -> Option<Timed> {
     Some(Timed { time, record })
 }
 
-fn decode_sample<'a>(r: &mut Reader<'a>, fixed_period: impl Fn(u64) -> Option<u64>) -> Option<(Timed, &'a [u8])> {
+fn decode_sample<'a>(
+    r: &mut Reader<'a>,
+    fixed_period: impl Fn(u64) -> Option<u64>,
+) -> Option<(Timed, &'a [u8])> {
     let _ip = r.u64()?;
     let (pid, tid) = (r.u32()?, r.u32()?);
     let time = r.u64()?;
@@ -197,15 +200,18 @@ fn decode_sample<'a>(r: &mut Reader<'a>, fixed_period: impl Fn(u64) -> Option<u6
 #[cfg(test)]
 mod tests {
     use super::{decode_in_place, Record, Sample};
-    use std::borrow::Cow;
     use crate::sys::{self, Clock, EventConfig, Ring, Scope, Source};
+    use std::borrow::Cow;
 
     /// Runs `work` on a thread of its own with a cpu-clock event and its side band open on it (one ring
     /// of `pages` data pages per CPU, as a run opens them), and returns every record the kernel wrote,
     /// read in place as a run reads them (whenever `work` calls the function it is given, and at its
     /// end), decoded; the count of records that did not decode, and of those that wrapped around the end
     /// of their ring (copied).
-    fn records_of(pages: usize, work: impl FnOnce(&mut dyn FnMut()) + Send) -> (u32, Vec<Record>, usize, usize) {
+    fn records_of(
+        pages: usize,
+        work: impl FnOnce(&mut dyn FnMut()) + Send,
+    ) -> (u32, Vec<Record>, usize, usize) {
         std::thread::scope(|s| {
             s.spawn(|| {
                 // SAFETY: gettid has no preconditions.

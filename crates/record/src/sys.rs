@@ -174,7 +174,8 @@ pub fn open_event(cfg: &EventConfig, scope: Scope, cpu: i32, ring_pages: usize) 
     // of the ring (1 MB of the default 4 MB, ~32 samples of a 32 KB stack) rather than a fixed 256 KB
     // leaves three quarters to fill while it wakes, and it drains every 100 ms whatever the watermark.
     attr.set_watermark(1);
-    attr.__bindgen_anon_2.wakeup_watermark = (ring_pages * page_size() / 4).clamp(1, u32::MAX as usize) as u32;
+    attr.__bindgen_anon_2.wakeup_watermark =
+        (ring_pages * page_size() / 4).clamp(1, u32::MAX as usize) as u32;
     // SAFETY: attr is a fully initialized perf_event_attr owned by this frame; the kernel only reads it.
     let fd = unsafe { pe::perf_event_open(&mut attr, pid, cpu, -1, b::PERF_FLAG_FD_CLOEXEC as u64) };
     if fd < 0 {

@@ -431,7 +431,12 @@ impl<'a> Windowing<'a> {
         }
         // The step's CPU time, cutting the window included.
         let cpu = whyslow_record::thread_cpu_ns();
-        counters.add(self.key, n.samples - self.seen.0, n.lost - self.seen.1, cpu.saturating_sub(self.cpu_seen));
+        counters.add(
+            self.key,
+            n.samples - self.seen.0,
+            n.lost - self.seen.1,
+            cpu.saturating_sub(self.cpu_seen),
+        );
         self.seen = (n.samples, n.lost);
         self.cpu_seen = cpu;
         if cut {

@@ -7,6 +7,7 @@ use super::clock_skel::types::ws_goroutine as Gor;
 use super::clock_skel::types::{ws_py_proc, ws_pystack as PyStack};
 use super::clock_skel::{ClockSkel, ClockSkelBuilder, OpenClockSkel};
 use super::{check_btf, classify, quiet_libbpf, u32_at, u64_at};
+use crate::records::InRing;
 use crate::RecordError;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
@@ -14,7 +15,6 @@ use std::cell::RefCell;
 use std::mem::{offset_of, MaybeUninit};
 use std::os::fd::{AsFd, AsRawFd};
 use std::rc::Rc;
-use crate::records::InRing;
 use whyslow_convert::records::{GoroutineStack, PyFrame, Record, Sample, Timed};
 use whyslow_python::Layout;
 
@@ -197,7 +197,12 @@ impl<'obj> ClockFilter<'obj> {
     /// is copied into `batch` first, its stack to be extended). Call after reading the samples: the stack
     /// of each is sent before the sample is written. A stack whose sample is not in this batch waits for
     /// the next.
-    pub fn join_goroutines(&self, batch: &mut Vec<Timed>, in_ring: &mut Vec<InRing<'_>>, clock: impl Fn(u64) -> bool) {
+    pub fn join_goroutines(
+        &self,
+        batch: &mut Vec<Timed>,
+        in_ring: &mut Vec<InRing<'_>>,
+        clock: impl Fn(u64) -> bool,
+    ) {
         // Reads what is there without waiting: no epoll_wait per drain.
         let _ = self.ring.consume();
         self.pending.borrow_mut().retain_mut(|g| {
@@ -228,7 +233,9 @@ impl<'obj> ClockFilter<'obj> {
                 Record::Sample(s) => Some((t.time, s)),
                 _ => None,
             });
-            let sample = owned.chain(in_ring.iter_mut().map(|r| (r.time, &mut r.sample))).find_map(|(time, s)| near(s, time).then_some(s));
+            let sample = owned
+                .chain(in_ring.iter_mut().map(|r| (r.time, &mut r.sample)))
+                .find_map(|(time, s)| near(s, time).then_some(s));
             if let Some(s) = sample {
                 s.python = std::mem::take(&mut p.frames);
                 return false;
