@@ -205,6 +205,13 @@ fn a_comm_target_follows_processes_that_start_later() {
         "one cpu session: {m}"
     );
     assert!(!m.contains("sources=\"cpu,"), "{m}");
+    // What the samples cost the recording session: some CPU time, and per sample of the last window
+    // between 100 ns and 1 ms of it (about 5 us here; thread CPU time, so the machine's load does not
+    // change it much).
+    let cpu = metric(&a, "whyslow_recorder_cpu_seconds_total{sources=\"cpu\"}");
+    let per_sample = metric(&a, "whyslow_recorder_cpu_per_sample_seconds{sources=\"cpu\"}");
+    assert!(cpu > 0.0, "{m}");
+    assert!((1e-7..1e-3).contains(&per_sample), "{per_sample} s per sample: {m}");
     // The same through the label selector, and as folded stacks and SVG.
     let (code, by_label) = a.get("/api/v1/profile?selector=app=split&from=now-5m&type=cpu");
     assert_eq!((code, by_label["total_samples"].clone()), (200, report["total_samples"].clone()));

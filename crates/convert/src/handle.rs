@@ -30,12 +30,9 @@ impl<H: Host> Converter<H> {
     }
 
     pub fn handle(&mut self, t: Timed, ids: &HashMap<u64, usize>) {
-        // Exits arrive in time order: only when the oldest is due is there anything to forget.
-        if self.exited.first().is_some_and(|&(_, at)| t.time >= at.saturating_add(EXITED_GRACE_NS)) {
-            self.forget_exited(t.time);
-        }
+        self.forget_due(t.time);
         match t.record {
-            Record::Sample(s) => self.handle_sample(s.borrowed(), t.time, ids),
+            Record::Sample(s) => self.sample_of(s.borrowed(), t.time, ids),
             Record::OffCpu { sample, ns } => {
                 if let Some(stream) = self.offcpu {
                     self.sample(sample.borrowed(), stream, t.time, Some(ns))
@@ -102,8 +99,22 @@ impl<H: Host> Converter<H> {
         }
     }
 
-    /// A sample whose bytes stay the source's (handled like [`Record::Sample`] in [`Converter::handle`]).
+    /// Forgets the processes that exited long enough before `time`, the time of the record at hand.
+    fn forget_due(&mut self, time: u64) {
+        // Exits arrive in time order: only when the oldest is due is there anything to forget.
+        if self.exited.first().is_some_and(|&(_, at)| time >= at.saturating_add(EXITED_GRACE_NS)) {
+            self.forget_exited(time);
+        }
+    }
+
+    /// A sample whose bytes stay the source's (handled like [`Record::Sample`] in [`Converter::handle`]):
+    /// a perf.data file or a ring buffer read in place.
     pub fn handle_sample(&mut self, s: SampleRef<'_>, time: u64, ids: &HashMap<u64, usize>) {
+        self.forget_due(time);
+        self.sample_of(s, time, ids)
+    }
+
+    fn sample_of(&mut self, s: SampleRef<'_>, time: u64, ids: &HashMap<u64, usize>) {
         if let Some(&stream) = ids.get(&s.id).and_then(|&k| self.streams.get(k)) {
             self.sample(s, stream, time, None)
         }

@@ -75,7 +75,6 @@ pub struct Session<'a> {
     /// Every probe counted, in counter order: the resolved ones, then those of libraries loaded later.
     probes: Vec<Probe>,
     late_seen: Vec<(u32, String)>,
-    buf: Vec<u8>,
     t0: Instant,
     /// When the current window began (the run's start until the first cut).
     window_t0: Instant,
@@ -203,7 +202,6 @@ impl<'a> Session<'a> {
             notes,
             probes: opts.calls.iter().flat_map(|c| c.probes.clone()).collect(),
             late_seen: Vec::new(),
-            buf: Vec::new(),
             t0,
             window_t0: t0,
             start_unix_ns,
@@ -287,7 +285,7 @@ impl<'a> Session<'a> {
             poll_fd.into_iter().chain(exit_fd),
             if budget.is_some() || self.sampler.is_some() { 20 } else { 100 },
         );
-        self.src.drain(&mut self.c, &mut self.buf);
+        self.src.drain(&mut self.c);
         self.take_mem();
         self.follow_python();
         if let Some(p) = &self.src.syscalls {
@@ -332,7 +330,7 @@ impl<'a> Session<'a> {
                 }
                 self.src.stop_per_call();
                 // Stack samples sent before the probes went (allocation counts are split over them below).
-                self.src.drain(&mut self.c, &mut self.buf);
+                self.src.drain(&mut self.c);
                 self.take_mem();
                 if self.ledger.is_some() {
                     self.mem_stopped = Some(sys::monotonic_ns());
@@ -699,13 +697,13 @@ impl<'a> Session<'a> {
             ));
         }
         self.src.ev.set_enabled(false);
-        self.src.drain(&mut self.c, &mut self.buf);
+        self.src.drain(&mut self.c);
         // The probes that cost the target at every call go next, all at once (their counts stay
         // readable), once what their events wrote is read.
         let mem_notes = self.mem_notes();
         self.src.stop_per_call();
         // Stack samples sent before the probes went (allocation counts are split over them below).
-        self.src.drain(&mut self.c, &mut self.buf);
+        self.src.drain(&mut self.c);
         self.take_mem();
         // Threads still blocked were blocked until now.
         let end = sys::monotonic_ns();

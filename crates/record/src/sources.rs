@@ -9,14 +9,15 @@ use crate::bpf::{
 };
 use crate::calls::Probe;
 use crate::layout::{ebpf_ring_bytes, Layout};
-use crate::records;
+use crate::records::{self, InRing};
 use crate::sideband::SideBand;
 use crate::sys::{self, Clock, EventConfig, Ring, Scope, Source};
 use crate::target::{self, Target};
 use crate::{RecordError, RecordOptions};
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
-use whyslow_convert::records::{Record, Timed};
+use whyslow_convert::records::{Record, Sample, Timed};
 use whyslow_convert::{Converter, Host, SizeArg, Stream};
 use whyslow_model::SampleType;
 
@@ -69,7 +70,7 @@ impl Events {
         for &cpu in &self.cpus {
             for &k in &per_cpu {
                 let scope = Scope::Cpu { side_band: k == side_band };
-                let fd = sys::open_event(&self.cfgs[k], scope, cpu)?;
+                let fd = sys::open_event(&self.cfgs[k], scope, cpu, self.pages)?;
                 self.ids.insert(sys::event_id(&fd)?, k);
                 if let (Source::Clock(_), Some(prog)) = (self.cfgs[k].source, self.filter) {
                     sys::set_filter(&fd, prog)?;
@@ -102,7 +103,7 @@ impl Events {
         for &k in &per_task {
             let scope = Scope::Task { tid: tid as i32, side_band: k == side_band };
             for (i, &cpu) in self.cpus.iter().enumerate() {
-                let fd = sys::open_event(&self.cfgs[k], scope, cpu)?;
+                let fd = sys::open_event(&self.cfgs[k], scope, cpu, self.pages)?;
                 self.ids.insert(sys::event_id(&fd)?, k);
                 if let Some(ring) = self.rings.get(i) {
                     sys::redirect_output(&fd, ring.fd())?;
@@ -143,24 +144,56 @@ impl Events {
         by_event.into_values().collect()
     }
 
-    /// Reads the records of every ring into `batch`: of the side band asked per CPU, those of the
-    /// followed processes.
-    pub(crate) fn read<H: Host>(&mut self, c: &mut Converter<H>, buf: &mut Vec<u8>, batch: &mut Vec<Timed>) {
-        let (ids, cfgs) = (&self.ids, &self.cfgs);
+    /// Reads the records of every ring in place, without freeing their space (see [`Events::release`]):
+    /// samples into `in_ring` with their user stacks left in the ring, every other record (and a sample
+    /// that wraps around its ring's end) into `batch`; of the side band asked per CPU, the followed
+    /// processes' records. Returns each ring's position to release once the samples were handled.
+    fn read<'a>(
+        rings: &'a [Ring],
+        ids: &HashMap<u64, usize>,
+        cfgs: &[EventConfig],
+        side_band: Option<&mut SideBand>,
+        malformed: &mut u64,
+        batch: &mut Vec<Timed>,
+        in_ring: &mut Vec<InRing<'a>>,
+    ) -> Vec<u64> {
         let fixed_period = |id| ids.get(&id).and_then(|&i| cfgs[i].fixed_period());
         // Every record timed before now is in its ring by the time that ring is read.
         let read_at = sys::monotonic_ns();
         let mut read = Vec::new();
-        for ring in &mut self.rings {
-            ring.drain(buf, |rec| match records::decode(rec, fixed_period) {
-                Some(t) => read.push(t),
-                None => c.count_malformed(),
-            });
-        }
-        if let Some(sb) = self.side_band.as_mut() {
+        let ends = rings
+            .iter()
+            .map(|ring| {
+                ring.read(|rec| {
+                    let Cow::Borrowed(rec) = rec else {
+                        match records::decode(&rec, fixed_period) {
+                            Some(t) => read.push(t),
+                            None => *malformed += 1,
+                        }
+                        return;
+                    };
+                    match records::decode_in_place(rec, fixed_period) {
+                        Some((Timed { time, record: Record::Sample(sample) }, stack)) => {
+                            in_ring.push(InRing { time, sample, stack })
+                        }
+                        Some((t, _)) => read.push(t),
+                        None => *malformed += 1,
+                    }
+                })
+            })
+            .collect();
+        if let Some(sb) = side_band {
             sb.filter(&mut read, read_at);
         }
         batch.append(&mut read);
+        ends
+    }
+
+    /// Frees the space of the records [`Events::read`] read, once nothing borrows them.
+    fn release(&mut self, ends: Vec<u64>) {
+        for (ring, end) in self.rings.iter_mut().zip(ends) {
+            ring.release(end);
+        }
     }
 
     pub(crate) fn rings(&self) -> &[Ring] {
@@ -612,7 +645,7 @@ impl<'obj> Sources<'obj> {
         };
         let open = |ev: &mut Events, cfg: &EventConfig| -> Result<(), std::io::Error> {
             for &cpu in &ev.cpus {
-                let fd = sys::open_event(cfg, Scope::Cpu { side_band: true }, cpu)?;
+                let fd = sys::open_event(cfg, Scope::Cpu { side_band: true }, cpu, ev.pages)?;
                 ev.ids.insert(sys::event_id(&fd)?, 0);
                 ev.rings.push(Ring::map(fd, ev.pages)?);
             }
@@ -768,8 +801,9 @@ impl<'obj> Sources<'obj> {
         });
     }
 
-    /// Hands everything that arrived to the converter, in time order.
-    pub(crate) fn drain<H: Host>(&mut self, c: &mut Converter<H>, buf: &mut Vec<u8>) {
+    /// Hands everything that arrived to the converter, in time order. The perf rings' samples are
+    /// unwound where the kernel wrote them; their space is freed after.
+    pub(crate) fn drain<H: Host>(&mut self, c: &mut Converter<H>) {
         let mut batch = Vec::new();
         if let Some(p) = self.offcpu.as_mut() {
             p.drain(&mut batch);
@@ -777,17 +811,43 @@ impl<'obj> Sources<'obj> {
         for p in self.calls.iter_mut().chain(self.alloc_sites.as_mut()) {
             p.drain(&mut batch);
         }
-        self.ev.read(c, buf, &mut batch);
+        let mut in_ring = Vec::new();
+        let mut malformed = 0;
+        let ev = &mut self.ev;
+        let ends = Events::read(
+            &ev.rings,
+            &ev.ids,
+            &ev.cfgs,
+            ev.side_band.as_mut(),
+            &mut malformed,
+            &mut batch,
+            &mut in_ring,
+        );
+        for _ in 0..malformed {
+            c.count_malformed();
+        }
         if self.host {
             // The idle task's samples (pid 0) and the recorder's own are nobody's profile.
             let me = std::process::id();
-            batch.retain(|t| !matches!(&t.record, Record::Sample(s) if s.pid == 0 || s.pid == me));
+            let other = |s: &Sample| s.pid != 0 && s.pid != me;
+            batch.retain(|t| !matches!(&t.record, Record::Sample(s) if !other(s)));
+            in_ring.retain(|r| other(&r.sample));
         }
         if let Some(f) = &self.clock_filter {
             // The per-CPU clock is the first event configured.
-            f.join_goroutines(&mut batch, |id| self.ev.ids.get(&id) == Some(&0));
+            f.join_goroutines(&mut batch, &mut in_ring, |id| ev.ids.get(&id) == Some(&0));
         }
-        c.handle_batch(batch, &self.ev.ids);
+        batch.sort_by_key(|t| t.time);
+        in_ring.sort_by_key(|r| r.time);
+        let mut in_ring = in_ring.into_iter().peekable();
+        for t in batch {
+            while let Some(r) = in_ring.next_if(|r| r.time <= t.time) {
+                r.handle(c, &ev.ids);
+            }
+            c.handle(t, &ev.ids);
+        }
+        in_ring.for_each(|r| r.handle(c, &ev.ids));
+        ev.release(ends);
     }
 
     /// Follows process `pid` from now on as well: opens the events on its threads and has the eBPF

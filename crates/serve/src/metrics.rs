@@ -44,16 +44,34 @@ pub fn render(s: &Shared) -> Result<String, crate::store::StoreError> {
         "counter",
         "Samples and events converted, by the sources of the recording session.",
     );
-    for (k, (n, _)) in &samples {
-        o.value("whyslow_samples_total", &[("sources", k)], n);
+    for (k, n) in &samples {
+        o.value("whyslow_samples_total", &[("sources", k)], n.samples);
     }
     o.family(
         "whyslow_lost_samples_total",
         "counter",
         "Samples the kernel dropped (ring buffer full), by session sources.",
     );
-    for (k, (_, lost)) in &samples {
-        o.value("whyslow_lost_samples_total", &[("sources", k)], lost);
+    for (k, n) in &samples {
+        o.value("whyslow_lost_samples_total", &[("sources", k)], n.lost);
+    }
+    o.family(
+        "whyslow_recorder_cpu_seconds_total",
+        "counter",
+        "CPU time of the recording sessions' threads while they record (reading the rings, unwinding, \
+         converting, cutting windows; not symbolizing or storing), by session sources: over \
+         whyslow_samples_total, what a sample costs the agent.",
+    );
+    for (k, n) in &samples {
+        o.value("whyslow_recorder_cpu_seconds_total", &[("sources", k)], n.cpu_ns as f64 / 1e9);
+    }
+    o.family(
+        "whyslow_recorder_cpu_per_sample_seconds",
+        "gauge",
+        "The recording sessions' CPU time per sample over the last window cut, by session sources.",
+    );
+    for (k, n) in &samples {
+        o.value("whyslow_recorder_cpu_per_sample_seconds", &[("sources", k)], n.window_ns_per_sample / 1e9);
     }
     o.one(
         "whyslow_windows_stored_total",

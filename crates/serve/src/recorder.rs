@@ -398,28 +398,55 @@ struct Windowing<'a> {
     cut_at: Instant,
     /// Samples and lost samples counted so far.
     seen: (u64, u64),
+    /// The thread's CPU time when last counted, and when the window began, with the samples then.
+    cpu_seen: u64,
+    window_start: (u64, u64),
 }
 
 impl<'a> Windowing<'a> {
     fn new(key: &'a Key, windows: &'a Sender<Window>, host: bool) -> Self {
         let window = Duration::from_secs(key.window_s);
-        Windowing { key, windows, host, window, cut_at: Instant::now() + window, seen: (0, 0) }
+        // Counted from here: the session's start (loading its eBPF programs) is paid once, not per sample.
+        let cpu = whyslow_record::thread_cpu_ns();
+        Windowing {
+            key,
+            windows,
+            host,
+            window,
+            cut_at: Instant::now() + window,
+            seen: (0, 0),
+            cpu_seen: cpu,
+            window_start: (cpu, 0),
+        }
     }
 
     /// After a step that ended with `end`: counts what it sampled and cuts a window when one is due. False
     /// once the session was stopped (its last window is sent by [`Windowing::finish`]).
     fn stepped(&mut self, s: &mut Session, end: Option<whyslow_record::End>, counters: &Counters) -> bool {
         let n = s.counters();
-        counters.add(self.key, n.samples - self.seen.0, n.lost - self.seen.1);
-        self.seen = (n.samples, n.lost);
-        if end == Some(whyslow_record::End::Stopped) {
-            return false;
-        }
-        if Instant::now() >= self.cut_at {
+        let cut = end != Some(whyslow_record::End::Stopped) && Instant::now() >= self.cut_at;
+        if cut {
             self.cut_at += self.window;
             self.send(s.cut());
         }
-        true
+        // The step's CPU time, cutting the window included.
+        let cpu = whyslow_record::thread_cpu_ns();
+        counters.add(
+            self.key,
+            n.samples - self.seen.0,
+            n.lost - self.seen.1,
+            cpu.saturating_sub(self.cpu_seen),
+        );
+        self.seen = (n.samples, n.lost);
+        self.cpu_seen = cpu;
+        if cut {
+            let (cpu_then, samples_then) = std::mem::replace(&mut self.window_start, (cpu, n.samples));
+            if n.samples > samples_then {
+                let ns = cpu.saturating_sub(cpu_then) as f64 / (n.samples - samples_then) as f64;
+                counters.window_cost(self.key, ns);
+            }
+        }
+        end != Some(whyslow_record::End::Stopped)
     }
 
     fn finish(self, s: Session) {

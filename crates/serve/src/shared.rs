@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex, RwLock};
 /// Counters behind /metrics.
 #[derive(Default)]
 pub struct Counters {
-    /// Samples and lost samples by session (its sources).
-    pub(crate) samples: Mutex<BTreeMap<String, (u64, u64)>>,
+    /// What the recording sessions converted and what it cost them, by session sources.
+    pub(crate) samples: Mutex<BTreeMap<String, SessionCounts>>,
     pub windows: AtomicU64,
     pub windows_removed: AtomicU64,
     pub store_errors: AtomicU64,
@@ -32,12 +32,32 @@ pub struct Counters {
     pub processes_held: AtomicU64,
 }
 
+/// The counts of the recording sessions of one set of sources.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct SessionCounts {
+    pub samples: u64,
+    pub lost: u64,
+    /// CPU time of the sessions' threads while they record (reading the rings, unwinding, converting,
+    /// cutting windows), in ns: what the samples cost the agent before symbolizing and storing.
+    pub cpu_ns: u64,
+    /// That CPU time per sample over the last window a session cut, in ns (0 before the first).
+    pub window_ns_per_sample: f64,
+}
+
 impl Counters {
-    pub(crate) fn add(&self, key: &Key, samples: u64, lost: u64) {
+    /// Adds one step of a session of `key`: samples and lost samples converted, and its CPU ns.
+    pub(crate) fn add(&self, key: &Key, samples: u64, lost: u64, cpu_ns: u64) {
         let mut m = self.samples.lock().expect("counters lock");
         let e = m.entry(key.name()).or_default();
-        e.0 += samples;
-        e.1 += lost;
+        e.samples += samples;
+        e.lost += lost;
+        e.cpu_ns += cpu_ns;
+    }
+
+    /// A session of `key` cut a window whose samples cost `ns_per_sample` of its CPU each.
+    pub(crate) fn window_cost(&self, key: &Key, ns_per_sample: f64) {
+        self.samples.lock().expect("counters lock").entry(key.name()).or_default().window_ns_per_sample =
+            ns_per_sample;
     }
 
     pub(crate) fn request(&self, code: u16) {

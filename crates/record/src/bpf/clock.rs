@@ -7,6 +7,7 @@ use super::clock_skel::types::ws_goroutine as Gor;
 use super::clock_skel::types::{ws_py_proc, ws_pystack as PyStack};
 use super::clock_skel::{ClockSkel, ClockSkelBuilder, OpenClockSkel};
 use super::{check_btf, classify, quiet_libbpf, u32_at, u64_at};
+use crate::records::InRing;
 use crate::RecordError;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
@@ -14,8 +15,7 @@ use std::cell::RefCell;
 use std::mem::{offset_of, MaybeUninit};
 use std::os::fd::{AsFd, AsRawFd};
 use std::rc::Rc;
-use std::time::Duration;
-use whyslow_convert::records::{GoroutineStack, PyFrame, Record, Timed};
+use whyslow_convert::records::{GoroutineStack, PyFrame, Record, Sample, Timed};
 use whyslow_python::Layout;
 
 /// Where `struct ws_goroutine`'s stack bytes start (bpf/clock.bpf.c; the generated type has its layout).
@@ -197,19 +197,28 @@ impl<'obj> ClockFilter<'obj> {
         self.skel.progs.keep.as_fd().as_raw_fd()
     }
 
-    /// Adds to each clock sample in `batch` (`clock` tells their event ids) the goroutine stack sent for
-    /// it: the thread's sample timed right before the stack was sent. Call after reading the samples: the
-    /// stack of each is sent before the sample is written. A stack whose sample is not in this batch
-    /// waits for the next.
-    pub fn join_goroutines(&self, batch: &mut [Timed], clock: impl Fn(u64) -> bool) {
-        let _ = self.ring.poll(Duration::ZERO);
+    /// Adds to each clock sample in `batch` or `in_ring` (`clock` tells their event ids) the goroutine
+    /// stack sent for it: the thread's sample timed right before the stack was sent (one read in place
+    /// is copied into `batch` first, its stack to be extended). Call after reading the samples: the stack
+    /// of each is sent before the sample is written. A stack whose sample is not in this batch waits for
+    /// the next.
+    pub fn join_goroutines(
+        &self,
+        batch: &mut Vec<Timed>,
+        in_ring: &mut Vec<InRing<'_>>,
+        clock: impl Fn(u64) -> bool,
+    ) {
+        // Reads what is there without waiting: no epoll_wait per drain.
+        let _ = self.ring.consume();
         self.pending.borrow_mut().retain_mut(|g| {
+            let near = |s: &Sample, time: u64| {
+                s.tid == g.tid && clock(s.id) && time <= g.time && g.time - time < JOIN_NS
+            };
+            if let Some(i) = in_ring.iter().position(|r| near(&r.sample, r.time)) {
+                batch.push(in_ring.swap_remove(i).owned());
+            }
             let sample = batch.iter_mut().find_map(|t| match &mut t.record {
-                Record::Sample(s)
-                    if s.tid == g.tid && clock(s.id) && t.time <= g.time && g.time - t.time < JOIN_NS =>
-                {
-                    Some(s)
-                }
+                Record::Sample(s) if near(s, t.time) => Some(s),
                 _ => None,
             });
             if let Some(s) = sample {
@@ -220,16 +229,18 @@ impl<'obj> ClockFilter<'obj> {
             g.waited += 1;
             g.waited < 2
         });
-        // Python frames likewise.
+        // Python frames likewise (a sample read in place stays there: its stack does not change).
         self.py_pending.borrow_mut().retain_mut(|p| {
-            let sample = batch.iter_mut().find_map(|t| match &mut t.record {
-                Record::Sample(s)
-                    if s.tid == p.tid && clock(s.id) && t.time <= p.time && p.time - t.time < JOIN_NS =>
-                {
-                    Some(s)
-                }
+            let near = |s: &Sample, time: u64| {
+                s.tid == p.tid && clock(s.id) && time <= p.time && p.time - time < JOIN_NS
+            };
+            let owned = batch.iter_mut().filter_map(|t| match &mut t.record {
+                Record::Sample(s) => Some((t.time, s)),
                 _ => None,
             });
+            let sample = owned
+                .chain(in_ring.iter_mut().map(|r| (r.time, &mut r.sample)))
+                .find_map(|(time, s)| near(s, time).then_some(s));
             if let Some(s) = sample {
                 s.python = std::mem::take(&mut p.frames);
                 return false;
