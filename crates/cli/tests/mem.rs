@@ -302,3 +302,142 @@ fn a_go_heap_read_from_its_address_holds_what_it_leaked() {
     // The frames are Go's own, file and line included: main.leak's callers end at runtime.main.
     assert!(total(&inuse, "runtime.main") >= got, "{inuse:#}");
 }
+
+/// Builds `src` (C) with gcc and `flags` into `dir/name`; None where gcc cannot (no static libc, say).
+fn build_c(dir: &std::path::Path, name: &str, src: &str, flags: &[&str]) -> Option<String> {
+    let c = dir.join(format!("{name}.c"));
+    std::fs::write(&c, src).unwrap();
+    let exe = dir.join(name);
+    let built = std::process::Command::new("gcc").args(flags).arg("-o").arg(&exe).arg(&c).status();
+    built.is_ok_and(|s| s.success()).then(|| exe.to_string_lossy().into_owned())
+}
+
+/// A program of its own entry point that sleeps forever and links no allocator at all.
+const NO_ALLOCATOR: &str = r#"
+static void nap(void) {
+    for (;;) {
+        struct { long s, ns; } t = { 1, 0 };
+        long r;
+        __asm__ volatile("syscall" : "=a"(r) : "a"(35), "D"(&t), "S"(0) : "rcx", "r11", "memory");
+    }
+}
+void _start(void) { nap(); }
+"#;
+
+/// Runs `exe` (killed when dropped).
+struct Running(std::process::Child);
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// An allocator whyslow does not know: a running program that links none (its own entry point, symbols
+/// kept) is one line naming the entry points it lacks, and nothing is recorded (allocation counts
+/// cannot be had either); stripped, the line says no symbol names its allocator; launched, a static
+/// stripped binary is refused for both ways in.
+#[test]
+fn an_unknown_allocator_is_named_in_one_line() {
+    let dir = tmp();
+    let Some(plain) = build_c(dir.path(), "noalloc", NO_ALLOCATOR, &["-nostdlib", "-static", "-O1"]) else {
+        eprintln!("gcc cannot build a -nostdlib static program: skipping");
+        return;
+    };
+    let stripped =
+        build_c(dir.path(), "noalloc_s", NO_ALLOCATOR, &["-nostdlib", "-static", "-O1", "-s"]).unwrap();
+    let data = dir.path().join("x.data").to_string_lossy().into_owned();
+    let one_line = |err: &str| assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let run = Running(std::process::Command::new(&plain).spawn().unwrap());
+    let pid = run.0.id().to_string();
+    let err = fails(&["record", "--mem", "-p", &pid, "-d", "1", "-o", &data]);
+    one_line(&err);
+    assert!(
+        err.contains(
+            "links no allocator whyslow knows: none of its files has an allocation function (malloc, calloc"
+        ) && err.contains("or a free (free, je_free"),
+        "{err}"
+    );
+    let run = Running(std::process::Command::new(&stripped).spawn().unwrap());
+    let err = fails(&["record", "--mem", "-p", &run.0.id().to_string(), "-d", "1", "-o", &data]);
+    one_line(&err);
+    assert!(err.contains("has no symbol table (stripped), so no symbol names its allocator"), "{err}");
+    assert!(!std::path::Path::new(&data).exists(), "nothing recorded");
+    let err = fails(&["record", "--mem", "-o", &data, "--", &stripped]);
+    one_line(&err);
+    assert!(err.contains("is statically linked and has no symbol table"), "{err}");
+}
+
+/// A Go program's heap is not malloc's. Attached without its address: a Go program without malloc
+/// (statically linked) falls back to allocation counts (runtime.mallocgc) and says so in one note, with
+/// no in-use type recorded; a Go program with cgo (libc's malloc linked) gets one note that only cgo's
+/// malloc is counted, and where to read Go's heap.
+#[test]
+fn go_programs_attached_say_what_their_heap_is() {
+    let dir = tmp();
+    let run = Running(std::process::Command::new(workload("doctor_gogc")).spawn().unwrap());
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let data = dir.path().join("gc.data").to_string_lossy().into_owned();
+    ok(&["record", "-q", "--mem", "-p", &run.0.id().to_string(), "-d", "1", "-o", &data]);
+    drop(run);
+    let r = report_json(&data, &["--type", "alloc-count"]);
+    let notes: Vec<String> =
+        r["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap().to_string()).collect();
+    let note = notes
+        .iter()
+        .find(|n| n.contains("is a Go program without malloc"))
+        .unwrap_or_else(|| panic!("{notes:?}"));
+    assert!(
+        note.contains("allocation counts by stack instead")
+            && note.contains("--mem http://HOST:PORT/debug/pprof"),
+        "{note}"
+    );
+    assert!(total(&r, "runtime.mallocgc") > 0, "{r:#}");
+    let err = fails(&["report", &data, "--type", "inuse-bytes"]);
+    assert!(err.contains("inuse-bytes"), "{err}");
+
+    // goleak links libc (cgo): its malloc is probed, the note says what that leaves out.
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(workload("goleak"))
+        .args(["1", "1"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut port = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut port).unwrap();
+    let run = Running(child);
+    let out = common::run(&["record", "--mem", "-p", &run.0.id().to_string(), "-d", "1", "-o", &data]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.contains("is a Go program: only what its C code (cgo) allocates with malloc is counted")
+            && text.contains("whyslow record --mem http://HOST:PORT/debug/pprof"),
+        "{text}"
+    );
+}
+
+/// Frees of pointers the library never saw allocated (made by glibc's __libc_malloc, which it does not
+/// interpose) are passed on and count nothing: what the program leaked through malloc (10 x 64 bytes)
+/// is in use to the byte, and one note says how many such frees there were.
+#[test]
+fn frees_of_pointers_never_seen_count_nothing() {
+    let dir = tmp();
+    let src = r#"
+#include <stdlib.h>
+extern void *__libc_malloc(size_t);
+static void *kept[10];
+__attribute__((noinline)) void leak(void) { for (int i = 0; i < 10; i++) kept[i] = malloc(64); }
+int main(void) {
+    for (int i = 0; i < 3; i++) free(__libc_malloc(4096));
+    leak();
+    return kept[9] == 0;
+}
+"#;
+    let exe = build_c(dir.path(), "unseen", src, &["-O1", "-g"]).expect("gcc");
+    let data = record(dir.path(), "u", &["--mem"], &[&exe]);
+    let r = report_json(&data, &["--type", "inuse-bytes"]);
+    assert_eq!(total(&r, "leak"), 640, "{r:#}");
+    assert_eq!(total(&r, "main"), 640, "the unseen blocks subtract nothing");
+    let notes: Vec<&str> = r["notes"].as_array().unwrap().iter().filter_map(|n| n.as_str()).collect();
+    assert!(notes.iter().any(|n| n.contains(": 3 frees of pointers it never saw allocated")), "{notes:?}");
+}

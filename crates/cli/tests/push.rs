@@ -255,6 +255,72 @@ fn legacy_ingest_names_the_kind_and_otlp_carries_a_dictionary() {
     assert!(names.contains(&"burn_a") && names.contains(&"main"), "{:?}", &names[..names.len().min(20)]);
 }
 
+/// The sum of sample type `index` over the samples of a pprof whose stack has function `name`.
+fn pprof_under(p: &pprof::Profile, index: usize, name: &str) -> i64 {
+    let has = |s: &pprof::Sample| {
+        s.location_id.iter().any(|id| {
+            let loc = p.location.iter().find(|l| l.id == *id).unwrap();
+            loc.line.iter().any(|line| {
+                let f = p.function.iter().find(|f| f.id == line.function_id).unwrap();
+                p.string_table[f.name as usize] == name
+            })
+        })
+    };
+    p.sample.iter().filter(|s| has(s)).map(|s| s.value[index]).sum()
+}
+
+/// A `record --mem` recording pushed: Pyroscope gets one `memory` series whose pprof has Go's four types
+/// (alloc_objects, alloc_space, inuse_objects, inuse_space, period space/bytes), marked `__delta__=false`
+/// (its allocations are the run's, not counters since the start it should difference), with what the
+/// program leaked under cache_put exactly (1000 objects, 63952 bytes) and churn's 100000 allocations
+/// holding nothing; OTLP gets one profile per type with the same values.
+#[test]
+fn memory_profiles_push_with_the_types_backends_name() {
+    let dir = tmp();
+    let data =
+        record(dir.path(), "mem", &["--mem"], &[workload("memwork").to_str().unwrap(), "leak", "1000"]);
+    let srv = Server::start(|_| 200);
+    ok(&["push", &data, "--service-name", "memwork", "--push", &format!("pyroscope={}", srv.url)]);
+    let reqs = srv.requests();
+    let push = whyslow_push::PushRequest::decode(reqs[0].0.body.as_slice()).unwrap();
+    let label = |s: &whyslow_push::RawProfileSeries, k: &str| {
+        s.labels.iter().find(|l| l.name == k).map(|l| l.value.clone())
+    };
+    let memory: Vec<_> =
+        push.series.iter().filter(|s| label(s, "__name__").as_deref() == Some("memory")).collect();
+    assert_eq!(memory.len(), 1, "{:?}", push.series.iter().map(|s| label(s, "__name__")).collect::<Vec<_>>());
+    assert_eq!(label(memory[0], "__delta__").as_deref(), Some("false"));
+    let p = pprof::Profile::decode(gunzip(&memory[0].samples[0].raw_profile).as_slice()).unwrap();
+    let want: Vec<(String, String)> = [
+        ("alloc_objects", "count"),
+        ("alloc_space", "bytes"),
+        ("inuse_objects", "count"),
+        ("inuse_space", "bytes"),
+    ]
+    .iter()
+    .map(|(t, u)| (t.to_string(), u.to_string()))
+    .collect();
+    assert_eq!(types(&p), want);
+    let pt = p.period_type.clone().unwrap();
+    assert_eq!(
+        (p.string_table[pt.r#type as usize].as_str(), p.string_table[pt.unit as usize].as_str()),
+        ("space", "bytes")
+    );
+    assert_eq!((pprof_under(&p, 2, "cache_put"), pprof_under(&p, 3, "cache_put")), (1000, 63952));
+    assert_eq!((pprof_under(&p, 0, "churn"), pprof_under(&p, 3, "churn")), (100_000, 0));
+    assert!(p.sample.iter().all(|s| s.value[3] >= 0), "in use per stack is what it held at the end");
+
+    let srv = Server::start(|_| 200);
+    ok(&["push", &data, "--service-name", "memwork", "--push", &format!("otlp={}", srv.url)]);
+    let e = ExportProfilesServiceRequest::decode(srv.requests()[0].0.body.as_slice()).unwrap();
+    let under = |t: &str, name: &str| -> i64 {
+        otlp_samples(&e, t).iter().filter(|(f, _)| f.iter().any(|n| n == name)).map(|(_, v)| v).sum()
+    };
+    assert_eq!((under("inuse_objects", "cache_put"), under("inuse_space", "cache_put")), (1000, 63952));
+    assert_eq!(under("alloc_objects", "churn"), 100_000);
+    assert_eq!(under("inuse_space", "churn"), 0);
+}
+
 /// `--push otlp-grpc=`: ProfilesService/Export carries the very request the HTTP path posts (one
 /// builder), whose CPU profile decodes to the workload's 60/30/10 shares, with the resource's attributes
 /// and the auth and tenant as metadata; a status that will not change is one clear line and a failure.

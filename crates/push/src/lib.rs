@@ -16,7 +16,7 @@ pub use opentelemetry_proto::tonic::collector::profiles::v1development::{
     ExportProfilesServiceRequest, ExportProfilesServiceResponse,
 };
 pub use otlp::export_request;
-pub use pyroscope::{ingest_url, push_request, PushRequest};
+pub use pyroscope::{ingest_url, push_request, PushRequest, RawProfileSeries};
 
 /// Where profiles go.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -139,6 +139,8 @@ pub const KINDS: &[Kind] = &[
         types: &[
             (sample_types::ALLOC_COUNT, "alloc_objects", "count"),
             (sample_types::ALLOC_BYTES, "alloc_space", "bytes"),
+            (sample_types::INUSE_COUNT, "inuse_objects", "count"),
+            (sample_types::INUSE_BYTES, "inuse_space", "bytes"),
         ],
         period: ("space", "bytes"),
     },
@@ -159,16 +161,24 @@ pub const KINDS: &[Kind] = &[
     },
 ];
 
-/// The part of `p` a kind stands for: only its sample types, renamed, and only samples with a value;
-/// None when the profile has none of them or no sample of them.
+/// Whether a profile with only some of a kind's types pushes it: memory in use without allocations (a
+/// killed process's last snapshot) or allocations without in use (`--alloc`) are memory still; CPU needs
+/// its nanoseconds (a cycles profile has no time to push as process_cpu).
+fn partial_ok(kind: &Kind) -> bool {
+    kind.name == "memory"
+}
+
+/// The part of `p` a kind stands for: only its sample types, renamed, one sample per stack and thread
+/// (the time slices summed: memory in use is kept as its change per slice, so the sum is what the
+/// stack held at the end) and only those with a value; None when the profile has none of them or no
+/// sample of them.
 pub fn select(p: &Profile, kind: &Kind) -> Option<Profile> {
     let picked: Vec<(usize, &str, &str)> = kind
         .types
         .iter()
         .filter_map(|(ours, name, unit)| Some((p.sample_type(ours)?, *name, *unit)))
         .collect();
-    // CPU needs its nanoseconds (a cycles profile has no time to push as process_cpu).
-    if picked.len() != kind.types.len() {
+    if picked.is_empty() || (picked.len() != kind.types.len() && !partial_ok(kind)) {
         return None;
     }
     let mut out = Profile {
@@ -179,15 +189,22 @@ pub fn select(p: &Profile, kind: &Kind) -> Option<Profile> {
         samples: Vec::new(),
         ..p.clone()
     };
-    out.samples = p
-        .samples
-        .iter()
-        .filter_map(|s| {
-            let values: Vec<i64> =
-                picked.iter().map(|(i, _, _)| s.values.get(*i).copied().unwrap_or(0)).collect();
-            values.iter().any(|&v| v != 0).then(|| whyslow_model::Sample { values, ..s.clone() })
-        })
-        .collect();
+    let mut at: std::collections::HashMap<(u32, u32), usize> = std::collections::HashMap::new();
+    for s in &p.samples {
+        let values = picked.iter().map(|(i, _, _)| s.values.get(*i).copied().unwrap_or(0));
+        match at.get(&(s.stack, s.thread)) {
+            Some(&k) => {
+                for (a, v) in out.samples[k].values.iter_mut().zip(values) {
+                    *a = a.saturating_add(v);
+                }
+            }
+            None => {
+                at.insert((s.stack, s.thread), out.samples.len());
+                out.samples.push(whyslow_model::Sample { values: values.collect(), time: 0, ..s.clone() });
+            }
+        }
+    }
+    out.samples.retain(|s| s.values.iter().any(|&v| v != 0));
     (!out.samples.is_empty()).then_some(out)
 }
 

@@ -51,6 +51,11 @@ fn label_set(kind: &Kind, l: &Labels) -> Vec<(String, String)> {
     if let Some(pid) = l.pid {
         v.push(("pid".into(), pid.to_string()));
     }
+    // Pyroscope takes a memory profile's alloc_* for Go's counters since the start and pushes the
+    // difference from the one before, unless told they already are per window, as ours are.
+    if kind.name == "memory" {
+        v.push(("__delta__".into(), "false".into()));
+    }
     for (k, val) in &l.extra {
         if !v.iter().any(|(n, _)| n == k) {
             v.push((k.clone(), val.clone()));

@@ -255,6 +255,18 @@ fn mem_patterns() -> Vec<(String, MemHow, HeapEntry)> {
     out
 }
 
+/// The allocation entry points an error names as missing (glibc's, jemalloc's, tcmalloc's).
+const ALLOC_NAMES: &str = "malloc, calloc, realloc, je_malloc, mallocx, tc_malloc, ...";
+const FREE_NAMES: &str = "free, je_free, dallocx, tc_free, ...";
+
+/// Whether a file was built by Go (its build id note or build info section): its heap is the runtime's.
+fn is_go(path: &Path) -> bool {
+    use object::Object;
+    let Ok(data) = std::fs::read(path) else { return false };
+    let Ok(file) = object::File::parse(&*data) else { return false };
+    [".go.buildinfo", ".note.go.buildid", ".gopclntab"].iter().any(|n| file.section_by_name(n).is_some())
+}
+
 /// The memory probes of a running process: per probe what it does.
 #[derive(Debug, Clone, Default)]
 pub struct MemProbes {
@@ -300,10 +312,48 @@ pub fn resolve_mem(t: &Target, notes: &mut Vec<String>) -> Result<MemProbes, Rec
             Some((p, site))
         })
         .collect();
-    if !probes.iter().any(|(_, s)| s.how == MemHow::Free)
-        || !probes.iter().any(|(_, s)| s.how != MemHow::Free)
-    {
-        return Err(RecordError::NoAllocator);
+    let go = modules.iter().find(|m| is_go(m)).map(|m| crate::target::as_the_target_sees_it(m));
+    let frees: Vec<&str> =
+        probes.iter().filter(|(_, s)| s.how == MemHow::Free).map(|(p, _)| p.name.as_str()).collect();
+    let allocs: Vec<&str> =
+        probes.iter().filter(|(_, s)| s.how != MemHow::Free).map(|(p, _)| p.name.as_str()).collect();
+    if frees.is_empty() || allocs.is_empty() {
+        if let Some(go) = go {
+            return Err(RecordError::GoHeap(go));
+        }
+        let unnamed = modules.iter().all(|m| whyslow_symbols::functions(m).unwrap_or_default().is_empty());
+        if unnamed {
+            let files: Vec<String> =
+                modules.iter().map(|m| crate::target::as_the_target_sees_it(m)).collect();
+            return Err(RecordError::UnknownAllocator(format!(
+                "{} {} no symbol table (stripped), so no symbol names its allocator",
+                files.join(", "),
+                if files.len() == 1 { "has" } else { "have" }
+            )));
+        }
+        let found = |v: &[&str]| {
+            let mut v: Vec<&str> = v.to_vec();
+            v.sort_unstable();
+            v.dedup();
+            v.join(", ")
+        };
+        return Err(RecordError::UnknownAllocator(match (allocs.is_empty(), frees.is_empty()) {
+            (true, true) => format!(
+                "none of its files has an allocation function ({ALLOC_NAMES}) or a free ({FREE_NAMES})"
+            ),
+            (true, false) => format!("it has {} but no allocation function ({ALLOC_NAMES})", found(&frees)),
+            _ => format!(
+                "it has {} but no free ({FREE_NAMES}): what is freed cannot be paired",
+                found(&allocs)
+            ),
+        }));
+    }
+    if let Some(go) = go {
+        notes.push(format!(
+            "memory: {go} is a Go program: only what its C code (cgo) allocates with malloc is counted; Go's own \
+             heap (garbage-collected, runtime.mallocgc) is not malloc's and is not seen here: for it, give its \
+             net/http/pprof address (whyslow record --mem http://HOST:PORT/debug/pprof)"
+        ));
     }
     let allocator = own_allocator
         .first()

@@ -128,6 +128,21 @@ pub enum RecordError {
     BadOption { option: RecordOption, problem: String },
     #[error("the target has no allocation function to probe")]
     NoAllocator,
+    /// Memory in use of a running process needs an allocator whose entry points it knows: what its files
+    /// lack (and, where every file lacks a symbol table, that).
+    #[error("the target links no allocator whyslow knows: {0}")]
+    UnknownAllocator(String),
+    /// A Go program without malloc: its heap is the runtime's own.
+    #[error(
+        "{0} is a Go program without malloc: its heap is Go's own (garbage-collected, runtime.mallocgc); for \
+         memory in use give its net/http/pprof address (whyslow record --mem http://HOST:PORT/debug/pprof)"
+    )]
+    GoHeap(String),
+    #[error(
+        "{0} is statically linked and has no symbol table: the memory library cannot be loaded into it \
+         (LD_PRELOAD) and no symbol names its allocator to probe"
+    )]
+    StaticStripped(String),
     #[error(
         "memory in use is recorded for a command (after `--`) or running processes (-p), not a whole host"
     )]

@@ -52,10 +52,38 @@ pub use sys::{monotonic_ns, sampling_period, thread_cpu_ns, Clock};
 pub use target::Target;
 pub use target::{stop_launched, yield_cpu};
 
+/// Where memory in use of a running process cannot be measured (an allocator whyslow does not know, a Go
+/// program without malloc), allocation counts where they can be: the options that count them (what
+/// `--alloc` probes: malloc and the like, Go's runtime.mallocgc) and their objects, with a note that says
+/// why; None when nothing can be counted either.
+fn counts_instead(opts: &RecordOptions, why: &RecordError) -> Option<(Option<RecordOptions>, Objects)> {
+    if opts.mem.is_none() || !matches!(why, RecordError::UnknownAllocator(_) | RecordError::GoHeap(_)) {
+        return None;
+    }
+    let counts =
+        RecordOptions { mem: None, alloc: Some(AllocOptions { period: ALLOC_PERIOD }), ..opts.clone() };
+    let mut objects = Objects::new(&counts).ok()?;
+    objects.notes.insert(
+        0,
+        format!(
+            "memory: {why}; allocation counts by stack instead (alloc-count, alloc-bytes), nothing in use"
+        ),
+    );
+    Some((Some(counts), objects))
+}
+
 /// Records until the duration passes, a stop signal arrives, or the target exits.
 pub fn record(opts: &RecordOptions, observer: &mut impl Observer) -> Result<RawRecording, RecordError> {
     options::check(opts)?;
-    let mut objects = crate::phases::time("resolve allocation functions", || Objects::new(opts))?;
+    let resolved = crate::phases::time("resolve allocation functions", || Objects::new(opts));
+    let (counts, mut objects) = match resolved {
+        Err(e) => match counts_instead(opts, &e) {
+            Some(fallback) => fallback,
+            None => return Err(e),
+        },
+        Ok(o) => (None, o),
+    };
+    let opts = counts.as_ref().unwrap_or(opts);
     let mut s = Session::start(opts, &mut objects, observer)?;
     let run = Instant::now();
     while s.step(observer).is_none() {}

@@ -63,6 +63,7 @@ pub enum MemFileError {
 /// which says so.
 pub fn check_command(argv: &[String]) -> Result<(), RecordError> {
     use object::read::elf::{ElfFile64, ProgramHeader};
+    use object::Object;
     use std::os::unix::fs::PermissionsExt;
     let Some(path) = argv.first().and_then(|a| crate::target::program_path(a)) else { return Ok(()) };
     let Ok(meta) = std::fs::metadata(&path) else { return Ok(()) };
@@ -75,7 +76,11 @@ pub fn check_command(argv: &[String]) -> Result<(), RecordError> {
     let endian = elf.endian();
     let interp = elf.elf_program_headers().iter().any(|h| h.p_type(endian) == object::elf::PT_INTERP);
     if !interp {
-        return Err(RecordError::StaticBinary(path.display().to_string()));
+        let named = elf.symbols().next().is_some() || elf.dynamic_symbols().next().is_some();
+        return Err(match named {
+            true => RecordError::StaticBinary(path.display().to_string()),
+            false => RecordError::StaticStripped(path.display().to_string()),
+        });
     }
     Ok(())
 }
