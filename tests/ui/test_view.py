@@ -674,12 +674,12 @@ def label_filter(whyslow, bindir, out):
 
 
 def memory_view(whyslow, bindir, out):
-    """`whyslow serve`'s mem source in the UI: memwork leaking 2 MiB/s under a mem target with 1 s windows. With
-    type inuse-bytes the timeline holds each window's in-use at its end (growing), the flame graph what was held
+    """`whyslow serve`'s mem source in the UI: memwork leaking 8 MiB/s (on a busy machine its ticks stretch,
+    and the leak still outgrows its 4 MiB bounded cache) under a mem target with 1 s windows. With type inuse-bytes the timeline holds each window's in-use at its end (growing), the flame graph what was held
     at the range's end (the last window's level, exactly), and the Diff view of an early and a late selection
     what grew between those moments (cache_put)."""
     agent, url, api = serve(whyslow, out, "serve-mem-data")
-    w = subprocess.Popen([os.path.join(bindir, "memwork"), "serve", "30", "2097152"], stdin=subprocess.PIPE,
+    w = subprocess.Popen([os.path.join(bindir, "memwork"), "serve", "30", "8388608"], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, text=True)
     try:
         pid = int(w.stdout.readline())

@@ -261,7 +261,7 @@ mod tests {
     /// Burns `ns` of the calling thread's CPU time in user space, calling `every` about every `every_ns`.
     fn burn(ns: u64, every_ns: u64, every: &mut dyn FnMut()) {
         let until = sys::thread_cpu_ns() + ns;
-        let mut next = sys::thread_cpu_ns() + every_ns;
+        let mut next = sys::thread_cpu_ns().saturating_add(every_ns);
         let mut x = 1u64;
         while sys::thread_cpu_ns() < until {
             for i in 0..100_000u64 {
@@ -269,7 +269,7 @@ mod tests {
             }
             if sys::thread_cpu_ns() >= next {
                 every();
-                next = sys::thread_cpu_ns() + every_ns;
+                next = sys::thread_cpu_ns().saturating_add(every_ns);
             }
         }
     }
