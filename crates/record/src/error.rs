@@ -23,6 +23,7 @@ impl NoSamples {
             (opts.cpu, "did not run on a CPU"),
             (opts.offcpu.is_some(), "did not block"),
             (opts.alloc.is_some(), "called no allocation function"),
+            (opts.mem.is_some(), "allocated nothing"),
             (opts.syscalls.as_ref().is_some_and(|s| s.stacks_period.is_some()), "made no syscall"),
         ]
         .into_iter()

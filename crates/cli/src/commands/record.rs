@@ -196,6 +196,10 @@ fn run(a: RecordArgs, outcome: &mut Outcome) -> Result<()> {
     }
     if raw.samples.is_empty() {
         let why = whyslow_record::NoSamples::of(&opts, &raw.meta);
+        // What the run said about itself may be why (a probe it could not place, a heap it cannot see).
+        for note in &raw.meta.notes {
+            eprintln!("whyslow: note: {note}");
+        }
         // A command that failed: its status is the answer (passed through), the missing samples a note.
         if why.target_failed() {
             eprintln!("whyslow: {why}");
