@@ -35,6 +35,10 @@ struct ws_goroutine {
 	u32 tid;
 	u32 bytes;
 	u64 bp; /* the address the bytes were copied from: GO_BELOW below the frame pointer, or it */
+	/* The goroutine's saved pc and frame pointer where the chain ended in the copy (0: it left the copy,
+	 * and `bp` is where it led); its saved stack pointer is then `bp`. */
+	u64 pc;
+	u64 parked_bp;
 	/* Slack past the mask keeps the verifier's bound on each page-sized read simple. */
 	u8 stack[GO_COPY_MASK + 1 + 2 * PAGE];
 };
@@ -94,6 +98,88 @@ static __always_inline void python_stack(struct ws_py_proc *py)
 	bpf_ringbuf_output(&pystacks, s, size, 0);
 }
 
+/* Sends goroutine stack `g` (copied from `from`, `n` bytes) for the current thread's sample. */
+static __always_inline void send_goroutine(struct ws_goroutine *g, u64 from, u32 n)
+{
+	g->time = bpf_ktime_get_ns();
+	g->tid = (u32)bpf_get_current_pid_tgid();
+	g->bytes = n;
+	g->bp = from;
+	u64 size = __builtin_offsetof(struct ws_goroutine, stack) + (u64)n;
+	if (size > sizeof(*g))
+		size = sizeof(*g);
+	barrier_var(size);
+	bpf_ringbuf_output(&goroutines, g, size, 0);
+}
+
+/* Where Go's structures keep what is read of them (amd64, Go 1.17 on): g.m, g.sched (after g.stack, the
+ * stack guards, _panic and _defer), m.g0 (its first word), and m.curg: at 184 from Go 1.25 (its gobuf lost
+ * `ret`, and caughtsig, 0 but in a signal, follows it), at 192 before (after mstartfn, at 184). */
+#define G_M 48
+#define G_SCHED 56
+#define M_CURG 184
+
+/* Whether `gp` is a g of `m`: it names `m` as its m and itself in g.sched.g. */
+static __always_inline bool g_of(u64 m, u64 gp)
+{
+	u64 w[3];
+	if (!gp || (gp & 7))
+		return false;
+	if (bpf_probe_read_user(&w[0], sizeof(w[0]), (void *)(gp + G_M)) || w[0] != m)
+		return false;
+	return !bpf_probe_read_user(w, sizeof(w), (void *)(gp + G_SCHED)) && w[2] == gp;
+}
+
+/* For a thread whose frame-pointer chain ends in the copied stack (morestack and mcall clear the frame
+ * pointer from Go 1.21 and 1.25 on; a thread's start ends it too), running on its system stack (its g, at
+ * -8 off the fs base where a Go program without cgo keeps it, is its m's g0): the goroutine it runs for
+ * (m.curg), its stack copied from the registers morestack or mcall saved in g.sched, sent with them; or,
+ * where m.curg is nil (the goroutine was descheduled, as a preempted one is in newstack), a stack of no
+ * bytes. User space uses them only for a walk that ends in morestack or mcall. */
+static __always_inline void switched_goroutine(void)
+{
+	struct task_struct *t = bpf_get_current_task_btf();
+	u64 fs = t->thread.fsbase, g0, m, m_g0, curg[2];
+	if (!fs || bpf_probe_read_user(&g0, sizeof(g0), (void *)(fs - 8)) || !g0 || (g0 & 7))
+		return;
+	if (bpf_probe_read_user(&m, sizeof(m), (void *)(g0 + G_M)) || !m || (m & 7))
+		return;
+	if (bpf_probe_read_user(&m_g0, sizeof(m_g0), (void *)m) || m_g0 != g0)
+		return;
+	if (bpf_probe_read_user(curg, sizeof(curg), (void *)(m + M_CURG)))
+		return;
+	u32 zero = 0;
+	struct ws_goroutine *g = bpf_map_lookup_elem(&scratch, &zero);
+	if (!g)
+		return;
+	g->pc = 0;
+	g->parked_bp = 0;
+	u64 gp = g_of(m, curg[1]) ? curg[1] : g_of(m, curg[0]) ? curg[0] : 0;
+	/* Neither word is a g, and the one past m.curg before Go 1.25 (caughtsig from it) is 0: m.curg is nil. */
+	if (!gp) {
+		if (!curg[1])
+			send_goroutine(g, 0, 0);
+		return;
+	}
+	u64 w[14]; /* g.stack.lo, g.stack.hi, ..., g.sched (from word 7) */
+	if (bpf_probe_read_user(w, sizeof(w), (void *)gp))
+		return;
+	u64 lo = w[0], hi = w[1], sp = w[7], pc = w[8];
+	if (!pc || sp < lo || sp >= hi)
+		return;
+	/* gobuf is sp, pc, g, ctxt, lr, bp since Go 1.25; sp, pc, g, ctxt, ret, lr, bp before (lr is 0 on
+	 * amd64, and a Go frame pointer never is). */
+	u64 bp = w[12] ? w[12] : w[13];
+	if (bp < sp || bp >= hi)
+		return;
+	u32 n = copy_goroutine(g, sp);
+	if (!n)
+		return;
+	g->pc = pc;
+	g->parked_bp = bp;
+	send_goroutine(g, sp, n);
+}
+
 /* Sends the goroutine stack of a sample (go.h): the frame pointers are followed in the target's memory
  * through the part of the stack the sample copies. */
 static __always_inline void goroutine_stack(void)
@@ -102,7 +188,12 @@ static __always_inline void goroutine_stack(void)
 	u64 sp = regs->sp, bp = regs->bp;
 	int i;
 	for (i = 0; i < GO_FRAMES; i++) {
-		if (!bp || (bp & 7))
+		if (!bp) {
+			if (i)
+				switched_goroutine();
+			return;
+		}
+		if (bp & 7)
 			return;
 		if (bp < sp || bp + 16 > sp + stack_bytes)
 			break;
@@ -124,15 +215,9 @@ static __always_inline void goroutine_stack(void)
 	}
 	if (!n)
 		return;
-	g->time = bpf_ktime_get_ns();
-	g->tid = (u32)bpf_get_current_pid_tgid();
-	g->bytes = n;
-	g->bp = from;
-	u64 size = __builtin_offsetof(struct ws_goroutine, stack) + (u64)n;
-	if (size > sizeof(*g))
-		size = sizeof(*g);
-	barrier_var(size);
-	bpf_ringbuf_output(&goroutines, g, size, 0);
+	g->pc = 0;
+	g->parked_bp = 0;
+	send_goroutine(g, from, n);
 }
 
 SEC("perf_event")

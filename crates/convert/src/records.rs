@@ -102,7 +102,7 @@ pub struct PyFrame {
 pub struct GoroutineStack {
     pub at: u64,
     pub offset: usize,
-    /// The saved pc and frame pointer of the goroutine mcall switched away from (its stack pointer is
+    /// The saved pc and frame pointer of the goroutine mcall or morestack switched away from (its stack pointer is
     /// `at`); None for the frame-pointer case.
     pub parked: Option<(u64, u64)>,
 }

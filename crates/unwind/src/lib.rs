@@ -109,9 +109,13 @@ enum GoFrame {
     /// ([`Goroutine::parked`]; Go 1.25 on, where mcall clears the frame pointer), or where the
     /// frame-pointer chain leads (before).
     Mcall,
-    /// Runs a function on the thread's system stack (`systemstack`, the vDSO calls, cgo calls, and
-    /// `morestack`'s call of newstack where it keeps the frame pointer): the goroutine's frames go on
-    /// where the frame pointer left in the chain leads.
+    /// `morestack`, which calls newstack on the system stack for a function that needs more stack: the
+    /// goroutine's frames go on from its saved registers ([`Goroutine::parked`]; Go 1.21 on, where it
+    /// clears the frame pointer), or, where it keeps the frame pointer, where that leads (as under
+    /// [`GoFrame::Switch`]).
+    Morestack,
+    /// Runs a function on the thread's system stack (`systemstack`, the vDSO calls, cgo calls): the
+    /// goroutine's frames go on where the frame pointer left in the chain leads.
     Switch,
     /// Code past which the stack is not a caller's (`gogo` switching to a goroutine): the unwind stops
     /// there, incomplete.
@@ -129,9 +133,8 @@ impl GoFrame {
             | "runtime.asmcgocall"
             | "runtime.nanotime1"
             | "runtime.walltime"
-            | "time.now"
-            | "runtime.morestack"
-            | "runtime.morestack_noctxt" => Some(GoFrame::Switch),
+            | "time.now" => Some(GoFrame::Switch),
+            "runtime.morestack" | "runtime.morestack_noctxt" => Some(GoFrame::Morestack),
             "runtime.gogo" | "gogo" => Some(GoFrame::End),
             _ => None,
         }
@@ -275,13 +278,14 @@ pub struct ProcessUnwinder {
 /// (its own frame's, or its caller's where it has none); `runtime.mcall` switched away from the
 /// goroutine for good, which saved its registers (`parked`). `stack` holds the bytes copied from address
 /// `at` upwards: from a little below that frame pointer (where a caller's return address lies), or from
-/// the saved stack pointer.
+/// the saved stack pointer; none where the thread ran its system stack for no goroutine (morestack's
+/// goroutine descheduled).
 #[derive(Debug, Clone, Copy)]
 pub struct Goroutine<'a> {
     pub at: u64,
     pub stack: &'a [u8],
-    /// The goroutine's registers when mcall switched away from it (`ip` is the return address into its
-    /// caller): the unwind goes on from them when the system stack's walk ends in mcall.
+    /// The goroutine's registers when mcall or morestack switched away from it (`ip` is the return address
+    /// into its caller): the unwind goes on from them when the system stack's walk ends in either.
     pub parked: Option<Regs>,
 }
 
@@ -333,6 +337,11 @@ enum Walked {
     /// At mcall (`bp` is its frame pointer there): the goroutine it switched away from is the caller,
     /// if it was copied.
     Mcall {
+        bp: u64,
+    },
+    /// At morestack (`bp` is the frame pointer there): the goroutine's saved registers lead on, if they
+    /// were read, else the frame pointer as at a switch.
+    Morestack {
         bp: u64,
     },
 }
@@ -423,6 +432,16 @@ impl ProcessUnwinder {
             let bp = match self.walk(at, copies.from(at.sp), out) {
                 Walked::Done(outcome) => return outcome,
                 Walked::Switch { bp } => bp,
+                Walked::Morestack { bp } => match parked.take() {
+                    Some(parked) => {
+                        at = Regs { ip: parked.ip.wrapping_sub(1), ..parked };
+                        continue;
+                    }
+                    // Its goroutine was descheduled (a preempted one): the system stack is all this
+                    // thread runs for, its root here as in Go's traceback.
+                    None if goroutine.is_some_and(|g| g.stack.is_empty()) => return Outcome::Complete,
+                    None => bp,
+                },
                 Walked::Mcall { bp } => match parked.take() {
                     Some(parked) => {
                         at = Regs { ip: parked.ip.wrapping_sub(1), ..parked };
@@ -514,7 +533,9 @@ impl ProcessUnwinder {
         }
         let rel = i32::from_le_bytes(call[1..5].try_into().expect("4 bytes"));
         let target = ret.wrapping_add_signed(i64::from(rel));
-        self.go.iter().any(|(r, f)| r.start == target && matches!(f, GoFrame::Switch | GoFrame::Mcall))
+        self.go.iter().any(|(r, f)| {
+            r.start == target && matches!(f, GoFrame::Switch | GoFrame::Mcall | GoFrame::Morestack)
+        })
     }
 
     /// The function table's stack-pointer delta at live address `pc` of Go code.
@@ -620,6 +641,8 @@ impl ProcessUnwinder {
                 Some((r, GoFrame::Switch)) if returns || a >= r.start + PROLOGUE => {
                     break Walked::Switch { bp: uregs.bp() }
                 }
+                // It switches stacks only to call newstack: the frame that returns there.
+                Some((_, GoFrame::Morestack)) if returns => break Walked::Morestack { bp: uregs.bp() },
                 _ => {}
             }
             if out.len() >= MAX_FRAMES {

@@ -35,6 +35,8 @@ struct Goroutine {
     time: u64,
     tid: u32,
     bp: u64,
+    /// The goroutine's saved pc and frame pointer, where it was read from the registers it saved.
+    parked: Option<(u64, u64)>,
     bytes: Vec<u8>,
     /// Drains it has waited for its sample.
     waited: u8,
@@ -152,6 +154,10 @@ impl<'obj> ClockFilter<'obj> {
                     time: u64_at(d, offset_of!(Gor, time)),
                     tid: u32_at(d, offset_of!(Gor, tid)),
                     bp: u64_at(d, offset_of!(Gor, bp)),
+                    parked: match u64_at(d, offset_of!(Gor, pc)) {
+                        0 => None,
+                        pc => Some((pc, u64_at(d, offset_of!(Gor, parked_bp)))),
+                    },
                     bytes,
                     waited: 0,
                 });
@@ -222,7 +228,7 @@ impl<'obj> ClockFilter<'obj> {
                 _ => None,
             });
             if let Some(s) = sample {
-                s.goroutine = Some(GoroutineStack { at: g.bp, offset: s.stack.len(), parked: None });
+                s.goroutine = Some(GoroutineStack { at: g.bp, offset: s.stack.len(), parked: g.parked });
                 s.stack.append(&mut g.bytes);
                 return false;
             }
