@@ -195,13 +195,14 @@ fn run(a: RecordArgs, outcome: &mut Outcome) -> Result<()> {
         bail!("the Go heap at {url} holds nothing and nothing was allocated during the run");
     }
     if raw.samples.is_empty() {
-        let why = whyslow_record::NoSamples::of(&opts, &raw.meta);
-        // What the run said about itself may be why (a probe it could not place, a heap it cannot see).
-        for note in &raw.meta.notes {
-            eprintln!("whyslow: note: {note}");
-        }
+        let none = whyslow_record::NoSamples::of(&opts, &raw.meta);
+        // What memory the probes can see may be why nothing was recorded (a Go heap is not malloc's).
+        let why = match raw.meta.notes.iter().find(|n| n.starts_with("memory: ")) {
+            Some(note) => format!("{none} ({note})"),
+            None => none.to_string(),
+        };
         // A command that failed: its status is the answer (passed through), the missing samples a note.
-        if why.target_failed() {
+        if none.target_failed() {
             eprintln!("whyslow: {why}");
             return Ok(());
         }
