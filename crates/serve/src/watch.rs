@@ -31,10 +31,6 @@ pub const CURSOR: &str = "doctor";
 const RESTART_WINDOWS: u64 = 3;
 /// Windows of in-use memory the memory-growth rule fits (10 minutes of 10 s windows).
 const MEMORY_WINDOWS: usize = 60;
-/// Least growth over those windows that is a finding: eight sampling intervals (4 MiB), well above what
-/// the estimate of memory that is merely replaced scatters by (a 4 MiB cache whose entries are replaced
-/// every second: about 1.4 MiB from one window to the next).
-const MEMORY_GROWTH_MIN_BYTES: u64 = 8 * crate::tracked::MEM_SAMPLE_BYTES;
 /// The rule id whose findings come from the windows' series, not from one window.
 const MEMORY_GROWTH: &str = "memory-growth";
 
@@ -255,7 +251,7 @@ fn memory_growth(
     }
     let history: Vec<(f64, Vec<whyslow_analyze::doctor::SiteInUse>)> =
         st.memory.iter().map(|(_, end, sites)| (*end as f64 / 1e9, sites.clone())).collect();
-    whyslow_analyze::doctor::memory_growth_across_windows(&history, MEMORY_GROWTH_MIN_BYTES)
+    whyslow_analyze::doctor::memory_growth_across_windows(&history, crate::tracked::MEM_SAMPLE_BYTES)
 }
 
 /// Steady growth of memory in use as a regression event: the call site growing fastest, the first and

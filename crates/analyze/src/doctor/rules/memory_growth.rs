@@ -110,9 +110,12 @@ pub fn sites_in_use(p: &Profile) -> Vec<SiteInUse> {
 
 /// memory-growth over a target's windows, oldest first, each as (its end in seconds, what each call site
 /// held then): the same judgement as over one run's slices (a steady slope with its interval, still
-/// growing over the second half), where the growth must also reach `min_bytes` (above what sampling
-/// scatters, for windows of sampled allocations). None below five windows or without steady growth.
-pub fn across_windows(history: &[(f64, Vec<SiteInUse>)], min_bytes: u64) -> Option<Finding> {
+/// growing over the second half). For windows of allocations sampled every `sample_bytes` on average (0:
+/// exact), the growth must also stand above what sampling scatters: at least eight intervals, and four
+/// times the scatter of the site's highest level L (about sqrt(L x interval): a 4 MiB cache replaced every
+/// second reads anywhere in 2-6 MiB at 512 KiB, and a run of such windows can look like a slope). None
+/// below five windows or without steady growth.
+pub fn across_windows(history: &[(f64, Vec<SiteInUse>)], sample_bytes: u64) -> Option<Finding> {
     let secs: Vec<f64> = history.iter().map(|(t, _)| *t).collect();
     let fit = |series: &[i64]| growth_at(&secs[secs.len() - series.len()..], series);
     let mut names: BTreeMap<&str, &str> = BTreeMap::new();
@@ -125,11 +128,15 @@ pub fn across_windows(history: &[(f64, Vec<SiteInUse>)], min_bytes: u64) -> Opti
             .map(|(_, sites)| sites.iter().find(|s| s.site == name).map_or(0, |s| s.bytes))
             .collect()
     };
-    let least = (min_bytes.max(MEMORY_GROWTH_MIN_BYTES)) as f64;
+    let interval = sample_bytes as f64;
     let mut growing: Vec<(String, String, Growth, Growth)> = names
         .iter()
         .filter_map(|(&name, &path)| {
-            let (g, late) = steady_with(&series_of(name), fit)?;
+            let series = series_of(name);
+            let (g, late) = steady_with(&series, fit)?;
+            let high = series.iter().copied().max().unwrap_or(0).max(0) as f64;
+            let least =
+                (MEMORY_GROWTH_MIN_BYTES as f64).max(8.0 * interval).max(4.0 * (high * interval).sqrt());
             let enough = g.per_sec * g.seconds >= least && g.seconds >= MEMORY_GROWTH_MIN_SECS;
             enough.then(|| (path.to_string(), name.to_string(), g, late))
         })
@@ -316,9 +323,37 @@ mod tests {
              the second half; 500KiB held at the end"
         );
         assert_eq!(f.evidence.len(), 2, "the bounded cache is not named: {:?}", f.evidence);
-        assert!(across_windows(&history, 2 << 20).is_none(), "1.4 MiB grown is under 2 MiB");
+        assert!(across_windows(&history, 256 << 10).is_none(), "1.4 MiB grown is under 8 intervals (2 MiB)");
         let bounded: Vec<(f64, Vec<SiteInUse>)> =
             history.iter().map(|(t, s)| (*t, vec![s[1].clone()])).collect();
         assert!(across_windows(&bounded, 0).is_none());
+    }
+
+    /// Sampled every 512 KiB: a 4 MiB cache read as CI's agent read it under load (2.1 MiB rising to 5.9
+    /// MiB over 11 windows, a slope of 465 KiB/s ±194) is no finding. A leak beside it is, once it has
+    /// grown four times the scatter of its level (sqrt(level x 512 KiB)): 2 MiB/s from the fifth window
+    /// (10 MiB over 5 windows, at 10 MiB: 8.9 MiB needed), 1 MiB/s from the eighth (8 MiB, 8 MiB needed).
+    #[test]
+    fn sampled_windows_must_grow_past_their_scatter() {
+        const MIB: f64 = 1048576.0;
+        let cache = [2.13, 2.6, 3.1, 2.9, 3.6, 4.1, 3.9, 4.6, 5.0, 5.4, 5.85];
+        let history: Vec<(f64, Vec<SiteInUse>)> = cache
+            .iter()
+            .enumerate()
+            .map(|(k, c)| (k as f64, vec![at("lru_put", (c * MIB) as i64)]))
+            .collect();
+        assert!(across_windows(&history, 0).is_some(), "exact, that series is a steady slope");
+        assert!(across_windows(&history, 512 << 10).is_none());
+        let leak = |mib_per_s: f64, windows: usize| -> Vec<(f64, Vec<SiteInUse>)> {
+            (0..windows)
+                .map(|k| {
+                    let held = (mib_per_s * MIB * (k + 1) as f64) as i64;
+                    (k as f64, vec![at("cache_put", held), at("lru_put", 4 << 20)])
+                })
+                .collect()
+        };
+        assert!(across_windows(&leak(2.0, 5), 512 << 10).is_some());
+        assert!(across_windows(&leak(1.0, 7), 512 << 10).is_none());
+        assert!(across_windows(&leak(1.0, 8), 512 << 10).is_some());
     }
 }
