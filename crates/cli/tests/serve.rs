@@ -1339,10 +1339,13 @@ fn the_always_on_doctor_reports_a_changed_hot_function_once() {
     assert_eq!(metric(&a, &format!("whyslow_regressions_total{{target=\"{change}\"}}")), 1.0);
     assert_eq!(metric(&a, &format!("whyslow_regressions_total{{target=\"{steady}\"}}")), 0.0);
     // The -O0 build's finding, window by window: one episode, its evidence, its metric.
-    let (code, f) = a.get(&format!("/api/v1/findings?target={opt}&from=now-5m"));
-    assert_eq!(code, 200, "{f}");
-    let list = f["findings"].as_array().unwrap();
-    let unopt = list.iter().find(|x| x["rule"] == "unoptimized-build").unwrap_or_else(|| panic!("{f:#}"));
+    // (The doctor diagnoses windows behind the store: under load its first may still be queued.)
+    let unopt = wait_for(20, "the -O0 build's finding", || {
+        let (code, f) = a.get(&format!("/api/v1/findings?target={opt}&from=now-5m"));
+        assert_eq!(code, 200, "{f}");
+        f["findings"].as_array().unwrap().iter().find(|x| x["rule"] == "unoptimized-build").cloned()
+    });
+    let unopt = &unopt;
     assert_eq!(unopt["episodes"].as_array().unwrap().len(), 1, "{unopt:#}");
     assert_eq!(unopt["windows"].as_u64(), Some(unopt["points"].as_array().unwrap().len() as u64));
     assert!(unopt["points"][0]["impact_pct"].as_f64().unwrap() > 50.0, "{unopt:#}");
@@ -1432,8 +1435,9 @@ fn baselines_survive_a_restart_of_the_agent() {
     assert!(r["before"]["windows"].as_u64().unwrap() >= 8, "{r:#}");
     assert!(r["before"]["until_ns"].as_u64().unwrap() < changed_ns, "{r:#}");
     let after_until = r["after"]["until_ns"].as_u64().unwrap();
+    // Within four of its 1 s windows: the one the change falls in, and under load up to three more.
     assert!(
-        after_until <= changed_ns + 3_200_000_000,
+        after_until <= changed_ns + 4_200_000_000,
         "{} ms after the change",
         (after_until - changed_ns) / 1_000_000
     );
@@ -1581,13 +1585,14 @@ fn the_agent_flags_a_leak_and_not_a_bounded_cache() {
         c.stdin.take().unwrap().write_all(b"go\n").unwrap();
     }
     let found = wait_for(20, "the leak's memory-growth finding", || finding(&a, l, "memory-growth"));
-    // The rule fits at least five windows; found within three more than that.
+    // The rule fits at least five windows, and the growth must pass four times the sampling's scatter of
+    // the level (at 2 MiB/s from the fifth window; later where load stretches the leak's ticks).
     let windows = found["episodes"][0]["windows"].as_u64().unwrap();
     let first = found["points"][0]["end_ns"].as_u64().unwrap();
     let (_, inuse) = a.get(&format!("/api/v1/inuse?target={l}&from=now-1h"));
     let before: Vec<&Value> =
         inuse["windows"].as_array().unwrap().iter().filter(|w| w["end_ns"].as_u64() <= Some(first)).collect();
-    assert!((5..=8).contains(&before.len()), "found after {} windows: {found}", before.len());
+    assert!((5..=10).contains(&before.len()), "found after {} windows: {found}", before.len());
     assert!(windows >= 1);
     let evidence = found["evidence"].as_array().unwrap();
     let site = evidence[1].as_str().unwrap();
