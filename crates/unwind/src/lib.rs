@@ -654,6 +654,12 @@ impl ProcessUnwinder {
                     None => break Walked::Done(Outcome::Partial),
                 },
                 Step::Root => break Walked::Done(Outcome::Complete),
+                // A frame in the entry code is the process's first: what its unwind rule read as its
+                // caller (argc, at the loader's first instruction) is none, and the stack is whole.
+                Step::Stop if out.len() >= 2 && at_entry(&self.mapped, out[out.len() - 2]) => {
+                    out.pop();
+                    break Walked::Done(Outcome::Complete);
+                }
                 Step::Stop => break Walked::Done(Outcome::Partial),
             }
         };
@@ -758,12 +764,8 @@ mod tests {
         std::hint::black_box(r)
     }
 
-    /// Unwinding this test's own stack through the CFI of its binary (built without frame pointers in
-    /// the optimized test profile, so the frame-pointer chain alone would not do) finds capture's callers
-    /// in order: middle, then outer, then the test function, each frame inside the function it names.
-    #[test]
-    fn the_test_binary_unwinds_its_own_stack_through_its_cfi() {
-        let (regs, stack) = outer();
+    /// An unwinder of this process's code mappings.
+    fn own_unwinder() -> ProcessUnwinder {
         let mut unwinder = ProcessUnwinder::new();
         let mut images: Vec<(String, Arc<ObjectImage>)> = Vec::new();
         for m in own_mappings().into_iter().filter(|m| m.exec && m.path.starts_with('/')) {
@@ -778,6 +780,37 @@ mod tests {
             };
             unwinder.add_mapping(m.range.start, m.range.end, m.pgoff, image);
         }
+        unwinder
+    }
+
+    /// A sample at the loader's first instruction (a fresh process faulting in its first page): no frame
+    /// pointer yet, argc where a return address would be. The entry code is the process's first frame:
+    /// the stack is that one frame, complete.
+    #[test]
+    fn the_first_instruction_of_a_process_is_a_whole_stack() {
+        let mut unwinder = own_unwinder();
+        let loader = own_mappings()
+            .into_iter()
+            .find(|m| m.exec && m.path.contains("/ld-linux"))
+            .expect("the dynamic loader's code mapping");
+        let bytes = FileBytes::map(&std::fs::File::open(&loader.path).unwrap()).unwrap();
+        let image = ObjectImage::parse(&loader.path, &bytes).unwrap();
+        let entry = image.bias(loader.range.start, loader.pgoff).unwrap() + image.entry;
+        // argc 1, argv[0], the NULL after argv, an empty environment.
+        let stack: Vec<u8> = [1u64, 0x7ffd_0000_1000, 0, 0].iter().flat_map(|w| w.to_le_bytes()).collect();
+        let mut frames = Vec::new();
+        let outcome =
+            unwinder.unwind(Regs { ip: entry, sp: 0x7ffd_0000_0000, bp: 0 }, &stack, None, &mut frames);
+        assert_eq!((outcome, frames), (super::Outcome::Complete, vec![entry]));
+    }
+
+    /// Unwinding this test's own stack through the CFI of its binary (built without frame pointers in
+    /// the optimized test profile, so the frame-pointer chain alone would not do) finds capture's callers
+    /// in order: middle, then outer, then the test function, each frame inside the function it names.
+    #[test]
+    fn the_test_binary_unwinds_its_own_stack_through_its_cfi() {
+        let (regs, stack) = outer();
+        let mut unwinder = own_unwinder();
         let mut frames = Vec::new();
         unwinder.unwind(regs, &stack, None, &mut frames);
 
