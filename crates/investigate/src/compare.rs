@@ -188,11 +188,13 @@ mod tests {
 
     /// Two commands run interleaved (before, after, before, ...), each run recorded and measured; a command
     /// doing twice the work measures about twice the CPU time (CPU time, not wall time: it holds on a busy
-    /// machine), and each side's profile is scaled by its median so that its total is that median.
+    /// machine), and each side's profile is scaled by its median so that its total is that median. Sized so
+    /// each run is 0.7-1.5 s of CPU (350-700 samples at 499 Hz): CI's busy machine once measured 2.62 from
+    /// 0.18 s runs.
     #[test]
     fn twice_the_work_measures_twice_the_cpu_time_in_interleaved_runs() {
         let o = CompareOptions {
-            commands: [shell_loop(100_000), shell_loop(200_000)],
+            commands: [shell_loop(400_000), shell_loop(800_000)],
             runs: 3,
             frequency: 499,
             load: None,
