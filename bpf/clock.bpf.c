@@ -161,16 +161,8 @@ static __always_inline void switched_goroutine(void)
 			send_goroutine(g, 0, 0);
 		return;
 	}
-	u64 w[14]; /* g.stack.lo, g.stack.hi, ..., g.sched (from word 7) */
-	if (bpf_probe_read_user(w, sizeof(w), (void *)gp))
-		return;
-	u64 lo = w[0], hi = w[1], sp = w[7], pc = w[8];
-	if (!pc || sp < lo || sp >= hi)
-		return;
-	/* gobuf is sp, pc, g, ctxt, lr, bp since Go 1.25; sp, pc, g, ctxt, ret, lr, bp before (lr is 0 on
-	 * amd64, and a Go frame pointer never is). */
-	u64 bp = w[12] ? w[12] : w[13];
-	if (bp < sp || bp >= hi)
+	u64 w[14], sp, pc, bp;
+	if (bpf_probe_read_user(w, sizeof(w), (void *)gp) || !go_saved_regs(w, gp, &sp, &pc, &bp))
 		return;
 	u32 n = copy_goroutine(g, sp);
 	if (!n)

@@ -32,6 +32,19 @@ static __always_inline bool runs_go(u32 tgid)
 	return bpf_map_lookup_elem(&go_procs, &tgid) != 0;
 }
 
+/* The registers goroutine `g` saved in g.sched (where mcall and morestack leave its context), from `w`, its
+ * first 14 words (g.stack.lo, g.stack.hi, ..., g.sched from word 7): taken when it holds itself in
+ * g.sched.g and its saved stack pointer and frame pointer lie in its stack. gobuf is sp, pc, g, ctxt, lr, bp
+ * since Go 1.25; sp, pc, g, ctxt, ret, lr, bp before (lr is 0 on amd64, and a Go frame pointer never is). */
+static __always_inline bool go_saved_regs(const u64 *w, u64 g, u64 *sp, u64 *pc, u64 *bp)
+{
+	u64 lo = w[0], hi = w[1];
+	*sp = w[7];
+	*pc = w[8];
+	*bp = w[12] ? w[12] : w[13];
+	return w[9] == g && *pc && *sp >= lo && *sp < hi && *bp >= *sp && *bp < hi;
+}
+
 /* At a thread's exit: a Go process leaves `go_procs` with its last thread (track.h's process_ended, so
  * include this file after track.h), not with its main thread, which may end while the others go on. */
 static __always_inline void forget_go_ended(struct task_struct *p)

@@ -125,15 +125,11 @@ static __always_inline void copy_parked_goroutine(struct ws_block *b, u32 frame,
 	barrier_var(off);
 	off &= STACK_MAX - 1;
 	u64 g = *(u64 *)&b->ustack[off];
-	u64 w[14]; /* g.stack.lo, g.stack.hi, ..., g.sched (from word 7) */
-	if (!g || (g & 7) || read_user(w, sizeof(w), g, t))
+	u64 w[14], sp, pc, bp;
+	if (!g || (g & 7) || read_user(w, sizeof(w), g, t) || !go_saved_regs(w, g, &sp, &pc, &bp))
 		return;
-	u64 lo = w[0], hi = w[1], sp = w[7], pc = w[8];
-	if (w[9] != g || !pc || sp < lo || sp >= hi)
-		return;
-	/* gobuf is sp, pc, g, ctxt, lr, bp since Go 1.25, the first whose mcall clears the frame pointer
-	 * (before, the chain led to the goroutine's stack, and ret came before lr). */
-	b->go_bp = w[12];
+	u64 hi = w[1];
+	b->go_bp = bp;
 	b->go_at = sp;
 	b->go_pc = pc;
 	b->go_bytes = copy_stack(b, b->ustack_bytes, sp, hi - sp < GO_STACK_MAX ? hi - sp : GO_STACK_MAX, t);

@@ -258,6 +258,17 @@ mod tests {
         })
     }
 
+    /// The samples of thread `tid` among `records`.
+    fn samples_of(records: &[Record], tid: u32) -> Vec<&Sample> {
+        records
+            .iter()
+            .filter_map(|r| match r {
+                Record::Sample(s) if s.tid == tid => Some(s),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Burns `ns` of the calling thread's CPU time in user space, calling `every` about every `every_ns`.
     fn burn(ns: u64, every_ns: u64, every: &mut dyn FnMut()) {
         let until = sys::thread_cpu_ns() + ns;
@@ -281,13 +292,7 @@ mod tests {
     fn records_read_in_place_decode_whole_across_the_rings_end() {
         let (tid, records, bad, wrapped) = records_of(2, |read| burn(200_000_000, 2_000_000, read));
         assert_eq!(bad, 0, "every record decodes");
-        let samples: Vec<&Sample> = records
-            .iter()
-            .filter_map(|r| match r {
-                Record::Sample(s) if s.tid == tid => Some(s),
-                _ => None,
-            })
-            .collect();
+        let samples = samples_of(&records, tid);
         // About 199 samples of ~1.2 KB through 8 KB: the ring's end is passed ~30 times, and a record
         // lies across it each time but where one ends exactly there.
         assert!(wrapped >= 5, "{wrapped} records wrapped");
@@ -346,13 +351,7 @@ mod tests {
         assert!(records
             .iter()
             .any(|r| matches!(r, Record::Exit { pid: p, tid: t } if *p == pid && *t == child)));
-        let samples: Vec<&Sample> = records
-            .iter()
-            .filter_map(|r| match r {
-                Record::Sample(s) if s.tid == tid => Some(s),
-                _ => None,
-            })
-            .collect();
+        let samples = samples_of(&records, tid);
         // 200 ms of the thread's CPU at 997 Hz (cpu-clock runs on the thread's own CPU time, so the load
         // of the machine does not change it): 199 samples expected, 198 measured; within 20%.
         assert!((160..=240).contains(&samples.len()), "{} samples", samples.len());
