@@ -173,13 +173,13 @@ fn go_cpu_stacks_cross_the_system_stack_switch() {
 /// A goroutine that outgrows its stack runs newstack under morestack on the system stack, and morestack
 /// clears the frame pointer (Go 1.21 on): the kernel finds the goroutine through the thread's g, its m and
 /// m.curg, and its stack goes on from the registers morestack saved. gogrow spends about half of its CPU
-/// there (1,150 of 2,100 samples here): those stacks go on through main.deep and main.grow to
+/// there (1,150 of 2,100 samples in 2 s here; run 4 s, so that beside two busy cores it still gives 1,000): those stacks go on through main.deep and main.grow to
 /// runtime.goexit, for Go 1.26 and 1.24 (whose gobuf and m differ). Before, 61% of all its stacks were cut.
 #[test]
 fn go_stacks_go_on_through_morestack() {
     let dir = tmp();
     for name in ["gogrow", "gogrow_go124"] {
-        let data = record(dir.path(), name, &[], &[workload(name).to_str().unwrap(), "2"]);
+        let data = record(dir.path(), name, &[], &[workload(name).to_str().unwrap(), "4"]);
         let folded = dir.path().join(format!("{name}.folded"));
         ok(&["export", &data, "--format", "folded", "--type", "cpu", "-o", folded.to_str().unwrap()]);
         let text = std::fs::read_to_string(&folded).unwrap();
