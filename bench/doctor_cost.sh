@@ -13,12 +13,13 @@
 # fixed variant) under wrk -t1 -c16; and the doctor on the repo's launched doctor workloads: its wall time
 # over the program's own (goal: <= 3x + 2 s).
 source "$(dirname "$0")/lib.sh"
-[ "$(id -u)" -eq 0 ] || { echo "doctor_cost: needs root" >&2; exit 1; }
-for t in redis-server redis-cli redis-benchmark wrk strace perf; do
-  command -v $t >/dev/null || { echo "doctor_cost: $t missing: run scripts/deps.sh" >&2; exit 1; }
-done
-[ -x "$WHYSLOW" ] || { echo "doctor_cost: no $WHYSLOW: run make build" >&2; exit 1; }
-make -s -C "$ROOT/tests/workloads" >/dev/null
+needs_root "redis, perf and the probes"
+apt_needs redis-server
+apt_needs redis-benchmark redis-tools
+apt_needs wrk
+apt_needs strace
+apt_needs perf linux-perf
+needs_build
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 redis-server --port "$PORT" --save '' --appendonly no --daemonize no >"$OUT/redis.log" 2>&1 &
 REDIS=$!

@@ -5,11 +5,10 @@
 # what watching costs pgbench's transactions/s, as ABBA blocks like doctor_cost.sh's (the load runs
 # throughout; commits are counted by the server over the doctor's run and over plain windows as long).
 source "$(dirname "$0")/lib.sh"
-[ "$(id -u)" -eq 0 ] || { echo "doctor_postgres: needs root" >&2; exit 1; }
-[ -x "$WHYSLOW" ] || { echo "doctor_postgres: no $WHYSLOW: run make build" >&2; exit 1; }
+needs_root "postgresql and the probes"
+needs_build
 if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || ! command -v pgbench >/dev/null; then
-  echo "doctor_postgres: installing postgresql"
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+  apt_install postgresql
 fi
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
 id postgres >/dev/null 2>&1 || useradd --system postgres

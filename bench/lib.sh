@@ -30,6 +30,28 @@ build_syscall_floor() {
     echo "$ROOT/bench/.build/syscall_floor $ROOT/bench/.build/syscall_floor.bpf.o"
 }
 
+# needs_root WHY: ends the benchmark unless it runs as root (WHY: what root is for).
+needs_root() { [ "$(id -u)" -eq 0 ] || { echo "$(basename "$0" .sh): needs root ($1)" >&2; exit 1; }; }
+
+# needs_build: ends the benchmark unless $WHYSLOW is built; builds the test workloads.
+needs_build() {
+  [ -x "$WHYSLOW" ] || { echo "$(basename "$0" .sh): no $WHYSLOW: run make build" >&2; exit 1; }
+  make -s -C "$ROOT/tests/workloads" >/dev/null
+}
+
+# apt_install PACKAGE...: installs packages from apt, saying so (the benchmarks run as root).
+apt_install() {
+  echo "$(basename "$0" .sh): installing $*" >&2
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+# apt_needs PROGRAM [PACKAGE]: installs PACKAGE (default: PROGRAM) unless PROGRAM is on PATH.
+apt_needs() { command -v "$1" >/dev/null || apt_install "${2:-$1}"; }
+
+# cpu_ticks PID: user + system clock ticks of a process; TICK of them make a second.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+TICK=$(getconf CLK_TCK)
+
 # now: seconds since the epoch with ns.
 now() { date +%s.%N; }
 

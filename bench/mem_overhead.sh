@@ -6,7 +6,7 @@
 source "$(dirname "$0")/lib.sh"
 RUNS=${RUNS:-5}
 N=${N:-1600000}
-command -v heaptrack >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq heaptrack >/dev/null
+apt_needs heaptrack
 make -s -C "$ROOT/tests/workloads" >/dev/null
 declare -A t
 progs=("allocloop:$W/allocloop $N" "memwork:$W/memwork leak $((N / 4))")

@@ -11,18 +11,14 @@
 source "$(dirname "$0")/lib.sh"
 DURATION=${DURATION:-60}
 CHURN_EVERY=${CHURN_EVERY:-0.2}
-[ "$(id -u)" -eq 0 ] || { echo "serve_all: needs root (perf events of every process)" >&2; exit 1; }
-[ -x "$WHYSLOW" ] || { echo "serve_all: no $WHYSLOW: run make build" >&2; exit 1; }
-make -s -C "$ROOT/tests/workloads" >/dev/null
+needs_root "perf events of every process"
+needs_build
 BUSY="$OUT/wsab-$$"
 CHURN="$OUT/wsac-$$"
 AGENT="$OUT/whyslow"
 cp "$W/cpu_split" "$BUSY"
 cp "$W/cpu_split" "$CHURN"
 cp "$WHYSLOW" "$AGENT"
-now() { date +%s.%N; }
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-TCK=$(getconf CLK_TCK)
 AGENT_PID="" BUSY_PIDS=() CHURN_PID=""
 cleanup() {
   set +e
@@ -53,7 +49,7 @@ done
 api() { curl -sf --max-time 30 "http://$ADDR$1"; }
 rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$AGENT_PID/status"; }
 T0=$(now)
-C0=$(ticks "$AGENT_PID")
+C0=$(cpu_ticks "$AGENT_PID")
 # The churn: one process every CHURN_EVERY s, each logged; `times` gives the CPU its children used.
 (
   trap - EXIT INT TERM
@@ -72,20 +68,20 @@ for s in $(seq "$DURATION"); do
   sleep 1
   echo "$s $(rss_kb)" >>"$OUT/rss.txt"
   # Steady state: from the second window on (the first symbolizes every binary of the host).
-  if [ "$s" -eq 20 ]; then T_STEADY=$(now); C_STEADY=$(ticks "$AGENT_PID"); fi
+  if [ "$s" -eq 20 ]; then T_STEADY=$(now); C_STEADY=$(cpu_ticks "$AGENT_PID"); fi
 done
 touch "$OUT/churn.stop"
 wait "$CHURN_PID"
 CHURN_PID=""
 T1=$(now)
-C1=$(ticks "$AGENT_PID")
+C1=$(cpu_ticks "$AGENT_PID")
 # Every window of the run is stored one window (10 s) after it ends; then the API answers for it.
 sleep 12
 from=$(python3 -c "print(int($T0))")
 until=$(python3 -c "print(int($T1) + 1)")
 api "/api/v1/profile?target=1&type=cpu&from=$from&until=$until" >"$OUT/profile.json"
 api /metrics >"$OUT/metrics.txt"
-python3 - "$OUT" "$T0" "$T1" "$C0" "$C1" "$T_STEADY" "$C_STEADY" "$TCK" "$(basename "$CHURN")" "$(basename "$BUSY")" <<'PY'
+python3 - "$OUT" "$T0" "$T1" "$C0" "$C1" "$T_STEADY" "$C_STEADY" "$TICK" "$(basename "$CHURN")" "$(basename "$BUSY")" <<'PY'
 import json, sys
 out, t0, t1, c0, c1, ts, cs, tck, churn, busy = sys.argv[1:]
 t0, t1, c0, c1, ts, cs, tck = float(t0), float(t1), float(c0), float(c1), float(ts), float(cs), float(tck)

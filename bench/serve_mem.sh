@@ -8,16 +8,12 @@
 source "$(dirname "$0")/lib.sh"
 RUN_S=${RUN_S:-30}
 RATE=${RATE:-1048576}
-[ "$(id -u)" -eq 0 ] || { echo "serve_mem: needs root (the agent attaches eBPF programs and uprobes)" >&2; exit 1; }
-[ -x "$WHYSLOW" ] || { echo "serve_mem: no $WHYSLOW: run make build" >&2; exit 1; }
-make -s -C "$ROOT/tests/workloads" >/dev/null
+needs_root "the agent attaches eBPF programs and uprobes"
+needs_build
 
 AGENT_PID=""
 cleanup() { [ -z "$AGENT_PID" ] || { kill -TERM "$AGENT_PID" 2>/dev/null; wait "$AGENT_PID" 2>/dev/null; }; rm -rf "$OUT"; }
 trap cleanup EXIT
-# cpu_ticks PID: user + system clock ticks of a process.
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-TICK=$(getconf CLK_TCK)
 
 "$WHYSLOW" serve --listen 127.0.0.1:0 --data-dir "$OUT/data" 2>"$OUT/agent.log" &
 AGENT_PID=$!

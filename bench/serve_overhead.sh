@@ -19,16 +19,10 @@ ROUNDS=${ROUNDS:-5}
 ROUND_S=${ROUND_S:-10}
 SAMPLE_S=${SAMPLE_S:-10}
 CONNS=${CONNS:-64}
-[ "$(id -u)" -eq 0 ] || { echo "serve_overhead: needs root (the agent opens perf events of other processes)" >&2; exit 1; }
-[ -x "$WHYSLOW" ] || { echo "serve_overhead: no $WHYSLOW: run make build" >&2; exit 1; }
-command -v wrk >/dev/null || { echo "serve_overhead: wrk missing: run scripts/deps.sh" >&2; exit 1; }
-if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then
-  echo "serve_overhead: installing nginx"
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nginx >/dev/null
-fi
-make -s -C "$ROOT/tests/workloads" >/dev/null
+needs_root "the agent opens perf events of other processes"
+needs_build
+apt_needs wrk
+[ -x /usr/sbin/nginx ] || apt_needs nginx
 chmod 755 "$OUT" # nginx's workers run as nobody
 NGINX="$OUT/wsbn-$$"
 CHURN="$OUT/wsbc-$$"

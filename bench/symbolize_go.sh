@@ -11,7 +11,7 @@ source "$(dirname "$0")/lib.sh"
 SECS=${SECS:-60}
 RUNS=${RUNS:-3}
 PORT=${PORT:-9399}
-command -v prometheus >/dev/null || { echo "needs prometheus (apt-get install prometheus)"; exit 1; }
+apt_needs prometheus
 cat >"$OUT/prom.yml" <<EOF
 global:
   scrape_interval: 1s
