@@ -223,6 +223,7 @@ impl<H: Host> Converter<H> {
                 _ => (s.stack, None),
             };
             let outcome = proc.unwinder.unwind(Regs { ip, sp, bp }, own, goroutine, &mut self.frames);
+            let interpreted = proc.unwinder.interpreted().to_vec();
             let mut cut = outcome == Outcome::Partial;
             if self.frames.is_empty() {
                 self.frames.push(ip);
@@ -239,7 +240,10 @@ impl<H: Host> Converter<H> {
                     stack.extend(py);
                     continue;
                 }
-                let f = self.jit_frame(s.pid, a, time);
+                let mut f = self.jit_frame(s.pid, a, time);
+                if let Some(&(_, method)) = interpreted.iter().find(|(j, _)| *j == i + skip_leaf as usize) {
+                    f = self.interpreted_frame(s.pid, method).unwrap_or(f);
+                }
                 if i + skip_leaf as usize > 0 && known && matches!(f, RawFrame::Unmapped(_)) {
                     cut = true;
                     break;

@@ -1,6 +1,8 @@
 //! JIT code: a process's perf map or jitdump symbols, asked of the [`Host`] while an address lies in
-//! no file mapping, and the frame labels they name. Never reads files itself: the host does.
+//! no file mapping, and the frame labels they name; a JVM's interpreted frames named by their method.
+//! Never reads files or memory itself: the host does.
 
+use crate::java::{method_name, MethodLayout};
 use crate::{Converter, Host};
 use std::collections::HashMap;
 use whyslow_model::raw::RawFrame;
@@ -22,6 +24,8 @@ pub struct JitUpdate {
     /// The runtime's code ranges with their frame layout, where it describes them (a JVM's code cache):
     /// they replace those given before.
     pub code: Option<Vec<JitCode>>,
+    /// Where the runtime keeps its methods' names, where it runs interpreted frames (a JVM's).
+    pub methods: Option<MethodLayout>,
 }
 
 /// How often (event time) a process is asked again for JIT symbols while an address of it is unknown:
@@ -46,6 +50,10 @@ pub(crate) struct Jit {
     pub(crate) dump: Option<String>,
     /// The label of each symbol that named a frame, by its start address.
     labels: HashMap<u64, u32>,
+    /// Where its methods' names are (a JVM's), and the label of each method an interpreted frame ran
+    /// (None: the word was no method), by its address.
+    methods: Option<MethodLayout>,
+    method_labels: HashMap<u64, Option<u32>>,
 }
 
 impl<H: Host> Converter<H> {
@@ -81,6 +89,27 @@ impl<H: Host> Converter<H> {
     }
 }
 
+impl<H: Host> Converter<H> {
+    /// The frame of an interpreted Java method of `pid` whose frame held `method` (see
+    /// [`whyslow_unwind::ProcessUnwinder::interpreted`]): its name, read once per method from the JVM's
+    /// memory, labelled as the JVM's compiled methods are; None where the word is no method.
+    pub(crate) fn interpreted_frame(&mut self, pid: u32, method: u64) -> Option<RawFrame> {
+        let jit = &mut self.procs.get_mut(&pid)?.jit;
+        let layout = jit.methods?;
+        let label = match jit.method_labels.get(&method) {
+            Some(&known) => known,
+            None => {
+                let host = &self.host;
+                let name = method_name(&layout, |a, b| host.read_memory(pid, a, b), method);
+                let label = name.map(|n| self.raw.label(&n, &jit.source, FrameKind::User));
+                jit.method_labels.insert(method, label);
+                label
+            }
+        };
+        label.map(RawFrame::Label)
+    }
+}
+
 impl Jit {
     /// Takes in the symbols of what the process published about its JIT code; returns its code ranges
     /// with their frame layout (for the unwinder), if given.
@@ -88,6 +117,9 @@ impl Jit {
         self.map.merge(u.map);
         self.source = u.source;
         self.read = u.read;
+        if u.methods.is_some() {
+            self.methods = u.methods;
+        }
         u.code
     }
 }

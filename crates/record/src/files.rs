@@ -89,7 +89,7 @@ fn jitdump(pid: u32, from: u64, path: &str) -> Option<JitUpdate> {
         map,
         skipped: stats.skipped as u64,
         read: bytes.len() as u64,
-        code: None,
+        ..JitUpdate::default()
     })
 }
 
@@ -122,5 +122,11 @@ pub(crate) fn perf_map(pid: u32, from: u64) -> Option<JitUpdate> {
         return None;
     }
     let (map, stats) = JitMap::parse_perf_map(&bytes[..complete]);
-    Some(JitUpdate { source, map, skipped: stats.skipped as u64, read: from + complete as u64, code: None })
+    Some(JitUpdate {
+        source,
+        map,
+        skipped: stats.skipped as u64,
+        read: from + complete as u64,
+        ..JitUpdate::default()
+    })
 }

@@ -16,6 +16,7 @@ use object::{Object, ObjectSymbol};
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
+use whyslow_convert::MethodLayout;
 use whyslow_unwind::{JitCode, JitFrameRule};
 
 /// Why a JVM's code cache could not be read.
@@ -60,6 +61,8 @@ pub struct Layout {
     blob_complete: u64,
     blob_code_begin: u64,
     blob_code_end: u64,
+    /// Where its methods' names are, for its interpreted frames (None: a field is missing).
+    pub methods: Option<MethodLayout>,
 }
 
 /// A process's memory, read through /proc/PID/mem.
@@ -165,6 +168,21 @@ impl Layout {
                 .ok_or_else(|| missing(&format!("{ty}::{field}")))
         };
         let off = |ty: &str, field: &str| get(ty, field).map(|e| e.offset);
+        let size = |ty: &str| sizes.get(ty).copied().ok_or_else(|| missing(&format!("sizeof({ty})")));
+        let methods = || -> Result<MethodLayout, LayoutError> {
+            Ok(MethodLayout {
+                method_const: off("Method", "_constMethod")?,
+                const_constants: off("ConstMethod", "_constants")?,
+                const_name_index: off("ConstMethod", "_name_index")?,
+                const_signature_index: off("ConstMethod", "_signature_index")?,
+                pool_holder: off("ConstantPool", "_pool_holder")?,
+                pool_length: off("ConstantPool", "_length")?,
+                pool_size: size("ConstantPool")?,
+                klass_name: off("Klass", "_name")?,
+                symbol_length: off("Symbol", "_length")?,
+                symbol_body: off("Symbol", "_body")?,
+            })
+        };
         Ok(Layout {
             heaps: get("CodeCache", "_heaps")?.address,
             array_len: off("GrowableArrayBase", "_len")?,
@@ -177,12 +195,13 @@ impl Layout {
             vs_low: off("VirtualSpace", "_low")?,
             block_length: off("HeapBlock", "_header")? + off("HeapBlock::Header", "_length")?,
             block_used: off("HeapBlock", "_header")? + off("HeapBlock::Header", "_used")?,
-            block_size: *sizes.get("HeapBlock").ok_or_else(|| missing("sizeof(HeapBlock)"))?,
+            block_size: size("HeapBlock")?,
             blob_name: off("CodeBlob", "_name")?,
             blob_frame_size: off("CodeBlob", "_frame_size")?,
             blob_complete: off("CodeBlob", "_frame_complete_offset")?,
             blob_code_begin: off("CodeBlob", "_code_begin")?,
             blob_code_end: off("CodeBlob", "_code_end")?,
+            methods: methods().ok(),
         })
     }
 

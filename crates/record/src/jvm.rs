@@ -292,7 +292,10 @@ impl Jvms {
         if jvm.written > jvm.read {
             jvm.read = jvm.written;
             return match crate::files::perf_map(pid, 0) {
-                Some(u) => JvmMap::Written(JitUpdate { code: jvm.code.take(), ..u }),
+                Some(u) => {
+                    let methods = jvm.layout.as_ref().and_then(|l| l.as_ref().ok()?.methods);
+                    JvmMap::Written(JitUpdate { code: jvm.code.take(), methods, ..u })
+                }
                 None => JvmMap::Unchanged,
             };
         }

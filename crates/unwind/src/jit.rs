@@ -51,6 +51,11 @@ impl WithJit {
         &self.code
     }
 
+    /// Whether `addr` lies in HotSpot's interpreter.
+    pub(crate) fn interprets(&self, addr: u64) -> bool {
+        self.lookup(addr).is_some_and(|c| c.rule == JitFrameRule::Interpreter)
+    }
+
     fn lookup(&self, addr: u64) -> Option<&JitCode> {
         let i = self.code.partition_point(|c| c.start <= addr).checked_sub(1)?;
         let c = &self.code[i];

@@ -271,6 +271,8 @@ pub struct ProcessUnwinder {
     go: Vec<(Range<u64>, GoFrame)>,
     /// The mappings of Go programs with a function table: live range, load bias, image.
     go_code: Vec<(Range<u64>, u64, Arc<ObjectImage>)>,
+    /// The last unwind's interpreted frames (see [`ProcessUnwinder::interpreted`]).
+    interpreted: Vec<(usize, u64)>,
 }
 
 /// A goroutine's stack that the stack being unwound continues on. Go's `runtime.systemstack` runs a
@@ -291,6 +293,9 @@ pub struct Goroutine<'a> {
 
 /// Bytes of a Go assembly function's prologue (`push %rbp; mov %rsp,%rbp`), past which `bp` is its frame.
 const PROLOGUE: u64 = 4;
+
+/// Where HotSpot's interpreter keeps the running method's `Method*` below its frame pointer (x86-64).
+const INTERPRETER_METHOD: u64 = 24;
 
 /// Switches between stacks followed in one unwind at most.
 const MAX_SWITCHES: usize = 4;
@@ -400,6 +405,14 @@ impl ProcessUnwinder {
         self.unwinder.code().len()
     }
 
+    /// The frames of the last unwind that HotSpot's interpreter runs, with the word its frame keeps the
+    /// running method in (rbp-24 on x86-64, `interpreter_frame_method_offset`): (index into the frames,
+    /// that word). The word is what the copied stack held, not checked: a frame interrupted before its
+    /// prologue set rbp up holds another frame's.
+    pub fn interpreted(&self) -> &[(usize, u64)] {
+        &self.interpreted
+    }
+
     /// A copy with the same mappings, for a forked child.
     pub fn fork(&self) -> Self {
         let mut child = ProcessUnwinder::new();
@@ -425,6 +438,7 @@ impl ProcessUnwinder {
         out: &mut Vec<u64>,
     ) -> Outcome {
         out.clear();
+        self.interpreted.clear();
         let copies = Copies { sp: regs.sp, own: stack, goroutine };
         let mut parked = goroutine.and_then(|g| g.parked);
         let mut at = regs;
@@ -632,6 +646,11 @@ impl ProcessUnwinder {
                 FrameAddress::ReturnAddress(a) => (u64::from(a) - 1, true),
             };
             out.push(a);
+            if self.unwinder.interprets(a) {
+                if let Ok(method) = read_stack(uregs.bp().wrapping_sub(INTERPRETER_METHOD)) {
+                    self.interpreted.push((out.len() - 1, method));
+                }
+            }
             // What lies past a Go root, or past systemstack on the system stack, is no caller's frame.
             // (A switching function interrupted past its prologue may have switched already.)
             match self.go.iter().find(|(r, _)| r.contains(&a)) {
@@ -802,6 +821,31 @@ mod tests {
         let outcome =
             unwinder.unwind(Regs { ip: entry, sp: 0x7ffd_0000_0000, bp: 0 }, &stack, None, &mut frames);
         assert_eq!((outcome, frames), (super::Outcome::Complete, vec![entry]));
+    }
+
+    /// A stack of an interpreted Java method called from another interpreted one: each frame names the
+    /// word its frame keeps at rbp-24 (the method), by its index among the frames.
+    #[test]
+    fn interpreted_frames_name_the_word_their_method_is_kept_in() {
+        use super::{JitCode, JitFrameRule};
+        let mut unwinder = ProcessUnwinder::new();
+        unwinder.set_jit_code(vec![
+            JitCode { start: 0x3000, end: 0x4000, rule: JitFrameRule::Interpreter },
+            JitCode { start: 0x5000, end: 0x5100, rule: JitFrameRule::FramePointer },
+        ]);
+        // 0x7000: the leaf's frame (rbp 0x7020): method 0xaaa0 at 0x7008, sender sp 0x7030 at 0x7018,
+        // saved rbp 0x7050 and the return into the interpreter at 0x7020; its caller's frame (rbp 0x7050):
+        // method 0xbbb0 at 0x7038, sender sp 0x7060 at 0x7048, saved rbp 0x7070 and the return into the
+        // call stub; the stub's frame at 0x7070 ends the chain.
+        let words: [u64; 18] =
+            [0, 0xaaa0, 0, 0x7030, 0x7050, 0x3500, 0, 0xbbb0, 0, 0x7060, 0x7070, 0x5020, 0, 0, 0, 0, 0, 0];
+        let stack: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let mut frames = Vec::new();
+        unwinder.unwind(Regs { ip: 0x3400, sp: 0x7000, bp: 0x7020 }, &stack, None, &mut frames);
+        assert_eq!(frames[..3], [0x3400, 0x34ff, 0x501f]);
+        assert_eq!(unwinder.interpreted(), [(0, 0xaaa0), (1, 0xbbb0)]);
+        unwinder.unwind(Regs { ip: 0x5010, sp: 0x7060, bp: 0x7070 }, &stack[0x60..], None, &mut frames);
+        assert_eq!(unwinder.interpreted(), [], "a walk forgets the last one's");
     }
 
     /// Unwinding this test's own stack through the CFI of its binary (built without frame pointers in
