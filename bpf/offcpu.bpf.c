@@ -26,6 +26,10 @@
 #include "track.h"
 #include "go.h"
 #include "ustack.h"
+struct ws_pystack;
+static __always_inline struct ws_pystack *py_out_of(u32 tid);
+#define PY_OUT(tid) py_out_of(tid)
+#include "python.h"
 
 #define KSTACK_DEPTH 64
 #define PF_EXITING 0x00000004
@@ -65,6 +69,7 @@ struct ws_block {
 	u32 block_state; /* prev_state of the block in progress (`state` is the record's) */
 	u16 deferred;	 /* the block in progress has its user stacks taken as it resumes (see the top) */
 	u16 pending;	 /* a chosen block waits for its task work to take the user stacks and send it */
+	struct ws_pystack py; /* a CPython thread's Python frames as it blocked (python.h) */
 	u64 kstack[KSTACK_DEPTH];
 	/* Twice STACK_MAX and slack keep the verifier's bound on each page-sized read simple. */
 	u8 ustack[2 * STACK_MAX + 2 * PAGE];
@@ -173,6 +178,23 @@ static __always_inline void copy_goroutine_stack(struct ws_block *b, struct task
 	b->go_bytes = got;
 }
 
+static __always_inline struct ws_pystack *py_out_of(u32 tid)
+{
+	struct ws_block *b = bpf_map_lookup_elem(&blocks, &tid);
+	return b ? &b->py : NULL;
+}
+
+/* Fills `out` with the Python frames of the current thread `tid` of process `tgid` (fsbase `fs`) where
+ * it runs CPython. Global, so the verifier checks it once rather than at each place stacks are taken
+ * (inlined there, the switch program passed its instruction limit). */
+__noinline int take_python(u32 tgid, u32 tid, u64 fs, struct ws_pystack *out)
+{
+	if (!out)
+		return 0;
+	struct ws_py_proc *py = bpf_map_lookup_elem(&py_procs, &tgid);
+	return py && py_frames_of(py, tid, fs, 0, out);
+}
+
 /* Thread `p`'s user registers and stacks as it blocked: taken by `p` itself (t NULL: at its switch-out, or
  * in its task work as it resumes, where they are still those it blocked with), or by a sleepable program
  * reading blocked thread t = p. */
@@ -191,6 +213,10 @@ static __always_inline void take_user_stacks(struct ws_block *b, struct task_str
 	b->go_bytes = 0;
 	if (runs_go(p->tgid))
 		copy_goroutine_stack(b, t);
+	/* Python frames are read through the thread's own memory: by the thread itself only. */
+	b->py.frames = 0;
+	if (!t)
+		take_python(p->tgid, p->pid, p->thread.fsbase, &b->py);
 }
 
 static __always_inline void switched_out(struct task_struct *p, unsigned int state, u64 now)

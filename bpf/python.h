@@ -221,14 +221,12 @@ static long py_walk_step(u64 i, void *ctx)
 	return 0;
 }
 
-/* Fills `out` (PY_OUT(task's tid)) with thread `task`'s Python frames; false when it runs none (or is
- * no Python thread). `task` is the current task, read through its own memory (`other` 0), or (see
- * py_read) a blocked thread `other`. */
-static __always_inline bool py_frames(struct ws_py_proc *py, struct task_struct *task, u32 other,
-				      struct ws_pystack *out)
+/* Fills `out` (PY_OUT(tid)) with the Python frames of thread `tid`, whose fsbase is `fs`; false when it
+ * runs none (or is no Python thread). The thread is the current task, read through its own memory
+ * (`other` 0), or (see py_read) a blocked thread `other`. */
+static __always_inline bool py_frames_of(struct ws_py_proc *py, u32 tid, u64 fs, u32 other,
+					 struct ws_pystack *out)
 {
-	u32 tid = task->pid;
-	u64 fs = task->thread.fsbase;
 	if (!fs)
 		return false;
 	u64 ts = py_tstate(py, tid, fs, other);
@@ -244,6 +242,13 @@ static __always_inline bool py_frames(struct ws_py_proc *py, struct task_struct 
 	out->truncated = w.truncated;
 	out->tid = tid;
 	return w.n > 0;
+}
+
+/* py_frames_of for thread `task`. */
+static __always_inline bool py_frames(struct ws_py_proc *py, struct task_struct *task, u32 other,
+				      struct ws_pystack *out)
+{
+	return py_frames_of(py, task->pid, task->thread.fsbase, other, out);
 }
 
 /* At a fork a child runs its parent's interpreter; at an exec, whatever it execs (user space finds it). */

@@ -1,6 +1,7 @@
 //! Python frames: a CPython 3.8-3.13 program recorded without flags names its Python functions, with
 //! their file and line, interleaved with the interpreter's native frames, in the shares the program's
-//! structure gives them (tests/workloads/python/split.py), for each pyenv version installed here.
+//! structure gives them (tests/workloads/python/split.py), for each pyenv version installed here; and
+//! where its threads block (naps.py).
 
 mod common;
 use common::*;
@@ -83,6 +84,41 @@ fn python_functions_are_named_with_their_file_line_and_share() {
             let inside: i64 = ls.iter().filter(|l| lines.contains(&l.0)).map(|l| l.1).sum();
             assert!(total > 0 && inside * 100 >= total * 98, "3.{minor}: {func}'s lines {ls:?}");
         }
+        tested.push(minor);
+    }
+    assert!(!tested.is_empty(), "no CPython 3.8-3.13 under ~/.pyenv/versions");
+}
+
+/// short_nap's share of the sleeping (naps.py): 50 of every 200 ms. A wake-up that waits for a CPU adds to
+/// both naps alike: 5 ms each on a busy machine moves the share by 1.2 points.
+const SHORT_NAP_SHARE: f64 = 25.0;
+
+/// Off-CPU samples carry Python frames too, read as the thread blocks: the time a CPython 3.8-3.13 program
+/// sleeps in time.sleep is under the Python function that called it, split as the program sleeps.
+#[test]
+fn blocked_python_threads_are_named_where_they_wait() {
+    let script = root().join("tests/workloads/python/naps.py");
+    let dir = tmp();
+    let mut tested = Vec::new();
+    for minor in [8, 9, 10, 11, 12, 13] {
+        let Some(exe) = python(minor) else { continue };
+        let name = format!("naps3{minor}");
+        let data =
+            record(dir.path(), &name, &["--offcpu"], &[exe.to_str().unwrap(), script.to_str().unwrap(), "2"]);
+        let r = report_json(&data, &["--type", "offcpu"]);
+        let sleeping = total_pct(&r, "time_sleep");
+        let (short, long) = (total_pct(&r, "short_nap"), total_pct(&r, "long_nap"));
+        assert!(sleeping > 50.0, "3.{minor}: time.sleep in {sleeping:.1}% of the off-CPU time");
+        // Its first nap may come before its interpreter is found (by its first samples): 2.5%.
+        assert!(
+            short + long >= 0.95 * sleeping,
+            "3.{minor}: naps {short:.1}% + {long:.1}% of {sleeping:.1}%"
+        );
+        let share = 100.0 * short / (short + long);
+        assert!(
+            (share - SHORT_NAP_SHARE).abs() <= SHARE_TOLERANCE,
+            "3.{minor}: short_nap {share:.1}% of the naps, expected 25"
+        );
         tested.push(minor);
     }
     assert!(!tested.is_empty(), "no CPython 3.8-3.13 under ~/.pyenv/versions");

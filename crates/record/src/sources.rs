@@ -893,18 +893,21 @@ impl<'obj> Sources<'obj> {
         Ok(())
     }
 
-    /// Reads the Python frames of process `pid`'s clock samples from now on (see
-    /// [`ClockFilter::track_python`]); nothing where the clock is not filtered in the kernel.
+    /// Reads the Python frames of process `pid`'s clock samples and blocks from now on (see
+    /// [`ClockFilter::track_python`]); nothing for the clock where it is not filtered in the kernel.
     pub(crate) fn track_python(
         &self,
         pid: u32,
         runtime: u64,
         layout: &whyslow_python::Layout,
     ) -> Result<(), RecordError> {
-        match &self.clock_filter {
-            Some(f) => f.track_python(pid, runtime, layout),
-            None => Ok(()),
+        if let Some(f) = &self.clock_filter {
+            f.track_python(pid, runtime, layout)?;
         }
+        if let Some(p) = &self.offcpu {
+            p.track_python(pid, runtime, layout)?;
+        }
+        Ok(())
     }
 
     /// Counts the allocations of process `pid` too (with --alloc): a followed process, or a child forked

@@ -10,7 +10,7 @@ use super::{check_btf, classify, quiet_libbpf, u32_at, u64_at};
 use crate::records::InRing;
 use crate::RecordError;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
-use libbpf_rs::{MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
+use libbpf_rs::{OpenObject, RingBuffer, RingBufferBuilder};
 use std::cell::RefCell;
 use std::mem::{offset_of, MaybeUninit};
 use std::os::fd::{AsFd, AsRawFd};
@@ -186,11 +186,7 @@ impl<'obj> ClockFilter<'obj> {
     /// Reads the Python frames of process `pid`'s samples from now on: its CPython's `_PyRuntime` is at
     /// `runtime`, its structs are laid out as `layout` says.
     pub fn track_python(&self, pid: u32, runtime: u64, layout: &Layout) -> Result<(), RecordError> {
-        self.skel
-            .maps
-            .py_procs
-            .update(&pid.to_ne_bytes(), super::bytes_of(&py_proc(runtime, layout)), MapFlags::ANY)
-            .map_err(|e| classify("python map", e))
+        super::track_python(&self.skel.maps.py_procs, pid, runtime, layout)
     }
 
     /// Drops the samples of process `pid` from now on.

@@ -121,6 +121,20 @@ fn track_go(go_procs: &impl libbpf_rs::MapCore, pid: u32, go: bool) -> Result<()
     go_procs.update(&pid.to_ne_bytes(), &[1], libbpf_rs::MapFlags::ANY).map_err(|e| classify("go_procs", e))
 }
 
+/// Puts process `pid` into a program's `py_procs` map (bpf/python.h): its Python frames are read from
+/// now on, its CPython's `_PyRuntime` at `runtime`, its structs laid out as `layout` says.
+fn track_python(
+    py_procs: &impl libbpf_rs::MapCore,
+    pid: u32,
+    runtime: u64,
+    layout: &whyslow_python::Layout,
+) -> Result<(), RecordError> {
+    let p = clock::py_proc(runtime, layout);
+    py_procs
+        .update(&pid.to_ne_bytes(), bytes_of(&p), libbpf_rs::MapFlags::ANY)
+        .map_err(|e| classify("python map", e))
+}
+
 /// A ring buffer of a program's records, decoded as they are read and kept until drained, and the
 /// records it had no room for, reported as they grow.
 struct RecordRing {

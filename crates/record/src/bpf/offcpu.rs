@@ -1,7 +1,8 @@
 //! Off-CPU time by stack from bpf/offcpu.bpf.c: the kernel keeps each tracked thread's switch-out and
 //! sends a block only when the thread runs again (sampled below `sample_ns`), its user stacks taken as
-//! it resumes where the kernel allows (else at the switch-out), so user space sees a bounded number of
-//! records however often the target switches. Load, track, attach, drain.
+//! it resumes where the kernel allows (else at the switch-out), with a CPython thread's Python frames,
+//! so user space sees a bounded number of records however often the target switches. Load, track,
+//! attach, drain.
 
 use super::offcpu_skel::types::ws_block as Block;
 use super::offcpu_skel::{OffcpuSkel, OffcpuSkelBuilder, OpenOffcpuSkel};
@@ -12,6 +13,7 @@ use libbpf_rs::{MapCore, MapFlags, OpenObject};
 use std::mem::{offset_of, size_of, MaybeUninit};
 use std::time::Duration;
 use whyslow_convert::records::{GoroutineStack, Record, Sample, Timed, UserRegs};
+use whyslow_python::Layout;
 
 /// Must match STACK_MAX in bpf/offcpu.bpf.c.
 const STACK_MAX: u32 = 16384;
@@ -65,6 +67,8 @@ fn decode(b: &[u8], until: Option<u64>) -> Option<Timed> {
     let goroutine =
         (gbytes > 0).then(|| GoroutineStack { at: u64_of(offset_of!(Block, go_at)), offset: ubytes, parked });
     let kernel = (0..kbytes / 8).map(|i| u64_of(KSTACK_OFFSET + 8 * i)).filter(|&a| a != 0).collect();
+    let py_at = offset_of!(Block, py);
+    let python = super::clock::decode_pystack(&b[py_at..KSTACK_OFFSET]).map_or(Vec::new(), |p| p.frames);
     let regs = UserRegs {
         ip: u64_of(offset_of!(Block, ip)),
         sp: u64_of(offset_of!(Block, sp)),
@@ -81,7 +85,7 @@ fn decode(b: &[u8], until: Option<u64>) -> Option<Timed> {
         regs: Some(regs),
         stack: b[USTACK_OFFSET..USTACK_OFFSET + ubytes + gbytes].to_vec(),
         goroutine,
-        python: Vec::new(),
+        python,
         raw: u64::from(u32_of(offset_of!(Block, state))).to_ne_bytes().to_vec(),
     };
     Some(Timed { time, record: Record::OffCpu { sample, ns } })
@@ -111,6 +115,12 @@ impl<'obj> OffCpuProbe<'obj> {
     pub fn track(&self, pid: u32, launched: bool, go: bool) -> Result<(), RecordError> {
         super::track_go(&self.skel.maps.go_procs, pid, go)?;
         super::track(&self.skel.maps.tracked, pid, launched)
+    }
+
+    /// Reads the Python frames of process `pid`'s blocks from now on (see
+    /// [`super::clock::ClockFilter::track_python`]).
+    pub fn track_python(&self, pid: u32, runtime: u64, layout: &Layout) -> Result<(), RecordError> {
+        super::track_python(&self.skel.maps.py_procs, pid, runtime, layout)
     }
 
     /// Records no more blocks of process `pid` from now on.

@@ -113,11 +113,7 @@ impl<'obj> StacksProbe<'obj> {
         open.progs.snapshot_native.set_autoload(python.is_none());
         let mut skel = open.load().map_err(|e| classify("load", e))?;
         if let Some((runtime, layout)) = python {
-            let p = super::clock::py_proc(runtime, layout);
-            skel.maps
-                .py_procs
-                .update(&pid.to_ne_bytes(), super::bytes_of(&p), MapFlags::ANY)
-                .map_err(|e| classify("python map", e))?;
+            super::track_python(&skel.maps.py_procs, pid, runtime, layout)?;
         }
         skel.attach().map_err(|e| classify("attach", e))?;
         Ok(StacksProbe { skel, pid })
