@@ -54,7 +54,7 @@ impl InRing<'_> {
     }
 
     /// Hands the sample to the converter, its stack read where it is.
-    pub fn handle<H: Host>(self, c: &mut Converter<H>, ids: &HashMap<u64, usize>) {
+    pub fn handle<H: Host>(&self, c: &mut Converter<H>, ids: &HashMap<u64, usize>) {
         let mut s = self.sample.borrowed();
         s.stack = self.stack;
         c.handle_sample(s, self.time, ids);
@@ -148,7 +148,7 @@ fn decode_sample<'a>(
         None => r.u64()?,
     };
     let nr = r.u64()? as usize;
-    let mut kernel = Vec::new();
+    let mut kernel = Vec::with_capacity(nr.min(4096));
     for _ in 0..nr.min(4096) {
         let a = r.u64()?;
         if a >= b::PERF_CONTEXT_MAX {

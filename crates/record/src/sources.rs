@@ -811,7 +811,9 @@ impl<'obj> Sources<'obj> {
         for p in self.calls.iter_mut().chain(self.alloc_sites.as_mut()) {
             p.drain(&mut batch);
         }
-        let mut in_ring = Vec::new();
+        // Room for a quarter ring of 32 KB samples per ring (what a wake-up brings) at once: growing it
+        // sample by sample copied it and had the allocator consolidate its free lists each time.
+        let mut in_ring = Vec::with_capacity(self.ev.rings.len() * 32);
         let mut malformed = 0;
         let ev = &mut self.ev;
         let ends = Events::read(
@@ -838,15 +840,19 @@ impl<'obj> Sources<'obj> {
             f.join_goroutines(&mut batch, &mut in_ring, |id| ev.ids.get(&id) == Some(&0));
         }
         batch.sort_by_key(|t| t.time);
-        in_ring.sort_by_key(|r| r.time);
-        let mut in_ring = in_ring.into_iter().peekable();
+        // The samples in time order by their indices (each ring's are in order already; moving the
+        // samples themselves about took a merge buffer as large).
+        let mut order: Vec<(u64, usize)> = in_ring.iter().enumerate().map(|(i, r)| (r.time, i)).collect();
+        order.sort_unstable();
+        let mut order = order.into_iter().peekable();
         for t in batch {
-            while let Some(r) = in_ring.next_if(|r| r.time <= t.time) {
-                r.handle(c, &ev.ids);
+            while let Some((_, i)) = order.next_if(|&(time, _)| time <= t.time) {
+                in_ring[i].handle(c, &ev.ids);
             }
             c.handle(t, &ev.ids);
         }
-        in_ring.for_each(|r| r.handle(c, &ev.ids));
+        order.for_each(|(_, i)| in_ring[i].handle(c, &ev.ids));
+        drop(in_ring);
         ev.release(ends);
     }
 

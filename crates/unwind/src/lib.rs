@@ -271,6 +271,39 @@ pub struct ProcessUnwinder {
     go: Vec<(Range<u64>, GoFrame)>,
     /// The mappings of Go programs with a function table: live range, load bias, image.
     go_code: Vec<(Range<u64>, u64, Arc<ObjectImage>)>,
+    /// What [`ProcessUnwinder::cfi_covers`] answered at the addresses where walks ended.
+    covered: CoveredCache,
+}
+
+/// Answers of [`ProcessUnwinder::cfi_covers`] by address, direct-mapped: nearly every walk ends at one of
+/// few addresses (the roots of the process's threads), and the answer takes a search of the module's
+/// unwind tables, whose header is parsed again each time (a third of what unwinding a shallow stack
+/// cost). Emptied when the mappings change.
+struct CoveredCache([(u64, bool); COVERED_SLOTS]);
+
+const COVERED_SLOTS: usize = 64;
+
+impl Default for CoveredCache {
+    fn default() -> Self {
+        // Address 0 is never a frame's (a walk ends before it).
+        CoveredCache([(0, false); COVERED_SLOTS])
+    }
+}
+
+impl CoveredCache {
+    fn slot(addr: u64) -> usize {
+        // Instructions at unrelated addresses differ in their low bits; the multiplier mixes the rest in.
+        (addr.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58) as usize % COVERED_SLOTS
+    }
+
+    fn get(&self, addr: u64) -> Option<bool> {
+        let (at, covered) = self.0[Self::slot(addr)];
+        (at == addr && addr != 0).then_some(covered)
+    }
+
+    fn put(&mut self, addr: u64, covered: bool) {
+        self.0[Self::slot(addr)] = (addr, covered);
+    }
 }
 
 /// A goroutine's stack that the stack being unwound continues on. Go's `runtime.systemstack` runs a
@@ -376,6 +409,7 @@ impl ProcessUnwinder {
             self.go.retain(|(f, _)| !old.contains(&f.start));
             self.go_code.retain(|(r, _, _)| r.start != old.start);
         }
+        self.covered = CoveredCache::default();
         let Some(bias) = image.bias(start, pgoff) else { return };
         let module = Module::new(image.path.clone(), start..end, bias, image.sections.clone());
         self.unwinder.add_module(module);
@@ -546,7 +580,17 @@ impl ProcessUnwinder {
 
     /// Whether the CFI of the module at `addr` describes it: where it ends a walk, it says the frame has
     /// no caller (the return address undefined, as `_start` and glibc's thread start mark theirs).
-    fn cfi_covers(&self, addr: u64) -> bool {
+    fn cfi_covers(&mut self, addr: u64) -> bool {
+        if let Some(covered) = self.covered.get(addr) {
+            return covered;
+        }
+        let covered = self.search_cfi(addr);
+        self.covered.put(addr, covered);
+        covered
+    }
+
+    /// [`ProcessUnwinder::cfi_covers`], searched in the module's unwind tables.
+    fn search_cfi(&self, addr: u64) -> bool {
         use gimli::{BaseAddresses, EhFrame, EhFrameHdr, LittleEndian, UnwindSection};
         let Some((range, image, pgoff)) = self.mapped.iter().find(|(r, _, _)| r.contains(&addr)) else {
             return false;
@@ -577,7 +621,7 @@ impl ProcessUnwinder {
 
     /// One step of a walk from the frame at `address` with registers `regs`.
     fn step(
-        &self,
+        &mut self,
         address: FrameAddress,
         regs: &mut UnwindRegsX86_64,
         cache: &mut CacheX86_64,
