@@ -148,11 +148,15 @@ fn decode_sample<'a>(
         None => r.u64()?,
     };
     let nr = r.u64()? as usize;
-    let mut kernel = Vec::with_capacity(nr.min(4096));
+    let mut kernel = Vec::new();
     for _ in 0..nr.min(4096) {
         let a = r.u64()?;
         if a >= b::PERF_CONTEXT_MAX {
             continue; // PERF_CONTEXT_* markers
+        }
+        if kernel.is_empty() {
+            // Room for them all at once (a user-space sample has a marker alone: nothing allocated).
+            kernel.reserve(nr.min(4096));
         }
         // Return addresses point after the call; step back into it, as for user frames.
         kernel.push(if kernel.is_empty() { a } else { a.saturating_sub(1) });

@@ -354,7 +354,10 @@ impl Ring {
                 // SAFETY: off < data_size lies inside the mapped data area; a prefetch reads nothing
                 // into the program and cannot fault.
                 unsafe {
-                    std::arch::x86_64::_mm_prefetch(data.add(off) as *const i8, std::arch::x86_64::_MM_HINT_T0)
+                    std::arch::x86_64::_mm_prefetch(
+                        data.add(off) as *const i8,
+                        std::arch::x86_64::_MM_HINT_T0,
+                    )
                 };
             }
         }

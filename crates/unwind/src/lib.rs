@@ -714,7 +714,7 @@ impl ProcessUnwinder {
 
 #[cfg(test)]
 mod tests {
-    use super::{FileBytes, ObjectImage, ProcessUnwinder, Regs};
+    use super::{CoveredCache, FileBytes, ObjectImage, ProcessUnwinder, Regs, COVERED_SLOTS};
     use object::Object;
     use object::ObjectSymbol;
     use std::ops::Range;
@@ -752,6 +752,26 @@ mod tests {
             .expect("marker symbol");
         assert_eq!(live - bias, sym.address());
         assert!(!image.build_id.is_empty(), "rustc writes a GNU build id");
+    }
+
+    /// The cache of where the CFI covers a walk's end answers what was put for an address, and nothing
+    /// for an address never put, nor for one whose slot another took since.
+    #[test]
+    fn covered_cache_answers_what_was_put_for_that_address() {
+        let mut cache = CoveredCache::default();
+        assert_eq!(cache.get(0), None, "an empty slot answers nothing for address 0");
+        cache.put(0x401000, true);
+        cache.put(0x7f00_0000_1234, false);
+        assert_eq!((cache.get(0x401000), cache.get(0x7f00_0000_1234)), (Some(true), Some(false)));
+        assert_eq!(cache.get(0x401001), None);
+        // Another address of the first one's slot replaces it.
+        let rival = (1..u64::MAX)
+            .map(|k| 0x401000 + k)
+            .find(|&a| CoveredCache::slot(a) == CoveredCache::slot(0x401000))
+            .unwrap();
+        cache.put(rival, false);
+        assert_eq!((cache.get(0x401000), cache.get(rival)), (None, Some(false)));
+        assert!((0..10_000u64).all(|a| CoveredCache::slot(a * 16) < COVERED_SLOTS));
     }
 
     /// One line of /proc/self/maps: the range, its file offset, permissions and path.
