@@ -1016,7 +1016,7 @@ mod tests {
     /// allocates none.
     #[test]
     fn a_recycled_list_keeps_its_memory() {
-        let ring = vec![7u8; 64];
+        let ring = [7u8; 64];
         let sample = Sample {
             pid: 1,
             tid: 1,
