@@ -232,6 +232,7 @@ impl<H: Host> Converter<H> {
             // unwinder read: the stack is cut there.
             let known = !proc.maps.is_empty();
             let all = std::mem::take(&mut self.frames);
+            stack.reserve(all.len() + 1);
             // Each native frame of CPython's eval loop stands for the Python frames that call runs.
             let frames = &all[(skip_leaf as usize).min(all.len())..];
             let mut python = self.python_frames(s.pid, s.python, frames, cut);

@@ -120,10 +120,11 @@ impl<H: Host> Converter<H> {
         native: &[u64],
         cut: bool,
     ) -> PyPlacement {
-        let mut placed = PyPlacement { runs: vec![None; native.len()], rest: Vec::new() };
+        // (Most samples have no Python frames: nothing is allocated for them.)
         if py.is_empty() {
-            return placed;
+            return PyPlacement { runs: Vec::new(), rest: Vec::new() };
         }
+        let mut placed = PyPlacement { runs: vec![None; native.len()], rest: Vec::new() };
         let groups = self.python_groups(pid, py);
         let Some(proc) = self.procs.get(&pid).and_then(|p| p.python.as_ref()) else { return placed };
         let evals: Vec<usize> = (0..native.len()).filter(|&i| proc.runs_eval(native[i])).collect();

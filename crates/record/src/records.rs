@@ -54,7 +54,7 @@ impl InRing<'_> {
     }
 
     /// Hands the sample to the converter, its stack read where it is.
-    pub fn handle<H: Host>(self, c: &mut Converter<H>, ids: &HashMap<u64, usize>) {
+    pub fn handle<H: Host>(&self, c: &mut Converter<H>, ids: &HashMap<u64, usize>) {
         let mut s = self.sample.borrowed();
         s.stack = self.stack;
         c.handle_sample(s, self.time, ids);
@@ -153,6 +153,10 @@ fn decode_sample<'a>(
         let a = r.u64()?;
         if a >= b::PERF_CONTEXT_MAX {
             continue; // PERF_CONTEXT_* markers
+        }
+        if kernel.is_empty() {
+            // Room for them all at once (a user-space sample has a marker alone: nothing allocated).
+            kernel.reserve(nr.min(4096));
         }
         // Return addresses point after the call; step back into it, as for user frames.
         kernel.push(if kernel.is_empty() { a } else { a.saturating_sub(1) });

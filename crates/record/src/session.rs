@@ -85,6 +85,8 @@ pub struct Session<'a> {
     killed: Vec<Killed>,
     last_progress: Instant,
     last_alive_check: Instant,
+    /// Whether the followed processes still run (checked every 500 ms).
+    liveness: target::Liveness,
     last_snapshot: Instant,
     last_maps_check: Instant,
     last_budget_check: Instant,
@@ -210,6 +212,7 @@ impl<'a> Session<'a> {
             killed: Vec::new(),
             last_progress: t0,
             last_alive_check: t0,
+            liveness: target::Liveness::default(),
             last_snapshot: t0,
             last_maps_check: t0,
             last_budget_check: t0,
@@ -366,7 +369,9 @@ impl<'a> Session<'a> {
             }
         } else if !self.src.host && self.last_alive_check.elapsed() >= Duration::from_millis(500) {
             self.last_alive_check = Instant::now();
-            if !self.pids.iter().any(|&p| target::alive(p)) {
+            self.liveness.keep(&self.pids);
+            let liveness = &mut self.liveness;
+            if !self.pids.iter().any(|&p| liveness.alive(p)) {
                 return Some(End::TargetEnded);
             }
         }

@@ -251,6 +251,9 @@ pub fn page_size() -> usize {
     unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }
 }
 
+/// How many records ahead [`Ring::read`] has the CPU fetch (see [`Ring::prefetch_ahead`]).
+const PREFETCH_RECORDS: usize = 4;
+
 /// A mapped perf ring buffer (one metadata page + 2^n data pages).
 pub struct Ring {
     fd: OwnedFd,
@@ -314,6 +317,7 @@ impl Ring {
             if size < 8 || (head - tail) < size as u64 {
                 break; // cannot happen with a sane kernel; never loop forever on garbage
             }
+            self.prefetch_ahead(data, tail, head, size);
             if off + size <= self.data_size {
                 // SAFETY: off + size <= data_size keeps the slice inside the data area, which stays mapped
                 // while self is borrowed; the kernel writes only past data_head or once data_tail has moved
@@ -328,6 +332,35 @@ impl Ring {
             tail += size as u64;
         }
         tail
+    }
+
+    /// Asks the CPU to fetch the bytes the next records' readers will touch, taking them for the size of
+    /// the one at `tail`. A record is the size of its sample's stack copy (32 KB by default), written by
+    /// another CPU: reading its end (the stack's used size, right before the next record's header) and
+    /// the start of its stack (what unwinding reads first) missed the caches and the TLB one record after
+    /// the other, a tenth of what a sample cost the recorder. Fetched ahead, the misses overlap. A guess
+    /// of the wrong place fetches bytes nobody reads, and nothing else.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
+    fn prefetch_ahead(&self, data: *const u8, tail: u64, head: u64, size: usize) {
+        #[cfg(target_arch = "x86_64")]
+        for k in 1..=PREFETCH_RECORDS {
+            let start = tail + (k * size) as u64;
+            if start >= head {
+                break;
+            }
+            let end = (start + size as u64).min(head) - 8;
+            for at in [start, start + 64, start + 128, start + 192, end] {
+                let off = (at % self.data_size as u64) as usize;
+                // SAFETY: off < data_size lies inside the mapped data area; a prefetch reads nothing
+                // into the program and cannot fault.
+                unsafe {
+                    std::arch::x86_64::_mm_prefetch(
+                        data.add(off) as *const i8,
+                        std::arch::x86_64::_MM_HINT_T0,
+                    )
+                };
+            }
+        }
     }
 
     /// Frees the ring's space up to `end`, a position [`Ring::read`] returned.

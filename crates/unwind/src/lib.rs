@@ -273,6 +273,39 @@ pub struct ProcessUnwinder {
     go_code: Vec<(Range<u64>, u64, Arc<ObjectImage>)>,
     /// The last unwind's interpreted frames (see [`ProcessUnwinder::interpreted`]).
     interpreted: Vec<(usize, u64)>,
+    /// What [`ProcessUnwinder::cfi_covers`] answered at the addresses where walks ended.
+    covered: CoveredCache,
+}
+
+/// Answers of [`ProcessUnwinder::cfi_covers`] by address, direct-mapped: nearly every walk ends at one of
+/// few addresses (the roots of the process's threads), and the answer takes a search of the module's
+/// unwind tables, whose header is parsed again each time (a third of what unwinding a shallow stack
+/// cost). Emptied when the mappings change.
+struct CoveredCache([(u64, bool); COVERED_SLOTS]);
+
+const COVERED_SLOTS: usize = 64;
+
+impl Default for CoveredCache {
+    fn default() -> Self {
+        // Address 0 is never a frame's (a walk ends before it).
+        CoveredCache([(0, false); COVERED_SLOTS])
+    }
+}
+
+impl CoveredCache {
+    fn slot(addr: u64) -> usize {
+        // Instructions at unrelated addresses differ in their low bits; the multiplier mixes the rest in.
+        (addr.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58) as usize % COVERED_SLOTS
+    }
+
+    fn get(&self, addr: u64) -> Option<bool> {
+        let (at, covered) = self.0[Self::slot(addr)];
+        (at == addr && addr != 0).then_some(covered)
+    }
+
+    fn put(&mut self, addr: u64, covered: bool) {
+        self.0[Self::slot(addr)] = (addr, covered);
+    }
 }
 
 /// A goroutine's stack that the stack being unwound continues on. Go's `runtime.systemstack` runs a
@@ -381,6 +414,7 @@ impl ProcessUnwinder {
             self.go.retain(|(f, _)| !old.contains(&f.start));
             self.go_code.retain(|(r, _, _)| r.start != old.start);
         }
+        self.covered = CoveredCache::default();
         let Some(bias) = image.bias(start, pgoff) else { return };
         let module = Module::new(image.path.clone(), start..end, bias, image.sections.clone());
         self.unwinder.add_module(module);
@@ -560,7 +594,17 @@ impl ProcessUnwinder {
 
     /// Whether the CFI of the module at `addr` describes it: where it ends a walk, it says the frame has
     /// no caller (the return address undefined, as `_start` and glibc's thread start mark theirs).
-    fn cfi_covers(&self, addr: u64) -> bool {
+    fn cfi_covers(&mut self, addr: u64) -> bool {
+        if let Some(covered) = self.covered.get(addr) {
+            return covered;
+        }
+        let covered = self.search_cfi(addr);
+        self.covered.put(addr, covered);
+        covered
+    }
+
+    /// [`ProcessUnwinder::cfi_covers`], searched in the module's unwind tables.
+    fn search_cfi(&self, addr: u64) -> bool {
         use gimli::{BaseAddresses, EhFrame, EhFrameHdr, LittleEndian, UnwindSection};
         let Some((range, image, pgoff)) = self.mapped.iter().find(|(r, _, _)| r.contains(&addr)) else {
             return false;
@@ -591,7 +635,7 @@ impl ProcessUnwinder {
 
     /// One step of a walk from the frame at `address` with registers `regs`.
     fn step(
-        &self,
+        &mut self,
         address: FrameAddress,
         regs: &mut UnwindRegsX86_64,
         cache: &mut CacheX86_64,
@@ -689,7 +733,7 @@ impl ProcessUnwinder {
 
 #[cfg(test)]
 mod tests {
-    use super::{FileBytes, ObjectImage, ProcessUnwinder, Regs};
+    use super::{CoveredCache, FileBytes, ObjectImage, ProcessUnwinder, Regs, COVERED_SLOTS};
     use object::Object;
     use object::ObjectSymbol;
     use std::ops::Range;
@@ -727,6 +771,26 @@ mod tests {
             .expect("marker symbol");
         assert_eq!(live - bias, sym.address());
         assert!(!image.build_id.is_empty(), "rustc writes a GNU build id");
+    }
+
+    /// The cache of where the CFI covers a walk's end answers what was put for an address, and nothing
+    /// for an address never put, nor for one whose slot another took since.
+    #[test]
+    fn covered_cache_answers_what_was_put_for_that_address() {
+        let mut cache = CoveredCache::default();
+        assert_eq!(cache.get(0), None, "an empty slot answers nothing for address 0");
+        cache.put(0x401000, true);
+        cache.put(0x7f00_0000_1234, false);
+        assert_eq!((cache.get(0x401000), cache.get(0x7f00_0000_1234)), (Some(true), Some(false)));
+        assert_eq!(cache.get(0x401001), None);
+        // Another address of the first one's slot replaces it.
+        let rival = (1..u64::MAX)
+            .map(|k| 0x401000 + k)
+            .find(|&a| CoveredCache::slot(a) == CoveredCache::slot(0x401000))
+            .unwrap();
+        cache.put(rival, false);
+        assert_eq!((cache.get(0x401000), cache.get(rival)), (None, Some(false)));
+        assert!((0..10_000u64).all(|a| CoveredCache::slot(a * 16) < COVERED_SLOTS));
     }
 
     /// One line of /proc/self/maps: the range, its file offset, permissions and path.
