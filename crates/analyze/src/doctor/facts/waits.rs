@@ -98,6 +98,21 @@ pub(super) fn is_poll_wait(f: &Func) -> bool {
     USER.contains(&f.plain().trim_start_matches('_'))
 }
 
+/// The syscalls an event loop waits for work in (a thread that always finds work may never be sampled
+/// in them, but still makes them: the syscall counters count each).
+pub(super) const POLL_SYSCALLS: [&str; 10] = [
+    "epoll_wait",
+    "epoll_pwait",
+    "epoll_pwait2",
+    "poll",
+    "ppoll",
+    "select",
+    "pselect6",
+    "accept",
+    "accept4",
+    "io_uring_enter",
+];
+
 /// Go's scheduler polling the network for its goroutines.
 pub(super) fn is_go_netpoll(f: &Func) -> bool {
     !f.kernel && f.name.starts_with("runtime.netpoll")

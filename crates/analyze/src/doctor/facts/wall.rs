@@ -1,7 +1,7 @@
 //! How the threads' time splits: running, blocked, waiting for a CPU, idle (waiting for work), and in
 //! whyslow's probes; and which threads were mostly idle.
 
-use super::waits::{is_go_netpoll, is_idle_wait, is_poll_wait, Wait};
+use super::waits::{is_go_netpoll, is_idle_wait, is_poll_wait, Wait, POLL_SYSCALLS};
 use super::{pct, Facts};
 use crate::doctor::thresholds::{BACKGROUND_IDLE_PCT, BACKGROUND_RUNNING_PCT, IDLE_THREAD_PCT};
 use std::collections::{HashMap, HashSet};
@@ -75,8 +75,9 @@ impl Facts<'_> {
     }
 
     /// Per thread (index into the profile's threads, ascending): its time by state, and whether it is an
-    /// event loop (a poll on any of its stacks, on or off CPU: a loop that always finds work still calls
-    /// epoll_wait; Go's netpoller left out). None without off-CPU data.
+    /// event loop: a poll on any of its stacks (Go's netpoller left out), or counted among its syscalls (a
+    /// loop that always finds work spends too little time in epoll_wait to be sampled there, but calls
+    /// it). None without off-CPU data.
     pub fn thread_splits(&self) -> Option<Vec<ThreadSplit>> {
         if self.wall_total == 0 {
             return None;
@@ -95,7 +96,18 @@ impl Facts<'_> {
             let funcs = || v.funcs.iter().map(|&f| self.func(f));
             t.event_loop |= funcs().any(|f| is_poll_wait(&f)) && !funcs().any(|f| is_go_netpoll(&f));
         }
+        let polls: HashSet<(u32, u32)> = self
+            .p
+            .syscalls
+            .iter()
+            .filter(|s| s.calls > 0 && POLL_SYSCALLS.contains(&s.name.as_str()))
+            .map(|s| (s.pid, s.tid))
+            .collect();
         let mut out: Vec<ThreadSplit> = by.into_values().collect();
+        for t in &mut out {
+            let thread = self.p.threads.get(t.thread as usize);
+            t.event_loop |= thread.is_some_and(|th| polls.contains(&(th.pid, th.tid)));
+        }
         out.sort_by_key(|t| t.thread);
         Some(out)
     }

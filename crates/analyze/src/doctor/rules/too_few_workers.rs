@@ -4,7 +4,8 @@
 //! not from how much CPU it got (on a busy machine a saturated worker spends much of its time waiting for a
 //! CPU): each worker's time running or waiting for a CPU, against waiting for work in its poll, and the
 //! count of such workers against the CPUs its affinity and CPU quota allow. A worker that sometimes waits
-//! for work means the load does not need more of them: no finding.
+//! for work means the load does not need more of them, and an idle event loop named as the busy ones is a
+//! worker the connections missed (the load is spread unevenly): no finding.
 
 use super::{verify, Text};
 use crate::doctor::facts::{pct, Facts, ThreadSplit};
@@ -79,9 +80,25 @@ pub fn check(f: &Facts) -> Verdict {
     let Some((cpus, cpus_from)) = usable_cpus(f) else {
         return Verdict::Unchecked("needs the target's CPU count".into());
     };
+    // Go's scheduler runs the goroutines on GOMAXPROCS threads, polling the network for them all: its
+    // threads are no event-loop workers (GOMAXPROCS below the CPUs is cpu-throttling's advice).
+    if crate::doctor::software::recognise(f).is_some_and(|r| r.known.name == "Go") {
+        return Verdict::Clear;
+    }
     let workers = workers(f, &threads);
     let n = workers.len();
     if n == 0 || n as f64 >= cpus || throttled(f) || workers.iter().any(|t| busy_pct(t) < WORKER_BUSY_PCT) {
+        return Verdict::Clear;
+    }
+    // An event loop named as the workers that did almost nothing is a worker too, one the clients'
+    // connections missed: the load is spread unevenly, the pool is not too small.
+    let name = |t: &ThreadSplit| f.p.threads.get(t.thread as usize).map(|t| t.name.as_str());
+    let spare = threads.iter().any(|t| {
+        t.event_loop
+            && !workers.iter().any(|w| w.thread == t.thread)
+            && workers.iter().any(|w| name(w) == name(t))
+    });
+    if spare {
         return Verdict::Clear;
     }
     let all: i64 = workers.iter().map(ThreadSplit::all_ns).sum();
@@ -127,7 +144,7 @@ pub fn check(f: &Facts) -> Verdict {
 mod tests {
     use crate::doctor::facts::test_profile::on_threads;
     use crate::doctor::{Facts, Verdict};
-    use whyslow_model::{CpuQuota, Profile, RunQueue, TargetEnv};
+    use whyslow_model::{CpuQuota, Profile, RunQueue, SyscallStat, TargetEnv};
 
     const LOOP: &str = "main;ngx_worker_process_cycle;ngx_process_events_and_timers";
 
@@ -145,6 +162,7 @@ mod tests {
             stacks.push((tid, polling.as_str(), ms, idle * ms));
         }
         let mut p = on_threads(&stacks);
+        p.threads[0].name = "main".into();
         p.meta.target_env = Some(TargetEnv {
             window_ns: 10_000_000_000,
             host_cpus: cpus,
@@ -172,6 +190,40 @@ mod tests {
         );
     }
 
+    /// A worker so busy it was never sampled in its epoll_wait is known by the syscall counters' count of
+    /// them; without either it is a computation, and a Go program's threads are the scheduler's.
+    #[test]
+    fn a_loop_never_sampled_in_its_poll_is_known_by_its_syscalls() {
+        let ms = 1_000_000;
+        let mut p = on_threads(&[
+            (1, "main;ngx_worker_process_cycle;deflate", 6_000 * ms, 0),
+            (1, "main;ngx_worker_process_cycle;deflate;k:[waiting for a CPU]", 0, 4_000 * ms),
+        ]);
+        p.meta.target_env = server(&[], 2).meta.target_env;
+        assert!(matches!(super::check(&Facts::new(&p)), Verdict::Clear));
+        p.syscalls.push(SyscallStat {
+            pid: 1,
+            tid: 1,
+            name: "epoll_wait".into(),
+            calls: 900,
+            ..Default::default()
+        });
+        let Verdict::Found(x) = super::check(&Facts::new(&p)) else { panic!("not found") };
+        assert!(x.evidence[0].contains("had work 100.0% of its time"), "{:?}", x.evidence);
+        let mut go = on_threads(&[
+            (1, "runtime.goexit;main.handler;compress/flate.(*compressor).deflate", 6_000 * ms, 0),
+            (
+                1,
+                "runtime.goexit;main.handler;compress/flate.(*compressor).deflate;k:[waiting for a CPU]",
+                0,
+                4_000 * ms,
+            ),
+        ]);
+        go.meta.target_env = p.meta.target_env.clone();
+        go.syscalls = p.syscalls.clone();
+        assert!(matches!(super::check(&Facts::new(&go)), Verdict::Clear));
+    }
+
     /// As many busy workers as CPUs, a worker that sometimes waits for work, and a quota of one CPU:
     /// no finding.
     #[test]
@@ -183,6 +235,7 @@ mod tests {
             clear(&server(&[(1, 5_000, 4_900, 100), (2, 3_000, 1_000, 6_000)], 4)),
             "one has time to spare"
         );
+        assert!(clear(&server(&[(1, 5_000, 4_900, 100), (2, 10, 0, 9_990)], 4)), "one got no connections");
         let mut p = server(&[(1, 5_000, 4_900, 100)], 4);
         p.meta.target_env.as_mut().unwrap().cpu_quota =
             Some(CpuQuota { quota_us: Some(100_000), period_us: 100_000, ..Default::default() });
