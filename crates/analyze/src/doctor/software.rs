@@ -131,8 +131,8 @@ pub const KNOWN: [Known; 7] = [
             (
                 "too-few-workers",
                 "nginx: `worker_processes auto;` (one worker process per CPU; under a CPU quota, the quota in \
-                 CPUs instead, as auto counts the host's), with worker_connections enough for each worker's \
-                 share of the clients",
+                 CPUs instead, as auto counts the host's) and `listen ... reuseport;` so the kernel spreads the \
+                 connections over the workers (else one busy worker may take them all)",
             ),
         ],
     },

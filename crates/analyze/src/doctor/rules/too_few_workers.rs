@@ -16,7 +16,7 @@ use crate::doctor::{Confidence, Finding, Verdict};
 
 const TEXT: Text = Text {
     id: "too-few-workers",
-    title: "too few workers for the CPUs: every event-loop worker is always busy, CPUs it may use have none",
+    title: "too few workers for the CPUs: every event-loop worker is always busy",
     why: "a worker serves its connections one event at a time: when every worker always has work waiting, each \
           request queues behind the others' (latency grows with the load) while CPUs the program may use run no \
           worker, so throughput stops at the workers' count of CPUs",
