@@ -7,75 +7,89 @@ mod common;
 use common::whyslow;
 use serde_json::Value;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-/// An nginx master with one worker, from its own prefix, configuration and port; stopped on drop.
-struct Nginx {
-    dir: tempfile::TempDir,
-    port: u16,
+/// A server a test started, stopped on drop: `stop` (a command asking it to shut down, run to the end)
+/// if given, and a server running in the foreground is sent SIGTERM, waited for up to 10 s, then killed.
+struct Server {
+    child: Option<Child>,
+    stop: Option<Command>,
 }
 
-impl Nginx {
-    /// Starts nginx with `access_log` given these parameters after the file (`combined`, or `combined
-    /// buffer=64k flush=1s`).
-    fn start(log: &str) -> Nginx {
-        let dir = tempfile::tempdir().unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let p = dir.path().display();
-        std::fs::create_dir(dir.path().join("logs")).unwrap();
-        let conf = format!(
-            "worker_processes 1;\npid {p}/nginx.pid;\nerror_log {p}/logs/error.log;\n\
-             events {{ worker_connections 256; }}\n\
-             http {{\n  access_log {p}/logs/access.log {log};\n\
-               server {{ listen 127.0.0.1:{port}; location / {{ return 200 \"hello\\n\"; }} }}\n}}\n"
-        );
-        std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
-        let out = Command::new("nginx")
-            .arg("-p")
-            .arg(dir.path())
-            .arg("-c")
-            .arg(dir.path().join("nginx.conf"))
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "nginx: {}", String::from_utf8_lossy(&out.stderr));
-        Nginx { dir, port }
+impl Server {
+    /// Runs `cmd` in the foreground (its output dropped) and polls `ready` until it answers.
+    fn foreground(what: &str, cmd: &mut Command, ready: impl Fn() -> bool) -> Server {
+        let child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        let server = Server { child: Some(child), stop: None };
+        wait_for(what, ready);
+        server
     }
 
-    fn master(&self) -> u32 {
-        let pid = self.dir.path().join("nginx.pid");
-        for _ in 0..100 {
-            if let Some(pid) = std::fs::read_to_string(&pid).ok().and_then(|s| s.trim().parse().ok()) {
-                return pid;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("nginx wrote no pid file");
+    /// Runs `start` to the end (a launcher that leaves the server running, as pg_ctl does): `stop`
+    /// stops it.
+    fn daemon(what: &str, start: &mut Command, stop: Command) -> Server {
+        let out = start.output().unwrap();
+        assert!(out.status.success(), "{what}: {}", String::from_utf8_lossy(&out.stderr));
+        Server { child: None, stop: Some(stop) }
     }
 
-    /// The one worker: the master's child.
-    fn worker(&self) -> u32 {
-        let master = self.master();
-        for _ in 0..100 {
-            let children =
-                std::fs::read_to_string(format!("/proc/{master}/task/{master}/children")).unwrap_or_default();
-            if let Some(pid) = children.split_whitespace().next().and_then(|s| s.parse().ok()) {
-                return pid;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("nginx started no worker");
+    /// Runs `stop` before the foreground server is signalled.
+    fn stopped_by(mut self, stop: Command) -> Server {
+        self.stop = Some(stop);
+        self
     }
 
-    fn log_lines(&self) -> u64 {
-        count_lines(&self.dir.path().join("logs/access.log"))
+    /// The foreground server's pid.
+    fn pid(&self) -> u32 {
+        self.child.as_ref().expect("a server in the foreground").id()
     }
 }
 
-impl Drop for Nginx {
+impl Drop for Server {
     fn drop(&mut self) {
-        let _ = Command::new("kill").arg(self.master().to_string()).status();
+        if let Some(stop) = &mut self.stop {
+            let _ = stop.stdout(Stdio::null()).stderr(Stdio::null()).status();
+        }
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill").arg(child.id().to_string()).stderr(Stdio::null()).status();
+            for _ in 0..100 {
+                if child.try_wait().is_ok_and(|s| s.is_some()) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
+}
+
+/// Polls `ready` up to 30 s, 100 ms apart.
+fn wait_for(what: &str, ready: impl Fn() -> bool) {
+    for _ in 0..300 {
+        if ready() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("{what} did not start");
+}
+
+/// The port of a free TCP socket on the loopback (free when asked; the servers bind it right after).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Whether something accepts connections on this loopback port.
+fn listening(port: u16) -> bool {
+    std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+}
+
+/// The children of process `pid`.
+fn children(pid: u32) -> Vec<u32> {
+    let list = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    list.split_whitespace().filter_map(|s| s.parse().ok()).collect()
 }
 
 fn count_lines(path: &Path) -> u64 {
@@ -86,8 +100,13 @@ fn have(tool: &str, arg: &str) -> bool {
     Command::new(tool).arg(arg).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok()
 }
 
+/// The CPUs this test (and the servers it starts) may use.
+fn cpus() -> usize {
+    std::thread::available_parallelism().unwrap().get()
+}
+
 /// A load generator, stopped on drop.
-struct Load(std::process::Child);
+struct Load(Child);
 
 impl Load {
     /// Starts `cmd` (its output dropped) and gives it a second to get going.
@@ -138,19 +157,6 @@ fn evidence_number(evidence: &[&str], prefix: &str) -> f64 {
         .unwrap_or_else(|| panic!("no {prefix:?} in {evidence:?}"))
 }
 
-/// Drives nginx with wrk (4 connections, no pipelining) while `whyslow doctor -p WORKER -d 5` runs;
-/// returns its JSON report, and the access log lines nginx wrote while the doctor ran with the seconds
-/// it ran.
-fn doctor_under_wrk(nginx: &Nginx) -> (Value, u64, f64) {
-    let worker = nginx.worker();
-    let _load = Load::start(
-        Command::new("wrk").args(["-t1", "-c4", "-d60s"]).arg(format!("http://127.0.0.1:{}/", nginx.port)),
-    );
-    let (before, start) = (nginx.log_lines(), std::time::Instant::now());
-    let report = doctor(&worker.to_string(), nginx.dir.path());
-    (report, nginx.log_lines() - before, start.elapsed().as_secs_f64())
-}
-
 /// The first number of `line` after `prefix`.
 fn number_after(line: &str, prefix: &str) -> Option<f64> {
     let rest = &line[line.find(prefix)? + prefix.len()..];
@@ -158,8 +164,86 @@ fn number_after(line: &str, prefix: &str) -> Option<f64> {
     rest[..end].parse().ok()
 }
 
-/// nginx with one worker and Debian's default unbuffered `access_log` under wrk: each request's log line
-/// is one write(2) to the log file under ngx_http_log_handler, beside the writev of its reply. The first
+/// Asserts that too-few-workers found `workers` busy workers (the threads named `worker`, waiting for
+/// work at most 10% of their time: the rule asks at most 20% with a CPU wanted the rest) on all the CPUs,
+/// with the impact those CPUs give, and that the fix starts with `setting`; prints what it measured.
+fn assert_too_few_workers(report: &Value, workers: usize, worker: &str, setting: &str) {
+    let (first, fix, evidence) = first_finding(report);
+    assert_eq!(first["id"], "too-few-workers", "{report:#}");
+    assert!(fix.starts_with(setting), "{fix}");
+    let cpus = cpus();
+    let unused = 100.0 * (cpus - workers) as f64 / cpus as f64;
+    assert!((first["impact_pct"].as_f64().unwrap() - unused).abs() < 0.06, "{first:#}");
+    let line = evidence[0];
+    assert!(line.starts_with(&format!("{workers} event-loop worker")), "{evidence:?}");
+    assert_eq!(line.matches(&format!("{worker} ")).count(), workers.min(3), "{evidence:?}");
+    let idle = number_after(line, "waiting for work ").unwrap();
+    assert!(idle <= 10.0, "{evidence:?}");
+    assert!(evidence[1].starts_with(&format!("{cpus}.0 CPUs the target may use")), "{evidence:?}");
+    println!("{workers} worker(s): {evidence:?}");
+}
+
+/// wrk asking for nginx's `hello` with 4 connections (no pipelining) for longer than the doctor runs.
+const WRK_HELLO: [&str; 3] = ["-t1", "-c4", "-d60s"];
+
+/// An nginx master in the foreground (`daemon off`) with its workers, from its own prefix, configuration
+/// and port; stopped on drop (SIGTERM: the master stops its workers).
+struct Nginx {
+    server: Server,
+    dir: tempfile::TempDir,
+    port: u16,
+}
+
+impl Nginx {
+    /// Starts nginx with these worker_processes and this inside its `http` block, before the server
+    /// (which serves `dir/html` and `return`s `hello` at `/`), its `listen` with these parameters.
+    fn start(worker_processes: &str, http: &str, listen: &str) -> Nginx {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let p = dir.path().display();
+        std::fs::create_dir(dir.path().join("logs")).unwrap();
+        std::fs::create_dir(dir.path().join("html")).unwrap();
+        let conf = format!(
+            "daemon off;\nworker_processes {worker_processes};\npid {p}/nginx.pid;\n\
+             error_log {p}/logs/error.log;\nevents {{ worker_connections 256; }}\n\
+             http {{\n  {http}\n  server {{ listen 127.0.0.1:{port} {listen}; root {p}/html;\n    \
+             location = / {{ return 200 \"hello\\n\"; }} }}\n}}\n"
+        );
+        std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
+        let mut cmd = Command::new("nginx");
+        cmd.arg("-p").arg(dir.path()).arg("-c").arg(dir.path().join("nginx.conf"));
+        let server = Server::foreground("nginx", &mut cmd, || listening(port));
+        Nginx { server, dir, port }
+    }
+
+    /// The master and its workers, comma-separated, once it has `n` workers.
+    fn pids(&self, n: usize) -> String {
+        let master = self.server.pid();
+        wait_for("nginx's workers", || children(master).len() == n);
+        let all: Vec<String> = [master].into_iter().chain(children(master)).map(|p| p.to_string()).collect();
+        all.join(",")
+    }
+
+    fn log_lines(&self) -> u64 {
+        count_lines(&self.dir.path().join("logs/access.log"))
+    }
+
+    /// Drives it with wrk (`args`, at `path`) while `whyslow doctor -p MASTER,WORKERS -d 5` runs on its `n`
+    /// workers; returns the JSON report, and the access log lines written while the doctor ran with the
+    /// seconds it ran.
+    fn doctor_under_wrk(&self, n: usize, args: &[&str], path: &str) -> (Value, u64, f64) {
+        let pids = self.pids(n);
+        let _load =
+            Load::start(Command::new("wrk").args(args).arg(format!("http://127.0.0.1:{}{path}", self.port)));
+        let (before, start) = (self.log_lines(), std::time::Instant::now());
+        let report = doctor(&pids, self.dir.path());
+        (report, self.log_lines() - before, start.elapsed().as_secs_f64())
+    }
+}
+
+/// nginx (a worker per CPU, reuseport) with Debian's default unbuffered `access_log` under wrk: each
+/// request's log line is one write(2) to the log file under ngx_http_log_handler, beside the writev of its
+/// reply. The first
 /// finding is those writes, told apart from the replies (one per request: as many as the writevs within
 /// 5%, the program writes exactly one of each per request) made from ngx_http_free_request, naming
 /// access_log's buffer= and `access_log off;`; no more of them than the lines the log file gained while
@@ -173,8 +257,8 @@ fn nginx_unbuffered_access_log() {
         return;
     }
     let _measuring = common::exclusive();
-    let nginx = Nginx::start("combined");
-    let (report, lines, seconds) = doctor_under_wrk(&nginx);
+    let nginx = Nginx::start("auto", "access_log logs/access.log combined;", "reuseport");
+    let (report, lines, seconds) = nginx.doctor_under_wrk(cpus(), &WRK_HELLO, "/");
     let findings = report["findings"].as_array().unwrap();
     let first = findings.first().unwrap_or_else(|| panic!("no finding: {report:#}"));
     let text = |k: &str| first[k].as_str().unwrap().to_string();
@@ -205,8 +289,8 @@ fn nginx_unbuffered_access_log() {
     println!("unbuffered: {rate}/s writes counted, {file_rate:.0}/s log lines; {:?}", evidence);
     drop(nginx);
 
-    let fixed = Nginx::start("combined buffer=64k flush=1s");
-    let (report, _, _) = doctor_under_wrk(&fixed);
+    let fixed = Nginx::start("auto", "access_log logs/access.log combined buffer=64k flush=1s;", "reuseport");
+    let (report, _, _) = fixed.doctor_under_wrk(cpus(), &WRK_HELLO, "/");
     let file_findings: Vec<&Value> = report["findings"]
         .as_array()
         .unwrap()
@@ -218,44 +302,136 @@ fn nginx_unbuffered_access_log() {
     assert!(file_findings.is_empty(), "{file_findings:#?}");
 }
 
-/// The port of a free TCP socket on the loopback (free when asked; the servers bind it right after).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// Polls `ready` up to 30 s, 100 ms apart.
-fn wait_for(what: &str, ready: impl Fn() -> bool) {
-    for _ in 0..300 {
-        if ready() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
+/// A page of 130 KB of words from a small vocabulary (compressible about 8 to 1), for gzip to work on.
+fn page() -> String {
+    const WORDS: [&str; 10] =
+        ["alpha", "beta", "gamma", "delta", "nginx", "worker", "process", "request", "cache", "server"];
+    let mut x: u32 = 1;
+    let mut words = Vec::new();
+    for _ in 0..20_000 {
+        x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+        words.push(WORDS[(x >> 16) as usize % WORDS.len()]);
     }
-    panic!("{what} did not start");
+    words.join(" ")
 }
 
-/// A redis-server from its own directory and port with `appendonly yes` and the `appendfsync` given;
-/// stopped on drop.
+/// gzip on every response (of any type and size), at level 6.
+const GZIP: &str = "access_log off; gzip on; gzip_comp_level 6; gzip_types *; gzip_min_length 0;";
+
+/// wrk fetching the page gzip-compressed, 16 connections (spread over the workers) for longer than the
+/// doctor runs: compressing costs nginx far more per request than wrk spends, so the workers, not the
+/// client, are what the requests wait for, on a busy machine too.
+const WRK_GZIP: [&str; 5] = ["-t1", "-c16", "-d60s", "-H", "Accept-Encoding: gzip"];
+
+/// nginx with `worker_processes 1` on a machine with more CPUs, gzip-compressing a page under wrk: the
+/// one worker always has requests waiting (measured beside `stress-ng --cpu 2`: it waited for work 0.0%
+/// of its time, running 47-63% and waiting for a CPU the rest). The first finding is too-few-workers,
+/// naming `worker_processes auto;`, the worker found by its pid, waiting for work at most 10% of its
+/// time, the CPUs counted exactly. With `worker_processes auto` (a worker per CPU) and `listen ...
+/// reuseport` there is none (without reuseport one worker may take every connection: seen with wrk's 16,
+/// the other worker never ran, and one busy worker is what the doctor then sees).
+#[test]
+fn nginx_one_worker_for_more_cpus() {
+    if !have("nginx", "-v") || !have("wrk", "-v") || cpus() < 2 {
+        eprintln!("nginx or wrk missing (scripts/deps.sh installs them), or one CPU: skipping");
+        return;
+    }
+    let _measuring = common::exclusive();
+    let nginx = Nginx::start("1", GZIP, "");
+    std::fs::write(nginx.dir.path().join("html/page.html"), page()).unwrap();
+    let (report, _, _) = nginx.doctor_under_wrk(1, &WRK_GZIP, "/page.html");
+    assert_too_few_workers(&report, 1, "nginx", "nginx: `worker_processes auto;`");
+    let worker = children(nginx.server.pid())[0];
+    let evidence = first_finding(&report).2;
+    assert!(evidence[0].contains(&format!("(nginx {worker})")), "{evidence:?}");
+    drop(nginx);
+
+    let fixed = Nginx::start("auto", GZIP, "reuseport");
+    std::fs::write(fixed.dir.path().join("html/page.html"), page()).unwrap();
+    let (report, _, _) = fixed.doctor_under_wrk(cpus(), &WRK_GZIP, "/page.html");
+    let workers = findings_about(&report, "too-few-workers", &["worker_processes"]);
+    assert!(workers.is_empty(), "{workers:#?}");
+}
+
+/// A memcached in the foreground on its own loopback port with `-t threads` and a 64 MB cache; stopped
+/// on drop.
+struct Memcached {
+    server: Server,
+    port: u16,
+}
+
+impl Memcached {
+    fn start(threads: usize) -> Memcached {
+        let port = free_port();
+        let mut cmd = Command::new("memcached");
+        cmd.args(["-u", "root", "-l", "127.0.0.1", "-m", "64", "-p", &port.to_string()])
+            .args(["-t", &threads.to_string()]);
+        let server = Server::foreground("memcached", &mut cmd, || listening(port));
+        Memcached { server, port }
+    }
+
+    /// `whyslow doctor -p` on it under memcaslap (4 threads, 128 connections; 90% gets, 10% sets of its
+    /// default keys): the report.
+    fn doctor_under_memcaslap(&self) -> Value {
+        let _load =
+            Load::start(Command::new("memcaslap").arg(format!("--servers=127.0.0.1:{}", self.port)).args([
+                "--threads=4",
+                "--concurrency=128",
+                "--time=60s",
+            ]));
+        let dir = tempfile::tempdir().unwrap();
+        doctor(&self.server.pid().to_string(), dir.path())
+    }
+}
+
+/// memcached with `-t 1` (one worker thread) under memcaslap on a machine with more CPUs: mc-worker
+/// always has requests waiting (measured beside `stress-ng --cpu 2`: it waited for work 4% of its time),
+/// while the main thread only accepts (never a worker). The first finding is too-few-workers naming `-t
+/// N`, memcached recognised by the names of its threads (its binary is stripped), mc-worker waiting for
+/// work at most 10% of its time, the CPUs counted exactly. With `-t` the CPUs there is none.
+#[test]
+fn memcached_one_thread_for_more_cpus() {
+    if !have("memcached", "-V") || !have("memcaslap", "--version") || cpus() < 2 {
+        eprintln!("memcached or memcaslap missing (apt-get install memcached libmemcached-tools), or one CPU: skipping");
+        return;
+    }
+    let _measuring = common::exclusive();
+    let memcached = Memcached::start(1);
+    let report = memcached.doctor_under_memcaslap();
+    assert_too_few_workers(&report, 1, "mc-worker", "memcached: -t N, N the CPUs it may use");
+    let evidence = first_finding(&report).2;
+    let recognised = evidence.last().unwrap();
+    assert!(recognised.starts_with("recognised as memcached by its threads "), "{evidence:?}");
+    assert!(recognised.contains("mc-worker"), "{evidence:?}");
+    drop(memcached);
+
+    let fixed = Memcached::start(cpus());
+    let report = fixed.doctor_under_memcaslap();
+    let workers = findings_about(&report, "too-few-workers", &["-t N"]);
+    assert!(workers.is_empty(), "{workers:#?}");
+}
+
+/// A redis-server in the foreground from its own directory and port with `appendonly yes` and the
+/// `appendfsync` given; stopped on drop.
 struct Redis {
+    server: Server,
     dir: tempfile::TempDir,
     port: u16,
-    server: std::process::Child,
 }
 
 impl Redis {
     fn start(appendfsync: &str) -> Redis {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
-        let server = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--daemonize", "no"])
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--daemonize", "no"])
             .args(["--appendonly", "yes", "--appendfsync", appendfsync, "--dir"])
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        let redis = Redis { dir, port, server };
-        wait_for("redis-server", || redis.cli(&["ping"]) == "PONG");
-        redis
+            .arg(dir.path());
+        let ping = || Command::new("redis-cli").args(["-p", &port.to_string(), "ping"]).output();
+        let server = Server::foreground("redis-server", &mut cmd, || {
+            ping().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "PONG")
+        });
+        Redis { server, dir, port }
     }
 
     fn cli(&self, args: &[&str]) -> String {
@@ -285,15 +461,8 @@ impl Redis {
             "-q",
         ]));
         let (before, start) = (self.commands(), std::time::Instant::now());
-        let report = doctor(&self.server.id().to_string(), self.dir.path());
+        let report = doctor(&self.server.pid().to_string(), self.dir.path());
         (report, (self.commands() - before) as f64 / start.elapsed().as_secs_f64())
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.server.kill();
-        let _ = self.server.wait();
     }
 }
 
@@ -337,8 +506,8 @@ fn redis_appendfsync_always() {
 /// A private MariaDB server: its own data directory (mariadb-install-db) and socket, no TCP; stopped on
 /// drop.
 struct Mariadb {
+    server: Option<Server>,
     dir: tempfile::TempDir,
-    server: Option<std::process::Child>,
 }
 
 /// The settings both the installation and the server get: a small redo log and buffer pool.
@@ -359,41 +528,31 @@ impl Mariadb {
             .output()
             .unwrap();
         assert!(out.status.success(), "mariadb-install-db: {}", String::from_utf8_lossy(&out.stderr));
-        Mariadb { dir, server: None }
+        Mariadb { server: None, dir }
     }
 
     fn socket(&self) -> String {
         format!("--socket={}", self.dir.path().join("sock").display())
     }
 
-    /// Starts the server with this innodb_flush_log_at_trx_commit.
+    /// Starts the server with this innodb_flush_log_at_trx_commit (stopping it first if it runs).
     fn start(&mut self, flush_log_at_trx_commit: u8) {
+        self.server = None;
         let d = self.dir.path();
-        let server = Command::new("mariadbd")
-            .args(["--no-defaults", "--user=root", "--skip-networking", &self.socket()])
+        let mut cmd = Command::new("mariadbd");
+        cmd.args(["--no-defaults", "--user=root", "--skip-networking", &self.socket()])
             .arg(format!("--datadir={}", d.join("data").display()))
             .arg(format!("--log-error={}", d.join("error.log").display()))
             .arg(format!("--innodb-flush-log-at-trx-commit={flush_log_at_trx_commit}"))
-            .args(MARIADB_SIZES)
-            .spawn()
-            .unwrap();
-        self.server = Some(server);
-        wait_for("mariadbd", || {
-            Command::new("mariadb-admin")
-                .args(["-uroot", &self.socket(), "ping"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        });
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut server) = self.server.take() {
-            let _ = Command::new("mariadb-admin").args(["-uroot", &self.socket(), "shutdown"]).status();
-            let _ = server.kill();
-            let _ = server.wait();
-        }
+            .args(MARIADB_SIZES);
+        let admin = |what: &str| {
+            let mut c = Command::new("mariadb-admin");
+            c.args(["-uroot", &self.socket(), what]);
+            c
+        };
+        let ping = || admin("ping").stdout(Stdio::null()).stderr(Stdio::null()).status();
+        let server = Server::foreground("mariadbd", &mut cmd, || ping().is_ok_and(|s| s.success()));
+        self.server = Some(server.stopped_by(admin("shutdown")));
     }
 
     fn sql(&self, query: &str) -> String {
@@ -421,15 +580,9 @@ impl Mariadb {
             "--query=insert into w.t (v) values ('hello')",
         ]));
         let (before, start) = (self.rows(), std::time::Instant::now());
-        let pid = self.server.as_ref().unwrap().id().to_string();
+        let pid = self.server.as_ref().unwrap().pid().to_string();
         let report = doctor(&pid, self.dir.path());
         (report, (self.rows() - before) as f64 / start.elapsed().as_secs_f64())
-    }
-}
-
-impl Drop for Mariadb {
-    fn drop(&mut self) {
-        self.stop();
     }
 }
 
@@ -460,7 +613,6 @@ fn mariadb_flush_log_at_every_commit() {
     assert!(syncs > commits / 8.0 && syncs < commits * 2.0, "{syncs}/s syncs for {commits:.0} commits/s");
     println!("flush at commit 1: {commits:.0} commits/s, {syncs}/s syncs; {evidence:?}");
 
-    db.stop();
     db.start(2);
     assert_eq!(db.sql("select @@innodb_flush_log_at_trx_commit, @@innodb_log_file_buffering"), "2\t1");
     let (report, commits) = db.doctor_under_inserts();
@@ -472,6 +624,8 @@ fn mariadb_flush_log_at_every_commit() {
 /// A private PostgreSQL cluster (the newest installed), its socket in its own directory, no TCP, its
 /// server log (stderr, as Debian's pg_ctlcluster does) to a file; stopped on drop.
 struct Postgres {
+    /// Stops it on drop (it runs as pg_ctl left it).
+    _server: Option<Server>,
     dir: tempfile::TempDir,
     bin: std::path::PathBuf,
 }
@@ -488,14 +642,16 @@ impl Postgres {
             .filter(|b| b.join("initdb").exists())
     }
 
-    /// As the postgres user (the server refuses root).
+    /// `tool args` as the postgres user (the server refuses root).
+    fn postgres_user(&self, tool: &str, args: &[&str]) -> Command {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(self.bin.join(tool)).args(args);
+        c
+    }
+
+    /// Runs `tool args` as the postgres user.
     fn as_postgres(&self, tool: &str, args: &[&str]) {
-        let out = Command::new("runuser")
-            .args(["-u", "postgres", "--"])
-            .arg(self.bin.join(tool))
-            .args(args)
-            .output()
-            .unwrap();
+        let out = self.postgres_user(tool, args).output().unwrap();
         assert!(out.status.success(), "{tool}: {}", String::from_utf8_lossy(&out.stderr));
     }
 
@@ -507,13 +663,16 @@ impl Postgres {
     fn start(bin: std::path::PathBuf, settings: &str) -> Postgres {
         let dir = tempfile::tempdir().unwrap();
         assert!(Command::new("chown").arg("postgres").arg(dir.path()).status().unwrap().success());
-        let pg = Postgres { dir, bin };
+        let mut pg = Postgres { _server: None, dir, bin };
         pg.as_postgres("initdb", &["-D", &pg.path("data"), "-A", "trust"]);
         pg.configure(&format!(
             "unix_socket_directories = '{}'\nlisten_addresses = ''\nlogging_collector = off\n{settings}",
             pg.path("")
         ));
-        pg.as_postgres("pg_ctl", &["-D", &pg.path("data"), "-l", &pg.path("server.log"), "-w", "start"]);
+        let (data, log) = (pg.path("data"), pg.path("server.log"));
+        let mut start = pg.postgres_user("pg_ctl", &["-D", &data, "-l", &log, "-w", "start"]);
+        let stop = pg.postgres_user("pg_ctl", &["-D", &data, "-m", "immediate", "stop"]);
+        pg._server = Some(Server::daemon("pg_ctl start", &mut start, stop));
         pg.pgbench(&["-i", "-s", "1"]).output().unwrap();
         pg
     }
@@ -566,16 +725,6 @@ impl Postgres {
         let (before, start) = (self.log_lines(), std::time::Instant::now());
         let report = doctor(&backends, self.dir.path());
         (report, (self.log_lines() - before) as f64 / start.elapsed().as_secs_f64())
-    }
-}
-
-impl Drop for Postgres {
-    fn drop(&mut self) {
-        let _ = Command::new("runuser")
-            .args(["-u", "postgres", "--"])
-            .arg(self.bin.join("pg_ctl"))
-            .args(["-D", &self.path("data"), "-m", "immediate", "stop"])
-            .output();
     }
 }
 

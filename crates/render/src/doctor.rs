@@ -50,6 +50,7 @@ fn finding(w: &mut impl Write, n: usize, f: &Finding, o: &TextOptions) -> std::i
     let of = match f.impact_of {
         "memory" => "the memory in use at the end",
         "wall" => "wall time",
+        "cpus" => "the CPUs it may use",
         _ => "cpu time",
     };
     writeln!(w, "   impact: {:.1}% of {of}, confidence {conf}", f.impact_pct)?;

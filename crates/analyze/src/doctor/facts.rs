@@ -14,7 +14,7 @@ mod waits;
 mod wall;
 
 pub use waits::Wait;
-pub use wall::{IdleThread, WallSplit};
+pub use wall::{IdleThread, ThreadSplit, WallSplit};
 
 /// One function of the profile as a rule sees it.
 pub struct Func<'a> {

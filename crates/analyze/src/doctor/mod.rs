@@ -31,9 +31,9 @@ pub struct Finding {
     pub id: &'static str,
     pub title: String,
     /// Share of CPU time (rules about running code) or of wall time (rules about blocking) the pattern
-    /// explains, in percent.
+    /// explains, in percent; for too few workers, the share of the CPUs it may use that no worker ran on.
     pub impact_pct: f64,
-    /// What `impact_pct` is a share of: `cpu` or `wall`.
+    /// What `impact_pct` is a share of: `cpu`, `wall`, `memory` or `cpus`.
     pub impact_of: &'static str,
     pub confidence: Confidence,
     /// The facts behind the finding: stacks, counts, rates, call sites.

@@ -1,8 +1,9 @@
 //! Advice that knows the software: when the target is a known server or runtime (PostgreSQL,
 //! MySQL/MariaDB, Redis, nginx, SQLite inside a program, a Go program), a finding's fix names that
 //! software's settings and their trade-offs before the general advice. Recognised from the functions in
-//! the profile (the binary's own symbols, dynamic symbols of stripped builds, Go's .gopclntab), never from
-//! the command's name: a renamed binary is recognised, a script called `postgres` is not.
+//! the profile (the binary's own symbols, dynamic symbols of stripped builds, Go's .gopclntab), or for a
+//! stripped server without them from the names it gives its own threads (memcached's `mc-worker`), never
+//! from the command's name: a renamed binary is recognised, a script called `postgres` is not.
 
 use super::facts::Facts;
 use super::Finding;
@@ -12,6 +13,9 @@ pub struct Known {
     pub name: &'static str,
     /// Functions of its own (exact names, or prefixes ending in `(` for C++ signatures).
     markers: &'static [&'static str],
+    /// Names it gives its own threads (pthread_setname_np), for stripped builds with no names of its
+    /// functions.
+    threads: &'static [&'static str],
     /// (rule id, advice) pairs; `id/case` fits only that case of the rule (see [`Finding::case`]), and the
     /// first pair that fits a finding is its advice.
     advice: &'static [(&'static str, &'static str)],
@@ -27,9 +31,10 @@ const POSTGRES_LOG: &str = "PostgreSQL: the server log gets a line per statement
     sample, log_min_duration_sample with log_statement_sample_rate, or log_transaction_sample_rate; \
     pg_stat_statements counts every statement without a line each";
 
-pub const KNOWN: [Known; 6] = [
+pub const KNOWN: [Known; 7] = [
     Known {
         name: "PostgreSQL",
+        threads: &[],
         markers: &["PostgresMain", "PostmasterMain", "XLogFlush", "exec_simple_query", "standard_ExecutorRun"],
         advice: &[
             (
@@ -53,6 +58,7 @@ pub const KNOWN: [Known; 6] = [
     },
     Known {
         name: "MySQL/MariaDB",
+        threads: &[],
         markers: &["mysql_execute_command(", "dispatch_command(", "do_command(", "handle_connection"],
         advice: &[(
             "blocking-io",
@@ -66,6 +72,7 @@ pub const KNOWN: [Known; 6] = [
     },
     Known {
         name: "Redis",
+        threads: &[],
         markers: &["aeProcessEvents", "aeMain", "readQueryFromClient", "serverCron"],
         advice: &[
             (
@@ -80,6 +87,12 @@ pub const KNOWN: [Known; 6] = [
                  get them batched; io-threads spreads many connections' reads and writes",
             ),
             (
+                "too-few-workers",
+                "Redis: one main thread runs every command: io-threads N (CPUs - 1 at most) moves the clients' \
+                 socket writes, with io-threads-do-reads yes their reads, to N - 1 more threads; past that, one \
+                 instance per CPU (Redis Cluster or sharding in the clients)",
+            ),
+            (
                 "memory-pressure",
                 "Redis: set maxmemory below the memory limit with a maxmemory-policy that evicts, and keep the \
                  server out of swap (its latency depends on RAM)",
@@ -88,6 +101,7 @@ pub const KNOWN: [Known; 6] = [
     },
     Known {
         name: "nginx",
+        threads: &[],
         markers: &["ngx_worker_process_cycle", "ngx_process_events_and_timers", "ngx_http_process_request"],
         advice: &[
             (
@@ -114,10 +128,27 @@ pub const KNOWN: [Known; 6] = [
                  quota in CPUs",
             ),
             ("cpu-oversubscription", "nginx: worker_processes no higher than the CPUs it may use"),
+            (
+                "too-few-workers",
+                "nginx: `worker_processes auto;` (one worker process per CPU; under a CPU quota, the quota in \
+                 CPUs instead, as auto counts the host's) and `listen ... reuseport;` so the kernel spreads the \
+                 connections over the workers (else one busy worker may take them all)",
+            ),
         ],
     },
     Known {
+        name: "memcached",
+        threads: &["mc-worker", "mc-lrumaint", "mc-itemcrawler"],
+        markers: &[],
+        advice: &[(
+            "too-few-workers",
+            "memcached: -t N, N the CPUs it may use (its worker threads, 4 by default, each serving its \
+             connections from one event loop; more than the CPUs only queue for them)",
+        )],
+    },
+    Known {
         name: "SQLite",
+        threads: &[],
         markers: &["sqlite3_step", "sqlite3VdbeExec", "sqlite3_exec", "sqlite3PagerCommitPhaseOne"],
         advice: &[(
             "blocking-io",
@@ -128,6 +159,7 @@ pub const KNOWN: [Known; 6] = [
     },
     Known {
         name: "Go",
+        threads: &[],
         markers: &["runtime.goexit", "runtime.mstart", "runtime.main"],
         advice: &[
             (
@@ -150,12 +182,14 @@ pub const KNOWN: [Known; 6] = [
     },
 ];
 
-/// What the profile's functions say the target is: the software, its marker functions seen (up to 3),
-/// and the module they are in.
+/// What the profile says the target is: the software, its marker functions (or, recognised by them,
+/// its threads' names) seen, up to 3, and the module they are in.
 pub struct Recognised {
     pub known: &'static Known,
     pub functions: Vec<String>,
     pub module: String,
+    /// `functions` or `threads`: what `functions` holds.
+    pub by: &'static str,
 }
 
 fn is_marker(name: &str, markers: &[&str]) -> bool {
@@ -163,7 +197,8 @@ fn is_marker(name: &str, markers: &[&str]) -> bool {
 }
 
 /// The known software the profile is of, if any: the first in [`KNOWN`] (servers before the runtimes and
-/// libraries they may embed) with one of its functions among the profile's frames.
+/// libraries they may embed) with one of its functions among the profile's frames or one of its thread
+/// names among its threads.
 pub fn recognise(f: &Facts) -> Option<Recognised> {
     let p = f.p;
     for known in &KNOWN {
@@ -178,10 +213,20 @@ pub fn recognise(f: &Facts) -> Option<Recognised> {
                 functions.push(name.split('(').next().unwrap_or(name).to_string());
             }
         }
+        let mut by = "functions";
+        if functions.is_empty() {
+            by = "threads";
+            functions = known
+                .threads
+                .iter()
+                .filter(|n| p.threads.iter().any(|t| t.name == **n))
+                .map(|n| n.to_string())
+                .collect();
+        }
         if !functions.is_empty() {
             functions.sort();
             functions.truncate(3);
-            return Some(Recognised { known, functions, module });
+            return Some(Recognised { known, functions, module, by });
         }
     }
     None
@@ -202,8 +247,9 @@ pub fn advise(f: &Facts, findings: &mut [Finding]) {
             .file_name()
             .map_or(String::new(), |m| format!(" in {}", m.to_string_lossy()));
         x.evidence.push(format!(
-            "recognised as {} by its functions {}{module}",
+            "recognised as {} by its {} {}{module}",
             r.known.name,
+            r.by,
             r.functions.join(", ")
         ));
     }
@@ -294,6 +340,32 @@ mod tests {
         assert_eq!(name(&[("runtime.goexit;main.work", 1, 0)]), Some("Go"));
         // A program named after a server but without its functions is not it.
         assert_eq!(name(&[("main;redis_like_loop;postgres_helper", 1, 0)]), None);
+    }
+
+    /// memcached, stripped (its frames are addresses), is recognised by the names of its threads; its one
+    /// worker always busy on 2 CPUs gets `-t N` first.
+    #[test]
+    fn memcached_is_known_by_its_threads() {
+        let ms = 1_000_000;
+        let mut p = crate::doctor::facts::test_profile::on_threads(&[
+            (1, "main;lib:event_base_loop;lib:epoll_wait;k:do_epoll_wait", 0, 10_000 * ms),
+            (2, "start_thread;lib:event_base_loop;memcached+0x187ad", 6_000 * ms, 0),
+            (2, "start_thread;lib:event_base_loop;memcached+0x187ad;k:[waiting for a CPU]", 0, 3_900 * ms),
+            (2, "start_thread;lib:event_base_loop;lib:epoll_wait;k:do_epoll_wait", 10 * ms, 90 * ms),
+        ]);
+        for (t, name) in p.threads.iter_mut().zip(["memcached", "mc-worker"]) {
+            t.name = name.into();
+        }
+        p.meta.target_env =
+            Some(whyslow_model::TargetEnv { window_ns: 10_000_000_000, host_cpus: 2, ..Default::default() });
+        let r = super::recognise(&Facts::new(&p)).unwrap();
+        assert_eq!((r.known.name, r.by, r.functions.join(",")), ("memcached", "threads", "mc-worker".into()));
+        let d = diagnose(&p, "x.data");
+        let first = &d.findings[0];
+        assert_eq!(first.id, "too-few-workers", "{:?}", d.findings);
+        assert!(first.fix.starts_with("memcached: -t N, N the CPUs it may use"), "{}", first.fix);
+        assert_eq!(first.evidence.last().unwrap(), "recognised as memcached by its threads mc-worker");
+        assert_eq!(first.evidence[1], "2.0 CPUs the target may use (the host's): 1 busy worker on them");
     }
 
     /// Go under gc-pressure: GOGC and GOMEMLIMIT, with their trade-offs, before the general advice.

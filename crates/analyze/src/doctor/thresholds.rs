@@ -67,6 +67,12 @@ pub const THROTTLED_WALL_PCT: f64 = 10.0;
 /// CPU on average, as a multiple of the CPUs the target may use.
 pub const OVERSUB_WAIT_PCT: f64 = 20.0;
 pub const OVERSUB_DEMAND_RATIO: f64 = 1.5;
+/// too-few-workers: an event-loop worker had work (ran or waited for a CPU) for at least this share of
+/// its time; a worker runs for at least this share of the run and is seen for at least this share of it
+/// (a listener that only accepts, a thread that lived a moment, are not workers).
+pub const WORKER_BUSY_PCT: f64 = 80.0;
+pub const WORKER_MIN_RUN_PCT: f64 = 5.0;
+pub const WORKER_MIN_SEEN_PCT: f64 = 50.0;
 /// memory-pressure: share of the threads' working time blocked in page faults reading from disk or
 /// swap, and at least this much blocked time in all.
 pub const MEMORY_WALL_PCT: f64 = 5.0;

@@ -37,19 +37,7 @@ pub(super) fn wait_of<'a>(funcs: &[usize], func: impl Fn(usize) -> Func<'a>) -> 
 /// to finish (whose time is counted where it runs). User and kernel names, so a stack whose user part
 /// could not be unwound is still known by its kernel frames.
 pub(super) fn is_idle_wait(f: &Func) -> bool {
-    const USER: [&str; 20] = [
-        "epoll_wait",
-        "epoll_pwait",
-        "epoll_pwait2",
-        "poll",
-        "ppoll",
-        "select",
-        "pselect",
-        "pselect6",
-        "accept",
-        "accept4",
-        "io_uring_enter",
-        "io_uring_wait_cqe",
+    const USER: [&str; 8] = [
         "sem_wait",
         "sem_timedwait",
         "sem_clockwait",
@@ -69,16 +57,10 @@ pub(super) fn is_idle_wait(f: &Func) -> bool {
         "runtime.findRunnable",
         "runtime.findrunnable",
     ];
-    const KERNEL: [&str; 8] = [
-        "do_epoll_wait",
-        "do_sys_poll",
-        "do_select",
-        "core_sys_select",
-        "io_cqring_wait",
-        "inet_csk_accept",
-        "do_sigtimedwait",
-        "do_wait",
-    ];
+    const KERNEL: [&str; 2] = ["do_sigtimedwait", "do_wait"];
+    if is_poll_wait(f) {
+        return true;
+    }
     if f.kernel {
         return KERNEL.contains(&f.name);
     }
@@ -88,6 +70,52 @@ pub(super) fn is_idle_wait(f: &Func) -> bool {
         || USER.contains(&plain)
         || GO.contains(&f.name)
         || f.name == "runtime.netpoll"
+}
+
+/// A function an event loop waits for work in: a poll of its sockets or its listener's accept (user or
+/// kernel names). Go's netpoller reaches the same kernel functions, but its threads are the scheduler's
+/// (sized by GOMAXPROCS), not the program's event loops: see [`is_go_netpoll`].
+pub(super) fn is_poll_wait(f: &Func) -> bool {
+    const USER: [&str; 12] = [
+        "epoll_wait",
+        "epoll_pwait",
+        "epoll_pwait2",
+        "poll",
+        "ppoll",
+        "select",
+        "pselect",
+        "pselect6",
+        "accept",
+        "accept4",
+        "io_uring_enter",
+        "io_uring_wait_cqe",
+    ];
+    const KERNEL: [&str; 6] =
+        ["do_epoll_wait", "do_sys_poll", "do_select", "core_sys_select", "io_cqring_wait", "inet_csk_accept"];
+    if f.kernel {
+        return KERNEL.contains(&f.name);
+    }
+    USER.contains(&f.plain().trim_start_matches('_'))
+}
+
+/// The syscalls an event loop waits for work in (a thread that always finds work may never be sampled
+/// in them, but still makes them: the syscall counters count each).
+pub(super) const POLL_SYSCALLS: [&str; 10] = [
+    "epoll_wait",
+    "epoll_pwait",
+    "epoll_pwait2",
+    "poll",
+    "ppoll",
+    "select",
+    "pselect6",
+    "accept",
+    "accept4",
+    "io_uring_enter",
+];
+
+/// Go's scheduler polling the network for its goroutines.
+pub(super) fn is_go_netpoll(f: &Func) -> bool {
+    !f.kernel && f.name.starts_with("runtime.netpoll")
 }
 
 /// A goroutine parked on a sync.Mutex or RWMutex: its thread's stack goes on past runtime.mcall into the

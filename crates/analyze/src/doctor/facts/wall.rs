@@ -1,7 +1,7 @@
 //! How the threads' time splits: running, blocked, waiting for a CPU, idle (waiting for work), and in
 //! whyslow's probes; and which threads were mostly idle.
 
-use super::waits::{is_idle_wait, Wait};
+use super::waits::{is_go_netpoll, is_idle_wait, is_poll_wait, Wait, POLL_SYSCALLS};
 use super::{pct, Facts};
 use crate::doctor::thresholds::{BACKGROUND_IDLE_PCT, BACKGROUND_RUNNING_PCT, IDLE_THREAD_PCT};
 use std::collections::{HashMap, HashSet};
@@ -25,6 +25,24 @@ pub struct IdleThread {
     pub waits_in: String,
     /// Idle share of the thread's time (on + off CPU), percent.
     pub idle_pct: f64,
+}
+
+/// One thread's time by state (its `probe_ns` left 0: time in whyslow's probes is left out).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ThreadSplit {
+    /// Index into the profile's threads.
+    pub thread: u32,
+    pub split: WallSplit,
+    /// It waits for work in an event loop: epoll_wait, poll, select, accept, io_uring.
+    pub event_loop: bool,
+}
+
+impl ThreadSplit {
+    /// All its time (ns): running, blocked, waiting for a CPU and waiting for work.
+    pub fn all_ns(&self) -> i64 {
+        let s = &self.split;
+        s.running_ns + s.blocked_ns + s.runnable_ns + s.idle_ns
+    }
 }
 
 /// How the threads' time splits, in ns: the three states of working time, and apart from them idle time
@@ -54,6 +72,44 @@ impl Facts<'_> {
             }
         }
         Some(w)
+    }
+
+    /// Per thread (index into the profile's threads, ascending): its time by state, and whether it is an
+    /// event loop: a poll on any of its stacks (Go's netpoller left out), or counted among its syscalls (a
+    /// loop that always finds work spends too little time in epoll_wait to be sampled there, but calls
+    /// it). None without off-CPU data.
+    pub fn thread_splits(&self) -> Option<Vec<ThreadSplit>> {
+        if self.wall_total == 0 {
+            return None;
+        }
+        let mut by: HashMap<u32, ThreadSplit> = HashMap::new();
+        for v in self.views.iter().filter(|v| !v.instrumentation) {
+            let t =
+                by.entry(v.thread).or_insert_with(|| ThreadSplit { thread: v.thread, ..Default::default() });
+            t.split.running_ns += v.cpu;
+            match v.wait {
+                _ if v.off == 0 => {}
+                Wait::Blocked => t.split.blocked_ns += v.off,
+                Wait::Runnable => t.split.runnable_ns += v.off,
+                Wait::Idle => t.split.idle_ns += v.off,
+            }
+            let funcs = || v.funcs.iter().map(|&f| self.func(f));
+            t.event_loop |= funcs().any(|f| is_poll_wait(&f)) && !funcs().any(|f| is_go_netpoll(&f));
+        }
+        let polls: HashSet<(u32, u32)> = self
+            .p
+            .syscalls
+            .iter()
+            .filter(|s| s.calls > 0 && POLL_SYSCALLS.contains(&s.name.as_str()))
+            .map(|s| (s.pid, s.tid))
+            .collect();
+        let mut out: Vec<ThreadSplit> = by.into_values().collect();
+        for t in &mut out {
+            let thread = self.p.threads.get(t.thread as usize);
+            t.event_loop |= thread.is_some_and(|th| polls.contains(&(th.pid, th.tid)));
+        }
+        out.sort_by_key(|t| t.thread);
+        Some(out)
     }
 
     /// Per thread (index into the profile's threads): its time and idle time.

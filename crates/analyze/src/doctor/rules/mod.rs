@@ -21,6 +21,7 @@ mod repeated_lookups;
 mod small_writes;
 mod tiny_container_lookups;
 mod tiny_reads;
+mod too_few_workers;
 mod tz_stat_storm;
 mod unoptimized_build;
 
@@ -30,7 +31,7 @@ use super::{Confidence, Finding, Verdict};
 
 pub type Rule = fn(&Facts) -> Verdict;
 
-pub const ALL: [(&str, Rule); 21] = [
+pub const ALL: [(&str, Rule); 22] = [
     ("tz-stat-storm", tz_stat_storm::check),
     ("repeated-lookups", repeated_lookups::check),
     ("hot-logging", hot_logging::check),
@@ -52,6 +53,7 @@ pub const ALL: [(&str, Rule); 21] = [
     ("memory-growth", memory_growth::check),
     ("oom-killed", oom_killed::check),
     ("cpu-oversubscription", cpu_oversubscription::check),
+    ("too-few-workers", too_few_workers::check),
 ];
 
 /// The words of a finding that do not depend on the numbers.
