@@ -211,8 +211,12 @@ impl Drop for Spinner {
 }
 
 fn spawn_spin(name: &str) -> (Spinner, u32) {
-    let mut child =
-        std::process::Command::new(workload(name)).stdout(std::process::Stdio::piped()).spawn().unwrap();
+    spawn_spin_at(&workload(name))
+}
+
+/// [`spawn_spin`] of the program at `path`.
+fn spawn_spin_at(path: &std::path::Path) -> (Spinner, u32) {
+    let mut child = std::process::Command::new(path).stdout(std::process::Stdio::piped()).spawn().unwrap();
     let mut line = String::new();
     std::io::BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
     (Spinner(child), line.trim().parse().unwrap())
@@ -273,7 +277,12 @@ fn attach_by_pid_and_by_name() {
     // The target keeps running after we detach.
     std::thread::sleep(Duration::from_millis(100));
     assert!(child.0.try_wait().unwrap().is_none(), "target must survive attach/detach");
-    ok(&["record", "-q", "--comm", "spin", "-d", "0.5", "-o", data]);
+    // By name: a copy named as no other test's process is (tests run side by side, and a `spin` another
+    // one starts meanwhile would be followed too, from its loader's first instructions on).
+    let named = dir.path().join("spin_by_name");
+    std::fs::copy(workload("spin"), &named).unwrap();
+    let (_named, _) = spawn_spin_at(&named);
+    ok(&["record", "-q", "--comm", "^spin_by_name$", "-d", "0.5", "-o", data]);
     let r = report_json(data, &[]);
     assert!(total_pct(&r, "spin_forever") > 95.0);
 }

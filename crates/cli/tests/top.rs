@@ -160,14 +160,16 @@ fn bad_input_is_one_line() {
     assert!(c.wait().unwrap().success());
 }
 
-/// `--offcpu` weighs by blocked time: a process that only sleeps in `nap` (60 naps of 50 ms) shows
-/// under its off-CPU header with nap holding nearly all of each table's time (total%).
+/// `--offcpu` weighs by blocked time: a process that only sleeps in `nap` (200 naps of 50 ms) shows
+/// under its off-CPU header with nap holding nearly all of each table's time (total%). A table a second
+/// for what is left of 5 s once the probes are in (on a busy machine that takes a second or two, and the
+/// first table may be short, even empty).
 #[test]
 fn offcpu_tables_show_where_the_process_blocks() {
-    let w = Running::start("naps", &["60", "50"]);
-    let out = ok(&["top", "-p", &w.pid(), "--offcpu", "-d", "2", "--limit", "100"]);
+    let w = Running::start("naps", &["200", "50"]);
+    let out = ok(&["top", "-p", &w.pid(), "--offcpu", "-d", "5", "--limit", "100"]);
     let headers: Vec<&str> = out.lines().filter(|l| l.starts_with("whyslow top ")).collect();
-    assert_eq!(headers.len(), 2, "{out}");
+    assert!(headers.len() >= 3, "{out}");
     assert!(headers.iter().all(|h| h.ends_with("off-cpu by self")), "{out}");
     // The rows of `nap`: its total share (third column) in each table.
     let nap: Vec<f64> = out
@@ -175,7 +177,7 @@ fn offcpu_tables_show_where_the_process_blocks() {
         .filter(|l| l.split_whitespace().nth(4) == Some("nap"))
         .map(|l| l.split_whitespace().nth(2).unwrap().trim_end_matches('%').parse().unwrap())
         .collect();
-    assert_eq!(nap.len(), 2, "{out}");
+    assert!(nap.len() >= 2, "{out}");
     assert!(nap.iter().all(|&p| p >= 90.0), "{nap:?}\n{out}");
 }
 

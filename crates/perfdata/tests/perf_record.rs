@@ -167,7 +167,7 @@ fn sched_switch_events_are_off_cpu_time_of_the_stack_that_blocked() {
 
 /// With cpu-clock samples beside the switches, a block ends at the thread's first sample after it woke
 /// (within a sample period): offcpu's main thread blocks 60 ms in read_phase and 40 ms in sleep_phase
-/// per round while burning 100 ms, so 10 rounds give 0.6 s and 0.4 s (+-15%) instead of taking the
+/// per round while burning 100 ms, so 10 rounds give 0.6 s and 0.4 s (-15%, +35%) instead of taking the
 /// burning in. The two events also make records whose event is told by its id (PERF_SAMPLE_IDENTIFIER).
 #[test]
 fn off_cpu_time_ends_at_the_next_sample_of_any_event() {
@@ -179,9 +179,14 @@ fn off_cpu_time_ends_at_the_next_sample_of_any_event() {
     if perf_record(&data, &args, &[bin.to_str().unwrap(), "10"]).is_none() {
         return;
     }
+    // Off-CPU time runs to the switch-in, so it holds the wait for a CPU after each wake-up: a busy
+    // machine adds to it (10 wake-ups of ~11 ms each gave 0.715 s beside three busy programs), never takes.
     for (function, want) in [("read_phase", 0.6), ("sleep_phase", 0.4)] {
         let secs = offcpu_secs(&data, function);
-        assert!((secs - want).abs() <= 0.15 * want, "{secs:.3} s off-CPU in {function}, want {want} +-15%");
+        assert!(
+            secs >= 0.85 * want && secs <= 1.35 * want,
+            "{secs:.3} s off-CPU in {function}, want {want} -15% +35%"
+        );
     }
     let p = whyslow_symbolize::symbolize(import(&data).unwrap());
     let cpu = p.sample_type("cpu").expect("cpu samples");

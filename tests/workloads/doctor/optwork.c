@@ -13,8 +13,10 @@ __attribute__((noinline)) static double kernel(const double *a, int n) {
 int main(void) {
     static double a[4096];
     for (int i = 0; i < 4096; i++) a[i] = i * 0.5;
-    double until = now_s() + 2.0, s = 0;
-    while (now_s() < until) s += kernel(a, 4096);
+    /* 2 s of its own CPU time: a busy machine gives it the same samples, only later (and an agent
+     * matching it by its command line the time to find it). */
+    double until = cpu_s() + 2.0, s = 0;
+    while (cpu_s() < until) s += kernel(a, 4096);
     sink = (uint64_t)s;
     return 0;
 }
