@@ -37,7 +37,8 @@ fn cpus(f: &Facts) -> Option<u32> {
     env.run_queue.as_ref().map(|r| r.cpus).filter(|&n| n > 0).or(Some(env.host_cpus).filter(|&n| n > 0))
 }
 
-fn throttled(f: &Facts) -> bool {
+/// A CPU quota that throttled the target: cpu-throttling's finding, not another rule's.
+pub(super) fn throttled(f: &Facts) -> bool {
     let q = f.p.meta.target_env.as_ref().and_then(|e| e.cpu_quota.as_ref());
     q.is_some_and(|q| {
         q.quota_us.is_some()

@@ -7,11 +7,10 @@
 //! for work means the load does not need more of them, and an idle event loop named as the busy ones is a
 //! worker the connections missed (the load is spread unevenly): no finding.
 
+use super::cpu_oversubscription::throttled;
 use super::{verify, Text};
 use crate::doctor::facts::{pct, Facts, ThreadSplit};
-use crate::doctor::thresholds::{
-    THROTTLED_PERIODS_PCT, WORKER_BUSY_PCT, WORKER_MIN_RUN_PCT, WORKER_MIN_SEEN_PCT,
-};
+use crate::doctor::thresholds::{WORKER_BUSY_PCT, WORKER_MIN_RUN_PCT, WORKER_MIN_SEEN_PCT};
 use crate::doctor::{Confidence, Finding, Verdict};
 
 const TEXT: Text = Text {
@@ -38,16 +37,6 @@ fn usable_cpus(f: &Facts) -> Option<(f64, &'static str)> {
         (cpus, from) = (q, "its cgroup's CPU quota");
     }
     (cpus > 0.0).then_some((cpus, from))
-}
-
-/// A quota that throttled the target: cpu-throttling's finding, not this one.
-fn throttled(f: &Facts) -> bool {
-    let q = f.p.meta.target_env.as_ref().and_then(|e| e.cpu_quota.as_ref());
-    q.is_some_and(|q| {
-        q.quota_us.is_some()
-            && q.periods > 0
-            && 100.0 * q.throttled_periods as f64 / q.periods as f64 >= THROTTLED_PERIODS_PCT
-    })
 }
 
 /// The share of its time a thread had work: running or waiting for a CPU.
