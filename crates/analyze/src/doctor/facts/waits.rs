@@ -76,26 +76,15 @@ pub(super) fn is_idle_wait(f: &Func) -> bool {
 /// kernel names). Go's netpoller reaches the same kernel functions, but its threads are the scheduler's
 /// (sized by GOMAXPROCS), not the program's event loops: see [`is_go_netpoll`].
 pub(super) fn is_poll_wait(f: &Func) -> bool {
-    const USER: [&str; 12] = [
-        "epoll_wait",
-        "epoll_pwait",
-        "epoll_pwait2",
-        "poll",
-        "ppoll",
-        "select",
-        "pselect",
-        "pselect6",
-        "accept",
-        "accept4",
-        "io_uring_enter",
-        "io_uring_wait_cqe",
-    ];
+    // The user functions are the syscalls' wrappers, and two entry points named otherwise.
+    const USER_ONLY: [&str; 2] = ["pselect", "io_uring_wait_cqe"];
     const KERNEL: [&str; 6] =
         ["do_epoll_wait", "do_sys_poll", "do_select", "core_sys_select", "io_cqring_wait", "inet_csk_accept"];
     if f.kernel {
         return KERNEL.contains(&f.name);
     }
-    USER.contains(&f.plain().trim_start_matches('_'))
+    let name = f.plain().trim_start_matches('_');
+    POLL_SYSCALLS.contains(&name) || USER_ONLY.contains(&name)
 }
 
 /// The syscalls an event loop waits for work in (a thread that always finds work may never be sampled
