@@ -211,7 +211,7 @@ impl<H: Host> Converter<H> {
             values[cs] = calls;
             values[bs] = bytes;
             // Counted over the whole run and read at its end: no time of their own (slice 0).
-            self.raw.add(stack, thread, 0, &values);
+            self.raw.add(&stack, &thread, 0, &values);
         }
     }
 

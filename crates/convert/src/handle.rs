@@ -5,6 +5,7 @@ use crate::alloc::STACKS_PER_KEY;
 use crate::process::{Blocked, Proc, EXITED_GRACE_NS};
 use crate::records::{Record, SampleRef, Timed, UserRegs};
 use crate::{Converter, Host, Mapping, Stream};
+use std::borrow::Cow;
 use std::collections::HashMap;
 use whyslow_model::raw::{RawFrame, RawThread};
 use whyslow_model::syscalls::syscall_name;
@@ -138,6 +139,24 @@ impl<H: Host> Converter<H> {
     /// `offcpu_ns`: the blocked time of an off-CPU sample whose block already ended (else it is valued
     /// when the thread runs again).
     pub(crate) fn sample(&mut self, s: SampleRef<'_>, stream: Stream, time: u64, offcpu_ns: Option<u64>) {
+        let (mut stack, mut values) = (std::mem::take(&mut self.stack), std::mem::take(&mut self.values));
+        stack.clear();
+        values.clear();
+        values.resize(self.raw.sample_types.len(), 0);
+        self.sample_into(s, stream, time, offcpu_ns, &mut stack, &mut values);
+        (self.stack, self.values) = (stack, values);
+    }
+
+    /// [`Converter::sample`] with its stack and values built in the buffers given (empty, and zeros).
+    fn sample_into(
+        &mut self,
+        s: SampleRef<'_>,
+        stream: Stream,
+        time: u64,
+        offcpu_ns: Option<u64>,
+        stack: &mut Vec<RawFrame>,
+        values: &mut [i64],
+    ) {
         self.counters.samples += 1;
         // A sample of a thread means it runs: a block whose switch-in no record showed (a perf.data file
         // of sched_switch alone holds only the switch-outs of the threads it follows) ends here.
@@ -154,33 +173,33 @@ impl<H: Host> Converter<H> {
             let name = self.host.thread_name(s.pid, s.tid).unwrap_or_default();
             self.raw.thread_names.insert((s.pid, s.tid), name);
         }
-        let mut values = vec![0i64; self.raw.sample_types.len()];
         // A probe in a function: its first frame is the function itself, replaced by the label.
         let mut skip_leaf = false;
-        let mut stack: Vec<RawFrame> = match stream {
+        match stream {
             Stream::Cpu { slot } => {
                 values[slot] = 1;
                 values[slot + 1] = s.period as i64;
-                s.kernel.iter().map(|&a| RawFrame::Kernel(a)).collect()
+                stack.extend(s.kernel.iter().map(|&a| RawFrame::Kernel(a)));
             }
             // An event sampled every Nth hit stands for N hits.
             Stream::Syscalls { slot } => {
                 values[slot] = s.period as i64;
                 let nr = s.raw.get(SYS_ENTER_ID_OFFSET..SYS_ENTER_ID_OFFSET + 8);
                 let nr = nr.map_or(u64::MAX, |b| u64::from_ne_bytes(b.try_into().expect("8 bytes"))) as u32;
-                let name = syscall_name(nr).map_or_else(|| format!("syscall_{nr}"), str::to_string);
-                vec![RawFrame::Label(self.raw.label(&name, "[syscall]", FrameKind::Kernel))]
+                let name: Cow<str> =
+                    syscall_name(nr).map_or_else(|| format!("syscall_{nr}").into(), Cow::Borrowed);
+                stack.push(RawFrame::Label(self.raw.label(&name, "[syscall]", FrameKind::Kernel)));
             }
             Stream::Call { slot, probe } => {
                 values[slot] = s.period as i64;
                 skip_leaf = true;
-                let (name, module) = self.probe_names.get(probe).cloned().unwrap_or_default();
-                vec![RawFrame::Label(self.raw.label(&name, &module, FrameKind::User))]
+                let (name, module) =
+                    self.probe_names.get(probe).map_or(("", ""), |(n, m)| (n.as_str(), m.as_str()));
+                stack.push(RawFrame::Label(self.raw.label(name, module, FrameKind::User)));
             }
             Stream::OffCpu { state_offset, .. } => {
                 let state = s.raw.get(state_offset..state_offset.saturating_add(8)); // the offset is from the file
                 let state = state.map_or(0, |b| u64::from_ne_bytes(b.try_into().expect("8 bytes")));
-                let mut stack: Vec<RawFrame> = Vec::new();
                 // TASK_RUNNING (0): preempted, so waiting for a CPU rather than blocked; marked as such so
                 // the wall view still adds up and the two can be told apart.
                 if state & 0xff == 0 {
@@ -191,21 +210,21 @@ impl<H: Host> Converter<H> {
                     )));
                 }
                 stack.extend(s.kernel.iter().map(|&a| RawFrame::Kernel(a)));
-                stack
             }
             Stream::Events { slot } => {
                 values[slot] = 1;
-                s.kernel.iter().map(|&a| RawFrame::Kernel(a)).collect()
+                stack.extend(s.kernel.iter().map(|&a| RawFrame::Kernel(a)));
             }
             Stream::Alloc { slot, probe, size } => {
                 let bytes = s.regs.as_ref().map_or(0, |r| size.bytes(r));
                 values[slot] = s.period as i64;
                 values[slot + 1] = bytes.saturating_mul(s.period).min(i64::MAX as u64) as i64;
                 skip_leaf = true;
-                let (name, module) = self.alloc_names.get(probe).cloned().unwrap_or_default();
-                vec![RawFrame::Label(self.raw.label(&name, &module, FrameKind::User))]
+                let (name, module) =
+                    self.alloc_names.get(probe).map_or(("", ""), |(n, m)| (n.as_str(), m.as_str()));
+                stack.push(RawFrame::Label(self.raw.label(name, module, FrameKind::User)));
             }
-        };
+        }
         if let Some(UserRegs { bp, sp, ip, .. }) = s.regs {
             let proc = self.procs.get_mut(&s.pid).expect("inserted above");
             let (own, goroutine) = match s.goroutine {
@@ -276,9 +295,9 @@ impl<H: Host> Converter<H> {
         {
             // A sample of a stack key: it names the stack of the key's exact counts (added with them).
             let kept = self.alloc_stacks.entry((s.pid, probe as u32, ret, id)).or_default();
-            match kept.iter().position(|(f, t, _)| *f == stack && *t == thread) {
+            match kept.iter().position(|(f, t, _)| f == stack && *t == thread) {
                 Some(i) => kept[i].2 += s.period,
-                None if kept.len() < STACKS_PER_KEY => kept.push((stack, thread, s.period)),
+                None if kept.len() < STACKS_PER_KEY => kept.push((stack.clone(), thread, s.period)),
                 None => kept[0].2 += s.period,
             }
             return;
@@ -286,13 +305,13 @@ impl<H: Host> Converter<H> {
         if let (Stream::OffCpu { slot, .. }, Some(ns)) = (stream, offcpu_ns) {
             values[slot] = ns.min(i64::MAX as u64) as i64;
             let time = self.slice(time);
-            self.raw.add(stack, thread, time, &values);
+            self.raw.add(stack, &thread, time, values);
         } else if matches!(stream, Stream::OffCpu { .. }) {
             // Valued when the thread runs again.
-            self.blocked.insert(s.tid, Blocked { since: time, stack, thread });
+            self.blocked.insert(s.tid, Blocked { since: time, stack: stack.clone(), thread });
         } else {
             let time = self.slice(time);
-            self.raw.add(stack, thread, time, &values);
+            self.raw.add(stack, &thread, time, values);
         }
     }
 }

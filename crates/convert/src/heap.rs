@@ -142,7 +142,7 @@ impl<H: crate::Host> crate::Converter<H> {
                     let mut values = vec![0i64; n];
                     values[slots.0] = v[0];
                     values[slots.1] = v[1];
-                    raw.add(stack.to_vec(), thread.clone(), time, &values);
+                    raw.add(stack, &thread, time, &values);
                 }
             };
         if let Some(slots) = inuse {

@@ -138,7 +138,11 @@ pub struct Converter<H: Host> {
     /// threads can follow the exit (an off-CPU block that ended when the process was torn down).
     exited: Vec<(u32, u64)>,
     counters: Counters,
+    /// Scratch of the per-sample path, kept between samples so that a sample allocates nothing: the
+    /// return addresses unwound, the stack built of them, and its values.
     frames: Vec<u64>,
+    stack: Vec<RawFrame>,
+    values: Vec<i64>,
     /// Event-clock time of time slice 0 of the current window (the first event's when not set).
     origin: Option<u64>,
     /// Allocation stacks sampled by key (see [`StackCount`]): each distinct stack and thread with the hits
@@ -177,6 +181,8 @@ impl<H: Host> Converter<H> {
             exited: Vec::new(),
             counters: Counters::default(),
             frames: Vec::new(),
+            stack: Vec::new(),
+            values: Vec::new(),
             origin: None,
             alloc_stacks: HashMap::new(),
             alloc_added: HashMap::new(),

@@ -178,7 +178,7 @@ impl<H: Host> Converter<H> {
                 let mut values = vec![0i64; self.raw.sample_types.len()];
                 values[slot] = ns as i64;
                 let time = self.slice(until);
-                self.raw.add(b.stack, b.thread, time, &values);
+                self.raw.add(&b.stack, &b.thread, time, &values);
             }
         }
     }

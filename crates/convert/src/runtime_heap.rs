@@ -90,7 +90,7 @@ pub fn add_runtime_heap(raw: &mut RawRecording, thread: RawThread, reports: &[Ru
                 for (slot, v) in slots.iter().zip(d) {
                     values[*slot] = v;
                 }
-                raw.add(stack.clone(), thread.clone(), slice as u32, &values);
+                raw.add(stack, &thread, slice as u32, &values);
             }
         };
         for (stack, v) in &now {
@@ -163,7 +163,7 @@ mod tests {
         raw.meta.start_unix_ns = 10_000_000_000;
         raw.meta.duration_ns = 2_500_000_000;
         let t = RawThread { pid: 5, tid: 5 };
-        raw.add(vec![RawFrame::Unmapped(1)], t.clone(), 0, &[3]);
+        raw.add(&[RawFrame::Unmapped(1)], &t, 0, &[3]);
         let at = |s: u64, rows| RuntimeHeapReport { unix_ns: 10_000_000_000 + s * 1_000_000_000, rows };
         let leak = ["main.leak", "main.main"];
         let cache = ["main.fill", "main.main"];

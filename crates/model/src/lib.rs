@@ -1114,9 +1114,9 @@ mod tests {
         let mut raw = raw::RawRecording { sample_types: p.sample_types.clone(), ..Default::default() };
         let n = raw.sample_types.len();
         let thread = raw::RawThread { pid: 1, tid: 1 };
-        raw.add(vec![raw::RawFrame::Kernel(1)], thread.clone(), 0, &vec![i64::MAX - 1; n]);
-        raw.add(vec![raw::RawFrame::Kernel(2)], thread.clone(), 0, &vec![2; n]);
-        raw.add(vec![raw::RawFrame::Kernel(2)], thread, 0, &vec![1; n]);
+        raw.add(&[raw::RawFrame::Kernel(1)], &thread, 0, &vec![i64::MAX - 1; n]);
+        raw.add(&[raw::RawFrame::Kernel(2)], &thread, 0, &vec![2; n]);
+        raw.add(&[raw::RawFrame::Kernel(2)], &thread, 0, &vec![1; n]);
         assert_eq!((raw.samples.len(), raw.overflowed, raw.totals[0]), (2, 1, i64::MAX));
         let mut p = sample_profile();
         let row = SyscallStat { calls: u64::MAX, hist: vec![0; HIST_BUCKETS], ..Default::default() };

@@ -8,6 +8,21 @@ use crate::{CallStat, Metadata, SampleType, SyscallStat};
 /// took a tenth of an import's time).
 pub type FastMap<K, V> = foldhash::HashMap<K, V>;
 
+/// [`RawRecording::samples`]: a map a sample's stack is looked up in by slice ([`StackKey`]), so that
+/// only a stack seen for the first time is copied.
+pub type SampleMap =
+    hashbrown::HashMap<(Vec<RawFrame>, RawThread, u32), Vec<i64>, foldhash::fast::RandomState>;
+
+/// A [`SampleMap`] key borrowed: it hashes as the owned key does (a slice as a Vec, then the fields).
+#[derive(Hash)]
+struct StackKey<'a>(&'a [RawFrame], &'a RawThread, u32);
+
+impl hashbrown::Equivalent<(Vec<RawFrame>, RawThread, u32)> for StackKey<'_> {
+    fn equivalent(&self, key: &(Vec<RawFrame>, RawThread, u32)) -> bool {
+        self.0 == key.0.as_slice() && *self.1 == key.1 && self.2 == key.2
+    }
+}
+
 /// One frame of a raw stack.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum RawFrame {
@@ -80,7 +95,7 @@ pub struct RawRecording {
     /// Thread names by (pid, tid).
     pub thread_names: FastMap<(u32, u32), String>,
     /// Values by (stack, thread, time slice: see [`crate::Sample::time`]).
-    pub samples: FastMap<(Vec<RawFrame>, RawThread, u32), Vec<i64>>,
+    pub samples: SampleMap,
     pub labels: Vec<RawLabel>,
     /// New processes seen forking, as (child, parent): who started the processes the samples are of.
     pub forks: Vec<(u32, u32)>,
@@ -122,25 +137,22 @@ impl RawRecording {
         file: &str,
         line: u32,
     ) -> u32 {
-        let l = RawLabel {
-            name: name.to_string(),
-            module: module.to_string(),
-            kind,
-            file: file.to_string(),
-            line,
+        let same = |x: &RawLabel| {
+            x.name == name && x.module == module && x.kind == kind && x.file == file && x.line == line
         };
-        match self.labels.iter().position(|x| *x == l) {
+        match self.labels.iter().position(same) {
             Some(i) => i as u32,
             None => {
-                self.labels.push(l);
+                let (name, module, file) = (name.to_string(), module.to_string(), file.to_string());
+                self.labels.push(RawLabel { name, module, kind, file, line });
                 (self.labels.len() - 1) as u32
             }
         }
     }
 
     /// Adds the values of one stack, unless they would take a sum of absolute values past i64 (then the
-    /// sample is left out and counted in `overflowed`).
-    pub fn add(&mut self, stack_leaf_first: Vec<RawFrame>, thread: RawThread, time: u32, values: &[i64]) {
+    /// sample is left out and counted in `overflowed`). The stack is copied only when it is new.
+    pub fn add(&mut self, stack_leaf_first: &[RawFrame], thread: &RawThread, time: u32, values: &[i64]) {
         let n = self.sample_types.len();
         if self.totals.len() < n {
             self.totals.resize(n, 0);
@@ -153,7 +165,14 @@ impl RawRecording {
         for (t, v) in self.totals.iter_mut().zip(values) {
             *t += v.abs();
         }
-        let acc = self.samples.entry((stack_leaf_first, thread, time)).or_insert_with(|| vec![0; n]);
+        let key = StackKey(stack_leaf_first, thread, time);
+        let acc = match self.samples.get_mut(&key) {
+            Some(acc) => acc,
+            None => {
+                let key = (stack_leaf_first.to_vec(), thread.clone(), time);
+                self.samples.entry(key).or_insert_with(|| vec![0; n])
+            }
+        };
         for (a, v) in acc.iter_mut().zip(values) {
             *a += v;
         }

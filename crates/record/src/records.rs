@@ -162,7 +162,10 @@ fn decode_sample<'a>(
         kernel.push(if kernel.is_empty() { a } else { a.saturating_sub(1) });
     }
     let raw_size = r.u32()? as usize;
-    let raw = r.bytes(raw_size)?.to_vec();
+    let raw = r.bytes(raw_size)?;
+    // An event with no raw data of its own (a clock) gets the kernel's 4-byte placeholder: nothing to
+    // keep (and no allocation per sample); a tracepoint's data has its 8-byte common fields at least.
+    let raw = if raw_size <= 4 { Vec::new() } else { raw.to_vec() };
     let abi = r.u64()?;
     let regs = if abi != 0 {
         let mut v = [0u64; 7];
