@@ -20,8 +20,7 @@
 #define WHYSLOW_PYTHON_H
 
 #define PY_FRAMES 64	   /* Python frames read at most per sample */
-#define PY_INTERPRETERS 8  /* (sub-)interpreters searched for the thread */
-#define PY_THREADS 128	   /* thread states searched per interpreter */
+#define PY_SEARCH 1024	   /* thread states (and interpreters) visited at most to find a thread's */
 #define PY_OWNED_BY_CSTACK 3
 
 /* Where a process's CPython keeps what is read (crates/python Layout; user space fills it). */
@@ -117,16 +116,16 @@ static __always_inline struct ws_pystack *py_scratch_out(void)
 #endif
 
 /* A walk of the interpreters' thread lists for the thread whose thread_id is `fs`, one thread state per
- * step (bpf_loop: the verifier checks one step, not every path of the whole walk). */
+ * step (bpf_loop: the verifier checks one step, not every path of the whole walk). Nothing in it counts:
+ * the walk's bound is bpf_loop's alone. A count of the interpreters passed, kept here, made each value a
+ * state of its own to the verifier, which took a third of a second at every load for it. */
 struct py_search {
 	struct ws_py_proc py;
 	u64 fs;
 	u64 interp;
 	u64 ts;
-	u32 interps;
 	u32 found;
 	u32 other; /* see py_read */
-	u32 pad;
 };
 
 static long py_search_step(u64 i, void *ctx)
@@ -134,7 +133,7 @@ static long py_search_step(u64 i, void *ctx)
 	struct py_search *s = ctx;
 	while (!s->ts) {
 		/* This interpreter's list ended: the next one's. */
-		if (!s->interp || ++s->interps > PY_INTERPRETERS)
+		if (!s->interp)
 			return 1;
 		s->interp = py_read_ptr(s->interp + s->py.interp_next, s->other);
 		if (!s->interp)
@@ -163,7 +162,7 @@ static __always_inline u64 py_tstate(struct ws_py_proc *py, u32 tid, u64 fs, u32
 	if (!s.interp)
 		return 0;
 	s.ts = py_read_ptr(s.interp + py->interp_threads_head, other);
-	bpf_loop(PY_INTERPRETERS * PY_THREADS, py_search_step, &s, 0);
+	bpf_loop(PY_SEARCH, py_search_step, &s, 0);
 	if (!s.found)
 		return 0;
 	bpf_map_update_elem(&py_tstates, &tid, &s.ts, BPF_ANY);
