@@ -7,7 +7,7 @@ export PATH="$PATH:/usr/local/go/bin:$HOME/.cargo/bin:$ROOT/bench/.tools/bin"
 WHYSLOW=${WHYSLOW:-"$ROOT/target/release/whyslow"}
 W="$ROOT/tests/workloads/bin"
 OUT=$(mktemp -d /tmp/whyslow-bench.XXXXXX)
-trap 'rm -rf "$OUT"' EXIT
+trap '[ -n "${KEEP:-}" ] || rm -rf "$OUT"' EXIT
 
 # Builds the fixed-work benchmark program (fixed iterations, so overhead shows up as wall time).
 build_fixed() {

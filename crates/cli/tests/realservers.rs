@@ -165,7 +165,8 @@ fn number_after(line: &str, prefix: &str) -> Option<f64> {
 }
 
 /// Asserts that too-few-workers found `workers` busy workers (the threads named `worker`, waiting for
-/// work at most 10% of their time: the rule asks at most 20% with a CPU wanted the rest) on all the CPUs,
+/// work at most 20% of their time, as the rule asks: how much less depends on how much CPU the load
+/// generator got on a busy machine, 4-12% beside `stress-ng --cpu 2`) on all the CPUs,
 /// with the impact those CPUs give, and that the fix starts with `setting`; prints what it measured.
 fn assert_too_few_workers(report: &Value, workers: usize, worker: &str, setting: &str) {
     let (first, fix, evidence) = first_finding(report);
@@ -178,7 +179,7 @@ fn assert_too_few_workers(report: &Value, workers: usize, worker: &str, setting:
     assert!(line.starts_with(&format!("{workers} event-loop worker")), "{evidence:?}");
     assert_eq!(line.matches(&format!("{worker} ")).count(), workers.min(3), "{evidence:?}");
     let idle = number_after(line, "waiting for work ").unwrap();
-    assert!(idle <= 10.0, "{evidence:?}");
+    assert!(idle <= 20.0, "{evidence:?}");
     assert!(evidence[1].starts_with(&format!("{cpus}.0 CPUs the target may use")), "{evidence:?}");
     println!("{workers} worker(s): {evidence:?}");
 }
@@ -326,7 +327,7 @@ const WRK_GZIP: [&str; 5] = ["-t1", "-c16", "-d60s", "-H", "Accept-Encoding: gzi
 /// nginx with `worker_processes 1` on a machine with more CPUs, gzip-compressing a page under wrk: the
 /// one worker always has requests waiting (measured beside `stress-ng --cpu 2`: it waited for work 0.0%
 /// of its time, running 47-63% and waiting for a CPU the rest). The first finding is too-few-workers,
-/// naming `worker_processes auto;`, the worker found by its pid, waiting for work at most 10% of its
+/// naming `worker_processes auto;`, the worker found by its pid, waiting for work at most 20% of its
 /// time, the CPUs counted exactly. With `worker_processes auto` (a worker per CPU) and `listen ...
 /// reuseport` there is none (without reuseport one worker may take every connection: seen with wrk's 16,
 /// the other worker never ran, and one busy worker is what the doctor then sees).
@@ -388,7 +389,7 @@ impl Memcached {
 /// always has requests waiting (measured beside `stress-ng --cpu 2`: it waited for work 4% of its time),
 /// while the main thread only accepts (never a worker). The first finding is too-few-workers naming `-t
 /// N`, memcached recognised by the names of its threads (its binary is stripped), mc-worker waiting for
-/// work at most 10% of its time, the CPUs counted exactly. With `-t` the CPUs there is none.
+/// work at most 20% of its time, the CPUs counted exactly. With `-t` the CPUs there is none.
 #[test]
 fn memcached_one_thread_for_more_cpus() {
     if !have("memcached", "-V") || !have("memcaslap", "--version") || cpus() < 2 {
