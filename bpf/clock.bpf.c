@@ -24,8 +24,10 @@
 
 #define PAGE 4096
 
-/* Set before load: the bytes of user stack each sample copies. */
+/* Set before load: the bytes of user stack each sample copies; whether every process's samples are kept
+ * (a whole-host recording, which takes this program for the Python frames). */
 const volatile u64 stack_bytes = 0;
+const volatile bool keep_all = false;
 
 #define GO_COPY (GO_BELOW + GO_STACK_MAX) /* bytes of a goroutine's stack sent at most */
 #define GO_COPY_MASK 16383		  /* 2^k - 1 >= GO_COPY: bounds offsets for the verifier */
@@ -216,7 +218,7 @@ SEC("perf_event")
 int keep(void *ctx)
 {
 	u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	if (!is_tracked(tgid))
+	if (!keep_all && !is_tracked(tgid))
 		return 0;
 	if (runs_go(tgid))
 		goroutine_stack();

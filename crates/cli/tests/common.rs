@@ -186,3 +186,17 @@ pub fn assert_split(report: &Value) {
         );
     }
 }
+
+/// The newest pyenv CPython 3.`minor`, if installed.
+pub fn pyenv_python(minor: u8) -> Option<PathBuf> {
+    let home = std::env::var("HOME").ok()?;
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(format!("{home}/.pyenv/versions"))
+        .ok()?
+        .flatten()
+        .map(|d| d.path())
+        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&format!("3.{minor}."))))
+        .collect();
+    dirs.sort();
+    let exe = dirs.pop()?.join(format!("bin/python3.{minor}"));
+    exe.exists().then_some(exe)
+}

@@ -6,27 +6,12 @@
 mod common;
 use common::*;
 use serde_json::Value;
-use std::path::PathBuf;
 
 /// mix's share of the rounds' CPU: two of every three fib(16) calls run under it (split.py).
 const MIX_SHARE: f64 = 200.0 / 3.0;
 /// Points a share may stray: at ~2,500 samples one binomial standard deviation of a 2/3 share is under
 /// 1 point; the rounds' own overhead (one clock read per three fib(16) calls) is far below one.
 const SHARE_TOLERANCE: f64 = 5.0;
-
-/// The newest pyenv CPython 3.`minor`, if installed.
-fn python(minor: u8) -> Option<PathBuf> {
-    let home = std::env::var("HOME").ok()?;
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(format!("{home}/.pyenv/versions"))
-        .ok()?
-        .flatten()
-        .map(|d| d.path())
-        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&format!("3.{minor}."))))
-        .collect();
-    dirs.sort();
-    let exe = dirs.pop()?.join(format!("bin/python3.{minor}"));
-    exe.exists().then_some(exe)
-}
 
 /// (line, total) of the lines of `name` in a `report --source` answer, and its file.
 fn source_lines(data: &str, name: &str) -> (String, Vec<(u64, i64)>) {
@@ -48,7 +33,7 @@ fn python_functions_are_named_with_their_file_line_and_share() {
     let dir = tmp();
     let mut tested = Vec::new();
     for minor in [8, 9, 10, 11, 12, 13] {
-        let Some(exe) = python(minor) else {
+        let Some(exe) = pyenv_python(minor) else {
             eprintln!("skipped CPython 3.{minor}: not installed under ~/.pyenv/versions");
             continue;
         };
@@ -101,7 +86,7 @@ fn blocked_python_threads_are_named_where_they_wait() {
     let dir = tmp();
     let mut tested = Vec::new();
     for minor in [8, 9, 10, 11, 12, 13] {
-        let Some(exe) = python(minor) else { continue };
+        let Some(exe) = pyenv_python(minor) else { continue };
         let name = format!("naps3{minor}");
         let data =
             record(dir.path(), &name, &["--offcpu"], &[exe.to_str().unwrap(), script.to_str().unwrap(), "2"]);
@@ -130,7 +115,7 @@ fn blocked_python_threads_are_named_where_they_wait() {
 fn an_unknown_python_version_gets_a_note_and_native_frames() {
     let script = root().join("tests/workloads/python/split.py");
     let dir = tmp();
-    let Some((minor, exe)) = [7, 6].into_iter().find_map(|m| python(m).map(|e| (m, e))) else {
+    let Some((minor, exe)) = [7, 6].into_iter().find_map(|m| pyenv_python(m).map(|e| (m, e))) else {
         eprintln!("skipped: no CPython 3.6 or 3.7 under ~/.pyenv/versions");
         return;
     };

@@ -149,17 +149,9 @@ fn text_folds_threads_with_the_same_stack_and_state() {
 
 #[test]
 fn a_python_thread_shows_its_python_function_with_file_and_line() {
-    let home = std::env::var("HOME").unwrap();
     let mut tested = 0;
     for minor in [8, 11, 12, 13] {
-        let Some(exe) = std::fs::read_dir(format!("{home}/.pyenv/versions"))
-            .ok()
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|d| d.path().join(format!("bin/python3.{minor}")))
-            .find(|p| p.exists())
-        else {
+        let Some(exe) = pyenv_python(minor) else {
             eprintln!("skipped CPython 3.{minor}: not installed under ~/.pyenv/versions");
             continue;
         };

@@ -193,7 +193,7 @@ impl<'a> Session<'a> {
         if let Some(g) = gate.as_mut() {
             g.release(&command[0])?;
         }
-        Ok(Session {
+        let mut s = Session {
             opts,
             src,
             c,
@@ -226,7 +226,11 @@ impl<'a> Session<'a> {
             ledger,
             mem_stopped: None,
             oom: Vec::new(),
-        })
+        };
+        // The Python processes among those read above get their frames from the first samples on, not
+        // from the first drain's (a tenth of a second of samples later).
+        s.follow_python();
+        Ok(s)
     }
 
     /// When sampling began: the run's duration counts from here.
@@ -248,6 +252,7 @@ impl<'a> Session<'a> {
         self.src.follow(pid, self.opts, &mut self.notes)?;
         self.alloc_followed.insert(pid);
         self.c.add_process(pid);
+        self.follow_python();
         ask_jvms(&self.c.host().jvms, &[pid]);
         self.pids.push(pid);
         Ok(())

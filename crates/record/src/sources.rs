@@ -422,7 +422,7 @@ impl<'obj> Sources<'obj> {
         notes: &mut Vec<String>,
     ) -> Result<Self, RecordError> {
         if opts.target == Target::All {
-            return Self::start_host(opts, notes);
+            return Self::start_host(opts, objects, notes);
         }
         let alloc = &objects.alloc.probes;
         let alloc_probes: Vec<Probe> = alloc.iter().map(|(p, _)| p.clone()).collect();
@@ -443,7 +443,8 @@ impl<'obj> Sources<'obj> {
                 // Go (its children are not marked Go either) needs no ring for them.
                 let go = !launched || go.iter().any(|&g| g);
                 let python = target::may_run_python(&opts.target);
-                ClockFilter::load(&mut objects.clock, opts.stack_bytes, opts.frequency, go, python).ok()
+                ClockFilter::load(&mut objects.clock, opts.stack_bytes, opts.frequency, go, python, false)
+                    .ok()
             })
         } else {
             None
@@ -641,7 +642,11 @@ impl<'obj> Sources<'obj> {
     /// Whole-host sampling: one cpu-clock per CPU for every process (no filter), whose side band
     /// describes every process's mappings, names, forks, execs and exits. Nothing is opened per process
     /// or thread, and no eBPF is loaded.
-    fn start_host(opts: &RecordOptions, notes: &mut Vec<String>) -> Result<Self, RecordError> {
+    fn start_host(
+        opts: &RecordOptions,
+        objects: &'obj mut Objects,
+        notes: &mut Vec<String>,
+    ) -> Result<Self, RecordError> {
         if opts.syscalls.is_some() || opts.calls.is_some() || opts.alloc.is_some() || opts.offcpu.is_some() {
             return Err(RecordError::Invalid("a whole-host recording samples CPU time only".into()));
         }
@@ -653,6 +658,11 @@ impl<'obj> Sources<'obj> {
             kernel: opts.kernel,
             enable_on_exec: false,
         };
+        // Every sample is kept, through the clock's program where eBPF allows, for the Python frames of the
+        // CPython processes among them (found as they are first sampled); native frames only without it.
+        let clock_filter = crate::phases::time("load eBPF: clock filter", || {
+            ClockFilter::load(&mut objects.clock, opts.stack_bytes, opts.frequency, false, true, true).ok()
+        });
         let mut ev = Events {
             rings: Vec::new(),
             cpu_extra: Vec::new(),
@@ -661,12 +671,15 @@ impl<'obj> Sources<'obj> {
             cpus: sys::online_cpus(),
             ids: HashMap::new(),
             pages: opts.ring_pages,
-            filter: None,
+            filter: clock_filter.as_ref().map(ClockFilter::program_fd),
             side_band: None,
         };
         let open = |ev: &mut Events, cfg: &EventConfig| -> Result<(), std::io::Error> {
             for &cpu in &ev.cpus {
                 let fd = sys::open_event(cfg, Scope::Cpu { side_band: true }, cpu, ev.pages)?;
+                if let Some(prog) = ev.filter {
+                    sys::set_filter(&fd, prog)?;
+                }
                 ev.ids.insert(sys::event_id(&fd)?, 0);
                 ev.rings.push(Ring::map(fd, ev.pages)?);
             }
@@ -698,7 +711,7 @@ impl<'obj> Sources<'obj> {
             mem: None,
             mem_probes: MemProbes::default(),
             mem_hit_cost: None,
-            clock_filter: None,
+            clock_filter,
             streams: layout.streams,
             sample_types: layout.sample_types,
             alloc_probes: Vec::new(),

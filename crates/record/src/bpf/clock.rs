@@ -110,13 +110,15 @@ pub struct ClockFilter<'obj> {
 impl<'obj> ClockFilter<'obj> {
     /// `stack_bytes`: the user stack each sample copies; `frequency`: samples per second and CPU; `go`:
     /// whether a Go program may be tracked (goroutine stacks need a ring; none is written otherwise);
-    /// `python`: whether a CPython program may be (so for its Python frames).
+    /// `python`: whether a CPython program may be (so for its Python frames); `all`: every process's
+    /// samples are kept, tracked or not (a whole-host recording, for its Python frames).
     pub fn load(
         obj: &'obj mut MaybeUninit<OpenObject>,
         stack_bytes: u32,
         frequency: u64,
         go: bool,
         python: bool,
+        all: bool,
     ) -> Result<Self, RecordError> {
         check_btf()?;
         quiet_libbpf();
@@ -124,6 +126,7 @@ impl<'obj> ClockFilter<'obj> {
             ClockSkelBuilder::default().open(obj).map_err(|e| classify("open", e))?;
         if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
             ro.stack_bytes = u64::from(stack_bytes);
+            ro.keep_all = all;
         }
         // A quarter second of goroutine stacks should every sample have one (drained every 100 ms); the
         // whole ring counts in resident memory, twice (it is mapped twice).
