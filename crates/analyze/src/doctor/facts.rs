@@ -13,7 +13,7 @@ pub mod test_profile;
 mod waits;
 mod wall;
 
-pub use waits::Wait;
+pub use waits::{is_gil_take, Wait};
 pub use wall::{IdleThread, ThreadSplit, WallSplit};
 
 /// One function of the profile as a rule sees it.

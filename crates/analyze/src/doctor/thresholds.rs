@@ -55,6 +55,8 @@ pub const CONTAINER_CPU_PCT: f64 = 10.0;
 pub const UNOPTIMIZED_CPU_PCT: f64 = 10.0;
 /// lock-contention: share of wall time blocked waiting for a lock.
 pub const LOCK_WALL_PCT: f64 = 5.0;
+/// gil-contention: share of wall time CPython threads wait for the interpreter lock.
+pub const GIL_WALL_PCT: f64 = 20.0;
 /// blocking-io: share of wall time blocked in file I/O and syncs, and at least this much blocked time
 /// in all (a short run that syncs a few times is fine however large its share).
 pub const BLOCKING_IO_WALL_PCT: f64 = 10.0;

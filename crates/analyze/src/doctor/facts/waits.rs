@@ -24,7 +24,7 @@ pub(super) fn wait_of<'a>(funcs: &[usize], func: impl Fn(usize) -> Func<'a>) -> 
     match funcs.iter().position(|&f| is_idle_wait(&func(f))) {
         Some(i)
             if !funcs[i..].iter().any(|&f| is_lock_below_wait(&func(f)))
-                && !funcs[..i].iter().any(|&f| is_go_lock_park(&func(f))) =>
+                && !funcs[..i].iter().any(|&f| is_lock_park(&func(f))) =>
         {
             Wait::Idle
         }
@@ -107,13 +107,22 @@ pub(super) fn is_go_netpoll(f: &Func) -> bool {
     !f.kernel && f.name.starts_with("runtime.netpoll")
 }
 
-/// A goroutine parked on a sync.Mutex or RWMutex: its thread's stack goes on past runtime.mcall into the
-/// scheduler, where the thread idles for want of a goroutine to run. That idle time is the lock's: the
-/// threads would run the parked goroutines, as a C thread blocked in pthread_mutex_lock would run on.
-fn is_go_lock_park(f: &Func) -> bool {
+/// A lock taken by a wait that looks idle, whose time is the lock's:
+/// - a goroutine parked on a sync.Mutex or RWMutex: its thread's stack goes on past runtime.mcall into
+///   the scheduler, where the thread idles for want of a goroutine to run; the threads would run the
+///   parked goroutines, as a C thread blocked in pthread_mutex_lock would run on;
+/// - a CPython thread taking the interpreter lock (the GIL): it waits on the lock's condition variable,
+///   with Python code to run.
+fn is_lock_park(f: &Func) -> bool {
     !f.kernel
         && (f.name.ends_with(".runtime_SemacquireMutex")
-            || f.name.starts_with("sync.runtime_SemacquireRWMutex"))
+            || f.name.starts_with("sync.runtime_SemacquireRWMutex")
+            || is_gil_take(f))
+}
+
+/// CPython taking its interpreter lock (3.8-3.13: `take_gil` in ceval_gil).
+pub fn is_gil_take(f: &Func) -> bool {
+    !f.kernel && f.name == "take_gil"
 }
 
 /// A lock wait below an idle wait makes the stack blocked: a woken waiter re-taking the condition

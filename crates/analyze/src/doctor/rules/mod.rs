@@ -8,6 +8,7 @@ mod cpu_throttling;
 mod endpoint;
 mod excess_copying;
 mod gc_pressure;
+mod gil_contention;
 mod hot_logging;
 mod jvm_runtime;
 mod lock_contention;
@@ -31,7 +32,7 @@ use super::{Confidence, Finding, Verdict};
 
 pub type Rule = fn(&Facts) -> Verdict;
 
-pub const ALL: [(&str, Rule); 22] = [
+pub const ALL: [(&str, Rule); 23] = [
     ("tz-stat-storm", tz_stat_storm::check),
     ("repeated-lookups", repeated_lookups::check),
     ("hot-logging", hot_logging::check),
@@ -47,6 +48,7 @@ pub const ALL: [(&str, Rule); 22] = [
     ("tiny-container-lookups", tiny_container_lookups::check),
     ("unoptimized-build", unoptimized_build::check),
     ("lock-contention", lock_contention::check),
+    ("gil-contention", gil_contention::check),
     ("blocking-io", blocking_io::check),
     ("cpu-throttling", cpu_throttling::check),
     ("memory-pressure", memory_pressure::check),
