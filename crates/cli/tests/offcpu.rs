@@ -153,12 +153,15 @@ fn go_blocked_stacks(dir: &std::path::Path, data: &str) -> String {
             let mut root = frames.next().unwrap_or("");
             // A new thread preempted at its first instruction (runtime.clone's child side) has nothing
             // past it to unwind: unwound by frame pointers alone (no DWARF), that comes out cut. So does
-            // a thread preempted in gogo as it switches to a goroutine: no real root, so counted cut; and
+            // a thread preempted in gogo as it switches to a goroutine (`gogo` where the symbol table
+            // names it without its package, seen beside stress-ng): no real root, so counted cut; and
             // a goroutine growing its stack under morestack, which clears the frame pointer from Go 1.21
             // on (following it to the goroutine would need the runtime's g and m layouts).
             if root == "[stack cut here]" {
                 let switching = |f: &&str| {
-                    ["runtime.clone", "runtime.gogo", "runtime.morestack"].iter().any(|r| f.starts_with(r))
+                    ["runtime.clone", "runtime.gogo", "gogo", "runtime.morestack"]
+                        .iter()
+                        .any(|r| f.starts_with(r))
                 };
                 root = frames.next().filter(switching).unwrap_or(root);
             }
