@@ -30,6 +30,16 @@ fn is_address(name: &str) -> bool {
         .is_some_and(|(_, hex)| !hex.is_empty() && hex.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
+/// A CPython interpreter's own code (`libpython3.X.so`, a `python3.X` binary, wherever installed): the
+/// runtime, as Go's is; the Python functions it runs (named by their .py file) are the program's.
+fn is_python_interpreter(module: &str) -> bool {
+    let file = module.rsplit('/').next().unwrap_or(module);
+    file.starts_with("libpython")
+        || file
+            .strip_prefix("python")
+            .is_some_and(|v| v.chars().all(|c| c.is_ascii_digit() || c == '.' || c == 't'))
+}
+
 impl Func<'_> {
     /// Code the user wrote (or built into their program), not a system library, the kernel, the C++
     /// standard library templates or the Go runtime: where a fix would go.
@@ -40,6 +50,7 @@ impl Func<'_> {
         !self.kernel
             && !self.module.starts_with('[')
             && !SYSTEM_DIRS.iter().any(|d| self.module.starts_with(d))
+            && !is_python_interpreter(self.module)
             && !LIBRARY_PREFIXES
                 .iter()
                 .any(|p| self.name.starts_with(p) || self.qualified_name().starts_with(p))
@@ -624,5 +635,17 @@ mod tests {
         assert!(!f("std::vector<int>::push_back(int const&)"));
         assert!(f("handle_bad(std::vector<int, std::allocator<int> > const&)"));
         assert!(f("int parse<std::string>(char const*)"));
+    }
+
+    /// A CPython interpreter's C code is the runtime, wherever it is installed; the Python functions it
+    /// runs (module: their file) and a program that merely embeds "python" in its name are not.
+    #[test]
+    fn the_python_interpreter_is_runtime_code() {
+        let f = |name, module| super::Func { name, module, kernel: false }.is_user_code();
+        assert!(!f("take_gil", "/root/.pyenv/versions/3.12.1/lib/libpython3.12.so.1.0"));
+        assert!(!f("_PyEval_EvalFrameDefault", "/opt/py/bin/python3.13t"));
+        assert!(!f("main", "/opt/py/bin/python"));
+        assert!(f("spin", "/srv/app/gil.py"));
+        assert!(f("main", "/srv/app/pythonista"));
     }
 }
