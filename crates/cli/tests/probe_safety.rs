@@ -284,17 +284,6 @@ fn a_killed_run_leaves_no_probe_behind() {
         let events = std::fs::read_to_string("/sys/kernel/tracing/uprobe_events").unwrap_or_default();
         assert!(!events.contains("whyslow"), "{args:?}: uprobes left behind: {events}");
     }
-    // A killed process's links are released after it is gone, and the kernel removes their uprobes one
-    // after another (~75 ms of grace period each; over 10 s was seen on a busy machine with the test
-    // niced): the file stays in use until then. Unmounted as soon as it is not, within 60 s.
-    let start = std::time::Instant::now();
-    let umount = loop {
-        let umount = std::process::Command::new("umount").arg(&mnt).output().unwrap();
-        if umount.status.success() || start.elapsed() > std::time::Duration::from_secs(60) {
-            break umount;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    };
-    assert!(umount.status.success(), "the probed file's filesystem is still busy after 60 s: {umount:?}");
-    eprintln!("the probed file was released {:.1?} after the run was killed", start.elapsed());
+    let umount = std::process::Command::new("umount").arg(&mnt).output().unwrap();
+    assert!(umount.status.success(), "the probed file's filesystem is not busy: {umount:?}");
 }
