@@ -639,9 +639,9 @@ impl<'obj> Sources<'obj> {
         })
     }
 
-    /// Whole-host sampling: one cpu-clock per CPU for every process (no filter), whose side band
-    /// describes every process's mappings, names, forks, execs and exits. Nothing is opened per process
-    /// or thread, and no eBPF is loaded.
+    /// Whole-host sampling: one cpu-clock per CPU for every process (its eBPF program keeps every
+    /// sample, reading the Python frames of the CPython processes), whose side band describes every
+    /// process's mappings, names, forks, execs and exits. Nothing is opened per process or thread.
     fn start_host(
         opts: &RecordOptions,
         objects: &'obj mut Objects,
