@@ -28,6 +28,14 @@ pub struct JitUpdate {
     pub methods: Option<MethodLayout>,
 }
 
+impl JitUpdate {
+    /// Symbols parsed from `source` (`skipped` of its lines were none), `read` bytes of it read so far;
+    /// no code ranges or method layout.
+    pub fn symbols(source: String, map: JitMap, skipped: usize, read: u64) -> JitUpdate {
+        JitUpdate { source, map, skipped: skipped as u64, read, ..JitUpdate::default() }
+    }
+}
+
 /// How often (event time) a process is asked again for JIT symbols while an address of it is unknown:
 /// soon when it publishes them (a function compiled since); less often when it has published nothing
 /// yet (most anonymous code is no JIT's that writes a map, but a JIT's map may appear only after its

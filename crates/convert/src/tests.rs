@@ -40,14 +40,7 @@ impl Host for FakeHost {
         let text = self.perf_map.borrow();
         let new = text.as_bytes().get(from as usize..).filter(|b| !b.is_empty())?;
         let (map, stats) = JitMap::parse_perf_map(new);
-        let source = format!("/tmp/perf-{pid}.map");
-        Some(JitUpdate {
-            source,
-            map,
-            skipped: stats.skipped as u64,
-            read: text.len() as u64,
-            ..JitUpdate::default()
-        })
+        Some(JitUpdate::symbols(format!("/tmp/perf-{pid}.map"), map, stats.skipped, text.len() as u64))
     }
     fn identity(&self, _pid: u32, path: &str) -> Option<(u64, u64, i64)> {
         self.ids.get(path).copied()

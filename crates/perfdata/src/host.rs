@@ -50,13 +50,7 @@ impl Host for LocalFiles {
         }
         let bytes = std::fs::read(&source).ok()?;
         let (map, stats) = whyslow_convert::JitMap::parse_perf_map(&bytes);
-        Some(JitUpdate {
-            source,
-            map,
-            skipped: stats.skipped as u64,
-            read: bytes.len() as u64,
-            ..JitUpdate::default()
-        })
+        Some(JitUpdate::symbols(source, map, stats.skipped, bytes.len() as u64))
     }
 
     fn thread_name(&self, _pid: u32, _tid: u32) -> Option<String> {

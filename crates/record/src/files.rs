@@ -84,13 +84,7 @@ fn jitdump(pid: u32, from: u64, path: &str) -> Option<JitUpdate> {
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes).ok()?;
     let (map, stats) = JitMap::parse_jitdump(&bytes).ok()?;
-    Some(JitUpdate {
-        source: path.to_string(),
-        map,
-        skipped: stats.skipped as u64,
-        read: bytes.len() as u64,
-        ..JitUpdate::default()
-    })
+    Some(JitUpdate::symbols(path.to_string(), map, stats.skipped, bytes.len() as u64))
 }
 
 /// What process `pid` wrote to its perf map (`/tmp/perf-PID.map`, PID as the process knows itself) past
@@ -122,11 +116,5 @@ pub(crate) fn perf_map(pid: u32, from: u64) -> Option<JitUpdate> {
         return None;
     }
     let (map, stats) = JitMap::parse_perf_map(&bytes[..complete]);
-    Some(JitUpdate {
-        source,
-        map,
-        skipped: stats.skipped as u64,
-        read: from + complete as u64,
-        ..JitUpdate::default()
-    })
+    Some(JitUpdate::symbols(source, map, stats.skipped, from + complete as u64))
 }
