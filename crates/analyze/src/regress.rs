@@ -7,7 +7,9 @@
 //! target uses changes none of them. Each change is reported once: once found, the changed windows
 //! become the baseline (the new level is the normal one from then on). A window of another build (a
 //! deploy) is compared with the previous build's windows, and then starts a new baseline of its own.
-//! Windows mixing builds (a rolling deploy cut through) and windows with too few samples are skipped.
+//! Windows mixing builds (a rolling deploy cut through), windows with too few samples and windows cut
+//! short (the agent started or stopped within them: a part of the period, at the agent's own start-up
+//! or shutdown) are skipped.
 //!
 //! Pure and deterministic: the windows go in, the regressions come out.
 
@@ -196,7 +198,8 @@ impl Detector {
 
     /// Takes the next window; returns the regression it completes, if any.
     pub fn push(&mut self, w: WindowStat) -> Option<Regression> {
-        if w.samples < self.cfg.min_samples || w.build.contains(',') {
+        let typical = typical_length(self.baseline.iter().chain(&self.recent));
+        if !usable(&self.cfg, &w, typical) {
             return None;
         }
         match self.build.clone() {
@@ -251,9 +254,9 @@ impl Detector {
 /// a range before a change), by the detector's rules; windows with fewer than `min_samples` or of mixed
 /// builds are left out. The regression is a deploy when the last windows' builds differ.
 pub fn compare_windows(cfg: &Config, before: &[WindowStat], after: &[WindowStat]) -> Option<Regression> {
-    let usable = |w: &&WindowStat| w.samples >= cfg.min_samples && !w.build.contains(',');
-    let before: Vec<&WindowStat> = before.iter().filter(usable).collect();
-    let after: Vec<&WindowStat> = after.iter().filter(usable).collect();
+    let typical = typical_length(before.iter().chain(after));
+    let before: Vec<&WindowStat> = before.iter().filter(|w| usable(cfg, w, typical)).collect();
+    let after: Vec<&WindowStat> = after.iter().filter(|w| usable(cfg, w, typical)).collect();
     if before.len() < 2 || after.is_empty() {
         return None;
     }
@@ -314,6 +317,19 @@ pub fn compare_windows(cfg: &Config, before: &[WindowStat], after: &[WindowStat]
         deploy: b1.build != a1.build,
         changes,
     })
+}
+
+/// The median length of `windows` (ns; None when there are none).
+fn typical_length<'a>(windows: impl Iterator<Item = &'a WindowStat>) -> Option<f64> {
+    let lengths: Vec<f64> = windows.map(|w| w.end_ns.saturating_sub(w.start_ns) as f64).collect();
+    stats::median(&lengths)
+}
+
+/// Whether a window is compared: enough samples, one build, and not cut to less than half the
+/// `typical` length (an agent's start or stop: the shares of its first or last moments).
+fn usable(cfg: &Config, w: &WindowStat, typical: Option<f64>) -> bool {
+    let length = w.end_ns.saturating_sub(w.start_ns) as f64;
+    w.samples >= cfg.min_samples && !w.build.contains(',') && typical.is_none_or(|t| 2.0 * length >= t)
 }
 
 /// Whether `after` (windows of `samples` each) rose against `before`: by at least `min_points` in
@@ -467,6 +483,30 @@ mod tests {
         for i in 0..60u64 {
             let shares: &[(&str, f64)] = if i < 20 { &STABLE } else { &nudged };
             assert!(d.push(window(&mut rng, i, 5000, shares, "b1")).is_none(), "window {i}");
+        }
+    }
+
+    /// Windows cut short (an agent's restart) are not compared: two skewed ones raise nothing and stay
+    /// out of the baseline, where the same two of full length are a regression.
+    #[test]
+    fn windows_cut_short_are_skipped() {
+        let skewed = [("a", 70.0), ("b", 15.0), ("c", 10.0), ("d", 4.0), ("e", 1.0)];
+        for (length, raised) in [(400, false), (1000, true)] {
+            let mut rng = Rng(7);
+            let mut d = Detector::new(Config::default());
+            for i in 0..20u64 {
+                assert!(d.push(window(&mut rng, i, 1000, &STABLE, "b1")).is_none(), "window {i}");
+            }
+            let before = d.baseline_len();
+            let mut found = None;
+            for i in 20..22u64 {
+                let w = WindowStat { end_ns: i * 1000 + length, ..window(&mut rng, i, 1000, &skewed, "b1") };
+                found = found.or(d.push(w));
+            }
+            assert_eq!(found.is_some(), raised, "length {length}: {found:?}");
+            if !raised {
+                assert_eq!(d.baseline_len(), before);
+            }
         }
     }
 
