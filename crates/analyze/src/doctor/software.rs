@@ -16,6 +16,9 @@ pub struct Known {
     /// Names it gives its own threads (pthread_setname_np), for stripped builds with no names of its
     /// functions.
     threads: &'static [&'static str],
+    /// Functions that run only when its own cache misses (a block read in, a victim evicted, keys
+    /// evicted for room): the cache-misses rule's time (same matching as `markers`).
+    pub cache_fills: &'static [&'static str],
     /// (rule id, advice) pairs; `id/case` fits only that case of the rule (see [`Finding::case`]), and the
     /// first pair that fits a finding is its advice.
     advice: &'static [(&'static str, &'static str)],
@@ -36,6 +39,7 @@ pub const KNOWN: [Known; 7] = [
         name: "PostgreSQL",
         threads: &[],
         markers: &["PostgresMain", "PostmasterMain", "XLogFlush", "exec_simple_query", "standard_ExecutorRun"],
+        cache_fills: &["smgrread", "smgrreadv", "mdread", "mdreadv", "StrategyGetBuffer", "BufTableInsert", "BufTableDelete"],
         advice: &[
             (
                 "blocking-io",
@@ -50,6 +54,13 @@ pub const KNOWN: [Known; 7] = [
             ("cpu-throttling", POSTGRES_CPU),
             ("cpu-oversubscription", POSTGRES_CPU),
             (
+                "cache-misses",
+                "PostgreSQL: shared_buffers (128MB by default) is below the data the queries touch: raise it \
+                 (about 25% of RAM is the usual start; it takes a restart) and set effective_cache_size to what \
+                 the OS can cache besides; pg_stat_database's blks_hit against blks_read is the hit ratio, the \
+                 pg_buffercache extension shows what is cached",
+            ),
+            (
                 "memory-pressure",
                 "PostgreSQL: shared_buffers plus work_mem (per sort or hash, per backend) times the connections \
                  must fit the memory limit: lower work_mem or max_connections, or raise the limit",
@@ -60,7 +71,20 @@ pub const KNOWN: [Known; 7] = [
         name: "MySQL/MariaDB",
         threads: &[],
         markers: &["mysql_execute_command(", "dispatch_command(", "do_command(", "handle_connection"],
-        advice: &[(
+        cache_fills: &[
+            "buf_read_page(",
+            "buf_read_page_low(",
+            "buf_LRU_get_free_block(",
+            "buf_LRU_scan_and_free_block(",
+        ],
+        advice: &[
+            (
+                "cache-misses",
+                "MySQL/MariaDB: innodb_buffer_pool_size (128MB by default) is below the data the queries touch: \
+                 raise it (up to about 70% of RAM on a server of its own; it resizes online); the hit ratio is \
+                 Innodb_buffer_pool_reads against Innodb_buffer_pool_read_requests in SHOW GLOBAL STATUS",
+            ),
+            (
             "blocking-io",
             "MySQL/MariaDB: innodb_flush_log_at_trx_commit = 2 flushes the redo log once a second (up to a second \
              of commits lost if the host crashes, not if only mysqld does); on MariaDB 10.8 and later also \
@@ -68,12 +92,14 @@ pub const KNOWN: [Known; 7] = [
              each commit's write to the redo log still waits for the disk (O_DIRECT); sync_binlog = 0 or N \
              likewise for the binary log; binlog_group_commit_sync_delay groups concurrent commits; batch \
              statements into transactions",
-        )],
+            ),
+        ],
     },
     Known {
         name: "Redis",
         threads: &[],
         markers: &["aeProcessEvents", "aeMain", "readQueryFromClient", "serverCron"],
+        cache_fills: &["performEvictions"],
         advice: &[
             (
                 "blocking-io",
@@ -93,6 +119,12 @@ pub const KNOWN: [Known; 7] = [
                  instance per CPU (Redis Cluster or sharding in the clients)",
             ),
             (
+                "cache-misses",
+                "Redis: maxmemory is below the data set, so writes evict keys (performEvictions) and reads of the \
+                 evicted ones miss: raise maxmemory, or keep fewer or smaller keys (expiry, hashes of small \
+                 fields); INFO stats counts evicted_keys and keyspace_misses",
+            ),
+            (
                 "memory-pressure",
                 "Redis: set maxmemory below the memory limit with a maxmemory-policy that evicts, and keep the \
                  server out of swap (its latency depends on RAM)",
@@ -103,6 +135,7 @@ pub const KNOWN: [Known; 7] = [
         name: "nginx",
         threads: &[],
         markers: &["ngx_worker_process_cycle", "ngx_process_events_and_timers", "ngx_http_process_request"],
+        cache_fills: &[],
         advice: &[
             (
                 "small-writes/file",
@@ -140,27 +173,45 @@ pub const KNOWN: [Known; 7] = [
         name: "memcached",
         threads: &["mc-worker", "mc-lrumaint", "mc-itemcrawler"],
         markers: &[],
-        advice: &[(
+        cache_fills: &["lru_pull_tail"],
+        advice: &[
+            (
+                "cache-misses",
+                "memcached: -m (64 MB by default) is below the items the clients use, so new items evict old \
+                 ones and their gets miss: raise -m; `stats` counts evictions and get_misses",
+            ),
+            (
             "too-few-workers",
             "memcached: -t N, N the CPUs it may use (its worker threads, 4 by default, each serving its \
              connections from one event loop; more than the CPUs only queue for them)",
-        )],
+            ),
+        ],
     },
     Known {
         name: "SQLite",
         threads: &[],
         markers: &["sqlite3_step", "sqlite3VdbeExec", "sqlite3_exec", "sqlite3PagerCommitPhaseOne"],
-        advice: &[(
+        cache_fills: &["readDbPage", "pcache1FetchStage2"],
+        advice: &[
+            (
+                "cache-misses",
+                "SQLite: its page cache (PRAGMA cache_size, 2 MB per connection by default) is below the pages \
+                 the queries touch: raise cache_size (negative: in KiB), keep connections open (each has its \
+                 own cache), or PRAGMA mmap_size to read the file through the OS cache without copies",
+            ),
+            (
             "blocking-io",
             "SQLite: wrap many statements in one transaction (BEGIN ... COMMIT: one sync per transaction); \
              PRAGMA journal_mode=WAL with PRAGMA synchronous=NORMAL syncs at checkpoints instead of every commit \
              (a power loss may drop the last commits, never corrupts)",
-        )],
+            ),
+        ],
     },
     Known {
         name: "Go",
         threads: &[],
         markers: &["runtime.goexit", "runtime.mstart", "runtime.main"],
+        cache_fills: &[],
         advice: &[
             (
                 "gc-pressure",
@@ -190,6 +241,13 @@ pub struct Recognised {
     pub module: String,
     /// `functions` or `threads`: what `functions` holds.
     pub by: &'static str,
+}
+
+impl Known {
+    /// Whether `name` is one of the functions that fill its cache on a miss.
+    pub fn fills_cache(&self, name: &str) -> bool {
+        is_marker(name, self.cache_fills)
+    }
 }
 
 fn is_marker(name: &str, markers: &[&str]) -> bool {

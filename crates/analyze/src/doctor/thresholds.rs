@@ -55,6 +55,10 @@ pub const CONTAINER_CPU_PCT: f64 = 10.0;
 pub const UNOPTIMIZED_CPU_PCT: f64 = 10.0;
 /// lock-contention: share of wall time blocked waiting for a lock.
 pub const LOCK_WALL_PCT: f64 = 5.0;
+/// cache-misses: CPU share in the functions that fill a recognised server's own cache on a miss. A
+/// warm cache sized to its working set spends ~0% there (PostgreSQL under pgbench -S: 0.0% with the
+/// data in shared_buffers); one at a twentieth of the data 15-30%.
+pub const CACHE_MISS_CPU_PCT: f64 = 10.0;
 /// gil-contention: share of wall time CPython threads wait for the interpreter lock.
 pub const GIL_WALL_PCT: f64 = 20.0;
 /// blocking-io: share of wall time blocked in file I/O and syncs, and at least this much blocked time

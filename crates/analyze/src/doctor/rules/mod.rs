@@ -3,6 +3,7 @@
 
 mod alloc_churn;
 pub(crate) mod blocking_io;
+mod cache_misses;
 pub(crate) mod cpu_oversubscription;
 mod cpu_throttling;
 mod endpoint;
@@ -32,7 +33,7 @@ use super::{Confidence, Finding, Verdict};
 
 pub type Rule = fn(&Facts) -> Verdict;
 
-pub const ALL: [(&str, Rule); 23] = [
+pub const ALL: [(&str, Rule); 24] = [
     ("tz-stat-storm", tz_stat_storm::check),
     ("repeated-lookups", repeated_lookups::check),
     ("hot-logging", hot_logging::check),
@@ -50,6 +51,7 @@ pub const ALL: [(&str, Rule); 23] = [
     ("lock-contention", lock_contention::check),
     ("gil-contention", gil_contention::check),
     ("blocking-io", blocking_io::check),
+    ("cache-misses", cache_misses::check),
     ("cpu-throttling", cpu_throttling::check),
     ("memory-pressure", memory_pressure::check),
     ("memory-growth", memory_growth::check),
