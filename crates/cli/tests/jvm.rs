@@ -14,8 +14,13 @@ struct Jvm(Child, u32);
 impl Jvm {
     /// Starts JvmSplit for `seconds` after its warm-up, with `flags` before the class name.
     fn start(seconds: &str, flags: &[&str]) -> Jvm {
+        Jvm::start_with("java", seconds, flags)
+    }
+
+    /// Starts JvmSplit on the JVM `java`.
+    fn start_with(java: &str, seconds: &str, flags: &[&str]) -> Jvm {
         let classes = workload("java/JvmSplit.class").parent().unwrap().to_path_buf();
-        let mut child = Command::new("java")
+        let mut child = Command::new(java)
             .arg("-cp")
             .arg(&classes)
             // Each hot method keeps its own frame (the program's structure, not the profiler's need).
@@ -114,6 +119,59 @@ fn a_running_jvm_names_its_methods_and_unwinds_whole() {
     }
     let unnamed = total_pct(&r, "Interpreter");
     assert!(unnamed <= 0.05 * (a + b), "interpreted frames left unnamed in {unnamed:.1}% of the samples");
+}
+
+/// JDK 22 and later keep a code blob's range as offsets (and its prologue's end in 16 bits), not the
+/// pointers of JDK 11-21: on every such JDK installed under /usr/lib/jvm (Temurin 25 here), its
+/// compiled frames unwind by the JVM's frame layout without a note, the hot methods are named and split
+/// 75/25 as on 17, and their stacks go through round, run and main (interpreted, named) to the
+/// thread's start.
+#[test]
+fn newer_jdks_unwind_compiled_frames_too() {
+    let _x = exclusive();
+    let mut javas: Vec<String> = std::fs::read_dir("/usr/lib/jvm")
+        .into_iter()
+        .flatten()
+        .filter_map(|e| Some(e.ok()?.path().join("bin/java")))
+        .filter(|java| {
+            let release = std::fs::read_to_string(java.parent().unwrap().parent().unwrap().join("release"));
+            let major = release.ok().and_then(|r| {
+                let v = r.lines().find_map(|l| l.strip_prefix("JAVA_VERSION=\""))?.to_string();
+                v.split(['.', '"']).next()?.parse::<u32>().ok()
+            });
+            major.is_some_and(|m| m >= 22) && java.exists()
+        })
+        .map(|java| java.display().to_string())
+        .collect();
+    javas.sort();
+    if javas.is_empty() {
+        eprintln!("no JDK 22 or later under /usr/lib/jvm: skipping");
+        return;
+    }
+    for java in javas {
+        let dir = tmp();
+        let mut jvm = Jvm::start_with(&java, "10", &[]);
+        let data = record_jvm(dir.path(), "jvm", &mut jvm, "6", true);
+        let r = report_json(&data, &[]);
+        let notes = r["notes"].to_string();
+        assert!(!notes.contains("layout is not known"), "{java}: {notes}");
+        let (a, b) = (self_pct(&r, HOT_A), self_pct(&r, HOT_B));
+        assert!(a + b > 80.0, "{java}: the hot methods hold {a:.1}% + {b:.1}% of the samples");
+        let share = 100.0 * a / (a + b);
+        assert!((share - A_SHARE).abs() <= SPLIT_TOLERANCE, "{java}: hotA {share:.1}% ({a:.1}/{b:.1})");
+        for through in [ROUND, RUN, MAIN, "start_thread"] {
+            let pct = total_pct(&r, through);
+            assert!(
+                pct >= 0.95 * (a + b),
+                "{java}: {through} in {pct:.1}% of the samples, hot {:.1}%",
+                a + b
+            );
+        }
+        println!(
+            "{java}: hotA {share:.1}% of the two, {:.1}% of the samples through round",
+            total_pct(&r, ROUND)
+        );
+    }
 }
 
 /// A JVM that disables attaching is not signalled (SIGQUIT would print a thread dump there): the run

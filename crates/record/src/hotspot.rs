@@ -7,7 +7,11 @@
 //! and profilers read (the serviceability agent, the OpenTelemetry eBPF profiler). From them: the code
 //! heaps (`CodeCache::_heaps`), each heap's committed memory and segment map (a byte per segment: 0 at
 //! a block's first segment, 0xFF where free), each block's header (`HeapBlock`: length, used) and the
-//! `CodeBlob` after it (code range, frame size in words, where its prologue is complete, its name).
+//! `CodeBlob` after it (code range, frame size in words, where its prologue is complete, its name). The
+//! code range is two pointers up to JDK 21 (`_code_begin`, `_code_end`) and two offsets from the blob
+//! from JDK 22 on (`_code_offset`, `_data_offset`), whose `_frame_complete_offset` shrank to 16 bits:
+//! each field is read at the width its type string gives (a block's length went from size_t to uint32_t
+//! in JDK 22 too).
 //!
 //! Reads /proc/PID/mem only: it never writes to or stops the JVM. A layout it does not know (another
 //! JVM, a field renamed) is an error naming the missing piece, never a guess.
@@ -34,11 +38,53 @@ const MAX_BLOCKS: usize = 1 << 22;
 /// The bytes of a code blob's header read at once (its fields sit in the first 100 bytes on JDK 11-21).
 const BLOB_HEADER: usize = 256;
 
-/// What a VM structure entry says: a field's offset, or a static field's address.
-#[derive(Debug, Clone, Copy)]
+/// What a VM structure entry says: a field's offset, or a static field's address, and its type.
+#[derive(Debug, Clone)]
 struct Entry {
     offset: u64,
     address: u64,
+    type_string: String,
+}
+
+/// Where a code blob's code is.
+#[derive(Debug, Clone, Copy)]
+enum CodeRange {
+    /// Fields holding its first and end addresses (JDK 21 and before).
+    Pointers { begin: u64, end: u64 },
+    /// Fields holding offsets (32-bit) of its first and end bytes from the blob's start (JDK 22 on).
+    Offsets { begin: u64, end: u64 },
+}
+
+/// An integer field: its offset, width in bytes (2, 4 or 8) and signedness, from its type string.
+#[derive(Debug, Clone, Copy)]
+struct IntField {
+    offset: u64,
+    width: usize,
+    signed: bool,
+}
+
+impl IntField {
+    fn of(e: &Entry) -> Option<IntField> {
+        let (width, signed) = match e.type_string.as_str() {
+            "int16_t" | "short" | "jshort" => (2, true),
+            "uint16_t" | "u2" | "unsigned short" => (2, false),
+            "int" | "jint" | "int32_t" => (4, true),
+            "uint32_t" | "u4" | "juint" | "unsigned int" => (4, false),
+            "size_t" | "uintx" | "uint64_t" | "u8" => (8, false),
+            "intx" | "int64_t" | "jlong" => (8, true),
+            _ => return None,
+        };
+        Some(IntField { offset: e.offset, width, signed })
+    }
+
+    fn read(self, b: &[u8]) -> Option<i64> {
+        let at = self.offset as usize;
+        let mut raw = [0u8; 8];
+        raw[..self.width].copy_from_slice(b.get(at..at + self.width)?);
+        let v = u64::from_le_bytes(raw);
+        let shift = 64 - 8 * self.width as u32;
+        Some(if self.signed { ((v << shift) as i64) >> shift } else { v as i64 })
+    }
 }
 
 /// Where the code cache's structures are in one JVM (found once, then read at every refresh).
@@ -53,14 +99,13 @@ pub struct Layout {
     vs_low_boundary: u64,
     vs_high: u64,
     vs_low: u64,
-    block_length: u64,
+    block_length: IntField,
     block_used: u64,
     block_size: u64,
     blob_name: u64,
-    blob_frame_size: u64,
-    blob_complete: u64,
-    blob_code_begin: u64,
-    blob_code_end: u64,
+    blob_frame_size: IntField,
+    blob_complete: IntField,
+    blob_code: CodeRange,
     /// Where its methods' names are, for its interpreted frames (None: a field is missing).
     pub methods: Option<MethodLayout>,
 }
@@ -137,6 +182,7 @@ impl Layout {
             (var("gHotSpotVMStructEntryTypeNameOffset")?, var("gHotSpotVMStructEntryFieldNameOffset")?);
         let (offset, address) =
             (var("gHotSpotVMStructEntryOffsetOffset")?, var("gHotSpotVMStructEntryAddressOffset")?);
+        let type_string = var("gHotSpotVMStructEntryTypeStringOffset")?;
         let mut fields: HashMap<(String, String), Entry> = HashMap::new();
         for i in 0..10_000u64 {
             let e = structs + i * stride;
@@ -146,8 +192,13 @@ impl Layout {
             }
             let f = mem.u64(e + field_name)?;
             let (ty, field) = (mem.cstr(t)?, if f == 0 { String::new() } else { mem.cstr(f)? });
-            fields
-                .insert((ty, field), Entry { offset: mem.u64(e + offset)?, address: mem.u64(e + address)? });
+            let ts = mem.u64(e + type_string)?;
+            let entry = Entry {
+                offset: mem.u64(e + offset)?,
+                address: mem.u64(e + address)?,
+                type_string: if ts == 0 { String::new() } else { mem.cstr(ts)? },
+            };
+            fields.insert((ty, field), entry);
         }
         let (types, tstride) = (var("gHotSpotVMTypes")?, var("gHotSpotVMTypeEntryArrayStride")?);
         let (tname, tsize) =
@@ -164,10 +215,23 @@ impl Layout {
         let get = |ty: &str, field: &str| {
             fields
                 .get(&(ty.to_string(), field.to_string()))
-                .copied()
+                .cloned()
                 .ok_or_else(|| missing(&format!("{ty}::{field}")))
         };
         let off = |ty: &str, field: &str| get(ty, field).map(|e| e.offset);
+        let integer = |ty: &str, field: &str| {
+            let e = get(ty, field)?;
+            IntField::of(&e)
+                .ok_or_else(|| missing(&format!("{ty}::{field} of a known type (it is '{}')", e.type_string)))
+        };
+        let blob_code = match (off("CodeBlob", "_code_begin"), off("CodeBlob", "_code_end")) {
+            (Ok(begin), Ok(end)) => CodeRange::Pointers { begin, end },
+            _ => CodeRange::Offsets {
+                begin: off("CodeBlob", "_code_offset")
+                    .map_err(|_| missing("CodeBlob::_code_begin or CodeBlob::_code_offset"))?,
+                end: off("CodeBlob", "_data_offset")?,
+            },
+        };
         let size = |ty: &str| sizes.get(ty).copied().ok_or_else(|| missing(&format!("sizeof({ty})")));
         let methods = || -> Result<MethodLayout, LayoutError> {
             Ok(MethodLayout {
@@ -193,14 +257,16 @@ impl Layout {
             vs_low_boundary: off("VirtualSpace", "_low_boundary")?,
             vs_high: off("VirtualSpace", "_high")?,
             vs_low: off("VirtualSpace", "_low")?,
-            block_length: off("HeapBlock", "_header")? + off("HeapBlock::Header", "_length")?,
+            block_length: {
+                let length = integer("HeapBlock::Header", "_length")?;
+                IntField { offset: off("HeapBlock", "_header")? + length.offset, ..length }
+            },
             block_used: off("HeapBlock", "_header")? + off("HeapBlock::Header", "_used")?,
             block_size: size("HeapBlock")?,
             blob_name: off("CodeBlob", "_name")?,
-            blob_frame_size: off("CodeBlob", "_frame_size")?,
-            blob_complete: off("CodeBlob", "_frame_complete_offset")?,
-            blob_code_begin: off("CodeBlob", "_code_begin")?,
-            blob_code_end: off("CodeBlob", "_code_end")?,
+            blob_frame_size: integer("CodeBlob", "_frame_size")?,
+            blob_complete: integer("CodeBlob", "_frame_complete_offset")?,
+            blob_code,
             methods: methods().ok(),
         })
     }
@@ -237,17 +303,24 @@ impl Layout {
                     i += 1;
                     continue;
                 };
-                let length = word(&h, self.block_length).unwrap_or(0) as usize;
+                let length = self.block_length.read(&h).unwrap_or(0).max(0) as usize;
                 i += length.max(1);
                 if h.get(self.block_used as usize) != Some(&1) {
                     continue;
                 }
                 let blob = &h[self.block_size as usize..];
-                let (Some(begin), Some(end), Some(frame), Some(complete), Some(name)) = (
-                    word(blob, self.blob_code_begin),
-                    word(blob, self.blob_code_end),
-                    int(blob, self.blob_frame_size),
-                    int(blob, self.blob_complete),
+                let at = block + self.block_size;
+                let range = match self.blob_code {
+                    CodeRange::Pointers { begin, end } => word(blob, begin).zip(word(blob, end)),
+                    CodeRange::Offsets { begin, end } => int(blob, begin)
+                        .zip(int(blob, end))
+                        .filter(|(b, e)| *b >= 0 && *e >= 0)
+                        .map(|(b, e)| (at + b as u64, at + e as u64)),
+                };
+                let (Some((begin, end)), Some(frame), Some(complete), Some(name)) = (
+                    range,
+                    self.blob_frame_size.read(blob),
+                    self.blob_complete.read(blob),
                     word(blob, self.blob_name),
                 ) else {
                     continue;
