@@ -154,7 +154,15 @@ pub fn total_pct(report: &Value, name: &str) -> f64 {
 
 /// burn_a/b/c of the cpu_split workload as percent of their sum (startup and kernel noise left out).
 pub fn split_shares(report: &Value) -> [f64; 3] {
-    let v = [self_pct(report, "burn_a"), self_pct(report, "burn_b"), self_pct(report, "burn_c")];
+    split_shares_of(report, SPLIT_WORKERS)
+}
+
+/// cpu_split's workers, by name.
+pub const SPLIT_WORKERS: [&str; 3] = ["burn_a", "burn_b", "burn_c"];
+
+/// The self shares of cpu_split's workers named `names` (for a stripped build), as % of the three.
+pub fn split_shares_of(report: &Value, names: [&str; 3]) -> [f64; 3] {
+    let v = names.map(|n| self_pct(report, n));
     let sum: f64 = v.iter().sum();
     // Most, not nearly all: on a busy machine more of a CPU-bound program's samples land in the kernel
     // (scheduler and interrupt paths while it is switched in and out): 80% was seen under load.
@@ -168,10 +176,15 @@ pub fn split_shares(report: &Value) -> [f64; 3] {
 /// for burn_c; with 10,000, the 3-point floor. (A fixed 3 points failed a suite run at 1,345 samples:
 /// 57.1/33.4/9.5 is 2.6 standard errors out for burn_b.)
 pub fn assert_split(report: &Value) {
-    let s = split_shares(report);
+    assert_split_of(report, SPLIT_WORKERS)
+}
+
+/// [`assert_split`] of the workers named `names`.
+pub fn assert_split_of(report: &Value, names: [&str; 3]) {
+    let s = split_shares_of(report, names);
     let in_workers = match report["unit"].as_str() {
         Some("samples" | "count") => {
-            let share: f64 = ["burn_a", "burn_b", "burn_c"].iter().map(|f| self_pct(report, f)).sum();
+            let share: f64 = names.iter().map(|f| self_pct(report, f)).sum();
             report["total_samples"].as_f64().unwrap_or(0.0) * share / 100.0
         }
         _ => f64::INFINITY, // values in time units: no sample count to derive the error from

@@ -266,6 +266,54 @@ fn debug_files_come_from_debuginfod() {
     drop(silent);
 }
 
+/// A stripped program with no debug file anywhere: an address is named by the start of the function
+/// around it as the file's .eh_frame bounds it, so cpu_split's three workers are three frames, at the
+/// file offsets of burn_a, burn_b and burn_c in the unstripped build, split 60/30/10; every address of
+/// their loops is one of them (a frame per address before: each loop's instructions apart).
+#[test]
+fn stripped_functions_are_bounded_by_eh_frame() {
+    let dir = tmp();
+    let bin = dir.path().join("split");
+    std::fs::copy(workload("cpu_split"), &bin).unwrap();
+    assert!(Command::new("strip").arg("--strip-all").arg(&bin).status().unwrap().success());
+    let data = dir.path().join("s.data");
+    let out = whyslow()
+        .args(["record", "-q", "-F", "999", "-o", data.to_str().unwrap(), "--", bin.to_str().unwrap(), "1.5"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r = report_json(data.to_str().unwrap(), &[]);
+    // The workers' file offsets: their addresses in the unstripped build through its executable segment.
+    let elf = |args: &[&str]| {
+        let out = Command::new(args[0]).args(&args[1..]).arg(workload("cpu_split")).output().unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
+    let segments = elf(&["readelf", "-lW"]);
+    let text: Vec<&str> = segments
+        .lines()
+        .find(|l| l.contains("LOAD") && l.contains("R E"))
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    let (offset, vaddr) = (hex(text[1]), hex(text[2]));
+    let symbols = elf(&["nm"]);
+    let names = SPLIT_WORKERS.map(|w| {
+        let va = symbols.lines().find(|l| l.ends_with(&format!(" T {w}"))).map(|l| hex(&l[..16])).unwrap();
+        format!("split+{:#x}", va - vaddr + offset)
+    });
+    assert_split_of(&r, names.each_ref().map(String::as_str));
+    let in_loops: Vec<&Value> = r["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| {
+            f["name"].as_str().is_some_and(|n| n.starts_with("split+0x")) && f["self"].as_i64() > Some(0)
+        })
+        .collect();
+    assert!(in_loops.len() <= 5, "{} frames of split with samples: {in_loops:?}", in_loops.len());
+}
+
 /// A program that exists only inside its mount namespace (a tmpfs over a directory, as a container's
 /// image is): its frames are named from its own file, read through its root while it ran.
 #[test]

@@ -4,7 +4,8 @@
 //! symbolized on a few threads in parallel; [`Prefetch`] starts reading their symbols (and the kernel's)
 //! while an imported file's samples are still being read.
 //!
-//! An address nothing covers stays visible as `module+0xOFFSET`; it is never dropped.
+//! An address nothing covers stays visible as `module+0xOFFSET` (the offset of the function around it
+//! where the file's `.eh_frame` bounds one, else its own); it is never dropped.
 
 mod kallsyms;
 mod kernel;
@@ -178,8 +179,11 @@ impl Worker {
                 }
             }
         }
-        let funcs =
-            found.into_iter().zip(offsets).map(|(f, &o)| f.unwrap_or_else(|| vec![unknown(shown, o)]));
+        // What no symbol covers is named by the start of its function, where the file bounds it.
+        let funcs = found
+            .into_iter()
+            .zip(offsets)
+            .map(|(f, &o)| f.unwrap_or_else(|| vec![unknown(shown, plan.function_start(o).unwrap_or(o))]));
         Ok((funcs.collect(), plan))
     }
 }

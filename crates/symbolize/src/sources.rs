@@ -5,7 +5,10 @@
 //!    machine (by build id or `.gnu_debuglink`; blazesym finds and reads it);
 //! 2. Go's `.gopclntab` when a Go program has no DWARF (names, file:line and the inline tree);
 //! 3. a debug file fetched by build id from the servers in DEBUGINFOD_URLS;
-//! 4. whatever the file has left (its dynamic symbols), with a note naming the fix.
+//! 4. whatever the file has left (its dynamic symbols), with a note naming the fix; an address no
+//!    symbol covers is then named by the start of the function around it, as the file's `.eh_frame`
+//!    bounds it (`nginx+0x51390` for every address of that function), so a stripped hot path still
+//!    reads as functions.
 //!
 //! Reads files (and debuginfod servers when the user configured them), never a process.
 
@@ -60,6 +63,9 @@ pub(crate) struct Plan {
     pub unnamed: bool,
     /// What went wrong on the way (a fetch that failed, an unreadable table), one line each.
     pub problems: Vec<String>,
+    /// For a file without symbols of its own: its functions' virtual address ranges from `.eh_frame`,
+    /// sorted by start.
+    functions: Vec<Range<u64>>,
 }
 
 impl Plan {
@@ -67,6 +73,43 @@ impl Plan {
     pub fn address(&self, offset: u64) -> Option<u64> {
         self.segments.iter().find(|(r, _)| r.contains(&offset)).map(|(r, va)| va + (offset - r.start))
     }
+
+    /// The file offset where the function around file offset `offset` starts, by the file's
+    /// `.eh_frame` (only kept for files without symbols of their own).
+    pub fn function_start(&self, offset: u64) -> Option<u64> {
+        let va = self.address(offset)?;
+        let i = self.functions.partition_point(|f| f.start <= va).checked_sub(1)?;
+        let f = &self.functions[i];
+        f.contains(&va).then(|| offset - (va - f.start))
+    }
+}
+
+/// The address ranges of the functions `.eh_frame` describes (its FDEs), sorted; empty when it has none
+/// or cannot be read.
+fn eh_frame_functions(obj: &object::File) -> Vec<Range<u64>> {
+    use gimli::{BaseAddresses, CieOrFde, EhFrame, LittleEndian, UnwindSection};
+    use object::{Object, ObjectSection};
+    let Some(section) = obj.section_by_name(".eh_frame") else { return Vec::new() };
+    let Ok(data) = section.data() else { return Vec::new() };
+    let eh = EhFrame::new(data, LittleEndian);
+    let mut bases = BaseAddresses::default().set_eh_frame(section.address());
+    if let Some(text) = obj.section_by_name(".text") {
+        bases = bases.set_text(text.address());
+    }
+    let mut functions = Vec::new();
+    let mut entries = eh.entries(&bases);
+    while let Ok(Some(entry)) = entries.next() {
+        if let CieOrFde::Fde(partial) = entry {
+            if let Ok(fde) = partial.parse(|s, b, o| s.cie_from_offset(b, o)) {
+                let start = fde.initial_address();
+                if fde.len() > 0 {
+                    functions.push(start..start.saturating_add(fde.len()));
+                }
+            }
+        }
+    }
+    functions.sort_by_key(|f| f.start);
+    functions
 }
 
 /// The note for modules without symbols whose frames stayed module+offset, naming the fix.
@@ -116,6 +159,7 @@ pub(crate) fn plan(path: &str, shown: &str, debuginfod: Option<&Client>) -> Resu
         described,
         unnamed,
         problems: Vec::new(),
+        functions: Vec::new(),
     };
     let mut notes = Vec::new();
     let mut chosen = if let Some(debug) = &local_debug {
@@ -164,6 +208,9 @@ pub(crate) fn plan(path: &str, shown: &str, debuginfod: Option<&Client>) -> Resu
     });
     chosen.problems = notes;
     chosen.segments = segments;
+    if chosen.unnamed {
+        chosen.functions = eh_frame_functions(&obj);
+    }
     Ok(chosen)
 }
 
