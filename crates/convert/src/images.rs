@@ -10,35 +10,48 @@ use whyslow_unwind::ObjectImage;
 
 /// The parsed files (unwind tables), shared by every process that maps them: by build id (by identity,
 /// else path, for a file without one), with the file identities and paths already looked up. Files
-/// that no process maps any more are kept up to [`UNUSED_IMAGES`], the most recently used first, and
-/// dropped beyond that when a window is cut.
+/// that no process maps any more are kept while a process mapped them within the last [`KEEP_CUTS`]
+/// cuts, up to [`UNUSED_IMAGES`] of them, the most recently used first, and dropped beyond that when a
+/// window is cut: a kept file stays mapped by us, and a file system holding it could not be unmounted.
 #[derive(Default)]
 pub(crate) struct Images {
-    /// Cache key -> the image (None: unreadable or not an object file) and when it was last asked for.
-    by_key: HashMap<String, (Option<Arc<ObjectImage>>, u64)>,
+    /// Cache key -> the image (None: unreadable or not an object file), when it was last asked for
+    /// (tick), and in which round (cuts so far).
+    by_key: HashMap<String, (Option<Arc<ObjectImage>>, u64, u64)>,
     /// A file's identity (or path) -> its cache key.
     known: HashMap<String, String>,
     tick: u64,
+    /// Cuts so far.
+    round: u64,
 }
+
+/// Cuts (windows of an agent, 10 s by default) an unused file stays for after a process last mapped it.
+pub(crate) const KEEP_CUTS: u64 = 6;
 
 /// Parsed files no process maps any more that are kept (a program started again soon, a library of
 /// the next short-lived process).
 pub(crate) const UNUSED_IMAGES: usize = 32;
 
 impl Images {
-    /// Drops what no process uses beyond the [`UNUSED_IMAGES`] most recently asked for.
+    /// Ends a round: drops what no process uses and none mapped in the last [`KEEP_CUTS`] rounds, and
+    /// beyond the [`UNUSED_IMAGES`] most recently asked for.
     pub(crate) fn evict(&mut self) {
-        let mut unused: Vec<(u64, String)> = self
+        self.round += 1;
+        let round = self.round;
+        let mut unused: Vec<(bool, u64, String)> = self
             .by_key
             .iter()
-            .filter(|(_, (img, _))| img.as_ref().is_none_or(|i| Arc::strong_count(i) == 1))
-            .map(|(k, (_, t))| (*t, k.clone()))
+            .filter(|(_, (img, _, _))| img.as_ref().is_none_or(|i| Arc::strong_count(i) == 1))
+            .map(|(k, (_, t, r))| (round - r > KEEP_CUTS, *t, k.clone()))
             .collect();
-        if unused.len() <= UNUSED_IMAGES {
+        // The old ones first, then the least recently asked for.
+        unused.sort_unstable_by_key(|u| (std::cmp::Reverse(u.0), u.1));
+        let old = unused.iter().filter(|u| u.0).count();
+        let n = old.max(unused.len().saturating_sub(UNUSED_IMAGES));
+        if n == 0 {
             return;
         }
-        unused.sort_unstable_by_key(|u| std::cmp::Reverse(u.0));
-        for (_, k) in unused.drain(UNUSED_IMAGES..) {
+        for (_, _, k) in unused.drain(..n) {
             self.by_key.remove(&k);
         }
         let by_key = &self.by_key;
@@ -81,9 +94,9 @@ impl<H: Host> Converter<H> {
             None => format!("path:{key}"),
         };
         self.images.tick += 1;
-        let tick = self.images.tick;
+        let (tick, round) = (self.images.tick, self.images.round);
         if let Some(e) = self.images.known.get(&seen).and_then(|k| self.images.by_key.get_mut(k)) {
-            e.1 = tick;
+            (e.1, e.2) = (tick, round);
             return e.0.clone();
         }
         let bytes = self.host.file(pid, path);
@@ -91,13 +104,13 @@ impl<H: Host> Converter<H> {
         let cache_key = build_id.map_or_else(|| seen.clone(), |b| format!("build-id:{b}"));
         let img = match self.images.by_key.get_mut(&cache_key) {
             Some(e) => {
-                e.1 = tick;
+                (e.1, e.2) = (tick, round);
                 e.0.clone()
             }
             None => {
                 self.counters.images_loaded += 1;
                 let img = bytes.and_then(|b| ObjectImage::parse(path, &b).ok()).map(Arc::new);
-                self.images.by_key.insert(cache_key.clone(), (img.clone(), tick));
+                self.images.by_key.insert(cache_key.clone(), (img.clone(), tick, round));
                 img
             }
         };

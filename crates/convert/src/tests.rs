@@ -1,7 +1,7 @@
 //! The converter fed synthetic records: no kernel, no processes.
 
 use super::alloc::split;
-use super::images::UNUSED_IMAGES;
+use super::images::{KEEP_CUTS, UNUSED_IMAGES};
 use super::records::{Record, Sample, Timed, UserRegs};
 use super::{
     Converter, FileBytes, Host, JitMap, JitUpdate, ProcessInfo, SiteCount, SizeArg, StackCount, Stream,
@@ -50,7 +50,8 @@ impl Host for FakeHost {
 /// Issue 32: a library that many processes map is read once per file and parsed once per build id: two
 /// paths of one file (a link) are one read, a copy elsewhere (another container's) one more read and no
 /// more parsing. Files no process maps any more are dropped at a cut beyond the most recent
-/// [`UNUSED_IMAGES`]; one still mapped stays.
+/// [`UNUSED_IMAGES`], and all of them once none was mapped for [`KEEP_CUTS`] cuts; one still mapped
+/// stays.
 #[test]
 fn a_library_mapped_by_many_processes_is_parsed_once() {
     let lib = std::fs::read("/bin/true").unwrap();
@@ -85,6 +86,12 @@ fn a_library_mapped_by_many_processes_is_parsed_once() {
     assert_eq!(c.images_held(), UNUSED_IMAGES + 1, "the bound, and the library still mapped");
     c.handle(at(5_000_000_001, mmap(9, 0x10000, "/lib/libx.so")), &ids());
     assert_eq!(c.counters().images_loaded, 41, "the mapped library was kept");
+    for _ in 0..KEEP_CUTS - 1 {
+        c.cut();
+    }
+    assert_eq!(c.images_held(), UNUSED_IMAGES + 1, "within {KEEP_CUTS} cuts of their mapping");
+    c.cut();
+    assert_eq!(c.images_held(), 1, "only the library still mapped");
 }
 
 const EXE: &str = "/usr/bin/app";

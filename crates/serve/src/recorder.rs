@@ -555,6 +555,10 @@ fn host_session_thread(
     Ok(())
 }
 
+/// How long the window worker waits for a window before it ends a symbolizer round without one: the
+/// default window (a file needed every window of a target cut every 60 s or less stays held).
+const IDLE_ROUND: Duration = Duration::from_secs(10);
+
 /// Symbolizes each window, splits it by the followed process its samples belong to, and stores one
 /// row per (target, process).
 fn window_worker(shared: Arc<Shared>, rx: Receiver<Window>) {
@@ -570,12 +574,23 @@ fn window_worker(shared: Arc<Shared>, rx: Receiver<Window>) {
     // agent has grown SYMBOLIZER_MEMORY over what it took after the last reset, the caches are dropped
     // and rebuilt from what the next windows need.
     let mut base_rss = crate::procs::own_usage().1;
-    for w in rx {
+    loop {
+        // No window for a while (nothing followed is running): the symbolizer's round ends all the
+        // same, so the files of programs that ended are let go (mapped, their file systems stay busy).
+        let w = match rx.recv_timeout(IDLE_ROUND) {
+            Ok(w) => w,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                symbolizer.idle_round();
+                continue;
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+        };
         for &(child, parent) in &w.raw.forks {
             parents.insert(child, (parent, Instant::now()));
         }
         parents.retain(|_, (_, t)| t.elapsed() < GRACE);
         if w.raw.samples.is_empty() {
+            symbolizer.idle_round();
             continue;
         }
         let rows = if w.host {

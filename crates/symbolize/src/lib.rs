@@ -76,8 +76,11 @@ struct Worker {
     round: u64,
 }
 
-/// How many rounds (a [`Resident`] symbolizes one window per round) a file no window needed stays held.
-const KEEP_ROUNDS: u64 = 30;
+/// How many rounds (a [`Resident`] symbolizes one window per round) a file no window needed stays held:
+/// a minute of an agent's 10 s windows. Held files stay mapped, so a file system holding one (a stopped
+/// container's, a removed disk's) could not be unmounted for as long; the unwinder's parsed files
+/// follow the same rule (convert's `KEEP_CUTS`).
+const KEEP_ROUNDS: u64 = 6;
 /// The most files one pool thread holds (the least recently used go first).
 const MAX_HELD: usize = 48;
 
@@ -424,6 +427,12 @@ impl Resident {
         let p = build(raw, &mut self.pool, &mut self.kernel);
         self.pool.trim();
         p
+    }
+
+    /// Ends a round without a window (a service's quiet period): files no window needed for
+    /// [`KEEP_ROUNDS`] rounds are let go all the same.
+    pub fn idle_round(&mut self) {
+        self.pool.trim();
     }
 }
 
