@@ -2,7 +2,10 @@
 //! stays good. The kernel image's own symbols do not change while it runs; modules and BPF programs come
 //! and go, so their addresses are looked up in /proc/kallsyms as it is now. Reading /proc/kallsyms costs
 //! ~65 ms of CPU (the kernel formats every symbol): a service symbolizing a window every few seconds
-//! reads it again only when a module or BPF program was loaded or unloaded since.
+//! reads it again when a module was loaded or unloaded since, and at most once a minute when only BPF
+//! programs changed (they come and go with every process a service starts following: reading the table
+//! at each of its windows was a fifth of its CPU). Until then a new program's address is named after the
+//! program before it, still a BPF program (which is all the probe accounting asks of its name).
 
 use crate::kallsyms::Kallsyms;
 use std::sync::Arc;
@@ -48,9 +51,9 @@ impl KernelTables for Once {
     }
 }
 
-/// How long a [`Kept`] /proc/kallsyms stays good without the privilege to list BPF programs, and at most
-/// while the modules and BPF programs stay the same (a BPF trampoline comes and goes with an attachment,
-/// not a program).
+/// How long a [`Kept`] /proc/kallsyms stays good without the privilege to list BPF programs, or once the
+/// BPF programs changed; and at most while the modules and BPF programs stay the same (a BPF trampoline
+/// comes and goes with an attachment, not a program).
 const LOADED_REFRESH: Duration = Duration::from_secs(60);
 const LOADED_REFRESH_UNCHANGED: Duration = Duration::from_secs(600);
 
@@ -62,7 +65,7 @@ pub(crate) struct Kept {
     /// perf's copy of a recorded kernel's table, by its build id.
     perf: Option<(String, Arc<Kallsyms>)>,
     /// /proc/kallsyms, when it was read and what was loaded then.
-    loaded: Option<(Instant, Option<u64>, Arc<Kallsyms>)>,
+    loaded: Option<(Instant, Loaded, Arc<Kallsyms>)>,
 }
 
 impl KernelTables for Kept {
@@ -83,8 +86,11 @@ impl KernelTables for Kept {
     fn loaded(&mut self) -> Arc<Kallsyms> {
         let now = loaded_code();
         if let Some((at, then, table)) = &self.loaded {
-            let limit = if now.is_some() { LOADED_REFRESH_UNCHANGED } else { LOADED_REFRESH };
-            if now == *then && at.elapsed() < limit {
+            let limit = match now.programs {
+                Some(_) if now == *then => LOADED_REFRESH_UNCHANGED,
+                _ => LOADED_REFRESH,
+            };
+            if now.modules == then.modules && at.elapsed() < limit {
                 return table.clone();
             }
         }
@@ -94,16 +100,29 @@ impl KernelTables for Kept {
     }
 }
 
-/// What code is loaded into the kernel beside its image: a hash of the modules (name and address) and of
-/// the BPF programs' ids (ids are never reused while the kernel runs). None when BPF programs cannot be
-/// listed (that needs CAP_SYS_ADMIN).
-fn loaded_code() -> Option<u64> {
+/// What code is loaded into the kernel beside its image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Loaded {
+    /// A hash of the modules (name and address).
+    modules: u64,
+    /// A hash of the BPF programs' ids (ids are never reused while the kernel runs); None when they cannot
+    /// be listed (that needs CAP_SYS_ADMIN).
+    programs: Option<u64>,
+}
+
+fn loaded_code() -> Loaded {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     for line in std::fs::read_to_string("/proc/modules").unwrap_or_default().lines() {
         let f: Vec<&str> = line.split_ascii_whitespace().collect();
         (f.first(), f.get(5)).hash(&mut h);
     }
+    Loaded { modules: h.finish(), programs: bpf_programs() }
+}
+
+fn bpf_programs() -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
     let mut id = 0u32;
     loop {
         // union bpf_attr for BPF_PROG_GET_NEXT_ID: start_id, next_id, open_flags.
@@ -179,7 +198,7 @@ impl<'t> KernelSymbols<'t> {
 
 #[cfg(test)]
 mod tests {
-    use super::{loaded_code, Kept, KernelSymbols, KernelTables};
+    use super::{loaded_code, Kept, KernelSymbols, KernelTables, LOADED_REFRESH};
     use crate::kallsyms::Kallsyms;
     use std::sync::Arc;
     use whyslow_model::raw::RawKernel;
@@ -243,23 +262,33 @@ mod tests {
         assert_eq!(t.loaded, 1);
     }
 
-    /// A kept /proc/kallsyms is read again only when the loaded code changed (or after the time limit):
-    /// as root here, BPF programs can be listed, and loading one changes what is loaded.
+    /// A kept /proc/kallsyms is read again at once when the modules changed, and when only BPF programs
+    /// did, once it is a minute old: as root here, BPF programs can be listed.
     #[test]
     fn kept_tables_are_read_again_when_loaded_code_changes() {
         let before = loaded_code();
-        assert!(before.is_some(), "BPF programs are listed (the suite runs as root)");
-        assert_eq!(before, loaded_code(), "nothing loaded in between");
+        assert!(before.programs.is_some(), "BPF programs are listed (the suite runs as root)");
         let mut kept = Kept::default();
         let first = kept.loaded();
         assert!(Arc::ptr_eq(&first, &kept.loaded()), "kept while nothing changed");
         // The running kernel's addresses are all named from that one table.
         let (image, image_only) = kept.image(None);
         assert!(!image_only && Arc::ptr_eq(&image, &first));
-        // As if a module or program had come since: read again.
+        // As if a program had come since: kept while the table is younger than a minute...
         if let Some((_, then, _)) = &mut kept.loaded {
-            *then = then.map(|h| h ^ 1);
+            then.programs = then.programs.map(|h| h ^ 1);
         }
-        assert!(!Arc::ptr_eq(&first, &kept.loaded()));
+        assert!(Arc::ptr_eq(&first, &kept.loaded()));
+        // ...and read again once it is older.
+        if let Some((at, _, _)) = &mut kept.loaded {
+            *at -= LOADED_REFRESH;
+        }
+        let second = kept.loaded();
+        assert!(!Arc::ptr_eq(&first, &second));
+        // As if a module had come since: read again at once.
+        if let Some((_, then, _)) = &mut kept.loaded {
+            then.modules ^= 1;
+        }
+        assert!(!Arc::ptr_eq(&second, &kept.loaded()));
     }
 }
