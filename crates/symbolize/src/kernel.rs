@@ -2,11 +2,10 @@
 //! stays good. The kernel image's own symbols do not change while it runs; modules and BPF programs come
 //! and go, so their addresses are looked up in /proc/kallsyms as it is now. Reading /proc/kallsyms costs
 //! ~65 ms of CPU (the kernel formats every symbol): a service symbolizing a window every few seconds
-//! reads it again when a module was loaded or unloaded since, and at most once a minute when only BPF
-//! programs changed (they come and go with every process a service starts following: reading the table
-//! at each of its windows was a fifth of its CPU). Until then a new program's address is named after the
-//! program before it, still a BPF program (which is all the probe accounting asks of its name).
-
+//! reads it again when a module was loaded or unloaded since. BPF programs come and go with every process
+//! a service starts following (reading the table at each window for them was a fifth of its CPU): their
+//! code is named from what the kernel says of each new program (see [`crate::bpf_programs`]).
+use crate::bpf_programs::Programs;
 use crate::kallsyms::Kallsyms;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,6 +19,10 @@ pub(crate) trait KernelTables {
     fn image(&mut self, recorded: Option<&RawKernel>) -> (Arc<Kallsyms>, bool);
     /// /proc/kallsyms as it is now.
     fn loaded(&mut self) -> Arc<Kallsyms>;
+    /// The BPF program of the running kernel whose code holds `addr`, where known apart from the tables.
+    fn program(&self, _addr: u64) -> Option<&str> {
+        None
+    }
 }
 
 /// The kernel symbols of the kernel with this build id: perf's copy of its table where perf kept one,
@@ -51,11 +54,11 @@ impl KernelTables for Once {
     }
 }
 
-/// How long a [`Kept`] /proc/kallsyms stays good without the privilege to list BPF programs, or once the
-/// BPF programs changed; and at most while the modules and BPF programs stay the same (a BPF trampoline
-/// comes and goes with an attachment, not a program).
+/// How long a [`Kept`] /proc/kallsyms stays good while the modules stay the same: a minute without the
+/// privilege to list BPF programs (their code is then named from the table), ten with it (a BPF trampoline
+/// comes and goes with an attachment, not a program, and is named from the table).
 const LOADED_REFRESH: Duration = Duration::from_secs(60);
-const LOADED_REFRESH_UNCHANGED: Duration = Duration::from_secs(600);
+const LOADED_REFRESH_LISTED: Duration = Duration::from_secs(600);
 
 /// Tables kept from one symbolization to the next, for a service (see the module's documentation). The
 /// running kernel's addresses are named from one table, /proc/kallsyms, read again when the code loaded
@@ -64,8 +67,10 @@ const LOADED_REFRESH_UNCHANGED: Duration = Duration::from_secs(600);
 pub(crate) struct Kept {
     /// perf's copy of a recorded kernel's table, by its build id.
     perf: Option<(String, Arc<Kallsyms>)>,
-    /// /proc/kallsyms, when it was read and what was loaded then.
-    loaded: Option<(Instant, Loaded, Arc<Kallsyms>)>,
+    /// /proc/kallsyms, when it was read and a hash of the modules then.
+    loaded: Option<(Instant, u64, Arc<Kallsyms>)>,
+    /// The BPF programs, listed again at each symbolization; empty when they cannot be.
+    programs: Programs,
 }
 
 impl KernelTables for Kept {
@@ -84,68 +89,33 @@ impl KernelTables for Kept {
     }
 
     fn loaded(&mut self) -> Arc<Kallsyms> {
-        let now = loaded_code();
+        let modules = modules();
+        let limit = if self.programs.refresh() { LOADED_REFRESH_LISTED } else { LOADED_REFRESH };
         if let Some((at, then, table)) = &self.loaded {
-            let limit = match now.programs {
-                Some(_) if now == *then => LOADED_REFRESH_UNCHANGED,
-                _ => LOADED_REFRESH,
-            };
-            if now.modules == then.modules && at.elapsed() < limit {
+            if modules == *then && at.elapsed() < limit {
                 return table.clone();
             }
         }
         let table = Arc::new(Kallsyms::load());
-        self.loaded = Some((Instant::now(), now, table.clone()));
+        self.loaded = Some((Instant::now(), modules, table.clone()));
         table
+    }
+
+    fn program(&self, addr: u64) -> Option<&str> {
+        self.programs.lookup(addr)
     }
 }
 
-/// What code is loaded into the kernel beside its image.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Loaded {
-    /// A hash of the modules (name and address).
-    modules: u64,
-    /// A hash of the BPF programs' ids (ids are never reused while the kernel runs); None when they cannot
-    /// be listed (that needs CAP_SYS_ADMIN).
-    programs: Option<u64>,
-}
-
-fn loaded_code() -> Loaded {
+/// A hash of the kernel's modules (name and address).
+fn modules() -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     for line in std::fs::read_to_string("/proc/modules").unwrap_or_default().lines() {
         let f: Vec<&str> = line.split_ascii_whitespace().collect();
         (f.first(), f.get(5)).hash(&mut h);
     }
-    Loaded { modules: h.finish(), programs: bpf_programs() }
+    h.finish()
 }
-
-fn bpf_programs() -> Option<u64> {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    let mut id = 0u32;
-    loop {
-        // union bpf_attr for BPF_PROG_GET_NEXT_ID: start_id, next_id, open_flags.
-        let mut attr = [id, 0u32, 0u32];
-        // SAFETY: attr is a valid bpf_attr prefix of the size passed; the kernel writes next_id in it.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                BPF_PROG_GET_NEXT_ID,
-                attr.as_mut_ptr(),
-                std::mem::size_of_val(&attr),
-            )
-        };
-        if r != 0 {
-            return (std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOENT))
-                .then(|| h.finish());
-        }
-        id = attr[1];
-        id.hash(&mut h);
-    }
-}
-
-const BPF_PROG_GET_NEXT_ID: libc::c_long = 11;
 
 /// A kallsyms table and how far the recorded kernel's addresses lie from it (KASLR moves the kernel at
 /// every boot): perf records where its reference symbol (`_text`) was.
@@ -184,6 +154,10 @@ impl<'t> KernelSymbols<'t> {
 
     pub fn lookup(&mut self, addr: u64) -> Option<&str> {
         let core = self.first.table.in_core_text(addr.wrapping_sub(self.first.shift));
+        // (Looked up twice: a borrow returned from one branch would hold `self` in the others.)
+        if !core && self.first.shift == 0 && self.tables.program(addr).is_some() {
+            return self.tables.program(addr);
+        }
         if !self.image_only || core {
             return self.first.lookup(addr);
         }
@@ -198,7 +172,7 @@ impl<'t> KernelSymbols<'t> {
 
 #[cfg(test)]
 mod tests {
-    use super::{loaded_code, Kept, KernelSymbols, KernelTables, LOADED_REFRESH};
+    use super::{Kept, KernelSymbols, KernelTables, LOADED_REFRESH_LISTED};
     use crate::kallsyms::Kallsyms;
     use std::sync::Arc;
     use whyslow_model::raw::RawKernel;
@@ -262,32 +236,25 @@ mod tests {
         assert_eq!(t.loaded, 1);
     }
 
-    /// A kept /proc/kallsyms is read again at once when the modules changed, and when only BPF programs
-    /// did, once it is a minute old: as root here, BPF programs can be listed.
+    /// A kept /proc/kallsyms is read again when the modules changed, or after ten minutes when BPF
+    /// programs are named apart (the suite runs as root: they can be listed).
     #[test]
-    fn kept_tables_are_read_again_when_loaded_code_changes() {
-        let before = loaded_code();
-        assert!(before.programs.is_some(), "BPF programs are listed (the suite runs as root)");
+    fn kept_tables_are_read_again_when_modules_change() {
         let mut kept = Kept::default();
         let first = kept.loaded();
         assert!(Arc::ptr_eq(&first, &kept.loaded()), "kept while nothing changed");
         // The running kernel's addresses are all named from that one table.
         let (image, image_only) = kept.image(None);
         assert!(!image_only && Arc::ptr_eq(&image, &first));
-        // As if a program had come since: kept while the table is younger than a minute...
+        // As if a module had come since: read again at once.
         if let Some((_, then, _)) = &mut kept.loaded {
-            then.programs = then.programs.map(|h| h ^ 1);
-        }
-        assert!(Arc::ptr_eq(&first, &kept.loaded()));
-        // ...and read again once it is older.
-        if let Some((at, _, _)) = &mut kept.loaded {
-            *at -= LOADED_REFRESH;
+            *then ^= 1;
         }
         let second = kept.loaded();
         assert!(!Arc::ptr_eq(&first, &second));
-        // As if a module had come since: read again at once.
-        if let Some((_, then, _)) = &mut kept.loaded {
-            then.modules ^= 1;
+        // Ten minutes on, read again all the same (trampolines come and go unlisted).
+        if let Some((at, _, _)) = &mut kept.loaded {
+            *at -= LOADED_REFRESH_LISTED;
         }
         assert!(!Arc::ptr_eq(&second, &kept.loaded()));
     }

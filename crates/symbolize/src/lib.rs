@@ -7,6 +7,7 @@
 //! An address nothing covers stays visible as `module+0xOFFSET` (the offset of the function around it
 //! where the file's `.eh_frame` bounds one, else its own); it is never dropped.
 
+mod bpf_programs;
 mod kallsyms;
 mod kernel;
 
