@@ -144,6 +144,7 @@ def summary(d, t_follow, t_end, cpu_follow, churn_name, nginx_target, churn_targ
     secs = [[float(x) for x in l.split()] for l in open(f"{d}/persec.txt")]
     span = series[-1][0] - t_follow
     cpu = 100 * (series[-1][1] - cpu_follow) / span
+    open(f"{d}/cpu.txt", "w").write(f"{cpu}\n")
     print(f"  agent CPU: {cpu:.2f}% of one core over {span:.0f} s under load (target <= 1%); "
           f"{cpu_follow:.2f} s to start and follow")
     rss = [r[2] for r in series]
@@ -190,6 +191,11 @@ def summary(d, t_follow, t_end, cpu_follow, churn_name, nginx_target, churn_targ
     end = metrics(f"{d}/end.metrics")
     print(f"  store (/metrics): {end.get('whyslow_store_windows', 0):.0f} windows,"
           f" {end.get('whyslow_store_disk_bytes', 0) / 2**20:.1f} MB on disk")
+
+def ratio(old, new):
+    """The agent's CPU of this build against the baseline's, from their summaries."""
+    a, b = (float(open(f"{d}/cpu.txt").read()) for d in (old, new))
+    print(f"  agent CPU side by side: baseline {a:.2f}%, this build {b:.2f}% of one core: {b / a:.2f}x")
 
 globals()[sys.argv[1]](*sys.argv[2:])
 EOF
@@ -315,40 +321,59 @@ for i in $(seq "$ROUNDS"); do
 done
 h ab "$OUT/ab.txt" 1
 
-echo "  phase 2: one agent for $DURATION s; every $SAMPLE_S s: /metrics and wrk's req/s"
-start_agent "$OUT/run"
-wait_followed "$NGINX_PID"
-reload_nginx
-# shellcheck disable=SC2046
-wait_followed $(workers)
-T_FOLLOW=$(now)
-CPU_FOLLOW=$(api /metrics | awk '/^whyslow_process_cpu_seconds_total/ {print $2}')
-python3 "$OUT/h.py" sampler "$AGENT_PID" "$NGINX_PID" "$OUT/persec.txt" &
-SAMPLER_PID=$!
-echo "         t    req/s  agentCPU%  RSS(MB)   fds  followed  samples/s  lost/s  windows  disk(MB)  held  resets"
-api /metrics >"$OUT/m.txt"
-h row "$OUT/m.txt" "$OUT/state.json" "$(now)" "$T_FOLLOW" - -
-elapsed=0
-while [ "$elapsed" -lt "$DURATION" ]; do
-  d=$((DURATION - elapsed < SAMPLE_S ? DURATION - elapsed : SAMPLE_S))
-  rps=$(wrk_rps "$d")
-  api /metrics >"$OUT/m.txt" || true
-  fds=$(ls "/proc/$AGENT_PID/fd" | wc -l)
-  t=$(now)
-  h row "$OUT/m.txt" "$OUT/state.json" "$t" "$T_FOLLOW" "${rps:-?}" "$fds"
-  elapsed=$(python3 -c "print(int($t - $T_FOLLOW))")
-done
-listed=$(api /api/v1/processes | python3 -c 'import json,sys; print(" ".join("%s:%s" % (p["pid"], p["comm"]) for p in json.load(sys.stdin)))' || true)
-echo "  followed at the end: $listed (live: nginx $NGINX_PID $(workers)and at most one churn process)"
-T_END=$(now)
-# The windows covering the end are stored one window (10 s) later: then the API answers for the run.
-sleep 12
-range="from=$(python3 -c "print(int($T_FOLLOW))")&until=$(python3 -c "print(int($T_END) + 1)")"
-api "/api/v1/profile?target=$NGINX_TARGET&type=cpu&$range" >"$OUT/nginx.json" || echo '{}' >"$OUT/nginx.json"
-api "/api/v1/profile?target=$CHURN_TARGET&type=cpu&$range" >"$OUT/churn.json" || echo '{}' >"$OUT/churn.json"
-api /metrics >"$OUT/end.metrics" || : >"$OUT/end.metrics"
-stop "$SAMPLER_PID" TERM 2
-SAMPLER_PID=""
-stop_agent
-h summary "$OUT" "$T_FOLLOW" "$T_END" "$CPU_FOLLOW" "$(basename "$CHURN")" "$NGINX_TARGET" "$CHURN_TARGET" "$AGENT"
-echo "  load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+# phase2 NAME LABEL: one agent (the binary $AGENT) for DURATION seconds under the load, its figures.
+phase2() {
+  echo "  phase 2$2: one agent for $DURATION s; every $SAMPLE_S s: /metrics and wrk's req/s"
+  local R="$OUT/$1" elapsed d rps fds t listed range
+  mkdir -p "$R"
+  ln -sf "$OUT/churn.log" "$R/churn.log"
+  start_agent "$R/data"
+  wait_followed "$NGINX_PID"
+  reload_nginx
+  # shellcheck disable=SC2046
+  wait_followed $(workers)
+  T_FOLLOW=$(now)
+  CPU_FOLLOW=$(api /metrics | awk '/^whyslow_process_cpu_seconds_total/ {print $2}')
+  python3 "$OUT/h.py" sampler "$AGENT_PID" "$NGINX_PID" "$R/persec.txt" &
+  SAMPLER_PID=$!
+  echo "         t    req/s  agentCPU%  RSS(MB)   fds  followed  samples/s  lost/s  windows  disk(MB)  held  resets"
+  api /metrics >"$R/m.txt"
+  h row "$R/m.txt" "$R/state.json" "$(now)" "$T_FOLLOW" - -
+  elapsed=0
+  while [ "$elapsed" -lt "$DURATION" ]; do
+    d=$((DURATION - elapsed < SAMPLE_S ? DURATION - elapsed : SAMPLE_S))
+    rps=$(wrk_rps "$d")
+    api /metrics >"$R/m.txt" || true
+    fds=$(ls "/proc/$AGENT_PID/fd" | wc -l)
+    t=$(now)
+    h row "$R/m.txt" "$R/state.json" "$t" "$T_FOLLOW" "${rps:-?}" "$fds"
+    elapsed=$(python3 -c "print(int($t - $T_FOLLOW))")
+  done
+  listed=$(api /api/v1/processes | python3 -c 'import json,sys; print(" ".join("%s:%s" % (p["pid"], p["comm"]) for p in json.load(sys.stdin)))' || true)
+  echo "  followed at the end: $listed (live: nginx $NGINX_PID $(workers)and at most one churn process)"
+  T_END=$(now)
+  # The windows covering the end are stored one window (10 s) later: then the API answers for the run.
+  sleep 12
+  range="from=$(python3 -c "print(int($T_FOLLOW))")&until=$(python3 -c "print(int($T_END) + 1)")"
+  api "/api/v1/profile?target=$NGINX_TARGET&type=cpu&$range" >"$R/nginx.json" || echo '{}' >"$R/nginx.json"
+  api "/api/v1/profile?target=$CHURN_TARGET&type=cpu&$range" >"$R/churn.json" || echo '{}' >"$R/churn.json"
+  api /metrics >"$R/end.metrics" || : >"$R/end.metrics"
+  stop "$SAMPLER_PID" TERM 2
+  SAMPLER_PID=""
+  stop_agent
+  h summary "$R" "$T_FOLLOW" "$T_END" "$CPU_FOLLOW" "$(basename "$CHURN")" "$NGINX_TARGET" "$CHURN_TARGET" "$AGENT"
+  echo "  load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+# BASELINE=/path/to/an/older/whyslow: phase 2 with it first, then with this build, in the same run
+# (the same nginx, load and churn): the agent's CPU side by side.
+if [ -n "${BASELINE:-}" ]; then
+  NEW_AGENT="$AGENT"
+  AGENT="$OUT/whyslow-baseline"
+  cp "$BASELINE" "$AGENT"
+  phase2 baseline " (baseline $BASELINE)"
+  AGENT="$NEW_AGENT"
+  phase2 run " (this build)"
+  h ratio "$OUT/baseline" "$OUT/run"
+else
+  phase2 run ""
+fi
