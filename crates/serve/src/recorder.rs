@@ -179,14 +179,16 @@ impl Manager {
                 (id, s, m)
             })
             .collect();
-        // Without targets to match, no process is read (and the proc connector is closed).
-        if targets.is_empty() {
-            self.procs = None;
-        }
-        let views = match (&mut self.procs, targets.is_empty()) {
-            (_, true) => BTreeMap::new(),
-            (Some(p), false) => p.refresh().clone(),
-            (None, false) => self.procs.insert(procs::Procs::new()).refresh().clone(),
+        // Without targets to match, no process is read (and the proc connector is closed). The views are
+        // borrowed from the process table, taken out of `self` for the scan (not copied at every scan).
+        let mut table = match targets.is_empty() {
+            true => None,
+            false => Some(self.procs.take().unwrap_or_else(procs::Procs::new)),
+        };
+        let none = BTreeMap::new();
+        let views = match &mut table {
+            Some(p) => p.refresh(),
+            None => &none,
         };
         let ticks = procfs::uptime_ticks();
         self.pending.retain(|pid| views.contains_key(&pid));
@@ -206,7 +208,7 @@ impl Manager {
             let root = match tracked.get(&p.pid) {
                 // A decision stands while the process and its root are followed with the same key.
                 Some(t) if t.gone_ns.is_none() && t.key == key && want.contains_key(&t.root) => t.root,
-                _ => match self.cover(p, &key, &views, &want, &tracked) {
+                _ => match self.cover(p, &key, views, &want, &tracked) {
                     Cover::By(a) => a,
                     Cover::Direct => p.pid,
                     // Not decided yet: looked at again at the next scan.
@@ -281,6 +283,7 @@ impl Manager {
                 let _ = store.saw_process(view, now);
             }
         }
+        self.procs = table;
         // Sessions nobody needs any more end (their last window is flushed).
         let idle: Vec<Key> =
             self.sessions.iter().filter(|(_, s)| s.pids.is_empty()).map(|(k, _)| k.clone()).collect();
