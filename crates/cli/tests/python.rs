@@ -1,7 +1,8 @@
 //! Python frames: a CPython 3.8-3.13 program recorded without flags names its Python functions, with
 //! their file and line, interleaved with the interpreter's native frames, in the shares the program's
 //! structure gives them (tests/workloads/python/split.py), for each pyenv version installed here; where
-//! its threads block (naps.py); and the doctor telling threads that wait for the GIL (gil.py).
+//! its threads block (naps.py); the doctor telling threads that wait for the GIL (gil.py), and a sleep
+//! in select from an event loop's wait (dozes.py).
 
 mod common;
 use common::*;
@@ -137,12 +138,18 @@ fn an_unknown_python_version_gets_a_note_and_native_frames() {
 
 /// gil.py under `whyslow doctor`, its findings' ids and the first finding's impact.
 fn doctor_gil(exe: &std::path::Path, threads: &str) -> (Vec<String>, f64) {
-    let script = root().join("tests/workloads/python/gil.py");
+    doctor_python(exe, "gil.py", &["2", threads])
+}
+
+/// A script of tests/workloads/python under `whyslow doctor`: its findings' ids and the first finding's
+/// impact.
+fn doctor_python(exe: &std::path::Path, script: &str, args: &[&str]) -> (Vec<String>, f64) {
+    let script = root().join("tests/workloads/python").join(script);
     let out = whyslow()
         .args(["doctor", "--format", "json", "--"])
         .arg(exe)
         .arg(&script)
-        .args(["2", threads])
+        .args(args)
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -174,4 +181,22 @@ fn the_doctor_tells_threads_waiting_for_the_gil() {
         let (ids, _) = doctor_gil(exe, "1");
         assert!(!ids.iter().any(|i| i == "gil-contention"), "{}, one thread: {ids:?}", exe.display());
     }
+}
+
+/// A thread busy 90% of its time that sleeps 2 ms between rounds (dozes.py) is no event-loop worker:
+/// CPython 3.8-3.10's time.sleep waits in select() with no file descriptors (the kernel's frames and the
+/// syscall counters are an event loop's), which the doctor took for a worker waiting for work and found
+/// too-few-workers on a machine of 2 CPUs or more. 3.8-3.10 where installed, and the newest for contrast
+/// (clock_nanosleep).
+#[test]
+fn the_doctor_takes_time_sleep_in_select_for_a_sleep() {
+    let _x = exclusive();
+    let mut tested = Vec::new();
+    for minor in [8, 9, 10, 13] {
+        let Some(exe) = pyenv_python(minor) else { continue };
+        let (ids, _) = doctor_python(&exe, "dozes.py", &["2"]);
+        assert!(!ids.iter().any(|i| i == "too-few-workers"), "3.{minor}: {ids:?}");
+        tested.push(minor);
+    }
+    assert!(tested.iter().any(|&m| m <= 10), "no CPython 3.8-3.10 under ~/.pyenv/versions");
 }

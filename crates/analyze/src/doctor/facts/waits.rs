@@ -24,6 +24,7 @@ pub(super) fn wait_of<'a>(funcs: &[usize], func: impl Fn(usize) -> Func<'a>) -> 
     match funcs.iter().position(|&f| is_idle_wait(&func(f))) {
         Some(i)
             if !funcs[i..].iter().any(|&f| is_lock_below_wait(&func(f)))
+                && !sleeps_in(&funcs[..=i], &func)
                 && !funcs[..i].iter().any(|&f| is_lock_park(&func(f))) =>
         {
             Wait::Idle
@@ -31,6 +32,38 @@ pub(super) fn wait_of<'a>(funcs: &[usize], func: impl Fn(usize) -> Func<'a>) -> 
         _ => Wait::Blocked,
     }
 }
+
+/// The innermost frame of `funcs` (outermost first) is a poll that a sleep function called: a sleep
+/// without file descriptors to wait on, not an event loop waiting for work.
+fn sleeps_in<'a>(funcs: &[usize], func: &impl Fn(usize) -> Func<'a>) -> bool {
+    funcs.split_last().is_some_and(|(&poll, callers)| {
+        is_poll_wait(&func(poll)) && callers.iter().any(|&f| is_sleep_by_poll(&func(f)))
+    })
+}
+
+/// A stack (function ids outermost first) that waits for work in a poll: a poll wait not called by a
+/// sleep function (see [`is_sleep_by_poll`]).
+pub(super) fn polls_for_work<'a>(funcs: &[usize], func: impl Fn(usize) -> Func<'a>) -> bool {
+    funcs.iter().position(|&f| is_poll_wait(&func(f))).is_some_and(|i| !sleeps_in(&funcs[..=i], &func))
+}
+
+/// A stack (function ids outermost first) that sleeps in a poll (see [`is_sleep_by_poll`]).
+pub(super) fn sleeps_by_poll<'a>(funcs: &[usize], func: impl Fn(usize) -> Func<'a>) -> bool {
+    funcs.iter().position(|&f| is_poll_wait(&func(f))).is_some_and(|i| sleeps_in(&funcs[..=i], &func))
+}
+
+/// A sleep that waits in a poll of no file descriptors, only a timeout (the kernel's frames are an event
+/// loop's: do_select, poll_schedule_timeout): CPython 3.8-3.10's time.sleep (`time_sleep`, `pysleep`:
+/// select; clock_nanosleep from 3.11), Tcl's `Tcl_Sleep` (select), a libc's `usleep` built on select.
+/// Its time is a sleep's: blocked, as a nanosleep's is.
+pub(super) fn is_sleep_by_poll(f: &Func) -> bool {
+    const USER: [&str; 4] = ["time_sleep", "pysleep", "Tcl_Sleep", "usleep"];
+    !f.kernel && USER.contains(&f.plain().trim_start_matches('_'))
+}
+
+/// The syscalls a sleep may wait in (with no file descriptors): a thread counted in them, and seen
+/// sleeping in them, is no event loop for their count (see [`is_sleep_by_poll`]).
+pub(super) const SLEEP_POLL_SYSCALLS: [&str; 4] = ["poll", "ppoll", "select", "pselect6"];
 
 /// A function a thread waits for work in: a pool's condition variable or semaphore, an event loop's
 /// poll, a listener's accept, the Go scheduler parking an idle M, a thread or process waiting for another

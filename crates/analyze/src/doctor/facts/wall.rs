@@ -1,7 +1,9 @@
 //! How the threads' time splits: running, blocked, waiting for a CPU, idle (waiting for work), and in
 //! whyslow's probes; and which threads were mostly idle.
 
-use super::waits::{is_go_netpoll, is_idle_wait, is_poll_wait, Wait, POLL_SYSCALLS};
+use super::waits::{
+    is_go_netpoll, is_idle_wait, polls_for_work, sleeps_by_poll, Wait, POLL_SYSCALLS, SLEEP_POLL_SYSCALLS,
+};
 use super::{pct, Facts};
 use crate::doctor::thresholds::{BACKGROUND_IDLE_PCT, BACKGROUND_RUNNING_PCT, IDLE_THREAD_PCT};
 use std::collections::{HashMap, HashSet};
@@ -83,6 +85,9 @@ impl Facts<'_> {
             return None;
         }
         let mut by: HashMap<u32, ThreadSplit> = HashMap::new();
+        // Threads seen sleeping in a poll (CPython 3.8-3.10's time.sleep): their select and poll calls
+        // may be those sleeps, not an event loop's.
+        let mut sleepers: HashSet<u32> = HashSet::new();
         for v in self.views.iter().filter(|v| !v.instrumentation) {
             let t =
                 by.entry(v.thread).or_insert_with(|| ThreadSplit { thread: v.thread, ..Default::default() });
@@ -93,19 +98,33 @@ impl Facts<'_> {
                 Wait::Runnable => t.split.runnable_ns += v.off,
                 Wait::Idle => t.split.idle_ns += v.off,
             }
-            let funcs = || v.funcs.iter().map(|&f| self.func(f));
-            t.event_loop |= funcs().any(|f| is_poll_wait(&f)) && !funcs().any(|f| is_go_netpoll(&f));
+            let func = |f: usize| self.func(f);
+            t.event_loop |=
+                polls_for_work(&v.funcs, func) && !v.funcs.iter().any(|&f| is_go_netpoll(&func(f)));
+            if sleeps_by_poll(&v.funcs, func) {
+                sleepers.insert(v.thread);
+            }
         }
-        let polls: HashSet<(u32, u32)> = self
-            .p
-            .syscalls
-            .iter()
-            .filter(|s| s.calls > 0 && POLL_SYSCALLS.contains(&s.name.as_str()))
-            .map(|s| (s.pid, s.tid))
-            .collect();
+        // A thread that calls a poll is an event loop, but for one seen sleeping in a poll (and never
+        // waiting for work in one), whose select and poll calls are taken as its sleeps.
+        let polls = |sleeper: bool| -> HashSet<(u32, u32)> {
+            let syscalls = self.p.syscalls.iter().filter(|s| s.calls > 0);
+            syscalls
+                .filter(|s| {
+                    POLL_SYSCALLS.contains(&s.name.as_str())
+                        && !(sleeper && SLEEP_POLL_SYSCALLS.contains(&s.name.as_str()))
+                })
+                .map(|s| (s.pid, s.tid))
+                .collect()
+        };
+        let (polls, polls_of_sleepers) = (polls(false), polls(true));
         let mut out: Vec<ThreadSplit> = by.into_values().collect();
         for t in &mut out {
             let thread = self.p.threads.get(t.thread as usize);
+            let polls = match sleepers.contains(&t.thread) && !t.event_loop {
+                true => &polls_of_sleepers,
+                false => &polls,
+            };
             t.event_loop |= thread.is_some_and(|th| polls.contains(&(th.pid, th.tid)));
         }
         out.sort_by_key(|t| t.thread);
@@ -207,6 +226,7 @@ impl Facts<'_> {
 mod tests {
     use super::super::test_profile::profile;
     use super::{Facts, WallSplit};
+    use whyslow_model::SyscallStat;
 
     /// Idle waits (a pool's condvar, an event loop, Go's parked Ms, a join) are apart from blocked time
     /// and from waiting for a CPU; a woken waiter re-taking the mutex is blocked.
@@ -245,6 +265,35 @@ mod tests {
                 ("wall (blocked)", 6.25)
             ]
         );
+    }
+
+    /// A sleep in a poll of no file descriptors (CPython 3.8-3.10's time.sleep calls select) is blocked
+    /// time, as a nanosleep's, and makes no event loop, nor do the select calls it counts; a select
+    /// waiting for work is idle, and an epoll_wait counted makes an event loop still.
+    #[test]
+    fn a_sleep_in_select_is_blocked_and_no_event_loop() {
+        let sleep = "main;time_sleep;pysleep;lib:__GI___select;k:core_sys_select;k:do_select";
+        let p = profile(&[
+            ("main;work", 900, 0),
+            (sleep, 0, 100),
+            ("main;time_sleep;pysleep;lib:clock_nanosleep;k:do_nanosleep", 0, 30),
+            ("loop;lib:__GI___select;k:core_sys_select;k:do_select", 0, 50),
+        ]);
+        let split = Facts::new(&p).wall_split().unwrap();
+        assert_eq!(
+            split,
+            WallSplit { running_ns: 900, blocked_ns: 130, runnable_ns: 0, idle_ns: 50, probe_ns: 0 }
+        );
+        let mut p = profile(&[("main;work", 900, 0), (sleep, 0, 100)]);
+        let select = SyscallStat { pid: 1, tid: 1, name: "select".into(), calls: 90, ..Default::default() };
+        p.syscalls.push(select.clone());
+        let splits = Facts::new(&p).thread_splits().unwrap();
+        assert_eq!((splits[0].split.blocked_ns, splits[0].split.idle_ns), (100, 0));
+        assert!(!splits[0].event_loop, "its selects are its sleeps");
+        p.syscalls.push(SyscallStat { name: "epoll_wait".into(), ..select });
+        assert!(Facts::new(&p).thread_splits().unwrap()[0].event_loop, "it calls epoll_wait too");
+        let p = profile(&[("main;work", 900, 0), ("main;lib:__GI___select;k:do_select", 0, 100)]);
+        assert!(Facts::new(&p).thread_splits().unwrap()[0].event_loop, "a select for work");
     }
 
     /// A Go thread idle in the scheduler after its goroutine parked (the stack goes on past runtime.mcall

@@ -239,6 +239,40 @@ mod tests {
         );
     }
 
+    /// A Python thread busy but for its time.sleep calls, which CPython 3.8-3.10 make as select() with
+    /// no file descriptors (counted among its syscalls): a sleep, no event-loop worker, no finding.
+    #[test]
+    fn a_thread_that_sleeps_in_select_is_no_worker() {
+        let ms = 1_000_000;
+        let py = "main;_PyEval_EvalFrameDefault;doze";
+        let sleep = format!("{py};cfunction_vectorcall_O;time_sleep;pysleep;lib:__GI___select;k:do_select");
+        let mut p = on_threads(&[
+            (1, "main;_PyEval_EvalFrameDefault;work", 6_000 * ms, 0),
+            (1, "main;_PyEval_EvalFrameDefault;work;k:[waiting for a CPU]", 0, 3_200 * ms),
+            (1, sleep.as_str(), 0, 800 * ms),
+        ]);
+        p.meta.target_env = server(&[], 2).meta.target_env;
+        p.syscalls.push(SyscallStat {
+            pid: 1,
+            tid: 1,
+            name: "select".into(),
+            calls: 400,
+            ..Default::default()
+        });
+        if let Verdict::Found(x) = super::check(&Facts::new(&p)) {
+            panic!("found: {:?}", x.evidence);
+        }
+        // The same waits in a select for work: a busy event-loop worker.
+        let polling = "main;_PyEval_EvalFrameDefault;serve;lib:__GI___select;k:do_select";
+        let mut p = on_threads(&[
+            (1, "main;_PyEval_EvalFrameDefault;work", 6_000 * ms, 0),
+            (1, "main;_PyEval_EvalFrameDefault;work;k:[waiting for a CPU]", 0, 3_200 * ms),
+            (1, polling, 0, 800 * ms),
+        ]);
+        p.meta.target_env = server(&[], 2).meta.target_env;
+        assert!(matches!(super::check(&Facts::new(&p)), Verdict::Found(_)));
+    }
+
     /// A thread busy all the time that never waits for work in a poll (a computation) is no worker; a
     /// profile without the target's CPUs says what it needs.
     #[test]
