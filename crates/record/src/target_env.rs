@@ -413,6 +413,11 @@ mod tests {
 
     const PID: u32 = 4242;
 
+    /// /proc/4242/stat of "my prog" with these major faults and user ticks.
+    fn stat_line(majflt: u64, ticks: u64) -> String {
+        format!("4242 (my prog) R 1 4242 4242 0 -1 4194304 100 0 {majflt} 0 {ticks} 0 0 0 20 0 2 0 100\n")
+    }
+
     /// A hybrid host (this VM's layout): cgroup v1's cpu controller beside a v2 tree without it.
     fn v1_tree(root: &Path, quota: &str) {
         write(root, "/proc/4242/cgroup", "4:memory:/\n1:cpu:/app\n0::/\n");
@@ -502,13 +507,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         v1_tree(root, "-1\n");
-        let stat = |majflt: u64, ticks: u64| {
-            format!("4242 (my prog) R 1 4242 4242 0 -1 4194304 100 0 {majflt} 0 {ticks} 0 0 0 20 0 2 0 100\n")
-        };
-        write(root, "/proc/4242/stat", &stat(10, 5));
+        write(root, "/proc/4242/stat", &stat_line(10, 5));
         write(root, "/proc/4242/status", "Name:\tx\nCpus_allowed_list:\t0-1\n");
         write(root, "/proc/4242/task/4242/schedstat", "1000 500 3\n");
-        write(root, "/proc/7/stat", &stat(0, 100).replace("4242 (my prog)", "7 (cc1plus)"));
+        write(root, "/proc/7/stat", &stat_line(0, 100).replace("4242 (my prog)", "7 (cc1plus)"));
         write(root, "/proc/vmstat", "pgfault 5\npswpin 100\n");
         write(
             root,
@@ -517,10 +519,10 @@ mod tests {
         );
         write(root, "/sys/devices/system/cpu/online", "0-1\n");
         let start = start(root, &[PID]);
-        write(root, "/proc/4242/stat", &stat(510, 5));
+        write(root, "/proc/4242/stat", &stat_line(510, 5));
         write(root, "/proc/4242/task/4242/schedstat", "3000 4500 9\n");
         write(root, "/proc/4242/task/4243/schedstat", "100 200 1\n");
-        write(root, "/proc/7/stat", &stat(0, 300).replace("4242 (my prog)", "7 (cc1plus)"));
+        write(root, "/proc/7/stat", &stat_line(0, 300).replace("4242 (my prog)", "7 (cc1plus)"));
         write(root, "/proc/vmstat", "pgfault 5\npswpin 160\n");
         write(
             root,
@@ -548,45 +550,21 @@ mod tests {
     fn the_next_window_starts_from_the_last_ones_end() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
-        v1_tree(
-            root, "-1
-",
-        );
-        let stat = |majflt: u64, ticks: u64| {
-            format!(
-                "4242 (my prog) R 1 4242 4242 0 -1 4194304 100 0 {majflt} 0 {ticks} 0 0 0 20 0 2 0 100
-"
-            )
-        };
-        let other = |ticks: u64| stat(0, ticks).replace("4242 (my prog)", "7 (cc1plus)");
-        write(root, "/proc/4242/stat", &stat(10, 5));
-        write(
-            root,
-            "/proc/4242/task/4242/schedstat",
-            "1000 500 3
-",
-        );
+        v1_tree(root, "-1\n");
+        let other = |ticks: u64| stat_line(0, ticks).replace("4242 (my prog)", "7 (cc1plus)");
+        write(root, "/proc/4242/stat", &stat_line(10, 5));
+        write(root, "/proc/4242/task/4242/schedstat", "1000 500 3\n");
         write(root, "/proc/7/stat", &other(100));
         let first = start(root, &[PID]);
-        write(root, "/proc/4242/stat", &stat(110, 5));
-        write(
-            root,
-            "/proc/4242/task/4242/schedstat",
-            "3000 1500 9
-",
-        );
+        write(root, "/proc/4242/stat", &stat_line(110, 5));
+        write(root, "/proc/4242/task/4242/schedstat", "3000 1500 9\n");
         write(root, "/proc/7/stat", &other(300));
         let (env, next) = first.finish_and_restart(&[PID]);
         assert_eq!(env.memory.unwrap().major_faults, 100);
         let r = env.run_queue.unwrap();
         assert_eq!((r.run_ns, r.wait_ns, r.others.len()), (2000, 1000, 1));
-        write(root, "/proc/4242/stat", &stat(140, 5));
-        write(
-            root,
-            "/proc/4242/task/4242/schedstat",
-            "3500 1600 10
-",
-        );
+        write(root, "/proc/4242/stat", &stat_line(140, 5));
+        write(root, "/proc/4242/task/4242/schedstat", "3500 1600 10\n");
         // cc1plus used no CPU in the second window.
         let env = next.finish(&[PID]);
         assert_eq!(env.memory.unwrap().major_faults, 30);
