@@ -596,19 +596,19 @@ impl<'a> Session<'a> {
         raw.meta.notes.extend(self.oom_notes());
         // Each window carries its surroundings' readings (an agent's doctor checks quotas too).
         let pids = self.pids.clone();
-        raw.meta.target_env = match self.env.take() {
+        // The next window starts from this one's end readings (the whole host keeps none).
+        let (env, next) = match self.env.take() {
             Some(e) if !self.src.host => {
                 let (env, next) = e.finish_and_restart(&pids);
-                self.env = Some(next);
-                Some(env)
+                (Some(env), Some(next))
             }
-            Some(e) => Some(e.finish(&pids)),
-            None if !self.src.host => {
-                self.env = Some(crate::target_env::start(std::path::Path::new("/"), &pids));
-                None
+            Some(e) => (Some(e.finish(&pids)), None),
+            None => {
+                (None, (!self.src.host).then(|| crate::target_env::start(std::path::Path::new("/"), &pids)))
             }
-            None => None,
         };
+        raw.meta.target_env = env;
+        self.env = next;
         self.lost_before = n.lost;
         self.window_t0 = Instant::now();
         self.start_unix_ns = unix_now_ns();

@@ -4,7 +4,7 @@
 //! Names are kallsyms' (`bpf_prog_TAG_NAME`); every function of a program with subprograms carries the
 //! program's name.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 const BPF_PROG_GET_NEXT_ID: libc::c_long = 11;
 const BPF_PROG_GET_FD_BY_ID: libc::c_long = 13;
@@ -13,8 +13,8 @@ const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
 /// The programs loaded now, by id (ids are never reused while the kernel runs).
 #[derive(Default)]
 pub(crate) struct Programs {
-    by_id: HashMap<u32, Vec<(u64, u32)>>,
-    names: HashMap<u32, String>,
+    /// Each program's kallsyms name and its functions' (address, length).
+    by_id: HashMap<u32, (String, Vec<(u64, u32)>)>,
     /// (start, end, id) of every function, sorted by start.
     ranges: Vec<(u64, u64, u32)>,
 }
@@ -29,27 +29,25 @@ impl Programs {
         };
         let before = self.by_id.len();
         self.by_id.retain(|id, _| ids.contains(id));
-        self.names.retain(|id, _| ids.contains(id));
         let mut changed = before != self.by_id.len();
         for &id in &ids {
             if self.by_id.contains_key(&id) {
                 continue;
             }
             // A program unloaded since it was listed is simply not there.
-            let Some((name, funcs)) = program(id) else { continue };
-            if funcs.iter().any(|f| f.0 == 0) {
+            let Some(program) = program(id) else { continue };
+            if program.1.iter().any(|f| f.0 == 0) {
                 *self = Programs::default();
                 return false;
             }
-            self.by_id.insert(id, funcs);
-            self.names.insert(id, name);
+            self.by_id.insert(id, program);
             changed = true;
         }
         if changed {
             self.ranges = self
                 .by_id
                 .iter()
-                .flat_map(|(&id, fs)| fs.iter().map(move |&(at, len)| (at, at + len as u64, id)))
+                .flat_map(|(&id, (_, fs))| fs.iter().map(move |&(at, len)| (at, at + len as u64, id)))
                 .collect();
             self.ranges.sort_unstable();
         }
@@ -60,20 +58,21 @@ impl Programs {
     pub fn lookup(&self, addr: u64) -> Option<&str> {
         let i = self.ranges.partition_point(|r| r.0 <= addr).checked_sub(1)?;
         let (_, end, id) = self.ranges[i];
-        (addr < end).then(|| self.names[&id].as_str())
+        (addr < end).then(|| self.by_id[&id].0.as_str())
     }
 }
 
 /// The ids of the loaded programs; None when they cannot be listed.
-fn program_ids() -> Option<Vec<u32>> {
-    let mut ids = Vec::new();
+fn program_ids() -> Option<HashSet<u32>> {
+    let (mut ids, mut last) = (HashSet::new(), 0);
     loop {
         // union bpf_attr for BPF_PROG_GET_NEXT_ID: start_id, next_id, open_flags.
-        let mut attr = [ids.last().copied().unwrap_or(0), 0u32, 0u32];
+        let mut attr = [last, 0u32, 0u32];
         if bpf(BPF_PROG_GET_NEXT_ID, &mut attr) != 0 {
             return (std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOENT)).then_some(ids);
         }
-        ids.push(attr[1]);
+        last = attr[1];
+        ids.insert(last);
     }
 }
 
@@ -204,7 +203,7 @@ mod tests {
         let ours: Vec<(u64, u64, String)> = p
             .ranges
             .iter()
-            .map(|&(start, end, id)| (start, end, p.names[&id].clone()))
+            .map(|&(start, end, id)| (start, end, p.by_id[&id].0.clone()))
             .filter(|r| r.2.ends_with("_whyslow_test"))
             .collect();
         assert!(!ours.is_empty(), "our program among {} functions", p.ranges.len());

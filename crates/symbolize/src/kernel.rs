@@ -3,7 +3,7 @@
 //! and go, so their addresses are looked up in /proc/kallsyms as it is now. Reading /proc/kallsyms costs
 //! ~65 ms of CPU (the kernel formats every symbol): a service symbolizing a window every few seconds
 //! reads it again when a module was loaded or unloaded since. BPF programs come and go with every process
-//! a service starts following (reading the table at each window for them was a fifth of its CPU): their
+//! a service starts following (reading the table again at each window for them was up to a fifth of its CPU): their
 //! code is named from what the kernel says of each new program (see [`crate::bpf_programs`]).
 use crate::bpf_programs::Programs;
 use crate::kallsyms::Kallsyms;
