@@ -139,6 +139,11 @@ mod tests {
 
     /// 10 s on `cpus` CPUs: each worker (tid, ms running, ms waiting for a CPU, ms waiting for work in
     /// epoll_wait), and a listener thread that only waits.
+    /// `calls` of syscall `name` counted on thread 1 of process 1.
+    fn count(p: &mut Profile, name: &str, calls: u64) {
+        p.syscalls.push(SyscallStat { pid: 1, tid: 1, name: name.into(), calls, ..Default::default() });
+    }
+
     fn server(workers: &[(u32, i64, i64, i64)], cpus: u32) -> Profile {
         let ms = 1_000_000;
         let running = format!("{LOOP};ngx_http_process_request");
@@ -190,13 +195,7 @@ mod tests {
         ]);
         p.meta.target_env = server(&[], 2).meta.target_env;
         assert!(matches!(super::check(&Facts::new(&p)), Verdict::Clear));
-        p.syscalls.push(SyscallStat {
-            pid: 1,
-            tid: 1,
-            name: "epoll_wait".into(),
-            calls: 900,
-            ..Default::default()
-        });
+        count(&mut p, "epoll_wait", 900);
         let Verdict::Found(x) = super::check(&Facts::new(&p)) else { panic!("not found") };
         assert!(x.evidence[0].contains("had work 100.0% of its time"), "{:?}", x.evidence);
         let mut go = on_threads(&[
@@ -252,13 +251,7 @@ mod tests {
             (1, sleep.as_str(), 0, 800 * ms),
         ]);
         p.meta.target_env = server(&[], 2).meta.target_env;
-        p.syscalls.push(SyscallStat {
-            pid: 1,
-            tid: 1,
-            name: "select".into(),
-            calls: 400,
-            ..Default::default()
-        });
+        count(&mut p, "select", 400);
         if let Verdict::Found(x) = super::check(&Facts::new(&p)) {
             panic!("found: {:?}", x.evidence);
         }
