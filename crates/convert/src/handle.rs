@@ -254,7 +254,7 @@ impl<H: Host> Converter<H> {
             stack.reserve(all.len() + 1);
             // Each native frame of CPython's eval loop stands for the Python frames that call runs.
             let frames = &all[(skip_leaf as usize).min(all.len())..];
-            let mut python = self.python_frames(s.pid, s.python, frames, cut);
+            let mut python = self.python_frames(s.pid, time, s.python, frames, cut);
             for (i, &a) in frames.iter().enumerate() {
                 if let Some(py) = python.runs.get_mut(i).and_then(Option::take) {
                     stack.extend(py);

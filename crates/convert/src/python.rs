@@ -1,16 +1,31 @@
 //! Python frames: which processes run a CPython interpreter (found in the files they map), and a
 //! sample's Python frames (sent by the kernel: code object and instruction of each) named and put in
 //! place of the `_PyEval_EvalFrameDefault` frames that run them, so the C functions around them stay
-//! where they are. Code objects are read through the [`Host`] (the process's memory) once each per
-//! process. Never reads memory or files itself: the host does.
+//! where they are. Code objects are read through the [`Host`] (the process's memory) and kept by
+//! address, but a code object is freed and another takes its address (code made by `exec`, `compile`,
+//! an import): a kept one is checked again ([`Code::still_at`], two reads) when a sample names it
+//! [`CHECK_NS`] after its last check, and one that could not be read is tried again later and later,
+//! up to every [`MAX_RETRY_NS`]; the clock is the samples' (event time), so that a converter running
+//! late reads no more per sample than one on time. Never reads memory or files itself: the host does.
 
 use crate::records::PyFrame;
 use crate::{Converter, Host};
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::ops::Range;
 use whyslow_model::raw::RawFrame;
 use whyslow_model::FrameKind;
 use whyslow_python::{read_code, Code, Interpreter, Layout, Memory};
+
+/// How long (event time) a code object read is trusted before a sample naming it checks it again.
+pub(crate) const CHECK_NS: u64 = 10_000_000;
+/// After a code object could not be read: how long until it is tried again, doubled at each failure
+/// in a row up to [`MAX_RETRY_NS`].
+pub(crate) const RETRY_NS: u64 = 2_000_000;
+pub(crate) const MAX_RETRY_NS: u64 = 50_000_000;
+/// Code objects no sample named for this long (event time) are forgotten (code made and dropped in a
+/// loop would fill the map).
+pub(crate) const FORGET_NS: u64 = 60_000_000_000;
 
 /// A process found to run CPython: what user space puts in the kernel's map for it (see
 /// [`Converter::take_python_found`]).
@@ -35,10 +50,41 @@ pub(crate) struct PyProc {
     layout: Option<&'static Layout>,
     /// `_PyEval_EvalFrameDefault` in the process's address space.
     eval: Vec<Range<u64>>,
-    /// Each code object read (None: it could not be), by address.
-    codes: HashMap<u64, Option<Code>>,
-    /// The label of each (code object, line) named.
-    labels: HashMap<(u64, u32), u32>,
+    /// Each code object read or tried, by address.
+    codes: HashMap<u64, CodeEntry>,
+    /// When (event time) the codes no sample named for [`FORGET_NS`] were last forgotten.
+    swept: u64,
+}
+
+/// A code object as read at its address, with the label of each of its lines named.
+#[derive(Clone)]
+struct CodeEntry {
+    /// None: it could not be read.
+    code: Option<Code>,
+    labels: HashMap<u32, u32>,
+    /// When (event time) it was last read or checked.
+    checked: u64,
+    /// Reads that failed in a row.
+    failures: u32,
+    /// When a sample last named it.
+    used: u64,
+}
+
+impl CodeEntry {
+    fn read(mem: &dyn Memory, layout: &Layout, addr: u64, now: u64, failures: u32) -> CodeEntry {
+        let code = read_code(mem, layout, addr).ok();
+        let failures = if code.is_some() { 0 } else { failures + 1 };
+        CodeEntry { code, labels: HashMap::new(), checked: now, failures, used: now }
+    }
+
+    /// Whether it is due to be read again (a failure) or checked (a code object read) at `now`.
+    fn due(&self, now: u64) -> bool {
+        let wait = match self.code {
+            Some(_) => CHECK_NS,
+            None => RETRY_NS.saturating_mul(1 << self.failures.saturating_sub(1).min(20)).min(MAX_RETRY_NS),
+        };
+        now.saturating_sub(self.checked) >= wait
+    }
 }
 
 impl PyProc {
@@ -95,7 +141,7 @@ impl<H: Host> Converter<H> {
         let Some(i) = interp else { return };
         let layout = whyslow_python::layout(i.minor);
         let eval = i.eval.iter().map(|r| r.start.wrapping_add(bias)..r.end.wrapping_add(bias)).collect();
-        let py = PyProc { layout, eval, codes: HashMap::new(), labels: HashMap::new() };
+        let py = PyProc { layout, eval, codes: HashMap::new(), swept: 0 };
         if let Some(p) = self.procs.get_mut(&pid) {
             p.python = Some(Box::new(py));
         }
@@ -112,10 +158,11 @@ impl<H: Host> Converter<H> {
     /// its outermost eval frame, which runs the thread's first Python frame: an innermost eval frame
     /// with no Python frame of its own stays as it is, an innermost Python frame with no eval frame joins
     /// the innermost eval frame's. A cut stack has lost its outermost frames: it is matched from the
-    /// innermost, and the Python frames left over are its callers.
+    /// innermost, and the Python frames left over are its callers. `time`: the sample's (event clock).
     pub(crate) fn python_frames(
         &mut self,
         pid: u32,
+        time: u64,
         py: &[PyFrame],
         native: &[u64],
         cut: bool,
@@ -125,7 +172,7 @@ impl<H: Host> Converter<H> {
             return PyPlacement { runs: Vec::new(), rest: Vec::new() };
         }
         let mut placed = PyPlacement { runs: vec![None; native.len()], rest: Vec::new() };
-        let groups = self.python_groups(pid, py);
+        let groups = self.python_groups(pid, py, time);
         let Some(proc) = self.procs.get(&pid).and_then(|p| p.python.as_ref()) else { return placed };
         let evals: Vec<usize> = (0..native.len()).filter(|&i| proc.runs_eval(native[i])).collect();
         let (k, g) = (evals.len(), groups.len());
@@ -152,25 +199,44 @@ impl<H: Host> Converter<H> {
         placed
     }
 
-    /// A sample's Python frames, named, in groups (innermost first) of those one eval call runs.
-    fn python_groups(&mut self, pid: u32, frames: &[PyFrame]) -> Vec<Vec<RawFrame>> {
+    /// A sample's Python frames, named, in groups (innermost first) of those one eval call runs; `now`:
+    /// the sample's time (event clock).
+    fn python_groups(&mut self, pid: u32, frames: &[PyFrame], now: u64) -> Vec<Vec<RawFrame>> {
         let Some(mut py) = self.procs.get_mut(&pid).and_then(|p| p.python.take()) else { return Vec::new() };
         let mut groups = vec![Vec::new()];
         if let Some(layout) = py.layout {
             let mem = HostMemory { host: &self.host, pid };
+            if now.saturating_sub(py.swept) >= FORGET_NS {
+                py.codes.retain(|_, e| now.saturating_sub(e.used) < FORGET_NS);
+                py.swept = now;
+            }
             for f in frames {
-                let code = py.codes.entry(f.code).or_insert_with(|| read_code(&mem, layout, f.code).ok());
-                let label = match code {
-                    Some(c) => {
-                        let line = c.line(f.instr);
-                        match py.labels.get(&(f.code, line)) {
-                            Some(&l) => l,
-                            None => {
-                                let l = self.raw.label_at(&c.name, &c.file, FrameKind::User, &c.file, line);
-                                py.labels.insert((f.code, line), l);
-                                l
+                let entry = match py.codes.entry(f.code) {
+                    Entry::Vacant(v) => v.insert(CodeEntry::read(&mem, layout, f.code, now, 0)),
+                    Entry::Occupied(o) => {
+                        let e = o.into_mut();
+                        if e.due(now) {
+                            match &e.code {
+                                // Another code object at its address: read again, its lines named
+                                // again. One that cannot be read now (the process is gone: the last
+                                // samples of its blocked threads come at its exit) stays as read.
+                                Some(c) => match c.still_at(&mem, layout, f.code) {
+                                    Some(false) => *e = CodeEntry::read(&mem, layout, f.code, now, 0),
+                                    Some(true) | None => e.checked = now,
+                                },
+                                None => *e = CodeEntry::read(&mem, layout, f.code, now, e.failures),
                             }
                         }
+                        e
+                    }
+                };
+                entry.used = now;
+                let label = match &entry.code {
+                    Some(c) => {
+                        let line = c.line(f.instr);
+                        *entry.labels.entry(line).or_insert_with(|| {
+                            self.raw.label_at(&c.name, &c.file, FrameKind::User, &c.file, line)
+                        })
                     }
                     None => self.raw.label(UNREADABLE, "[python]", FrameKind::Unknown),
                 };

@@ -38,6 +38,55 @@ pub struct Code {
     minor: u8,
     /// Where its instructions start in memory (3.11+).
     instructions: u64,
+    /// What tells it from a code object allocated at its address after it was freed (None: not read
+    /// from memory).
+    mark: Option<Mark>,
+}
+
+/// What tells a code object from another allocated at its address once it was freed, read again in two
+/// reads (see [`Code::still_at`]): its type, name, file and line-table pointers and first line, and the
+/// head of its name (length, hash, state, its first bytes), since a new code object's name, file and
+/// table may take the freed ones' addresses too (`exec` of a `def f_{i}` in a loop).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Mark {
+    head: [u64; 5],
+    /// The name's bytes from its length field on.
+    name: Vec<u8>,
+}
+
+/// Bytes of a name's characters in its [`Mark`].
+const MARK_NAME: usize = 48;
+/// Bytes of a code object's header read at most (its fields' offsets are below 256 in every layout).
+const MAX_HEADER: usize = 256;
+/// Bytes of a name's head read at most for its mark (its characters start below 80 in every layout).
+const MAX_MARK: usize = 128;
+
+/// Bytes of the code object's header read: up to its last field read.
+fn header_size(layout: &Layout) -> usize {
+    usize::from(layout.code_filename.max(layout.code_name).max(layout.code_linetable))
+        .max(usize::from(layout.code_qualname))
+        .max(usize::from(layout.code_firstlineno))
+        + 8
+}
+
+/// The field of the name frames show: `co_qualname` (3.11+), else `co_name`.
+fn name_field(layout: &Layout) -> usize {
+    usize::from(match layout.code_qualname {
+        0 => layout.code_name,
+        q => q,
+    })
+}
+
+/// The header fields of a [`Mark`]: type, name, file, line table, first line.
+fn mark_head(co: &[u8], layout: &Layout) -> [u64; 5] {
+    let fl = usize::from(layout.code_firstlineno);
+    [
+        u64_of(co, 8),
+        u64_of(co, name_field(layout)),
+        u64_of(co, layout.code_filename.into()),
+        u64_of(co, layout.code_linetable.into()),
+        u64::from(u32::from_le_bytes(co[fl..fl + 4].try_into().expect("4 bytes"))),
+    ]
 }
 
 fn u64_of(b: &[u8], at: usize) -> u64 {
@@ -64,20 +113,18 @@ pub fn read_code(mem: &dyn Memory, layout: &Layout, addr: u64) -> Result<Code, C
     if &tn != b"code\0" {
         return Err(CodeError::NotCode(addr));
     }
-    let size = usize::from(layout.code_filename.max(layout.code_name).max(layout.code_linetable))
-        .max(usize::from(layout.code_qualname))
-        .max(usize::from(layout.code_firstlineno))
-        + 8;
+    let size = header_size(layout);
     let mut co = vec![0u8; size];
     if !mem.read(addr, &mut co) {
         return Err(CodeError::Unreadable(addr));
     }
-    let name_field = match layout.code_qualname {
-        0 => layout.code_name,
-        q => q,
-    };
-    let name = read_str(mem, layout, u64_of(&co, name_field.into()))?;
-    let file = read_str(mem, layout, u64_of(&co, layout.code_filename.into()))?;
+    let name_at = u64_of(&co, name_field(layout));
+    let (name, span) = read_str(mem, layout, name_at)?;
+    let (file, _) = read_str(mem, layout, u64_of(&co, layout.code_filename.into()))?;
+    let mut mark_name = vec![0u8; span.min(MAX_MARK)];
+    let mark = mem
+        .read(name_at.wrapping_add(u64::from(layout.unicode_length)), &mut mark_name)
+        .then(|| Mark { head: mark_head(&co, layout), name: mark_name });
     let fl = usize::from(layout.code_firstlineno);
     let first_line = i32::from_le_bytes(co[fl..fl + 4].try_into().expect("4 bytes")).max(0) as u32;
     let table = read_bytes(mem, layout, u64_of(&co, layout.code_linetable.into())).unwrap_or_default();
@@ -88,11 +135,13 @@ pub fn read_code(mem: &dyn Memory, layout: &Layout, addr: u64) -> Result<Code, C
         table,
         minor: layout.minor,
         instructions: addr.wrapping_add(u64::from(layout.code_adaptive)),
+        mark,
     })
 }
 
-/// A compact `str` (what names and file names are): ASCII, Latin-1, UCS-2 or UCS-4.
-fn read_str(mem: &dyn Memory, layout: &Layout, addr: u64) -> Result<String, CodeError> {
+/// A compact `str` (what names and file names are): ASCII, Latin-1, UCS-2 or UCS-4; and the bytes from
+/// its length field to [`MARK_NAME`] bytes into its characters (its [`Mark`]).
+fn read_str(mem: &dyn Memory, layout: &Layout, addr: u64) -> Result<(String, usize), CodeError> {
     let mut head = [0u8; 8];
     let state_at = addr.wrapping_add(u64::from(layout.unicode_state));
     if !mem.read(state_at, &mut head[..4]) {
@@ -113,7 +162,9 @@ fn read_str(mem: &dyn Memory, layout: &Layout, addr: u64) -> Result<String, Code
     if !mem.read(data, &mut b) {
         return Err(CodeError::Unreadable(data));
     }
-    Ok(match kind {
+    let span =
+        (data - addr).saturating_sub(u64::from(layout.unicode_length)) as usize + b.len().min(MARK_NAME);
+    let s = match kind {
         1 => b.iter().map(|&c| char::from(c)).collect(),
         2 => char::decode_utf16(b.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])))
             .map(|c| c.unwrap_or(char::REPLACEMENT_CHARACTER))
@@ -122,7 +173,8 @@ fn read_str(mem: &dyn Memory, layout: &Layout, addr: u64) -> Result<String, Code
             .chunks_exact(4)
             .map(|c| char::from_u32(u32::from_le_bytes(c.try_into().expect("4 bytes"))).unwrap_or('\u{fffd}'))
             .collect(),
-    })
+    };
+    Ok((s, span))
 }
 
 /// A `bytes` object's contents.
@@ -150,7 +202,27 @@ impl Code {
         minor: u8,
         instructions: u64,
     ) -> Code {
-        Code { name: name.into(), file: file.into(), first_line, table, minor, instructions }
+        Code { name: name.into(), file: file.into(), first_line, table, minor, instructions, mark: None }
+    }
+
+    /// Whether the code object at `addr`, read there as this one, is still this one and not another
+    /// allocated at its address once it was freed: its header and name's head as they were (two reads,
+    /// no allocation). None where they cannot be read (the process is gone: what was read stands), or
+    /// for a code object not read from memory.
+    pub fn still_at(&self, mem: &dyn Memory, layout: &Layout, addr: u64) -> Option<bool> {
+        let mark = self.mark.as_ref()?;
+        let mut co = [0u8; MAX_HEADER];
+        let co = &mut co[..header_size(layout).min(MAX_HEADER)];
+        if !mem.read(addr, co) {
+            return None;
+        }
+        if mark_head(co, layout) != mark.head {
+            return Some(false);
+        }
+        let mut name = [0u8; MAX_MARK];
+        let name = &mut name[..mark.name.len()];
+        let read = mem.read(mark.head[1].wrapping_add(u64::from(layout.unicode_length)), name);
+        Some(read && *name == *mark.name)
     }
 
     /// The line of the instruction a frame of it is at: `instr` as the frame holds it (the `f_lasti`

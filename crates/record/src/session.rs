@@ -151,7 +151,7 @@ impl<'a> Session<'a> {
         let probe_names = opts.calls.iter().flat_map(|c| &c.probes).map(label_of).collect();
         let jvms = crate::jvm::Jvms::new();
         let mut c =
-            Converter::new(LiveHost { jvms: jvms.clone() }, src.sample_types.clone(), src.streams.clone())
+            Converter::new(LiveHost::new(jvms.clone()), src.sample_types.clone(), src.streams.clone())
                 .with_labels(probe_names, alloc_names)
                 .with_nesting(nesting);
         if src.alloc_sites.is_some() || src.mem.is_some() {

@@ -51,7 +51,7 @@ pub fn stacks(opts: &StacksOptions) -> Result<Snapshot, RecordError> {
     let t0 = Instant::now();
     let jvms = crate::jvm::Jvms::new();
     let types = vec![SampleType { name: sample_types::THREADS.into(), unit: "count".into() }];
-    let mut c = Converter::new(LiveHost { jvms: jvms.clone() }, types, vec![Stream::Events { slot: 0 }]);
+    let mut c = Converter::new(LiveHost::new(jvms.clone()), types, vec![Stream::Events { slot: 0 }]);
     c.add_process(pid);
     let mut notes = Vec::new();
     let mut python = None;
