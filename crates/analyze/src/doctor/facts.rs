@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use whyslow_model::{is_probe_frame, sample_types, FrameKind, Profile, SyscallStat, PREEMPTED_FRAME};
 
+mod python;
 #[cfg(test)]
 pub mod test_profile;
 mod waits;
@@ -32,7 +33,7 @@ fn is_address(name: &str) -> bool {
 
 /// A CPython interpreter's own code (`libpython3.X.so`, a `python3.X` binary, wherever installed): the
 /// runtime, as Go's is; the Python functions it runs (named by their .py file) are the program's.
-fn is_python_interpreter(module: &str) -> bool {
+pub(crate) fn is_python_interpreter(module: &str) -> bool {
     let file = module.rsplit('/').next().unwrap_or(module);
     file.starts_with("libpython")
         || file
@@ -88,6 +89,8 @@ pub struct Match {
 struct View {
     /// Function ids, outermost first.
     funcs: Vec<usize>,
+    /// The sample's stack (its leaf node), for the source lines of its frames.
+    stack: u32,
     /// Index into the profile's threads.
     thread: u32,
     cpu: i64,
@@ -154,7 +157,16 @@ impl<'a> Facts<'a> {
                 && frames.iter().any(|&f| is_probe_frame(p.frame_name(f), p.frame_module(f)));
             let funcs: Vec<usize> = frames.iter().map(|&f| of_frame[f as usize]).collect();
             let wait = if o == 0 { Wait::Blocked } else { waits::wait_of(&funcs, func) };
-            views.push(View { funcs, thread: s.thread, cpu: c, off: o, wait, syscalls: y, instrumentation });
+            views.push(View {
+                funcs,
+                stack: s.stack,
+                thread: s.thread,
+                cpu: c,
+                off: o,
+                wait,
+                syscalls: y,
+                instrumentation,
+            });
         }
         let cpu_total = views.iter().filter(|v| !v.instrumentation).map(|v| v.cpu).sum();
         let instrumentation_cpu = views.iter().filter(|v| v.instrumentation).map(|v| v.cpu).sum();

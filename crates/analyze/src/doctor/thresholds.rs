@@ -59,6 +59,16 @@ pub const LOCK_WALL_PCT: f64 = 5.0;
 /// warm cache sized to its working set spends ~0% there (PostgreSQL under pgbench -S: 0.0% with the
 /// data in shared_buffers); one at a twentieth of the data 15-30%.
 pub const CACHE_MISS_CPU_PCT: f64 = 10.0;
+/// hot-python-code: CPU share of the interpreter running Python code (bytecode and its own helpers,
+/// not the builtins and extensions it calls). At half the CPU or more, interpreting is most of what
+/// the program does: moving its hottest functions to builtins, vectorized or native code (commonly
+/// 10-100x faster per operation) would take most of the run away. Below, a CPU-bound Python program's
+/// time is mostly in builtins, extensions or the kernel, where other rules speak.
+pub const HOT_PYTHON_CPU_PCT: f64 = 50.0;
+/// python-c-extension: CPU share in C extension modules (and the libraries under them) called from
+/// Python. A third of the CPU under a few native calls is worth calling them less or with more work
+/// each; less is the extension doing its part of the work, nothing to fix there.
+pub const PYTHON_EXTENSION_CPU_PCT: f64 = 30.0;
 /// gil-contention: share of wall time CPython threads wait for the interpreter lock.
 pub const GIL_WALL_PCT: f64 = 20.0;
 /// blocking-io: share of wall time blocked in file I/O and syncs, and at least this much blocked time

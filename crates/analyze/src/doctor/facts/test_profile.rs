@@ -2,6 +2,24 @@
 
 use whyslow_model::{FrameKind, Metadata, Profile, ProfileBuilder, SampleType};
 
+/// A frame and its line: `name` in `/app` (user code), `lib:name` in libc, `k:name` in the kernel,
+/// `py:name:file.py:line` a Python function (its module is its file), `so:module:name` a function of
+/// another module (a path).
+fn frame_at(b: &mut ProfileBuilder, spec: &str) -> (u32, u32) {
+    if let Some(py) = spec.strip_prefix("py:") {
+        let mut parts = py.splitn(3, ':');
+        let (name, file) = (parts.next().unwrap(), parts.next().unwrap());
+        let line = parts.next().map_or(0, |l| l.parse().unwrap());
+        let m = b.module(file, "");
+        (b.frame(name, m, file, FrameKind::User), line)
+    } else if let Some((module, name)) = spec.strip_prefix("so:").and_then(|s| s.split_once(':')) {
+        let m = b.module(module, "");
+        (b.frame(name, m, "", FrameKind::User), 0)
+    } else {
+        (frame(b, spec), 0)
+    }
+}
+
 /// A frame: `name` in `/app` (user code), `lib:name` in libc, `k:name` in the kernel.
 fn frame(b: &mut ProfileBuilder, spec: &str) -> u32 {
     if let Some(k) = spec.strip_prefix("k:") {
@@ -29,8 +47,8 @@ pub fn with_syscalls(stacks: &[(&str, i64, i64)], syscall_stacks: &[(&str, i64)]
         ProfileBuilder::new(Metadata { duration_ns: 10_000_000_000, ..Default::default() }, types.to_vec());
     let t = b.thread(1, 1, "app");
     for (stack, cpu, off) in stacks {
-        let frames: Vec<u32> = stack.split(';').map(|s| frame(&mut b, s)).collect();
-        let s = b.stack(&frames);
+        let frames: Vec<(u32, u32)> = stack.split(';').map(|s| frame_at(&mut b, s)).collect();
+        let s = b.stack_at_lines(&frames);
         b.add_sample(s, t, &[*cpu, *off, 0]);
     }
     for (stack, n) in syscall_stacks {

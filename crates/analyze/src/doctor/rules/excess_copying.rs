@@ -15,7 +15,7 @@ const TEXT: Text = Text {
     shrinks: "memcpy/memmove and std::string copy/append",
 };
 
-fn is_copy(f: &Func) -> bool {
+pub fn is_copy(f: &Func) -> bool {
     if f.kernel {
         return false;
     }

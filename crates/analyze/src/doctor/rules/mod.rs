@@ -11,12 +11,14 @@ mod excess_copying;
 mod gc_pressure;
 mod gil_contention;
 mod hot_logging;
+mod hot_python_code;
 mod jvm_runtime;
 mod lock_contention;
 pub(crate) mod memory_growth;
 pub(crate) mod memory_pressure;
 mod oom_killed;
 mod protobuf_reflection;
+mod python_c_extension;
 mod redundant_calls;
 mod reflection_dispatch;
 mod repeated_lookups;
@@ -33,7 +35,7 @@ use super::{Confidence, Finding, Verdict};
 
 pub type Rule = fn(&Facts) -> Verdict;
 
-pub const ALL: [(&str, Rule); 24] = [
+pub const ALL: [(&str, Rule); 26] = [
     ("tz-stat-storm", tz_stat_storm::check),
     ("repeated-lookups", repeated_lookups::check),
     ("hot-logging", hot_logging::check),
@@ -50,6 +52,8 @@ pub const ALL: [(&str, Rule); 24] = [
     ("unoptimized-build", unoptimized_build::check),
     ("lock-contention", lock_contention::check),
     ("gil-contention", gil_contention::check),
+    ("hot-python-code", hot_python_code::check),
+    ("python-c-extension", python_c_extension::check),
     ("blocking-io", blocking_io::check),
     ("cache-misses", cache_misses::check),
     ("cpu-throttling", cpu_throttling::check),
