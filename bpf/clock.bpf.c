@@ -30,48 +30,68 @@ const volatile u64 stack_bytes = 0;
 const volatile bool keep_all = false;
 
 #define GO_COPY (GO_BELOW + GO_STACK_MAX) /* bytes of a goroutine's stack sent at most */
-#define GO_COPY_MASK 16383		  /* 2^k - 1 >= GO_COPY: bounds offsets for the verifier */
+/* Bytes of a thread's own stack sent at most past what the sample copies (see stack_tail). */
+#define TAIL_MAX (64 * 1024)
+#define COPY_MASK 65535 /* 2^k - 1 >= GO_COPY, TAIL_MAX: bounds offsets for the verifier */
+/* A thread whose stack top is farther than this from its stack pointer has no top we know (a coroutine's
+ * stack, a thread's own allocation): no tail. */
+#define MAX_SPAN (64ULL << 20)
 
+/* A stack sent beside a sample: a goroutine's (Go), or the rest of the sampled thread's own (a tail). */
 struct ws_goroutine {
 	u64 time;
 	u32 tid;
 	u32 bytes;
-	u64 bp; /* the address the bytes were copied from: GO_BELOW below the frame pointer, or it */
+	/* The address the bytes were copied from: for a goroutine, GO_BELOW below the frame pointer, or it;
+	 * for a tail, the end of the sample's own copy (its stack pointer + stack_bytes). */
+	u64 bp;
 	/* The goroutine's saved pc and frame pointer where the chain ended in the copy (0: it left the copy,
 	 * and `bp` is where it led); its saved stack pointer is then `bp`. */
 	u64 pc;
 	u64 parked_bp;
+	u32 tail; /* 1: a tail, not a goroutine's stack */
+	u32 pad;
 	/* Slack past the mask keeps the verifier's bound on each page-sized read simple. */
-	u8 stack[GO_COPY_MASK + 1 + 2 * PAGE];
+	u8 stack[COPY_MASK + 1 + 2 * PAGE];
 };
 
+/* One stack being sent per CPU (a program on a clock event runs with preemption off), in an array rather
+ * than a per-CPU one, whose values are at most 32 KB. */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1); /* the CPUs' count, set by user space before load */
 	__type(key, u32);
 	__type(value, struct ws_goroutine);
 } scratch SEC(".maps");
+
+/* This CPU's stack being sent. */
+static __always_inline struct ws_goroutine *scratch_stack(void)
+{
+	u32 cpu = bpf_get_smp_processor_id();
+	return bpf_map_lookup_elem(&scratch, &cpu);
+}
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 1 << 18); /* resized by user space before load */
 } goroutines SEC(".maps");
 
-/* Copies up to GO_COPY bytes of the goroutine stack from `from` into g->stack, page by page, stopping at
- * the first page that cannot be read: returns the bytes copied. */
-static __always_inline u32 copy_goroutine(struct ws_goroutine *g, u64 from)
+/* Copies up to `max` (at most TAIL_MAX) bytes of a stack from `from` into g->stack, page by page (`pages`
+ * reads at most: max / PAGE + 2), stopping at the first page that cannot be read: returns the bytes
+ * copied. */
+static __always_inline u32 copy_stack(struct ws_goroutine *g, u64 from, u32 max, const int pages)
 {
 	u32 n = 0;
-	for (int k = 0; k < GO_COPY / PAGE + 2; k++) {
-		if (n >= GO_COPY)
+	for (int k = 0; k < pages; k++) {
+		if (n >= max)
 			break;
 		u32 len = PAGE - ((from + n) & (PAGE - 1));
-		if (len > GO_COPY - n)
-			len = GO_COPY - n;
+		if (len > max - n)
+			len = max - n;
 		u32 off = n;
 		barrier_var(off);
 		barrier_var(len);
-		off &= GO_COPY_MASK;
+		off &= COPY_MASK;
 		len &= PAGE * 2 - 1;
 		if (bpf_probe_read_user(&g->stack[off], len, (void *)(from + n)))
 			break;
@@ -85,6 +105,15 @@ struct {
 	__uint(max_entries, 1 << 12); /* resized by user space before load */
 } pystacks SEC(".maps");
 
+/* A record wakes the reader only once a quarter of its ring is filled, as the clock's perf rings do (the
+ * reader drains every ring at each wake-up): a deep stack's tails, up to 64 KB each, would fill the ring
+ * between two wake-ups of the perf rings. */
+static __always_inline u64 wake_flags(void *ring)
+{
+	u64 filled = bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA);
+	return filled * 4 >= bpf_ringbuf_query(ring, BPF_RB_RING_SIZE) ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+}
+
 /* Sends the Python frames of a sample of a CPython process (python.h); only the frames read. */
 static __always_inline void python_stack(struct ws_py_proc *py)
 {
@@ -97,13 +126,15 @@ static __always_inline void python_stack(struct ws_py_proc *py)
 	if (size > sizeof(*s))
 		size = sizeof(*s);
 	barrier_var(size);
-	bpf_ringbuf_output(&pystacks, s, size, 0);
+	bpf_ringbuf_output(&pystacks, s, size, wake_flags(&pystacks));
 }
 
-/* Sends goroutine stack `g` (copied from `from`, `n` bytes) for the current thread's sample. */
-static __always_inline void send_goroutine(struct ws_goroutine *g, u64 from, u32 n)
+/* Sends stack `g` (copied from `from`, `n` bytes; a goroutine's, or a `tail`) for the current thread's
+ * sample. */
+static __always_inline void send_stack(struct ws_goroutine *g, u64 from, u32 n, u32 tail)
 {
 	g->time = bpf_ktime_get_ns();
+	g->tail = tail;
 	g->tid = (u32)bpf_get_current_pid_tgid();
 	g->bytes = n;
 	g->bp = from;
@@ -111,7 +142,7 @@ static __always_inline void send_goroutine(struct ws_goroutine *g, u64 from, u32
 	if (size > sizeof(*g))
 		size = sizeof(*g);
 	barrier_var(size);
-	bpf_ringbuf_output(&goroutines, g, size, 0);
+	bpf_ringbuf_output(&goroutines, g, size, wake_flags(&goroutines));
 }
 
 /* Where Go's structures keep what is read of them (amd64, Go 1.17 on): g.m, g.sched (after g.stack, the
@@ -150,8 +181,7 @@ static __always_inline void switched_goroutine(void)
 		return;
 	if (bpf_probe_read_user(curg, sizeof(curg), (void *)(m + M_CURG)))
 		return;
-	u32 zero = 0;
-	struct ws_goroutine *g = bpf_map_lookup_elem(&scratch, &zero);
+	struct ws_goroutine *g = scratch_stack();
 	if (!g)
 		return;
 	g->pc = 0;
@@ -160,18 +190,18 @@ static __always_inline void switched_goroutine(void)
 	/* Neither word is a g, and the one past m.curg before Go 1.25 (caughtsig from it) is 0: m.curg is nil. */
 	if (!gp) {
 		if (!curg[1])
-			send_goroutine(g, 0, 0);
+			send_stack(g, 0, 0, 0);
 		return;
 	}
 	u64 w[14], sp, pc, bp;
 	if (bpf_probe_read_user(w, sizeof(w), (void *)gp) || !go_saved_regs(w, gp, &sp, &pc, &bp))
 		return;
-	u32 n = copy_goroutine(g, sp);
+	u32 n = copy_stack(g, sp, GO_COPY, GO_COPY / PAGE + 2);
 	if (!n)
 		return;
 	g->pc = pc;
 	g->parked_bp = bp;
-	send_goroutine(g, sp, n);
+	send_stack(g, sp, n, 0);
 }
 
 /* Sends the goroutine stack of a sample (go.h): the frame pointers are followed in the target's memory
@@ -196,22 +226,49 @@ static __always_inline void goroutine_stack(void)
 	}
 	if (i == GO_FRAMES)
 		return;
-	u32 zero = 0;
-	struct ws_goroutine *g = bpf_map_lookup_elem(&scratch, &zero);
+	struct ws_goroutine *g = scratch_stack();
 	if (!g)
 		return;
 	/* From GO_BELOW below the frame pointer, or from it where that page cannot be read. */
 	u64 from = bp - GO_BELOW;
-	u32 n = copy_goroutine(g, from);
+	u32 n = copy_stack(g, from, GO_COPY, GO_COPY / PAGE + 2);
 	if (n <= GO_BELOW) {
 		from = bp;
-		n = copy_goroutine(g, from);
+		n = copy_stack(g, from, GO_COPY, GO_COPY / PAGE + 2);
 	}
 	if (!n)
 		return;
 	g->pc = 0;
 	g->parked_bp = 0;
-	send_goroutine(g, from, n);
+	send_stack(g, from, n, 0);
+}
+
+/* Sends the rest of a stack deeper than the sample's copy (stack_bytes from the stack pointer), up to
+ * TAIL_MAX more: a Rust or C++ program's large frames, a deep recursion. Its top is where the thread's
+ * frames end: the process's initial stack pointer for its main thread (mm->start_stack, argc's address,
+ * above _start's frame), the thread pointer for others (glibc and musl put the thread's control block at
+ * the top of its stack's mapping, its static TLS right below, and its frames below that). A thread whose
+ * stack is elsewhere (a coroutine's, a stack of its own, Go's) has no top above its stack pointer within
+ * MAX_SPAN, or one the sample's copy already reaches: nothing is sent. */
+static __always_inline void stack_tail(void)
+{
+	struct task_struct *t = bpf_get_current_task_btf();
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(t);
+	u64 sp = regs->sp;
+	u64 top = t->pid == t->tgid ? t->mm->start_stack : t->thread.fsbase;
+	u64 from = sp + stack_bytes;
+	if (!sp || top <= from || top - sp > MAX_SPAN)
+		return;
+	struct ws_goroutine *g = scratch_stack();
+	if (!g)
+		return;
+	u64 want = top - from;
+	u32 n = copy_stack(g, from, want < TAIL_MAX ? want : TAIL_MAX, TAIL_MAX / PAGE + 2);
+	if (!n)
+		return;
+	g->pc = 0;
+	g->parked_bp = 0;
+	send_stack(g, from, n, 1);
 }
 
 SEC("perf_event")
@@ -222,6 +279,8 @@ int keep(void *ctx)
 		return 0;
 	if (runs_go(tgid))
 		goroutine_stack();
+	else if (stack_bytes)
+		stack_tail();
 	struct ws_py_proc *py = bpf_map_lookup_elem(&py_procs, &tgid);
 	if (py)
 		python_stack(py);

@@ -511,8 +511,9 @@ fn chromium_is_recorded_without_loss() {
     assert!(pids.len() >= 3, "chromium's browser, renderer and helper processes: saw {pids:?}");
 }
 
-/// A stack deeper than the bytes copied (2000 frames of ~100 bytes against 32 KB) is cut: kept with the
-/// frames found, under one `[stack cut here]` root, and counted as partial: the two agree exactly.
+/// A stack deeper than the bytes copied (2000 frames of 112 bytes against the 32 KB the sample copies and
+/// the 64 KB the kernel may send after it) is cut: kept with the frames found, under one
+/// `[stack cut here]` root, and counted as partial: the two agree exactly.
 #[test]
 fn cut_stacks_are_marked_and_counted_as_partial() {
     let dir = tmp();
@@ -540,6 +541,43 @@ fn cut_stacks_are_marked_and_counted_as_partial() {
     let cut: Vec<&str> = folded.lines().filter(|l| l.contains("[stack cut here]")).collect();
     assert!(cut.is_empty(), "{cut:?}");
     assert_eq!(r["unwind"]["partial"].as_i64(), Some(0));
+}
+
+/// A stack deeper than the sample's own 32 KB copy (600 frames of 112 bytes: 67 KB) is whole: the clock's
+/// filter sends the rest of the thread's stack up to its top (the process's initial stack pointer for the
+/// main thread, the thread pointer for another), and the converter unwinds the two as one. Nearly every
+/// sample is in the recursion's bottom loop with all 601 frames of `down`, from `_start` or from the
+/// thread's `clone3` (the 32 KB copy alone cut all of them); the few others are whole too.
+#[test]
+fn a_stack_deeper_than_its_copy_is_whole() {
+    let dir = tmp();
+    let bin = workload("deep");
+    for (mode, root) in [("main", "_start;"), ("thread", "clone3;start_thread;")] {
+        let data = record(
+            dir.path(),
+            mode,
+            &[],
+            &[bin.to_str().unwrap(), "600", "1", mode][..3 + (mode == "thread") as usize],
+        );
+        let r = report_json(&data, &[]);
+        let (partial, total) =
+            (r["unwind"]["partial"].as_i64().unwrap(), r["total_samples"].as_i64().unwrap());
+        assert!(partial * 100 <= total, "{mode}: {partial} of {total} samples cut");
+        let folded = ok(&["export", &data, "-f", "folded", "-o", "-"]);
+        let (mut whole, mut all) = (0, 0);
+        for line in folded.lines() {
+            let (stack, n) = line.rsplit_once(' ').unwrap();
+            let n: i64 = n.parse().unwrap();
+            all += n;
+            if stack.split(';').filter(|f| *f == "down").count() == 601 && stack.starts_with(root) {
+                whole += n;
+            }
+        }
+        assert!(
+            whole * 100 >= all * 90,
+            "{mode}: {whole} of {all} samples with 601 frames of down from {root}"
+        );
+    }
 }
 
 /// A launched command's status is whyslow's, as with strace, ltrace and time: a failing command fails the

@@ -290,7 +290,7 @@ impl<'a> Session<'a> {
         let exit_fd = self.gate.as_ref().and_then(Gated::exit_fd);
         sys::poll(
             self.src.ev.rings(),
-            poll_fd.into_iter().chain(exit_fd),
+            poll_fd.into_iter().chain(exit_fd).chain(self.src.wake_fd()),
             if budget.is_some() || self.sampler.is_some() { 20 } else { 100 },
         );
         self.src.drain(&mut self.c);

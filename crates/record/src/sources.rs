@@ -412,6 +412,12 @@ fn recycle(mut in_ring: Vec<InRing<'_>>) -> Vec<InRing<'static>> {
 }
 
 impl<'obj> Sources<'obj> {
+    /// What the reader polls beside the perf rings (the clock filter's ring of stacks sent beside
+    /// samples), if anything.
+    pub(crate) fn wake_fd(&self) -> Option<i32> {
+        self.clock_filter.as_ref().map(ClockFilter::wake_fd)
+    }
+
     /// Opens the perf events and loads and attaches the eBPF programs, all before a gated child may run.
     pub(crate) fn start(
         opts: &RecordOptions,

@@ -1,7 +1,8 @@
 //! The filter of the per-CPU clock events (bpf/clock.bpf.c): the kernel keeps a sample only when it
 //! interrupted a tracked process, and sends the goroutine stack of a Go thread sampled on the runtime's
-//! system stack, which [`ClockFilter::join_goroutines`] adds to its sample, and the Python frames of a
-//! CPython process's thread (bpf/python.h), which it adds too.
+//! system stack, or the rest of another thread's stack where it is deeper than the sample's copy (its
+//! tail), which [`ClockFilter::join_goroutines`] adds to its sample, and the Python frames of a CPython
+//! process's thread (bpf/python.h), which it adds too.
 
 use super::clock_skel::types::ws_goroutine as Gor;
 use super::clock_skel::types::{ws_py_proc, ws_pystack as PyStack};
@@ -30,11 +31,14 @@ const _: () = assert!(GO_BELOW == whyslow_unwind::GO_SWITCH_BELOW);
 /// (a few microseconds; a thread's samples are further apart).
 const JOIN_NS: u64 = 200_000;
 
-/// A goroutine stack the kernel sent for the next clock sample of thread `tid`.
+/// A goroutine stack, or a tail, the kernel sent for the next clock sample of thread `tid`.
 struct Goroutine {
     time: u64,
     tid: u32,
+    /// Where the bytes were copied from (a tail: where the sample's own copy ends).
     bp: u64,
+    /// The rest of the thread's own stack, not a goroutine's.
+    tail: bool,
     /// The goroutine's saved pc and frame pointer, where it was read from the registers it saved.
     parked: Option<(u64, u64)>,
     bytes: Vec<u8>,
@@ -105,6 +109,8 @@ pub struct ClockFilter<'obj> {
     ring: RingBuffer<'static>,
     pending: Rc<RefCell<Vec<Goroutine>>>,
     py_pending: Rc<RefCell<Vec<PyPending>>>,
+    /// The user stack each sample copies.
+    stack_bytes: usize,
 }
 
 impl<'obj> ClockFilter<'obj> {
@@ -131,12 +137,16 @@ impl<'obj> ClockFilter<'obj> {
         // A quarter second of goroutine stacks should every sample have one (drained every 100 ms); the
         // whole ring counts in resident memory, twice (it is mapped twice).
         let cpus = crate::sys::online_cpus().len() as u64;
-        // Without Go, one page: the 4 MB ring took a third of loading this program (mapping and zeroing).
+        // Without Go, tails only, which most stacks do not need: 1 MB (sixteen of the largest). The 4 MB
+        // ring took a third of loading this program (mapping and zeroing).
         let ring = match go {
-            true => (frequency * cpus * GO_COPY / 4).next_power_of_two().clamp(1 << 18, 1 << 22),
-            false => 4096,
+            true => (frequency * cpus * GO_COPY / 4).next_power_of_two().clamp(1 << 20, 1 << 22),
+            false => 1 << 20,
         };
         open.maps.goroutines.set_max_entries(ring as u32).map_err(|e| classify("ring buffer", e))?;
+        // A stack being sent per CPU, by its id.
+        let possible = libbpf_rs::num_possible_cpus().map_err(|e| classify("scratch", e))?;
+        open.maps.scratch.set_max_entries(possible as u32).map_err(|e| classify("scratch", e))?;
         // A quarter second of Python stacks of the deepest kind, likewise.
         let py_ring = match python {
             true => (frequency * cpus * PY_STACK_BYTES / 4).next_power_of_two().clamp(1 << 16, 1 << 22),
@@ -157,6 +167,7 @@ impl<'obj> ClockFilter<'obj> {
                     time: u64_at(d, offset_of!(Gor, time)),
                     tid: u32_at(d, offset_of!(Gor, tid)),
                     bp: u64_at(d, offset_of!(Gor, bp)),
+                    tail: u32_at(d, offset_of!(Gor, tail)) != 0,
                     parked: match u64_at(d, offset_of!(Gor, pc)) {
                         0 => None,
                         pc => Some((pc, u64_at(d, offset_of!(Gor, parked_bp)))),
@@ -176,7 +187,7 @@ impl<'obj> ClockFilter<'obj> {
         })
         .map_err(|e| classify("ring buffer", e))?;
         let ring = b.build().map_err(|e| classify("ring buffer", e))?;
-        Ok(ClockFilter { skel, ring, pending, py_pending })
+        Ok(ClockFilter { skel, ring, pending, py_pending, stack_bytes: stack_bytes as usize })
     }
 
     /// Keeps the samples of process `pid` (from its exec on when `launched`) and of the processes it forks;
@@ -197,16 +208,22 @@ impl<'obj> ClockFilter<'obj> {
         super::untrack(&self.skel.maps.tracked, &self.skel.maps.go_procs, pid);
     }
 
+    /// What the reader polls beside the perf rings: readable once a quarter of a ring of goroutine
+    /// stacks, tails or Python frames has filled.
+    pub fn wake_fd(&self) -> i32 {
+        self.ring.epoll_fd()
+    }
+
     /// The program to attach to each clock event (PERF_EVENT_IOC_SET_BPF).
     pub fn program_fd(&self) -> i32 {
         self.skel.progs.keep.as_fd().as_raw_fd()
     }
 
     /// Adds to each clock sample in `batch` or `in_ring` (`clock` tells their event ids) the goroutine
-    /// stack sent for it: the thread's sample timed right before the stack was sent (one read in place
-    /// is copied into `batch` first, its stack to be extended). Call after reading the samples: the stack
-    /// of each is sent before the sample is written. A stack whose sample is not in this batch waits for
-    /// the next.
+    /// stack or tail sent for it: the thread's sample timed right before the stack was sent (one read in
+    /// place is copied into `batch` first, its stack to be extended). A tail extends the sample's own
+    /// stack where its full copy ends. Call after reading the samples: the stack of each is sent before
+    /// the sample is written. A stack whose sample is not in this batch waits for the next.
     pub fn join_goroutines(
         &self,
         batch: &mut Vec<Timed>,
@@ -227,8 +244,15 @@ impl<'obj> ClockFilter<'obj> {
                 _ => None,
             });
             if let Some(s) = sample {
-                s.goroutine = Some(GoroutineStack { at: g.bp, offset: s.stack.len(), parked: g.parked });
-                s.stack.append(&mut g.bytes);
+                if !g.tail {
+                    s.goroutine = Some(GoroutineStack { at: g.bp, offset: s.stack.len(), parked: g.parked });
+                    s.stack.append(&mut g.bytes);
+                } else if s.stack.len() == self.stack_bytes
+                    && s.regs.is_some_and(|r| r.sp.wrapping_add(self.stack_bytes as u64) == g.bp)
+                {
+                    // Where the sample's copy ends: one stack, longer.
+                    s.stack.append(&mut g.bytes);
+                }
                 return false;
             }
             g.waited += 1;
