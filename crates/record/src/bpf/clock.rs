@@ -137,11 +137,13 @@ impl<'obj> ClockFilter<'obj> {
         // A quarter second of goroutine stacks should every sample have one (drained every 100 ms); the
         // whole ring counts in resident memory, twice (it is mapped twice).
         let cpus = crate::sys::online_cpus().len() as u64;
-        // Without Go, tails only, which most stacks do not need: 1 MB (sixteen of the largest). The 4 MB
-        // ring took a third of loading this program (mapping and zeroing).
+        // Without Go, tails only, which most stacks do not need: 512 KB, which wakes the reader at 128 KB
+        // and leaves it six of the largest while it wakes (a tail that finds the ring full is not sent:
+        // its sample's stack is cut, and counted so); an agent loads one per session. The 4 MB ring took
+        // a third of loading this program (mapping and zeroing).
         let ring = match go {
-            true => (frequency * cpus * GO_COPY / 4).next_power_of_two().clamp(1 << 20, 1 << 22),
-            false => 1 << 20,
+            true => (frequency * cpus * GO_COPY / 4).next_power_of_two().clamp(1 << 19, 1 << 22),
+            false => 1 << 19,
         };
         open.maps.goroutines.set_max_entries(ring as u32).map_err(|e| classify("ring buffer", e))?;
         // A stack being sent per CPU, by its id.
