@@ -75,6 +75,9 @@ pub const GIL_WALL_PCT: f64 = 20.0;
 /// in all (a short run that syncs a few times is fine however large its share).
 pub const BLOCKING_IO_WALL_PCT: f64 = 10.0;
 pub const BLOCKING_IO_MIN_MS: f64 = 100.0;
+/// blocking-io: fewer sync syscalls than this (counted) are no sync per record or statement, however
+/// long they wait: a batch's one commit on a busy disk (SQLite syncs 3-4 times per transaction).
+pub const BLOCKING_IO_MIN_SYNCS: u64 = 10;
 /// cpu-throttling: share of the cgroup's periods that hit the quota, and share of the run it spent
 /// throttled.
 pub const THROTTLED_PERIODS_PCT: f64 = 20.0;
