@@ -20,55 +20,48 @@ const TEXT: Text = Text {
 
 const SYNCS: [&str; 6] = ["fsync", "fdatasync", "sync_file_range", "msync", "syncfs", "sync"];
 
-fn is_disk_wait(f: &Func) -> bool {
+/// The sync syscalls' kernel entries.
+const KERNEL_SYNCS: [&str; 6] = [
+    "__x64_sys_fsync",
+    "__x64_sys_fdatasync",
+    "__x64_sys_sync_file_range",
+    "__x64_sys_msync",
+    "__x64_sys_syncfs",
+    "__x64_sys_sync",
+];
+
+/// A wait inside a sync syscall.
+fn is_sync(f: &Func) -> bool {
     if f.kernel {
-        named(
-            f.name,
-            &[],
-            &[
-                "__x64_sys_fsync",
-                "__x64_sys_fdatasync",
-                "__x64_sys_sync_file_range",
-                "__x64_sys_msync",
-                "__x64_sys_syncfs",
-                "do_fsync",
-                "file_write_and_wait",
-                "__filemap_fdatawait",
-                "filemap_",
-                "folio_wait",
-                "wait_on_page",
-                "io_schedule",
-                "jbd2_",
-                "ext4_",
-                "xfs_",
-                "btrfs_",
-                "blkdev_",
-                "submit_bio",
-            ],
-        )
+        named(f.name, &KERNEL_SYNCS, &[])
     } else {
         !f.is_user_code() && named(f.plain(), &SYNCS, &[])
     }
 }
 
-/// A wait inside a sync syscall.
-fn is_sync(f: &Func) -> bool {
-    if f.kernel {
-        named(
-            f.name,
-            &[
-                "__x64_sys_fsync",
-                "__x64_sys_fdatasync",
-                "__x64_sys_sync_file_range",
-                "__x64_sys_msync",
-                "__x64_sys_syncfs",
-                "__x64_sys_sync",
-            ],
-            &[],
-        )
-    } else {
-        !f.is_user_code() && named(f.plain(), &SYNCS, &[])
-    }
+/// A wait for the disk: in a sync syscall, or in the kernel's writeback, page-cache and file-system paths.
+fn is_disk_wait(f: &Func) -> bool {
+    is_sync(f)
+        || f.kernel
+            && named(
+                f.name,
+                &[],
+                &[
+                    "do_fsync",
+                    "file_write_and_wait",
+                    "__filemap_fdatawait",
+                    "filemap_",
+                    "folio_wait",
+                    "wait_on_page",
+                    "io_schedule",
+                    "jbd2_",
+                    "ext4_",
+                    "xfs_",
+                    "btrfs_",
+                    "blkdev_",
+                    "submit_bio",
+                ],
+            )
 }
 
 fn syncs(f: &Facts) -> Vec<String> {
