@@ -590,8 +590,11 @@ def findings_track(whyslow, bindir, out):
             page.screenshot(path=os.path.join(out, "findings_track_diff.png"), full_page=True)
             # The -O0 target: its finding is a row with one bar (one episode).
             page.select_option("#target", str(opt))
-            page.wait_for_function("window.whyslow.findings() && window.whyslow.findings().findings.length > 0",
-                                   timeout=10000)
+            # The track's rows are drawn after the findings arrive: wait for the row itself (CI once read
+            # the track between the two and found no rows).
+            page.wait_for_function(
+                "[...document.querySelectorAll('#findings-track .ftrack .flabel')]"
+                ".some(e => e.textContent.trim() === 'unoptimized-build')", timeout=10000)
             rows = page.locator("#findings-track .ftrack")
             labels = [rows.nth(i).locator(".flabel").inner_text() for i in range(rows.count())]
             log(f"findings track rows of the -O0 build: {labels}")
