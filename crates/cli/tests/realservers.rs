@@ -493,7 +493,7 @@ fn redis_appendfsync_always() {
     );
     assert!(evidence.iter().any(|e| e.starts_with("called from: flushAppendOnlyFile")), "{evidence:?}");
     let syncs = evidence_number(&evidence, "sync syscalls (");
-    assert!(syncs > sets / 16.0 && syncs < sets * 2.0, "{syncs}/s syncs for {sets:.0} SETs/s");
+    assert!(syncs > sets / 16.0 && syncs < sets * 2.0, "{syncs}/s syncs for {sets:.0} SETs/s: {evidence:?}");
     println!("always: {sets:.0} SETs/s, {syncs}/s syncs; {evidence:?}");
     drop(redis);
 
@@ -611,7 +611,10 @@ fn mariadb_flush_log_at_every_commit() {
     assert!(fix.contains("innodb_log_file_buffering = ON"), "{fix}");
     assert!(evidence.iter().any(|e| e.starts_with("called from: ha_commit_trans")), "{evidence:?}");
     let syncs = evidence_number(&evidence, "sync syscalls (");
-    assert!(syncs > commits / 8.0 && syncs < commits * 2.0, "{syncs}/s syncs for {commits:.0} commits/s");
+    assert!(
+        syncs > commits / 8.0 && syncs < commits * 2.0,
+        "{syncs}/s syncs for {commits:.0} commits/s: {evidence:?}"
+    );
     println!("flush at commit 1: {commits:.0} commits/s, {syncs}/s syncs; {evidence:?}");
 
     db.start(2);

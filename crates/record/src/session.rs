@@ -189,7 +189,8 @@ impl<'a> Session<'a> {
         let env = crate::phases::time(ENV_PHASE, || env.and_then(|e| e.join().ok()));
         c.set_origin(sys::monotonic_ns());
         observer.started(&pids);
-        let t0 = Instant::now();
+        // A running target was counted since its counters went on; a launched command from its release.
+        let t0 = if gate.is_some() { Instant::now() } else { src.counting_since };
         if let Some(g) = gate.as_mut() {
             g.release(&command[0])?;
         }

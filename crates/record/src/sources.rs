@@ -389,6 +389,9 @@ pub(crate) struct Sources<'obj> {
     pub(crate) syscall_cost: Option<SyscallCost>,
     /// Whole-host sampling ([`Target::All`]).
     pub(crate) host: bool,
+    /// When the events were open and the syscall counters attached: what they counted of a running
+    /// target is counted from here (the converter's setup after it can take a second on a busy machine).
+    pub(crate) counting_since: std::time::Instant,
     /// The memory of [`Sources::drain`]'s lists, kept from one drain to the next: allocating them anew
     /// each time (tens of KB) had the allocator consolidate the small blocks the samples freed, a
     /// tenth of what a sample cost.
@@ -579,6 +582,7 @@ impl<'obj> Sources<'obj> {
         drop(warmed);
         ev.ids.extend(ebpf_ids);
         let attach_t0 = std::time::Instant::now();
+        let counting_since = attach_t0;
         if opts.cpu && ev.clock() != Some(Clock::CpuClock) {
             sample_types[1] = SampleType { name: "cycles".into(), unit: "count".into() };
         }
@@ -641,6 +645,7 @@ impl<'obj> Sources<'obj> {
             hit_cost,
             syscall_cost,
             host: false,
+            counting_since,
             spare: Spare::default(),
         })
     }
@@ -724,6 +729,7 @@ impl<'obj> Sources<'obj> {
             hit_cost: None,
             syscall_cost: None,
             host: true,
+            counting_since: std::time::Instant::now(),
             spare: Spare::default(),
         })
     }
