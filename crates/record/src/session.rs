@@ -95,6 +95,8 @@ pub struct Session<'a> {
     last_release_check: Instant,
     /// When the probe budget stopped the per-call probes (since `t0`).
     per_call_stopped: Option<Duration>,
+    /// What [`Session::step`] waits on.
+    waiter: sys::Waiter,
     /// The syscall counters' slices once the budget stopped their first window (while sampling goes on).
     sampler: Option<SyscallSampler>,
     /// CPU time of the target processes at the start, for the probe budget.
@@ -219,6 +221,7 @@ impl<'a> Session<'a> {
             last_budget_check: t0,
             last_release_check: t0,
             per_call_stopped: None,
+            waiter: sys::Waiter::default(),
             sampler: None,
             cpu_at_start,
             env,
@@ -289,7 +292,7 @@ impl<'a> Session<'a> {
         let budget = self.pending_budget();
         // A launched command's exit ends the wait at once (short commands pay no timeout).
         let exit_fd = self.gate.as_ref().and_then(Gated::exit_fd);
-        sys::poll(
+        self.waiter.wait(
             self.src.ev.rings(),
             poll_fd.into_iter().chain(exit_fd).chain(self.src.wake_fd()),
             if budget.is_some() || self.sampler.is_some() { 20 } else { 100 },
