@@ -28,6 +28,10 @@
  * (a whole-host recording, which takes this program for the Python frames). */
 const volatile u64 stack_bytes = 0;
 const volatile bool keep_all = false;
+/* Set before load: whether any process may get goroutine or Python stacks. Off, the verifier drops that
+ * code (most of what it checks: a third of a launched C program's start under load). */
+const volatile bool go_on = true;
+const volatile bool python_on = true;
 
 #define GO_COPY (GO_BELOW + GO_STACK_MAX) /* bytes of a goroutine's stack sent at most */
 /* Bytes of a thread's own stack sent at most past what the sample copies (see stack_tail). */
@@ -277,10 +281,12 @@ int keep(void *ctx)
 	u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	if (!keep_all && !is_tracked(tgid))
 		return 0;
-	if (runs_go(tgid))
+	if (go_on && runs_go(tgid))
 		goroutine_stack();
 	else if (stack_bytes)
 		stack_tail();
+	if (!python_on)
+		return 1;
 	struct ws_py_proc *py = bpf_map_lookup_elem(&py_procs, &tgid);
 	if (py)
 		python_stack(py);

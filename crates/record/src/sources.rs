@@ -954,13 +954,13 @@ impl<'obj> Sources<'obj> {
         runtime: u64,
         layout: &whyslow_python::Layout,
     ) -> Result<(), RecordError> {
-        if let Some(f) = &self.clock_filter {
-            f.track_python(pid, runtime, layout)?;
-        }
         if let Some(p) = &self.offcpu {
             p.track_python(pid, runtime, layout)?;
         }
-        Ok(())
+        match &self.clock_filter {
+            Some(f) => f.track_python(pid, runtime, layout),
+            None => Ok(()),
+        }
     }
 
     /// Counts the allocations of process `pid` too (with --alloc): a followed process, or a child forked

@@ -111,12 +111,15 @@ pub struct ClockFilter<'obj> {
     py_pending: Rc<RefCell<Vec<PyPending>>>,
     /// The user stack each sample copies.
     stack_bytes: usize,
+    /// Whether it reads Python frames (loaded with `python`).
+    python: bool,
 }
 
 impl<'obj> ClockFilter<'obj> {
     /// `stack_bytes`: the user stack each sample copies; `frequency`: samples per second and CPU; `go`:
-    /// whether a Go program may be tracked (goroutine stacks need a ring; none is written otherwise);
-    /// `python`: whether a CPython program may be (so for its Python frames); `all`: every process's
+    /// whether a Go program may be tracked (goroutine stacks need a ring and code the verifier checks:
+    /// neither is there otherwise); `python`: whether a CPython program may be, likewise for its Python
+    /// frames ([`ClockFilter::track_python`] refuses without); `all`: every process's
     /// samples are kept, tracked or not (a whole-host recording, for its Python frames).
     pub fn load(
         obj: &'obj mut MaybeUninit<OpenObject>,
@@ -133,6 +136,8 @@ impl<'obj> ClockFilter<'obj> {
         if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
             ro.stack_bytes = u64::from(stack_bytes);
             ro.keep_all = all;
+            ro.go_on = go;
+            ro.python_on = python;
         }
         // A quarter second of goroutine stacks should every sample have one (drained every 100 ms); the
         // whole ring counts in resident memory, twice (it is mapped twice).
@@ -189,7 +194,7 @@ impl<'obj> ClockFilter<'obj> {
         })
         .map_err(|e| classify("ring buffer", e))?;
         let ring = b.build().map_err(|e| classify("ring buffer", e))?;
-        Ok(ClockFilter { skel, ring, pending, py_pending, stack_bytes: stack_bytes as usize })
+        Ok(ClockFilter { skel, ring, pending, py_pending, stack_bytes: stack_bytes as usize, python })
     }
 
     /// Keeps the samples of process `pid` (from its exec on when `launched`) and of the processes it forks;
@@ -202,6 +207,12 @@ impl<'obj> ClockFilter<'obj> {
     /// Reads the Python frames of process `pid`'s samples from now on: its CPython's `_PyRuntime` is at
     /// `runtime`, its structs are laid out as `layout` says.
     pub fn track_python(&self, pid: u32, runtime: u64, layout: &Layout) -> Result<(), RecordError> {
+        if !self.python {
+            return Err(RecordError::Bpf(
+                "the clock's filter was loaded without Python frames (the command launched is not Python)"
+                    .into(),
+            ));
+        }
         super::track_python(&self.skel.maps.py_procs, pid, runtime, layout)
     }
 
