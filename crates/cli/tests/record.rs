@@ -511,7 +511,7 @@ fn chromium_is_recorded_without_loss() {
     assert!(pids.len() >= 3, "chromium's browser, renderer and helper processes: saw {pids:?}");
 }
 
-/// A stack deeper than the bytes copied (2000 frames of 112 bytes against the 32 KB the sample copies and
+/// A stack deeper than the bytes copied (2000 frames of 112 bytes against the 16 KB the sample copies and
 /// the 64 KB the kernel may send after it) is cut: kept with the frames found, under one
 /// `[stack cut here]` root, and counted as partial: the two agree exactly.
 #[test]
@@ -543,11 +543,11 @@ fn cut_stacks_are_marked_and_counted_as_partial() {
     assert_eq!(r["unwind"]["partial"].as_i64(), Some(0));
 }
 
-/// A stack deeper than the sample's own 32 KB copy (600 frames of 112 bytes: 67 KB) is whole: the clock's
+/// A stack deeper than the sample's own 16 KB copy (600 frames of 112 bytes: 67 KB) is whole: the clock's
 /// filter sends the rest of the thread's stack up to its top (the process's initial stack pointer for the
 /// main thread, the thread pointer for another), and the converter unwinds the two as one. Nearly every
 /// sample is in the recursion's bottom loop with all 601 frames of `down`, from `_start` or from the
-/// thread's `clone3` (the 32 KB copy alone cut all of them: 0 of 374). A tail that finds its ring full (a
+/// thread's `clone3` (a 32 KB copy alone cut all of them: 0 of 374). A tail that finds its ring full (a
 /// reader late on a busy machine) is not sent, and its sample is cut and counted partial: 0-1% here, up to
 /// a fifth allowed.
 #[test]

@@ -139,7 +139,7 @@ impl Default for RecordOptions {
             frequency: 999,
             duration: None,
             clock: Clock::Auto,
-            stack_bytes: 32 * 1024,
+            stack_bytes: 16 * 1024,
             kernel: true,
             ring_pages: 1024,
             cpu: true,

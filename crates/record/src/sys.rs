@@ -171,7 +171,7 @@ pub fn open_event(cfg: &EventConfig, scope: Scope, cpu: i32, ring_pages: usize) 
     attr.set_use_clockid(1);
     attr.clockid = libc::CLOCK_MONOTONIC;
     // Each wake-up of the reader costs it a poll and two context switches (10-20 us in a VM): a quarter
-    // of the ring (1 MB of the default 4 MB, ~32 samples of a 32 KB stack) rather than a fixed 256 KB
+    // of the ring (1 MB of the default 4 MB, ~64 samples of a 16 KB stack) rather than a fixed 256 KB
     // leaves three quarters to fill while it wakes, and it drains every 100 ms whatever the watermark.
     attr.set_watermark(1);
     attr.__bindgen_anon_2.wakeup_watermark =
@@ -335,7 +335,7 @@ impl Ring {
     }
 
     /// Asks the CPU to fetch the bytes the next records' readers will touch, taking them for the size of
-    /// the one at `tail`. A record is the size of its sample's stack copy (32 KB by default), written by
+    /// the one at `tail`. A record is the size of its sample's stack copy (16 KB by default), written by
     /// another CPU: reading its end (the stack's used size, right before the next record's header) and
     /// the start of its stack (what unwinding reads first) missed the caches and the TLB one record after
     /// the other, a tenth of what a sample cost the recorder. Fetched ahead, the misses overlap. A guess

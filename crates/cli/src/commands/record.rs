@@ -77,8 +77,9 @@ pub struct RecordArgs {
     /// of that moment. Default 5; `none`: never stop.
     #[arg(long, value_name = "PCT", value_parser = parse_budget)]
     pub budget: Option<Budget>,
-    /// Bytes of user stack copied per sample (deeper stacks are cut).
-    #[arg(long, default_value_t = 32768)]
+    /// Bytes of user stack copied per sample (up to 64 KB more of a deeper thread stack follow; deeper
+    /// stacks are cut).
+    #[arg(long, default_value_t = 16384)]
     pub stack_size: u32,
     /// Rows of each table of the summary printed at the end.
     #[arg(long, default_value_t = DEFAULT_LIMIT)]
