@@ -512,21 +512,13 @@ fn clock_ns(clock: libc::clockid_t) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::Waiter;
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use crate::target::pipe;
+    use std::os::fd::{AsRawFd, OwnedFd};
 
     #[test]
     fn sampling_periods_are_primes_at_least_the_request() {
         let got: Vec<u64> = [0, 1, 2, 3, 4, 16, 64, 256, 1000].map(super::sampling_period).to_vec();
         assert_eq!(got, [1, 1, 2, 3, 5, 17, 67, 257, 1009]);
-    }
-
-    /// A pipe's (read end, write end).
-    fn pipe() -> (OwnedFd, OwnedFd) {
-        let mut fds = [0; 2];
-        // SAFETY: fds is two ints of this frame, where pipe writes the new fds.
-        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-        // SAFETY: both fds are new and owned by nobody else.
-        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
     }
 
     fn readable(fd: &OwnedFd) -> bool {
@@ -544,8 +536,8 @@ mod tests {
     /// wait (still open and readable) wakes nobody. No timeouts: a wait that never ends hangs the test.
     #[test]
     fn a_wait_follows_the_fds_given_each_time() {
-        let (r1, w1) = pipe();
-        let (r2, w2) = pipe();
+        let (r1, w1) = pipe().unwrap();
+        let (r2, w2) = pipe().unwrap();
         let mut waiter = Waiter::default();
         assert!(waiter.epoll.is_some());
         put(&w1);

@@ -34,7 +34,8 @@ pub struct Gated {
     exited: Option<OwnedFd>,
 }
 
-fn pipe() -> Result<(OwnedFd, OwnedFd), RecordError> {
+/// A pipe's (read end, write end), both close-on-exec.
+pub(crate) fn pipe() -> Result<(OwnedFd, OwnedFd), RecordError> {
     let mut fds = [0i32; 2];
     // SAFETY: fds has room for the two descriptors pipe2 writes.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
