@@ -6,8 +6,8 @@
  * a small share of it).
  *
  * The server tells the client its batch is answered through a semaphore, and the client reads the 64
- * replies then, 16 per read (the reads stay about one per two requests): while the server works nobody waits on the socket, so no write wakes a
- * thread. A client waiting for each reply in read makes every request two context switches, whose cost
+ * replies then, 16 per read (the reads stay about one per two requests): while the server works nobody
+ * waits on the socket, so no write wakes a thread. A client waiting for each reply in read makes every request two context switches, whose cost
  * (sampled in the reads' schedule(), dearer the busier the machine) outweighed the writes under load:
  * beside stress-ng and the test suite the write path less the protocol fell under 10% of CPU. */
 #define _GNU_SOURCE
