@@ -135,6 +135,14 @@ pub fn report_json(data: &str, extra: &[&str]) -> Value {
 }
 
 /// The function entry whose name satisfies `pred`, with the largest total.
+/// Share of a doctor report's threads' working time (running + blocked + waiting for a CPU) in one
+/// state (`running_ns`, `blocked_ns`, `runnable_ns`).
+pub fn working_pct(report: &Value, state: &str) -> f64 {
+    let w = &report["wall"];
+    let ns = |k: &str| w[k].as_f64().unwrap();
+    100.0 * ns(state) / (ns("running_ns") + ns("blocked_ns") + ns("runnable_ns"))
+}
+
 pub fn function(report: &Value, pred: impl Fn(&str) -> bool) -> Option<&Value> {
     report["functions"]
         .as_array()

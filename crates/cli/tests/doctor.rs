@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{fails, ok, whyslow, workload};
+use common::{fails, ok, whyslow, working_pct, workload};
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
@@ -321,13 +321,6 @@ fn hot_paths(report: &Value) -> Vec<(String, f64, String)> {
             (frames.join(" > "), h["pct"].as_f64().unwrap(), h["of"].as_str().unwrap().to_string())
         })
         .collect()
-}
-
-/// Share of the threads' working time (running + blocked + waiting for a CPU) in one state.
-fn working_pct(report: &Value, state: &str) -> f64 {
-    let w = &report["wall"];
-    let ns = |k: &str| w[k].as_f64().unwrap();
-    100.0 * ns(state) / (ns("running_ns") + ns("blocked_ns") + ns("runnable_ns"))
 }
 
 /// A busy thread next to four idle ones (a background thread waking from pthread_cond_timedwait, two

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::whyslow;
+use common::{whyslow, working_pct};
 use serde_json::Value;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -469,8 +469,10 @@ impl Redis {
 
 /// Redis with `appendfsync always` under SETs without pipelining: after each event-loop turn that
 /// wrote, the main thread fdatasyncs the AOF (flushAppendOnlyFile) and waits for the disk. The first
-/// finding is blocking-io, over half the wall time (each sync takes milliseconds, each SET some
-/// microseconds of CPU), called from flushAppendOnlyFile, with Redis's advice naming `appendfsync
+/// finding is blocking-io, over half the wall time that is not spent waiting for a CPU (each sync
+/// blocks 0.1-0.3 ms here and runs the file system's journal commit, each SET some microseconds of
+/// CPU; beside other busy processes a third of the wall time can go to waiting for a CPU), called
+/// from flushAppendOnlyFile, with Redis's advice naming `appendfsync
 /// everysec`. Its syncs: at most one per SET and at least one per 4 (4 clients, each with one SET in
 /// flight, so a turn has at most 4 SETs to sync), within a factor of 2 above and 4 below: the SETs are
 /// counted over the doctor's whole run, its start and end unprobed (measured: 1753 SETs/s over the run
@@ -487,14 +489,16 @@ fn redis_appendfsync_always() {
     let (report, sets) = redis.doctor_under_sets();
     let (first, fix, evidence) = first_finding(&report);
     assert_eq!(first["id"], "blocking-io", "{report:#}");
-    assert!(first["impact_pct"].as_f64().unwrap() > 50.0, "{first:#}");
+    // Over half of the time redis itself decides: waits for a CPU are other processes' on a busy machine.
+    let own = first["impact_pct"].as_f64().unwrap() / (100.0 - working_pct(&report, "runnable_ns"));
+    assert!(own > 0.5, "{:.1}% of the working time not waiting for a CPU: {first:#}", own * 100.0);
     assert!(
         fix.starts_with("Redis: appendfsync always fsyncs the AOF") && fix.contains("appendfsync everysec")
     );
     assert!(evidence.iter().any(|e| e.starts_with("called from: flushAppendOnlyFile")), "{evidence:?}");
     let syncs = evidence_number(&evidence, "sync syscalls (");
     assert!(syncs > sets / 16.0 && syncs < sets * 2.0, "{syncs}/s syncs for {sets:.0} SETs/s: {evidence:?}");
-    println!("always: {sets:.0} SETs/s, {syncs}/s syncs; {evidence:?}");
+    println!("always: {sets:.0} SETs/s, {syncs}/s syncs, {:.1}% of own time; {evidence:?}", own * 100.0);
     drop(redis);
 
     let fixed = Redis::start("everysec");

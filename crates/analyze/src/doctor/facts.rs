@@ -86,6 +86,31 @@ pub struct Match {
     pub sites: Vec<(String, i64)>,
 }
 
+impl Match {
+    /// This time and `other`'s (shares of the same total) together.
+    pub fn plus(&self, other: &Match) -> Match {
+        let merge = |a: &[(String, i64)], b: &[(String, i64)]| {
+            let mut by: HashMap<&str, i64> = HashMap::new();
+            for (name, x) in a.iter().chain(b) {
+                *by.entry(name).or_default() += x;
+            }
+            largest_first(by.into_iter().map(|(n, x)| (n.to_string(), x)).collect())
+        };
+        Match {
+            value: self.value + other.value,
+            pct: self.pct + other.pct,
+            entries: merge(&self.entries, &other.entries),
+            sites: merge(&self.sites, &other.sites),
+        }
+    }
+}
+
+/// Named values, largest first (ties by name).
+fn largest_first(mut v: Vec<(String, i64)>) -> Vec<(String, i64)> {
+    v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    v
+}
+
 struct View {
     /// Function ids, outermost first.
     funcs: Vec<usize>,
@@ -343,10 +368,7 @@ impl<'a> Facts<'a> {
     }
 
     fn ranked(&self, by_func: HashMap<usize, i64>) -> Vec<(String, i64)> {
-        let mut v: Vec<(String, i64)> =
-            by_func.into_iter().map(|(f, x)| (self.names[f].to_string(), x)).collect();
-        v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-        v
+        largest_first(by_func.into_iter().map(|(f, x)| (self.names[f].to_string(), x)).collect())
     }
 
     /// On-CPU time under the functions `pred` matches (outside our probes), as a share of all CPU time.
@@ -412,6 +434,22 @@ impl<'a> Facts<'a> {
         let value = |v: &View| match v.wait == Wait::Blocked && !v.instrumentation {
             true if !background.contains(&v.thread) => v.off,
             _ => 0,
+        };
+        self.matching_except(value, self.wall_total, pred, except)
+    }
+
+    /// On-CPU time under the functions `pred` matches, outside background workers and the stacks
+    /// through `except`, as a share of the threads' working time: the CPU a call that waits spends
+    /// itself (a sync's own work in the kernel), to add to [`Facts::blocked_in_foreground_except`].
+    pub fn running_in_foreground_except(
+        &self,
+        pred: &dyn Fn(&Func) -> bool,
+        except: &dyn Fn(&Func) -> bool,
+    ) -> Match {
+        let background = self.background_thread_ids();
+        let value = |v: &View| match v.instrumentation || background.contains(&v.thread) {
+            true => 0,
+            false => v.cpu,
         };
         self.matching_except(value, self.wall_total, pred, except)
     }

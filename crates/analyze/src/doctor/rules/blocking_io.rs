@@ -1,5 +1,5 @@
-//! blocking-io: wall time blocked in fsync/fdatasync or in file reads and writes waiting for the disk
-//! (e.g. a database committing every statement). Waits inside page faults are memory-pressure's; those
+//! blocking-io: wall time in fsync/fdatasync (blocked or running the sync's own kernel work) or blocked
+//! in file reads and writes waiting for the disk (e.g. a database committing every statement). Waits inside page faults are memory-pressure's; those
 //! of background workers (a thread mostly waiting for work that wakes to sync) hold up no request.
 
 use super::{named, share_rule, Share, Text};
@@ -97,6 +97,8 @@ pub fn check(f: &Facts) -> Verdict {
             except: &super::memory_pressure::is_fault_entry,
             // A flusher thread syncing once a second off the request path is the fix, not the problem.
             foreground: true,
+            // A sync's own work in the kernel (journal commits, submitting the pages) is its cost too.
+            running: Some(&is_sync),
             ..Share::blocked(&is_disk_wait, BLOCKING_IO_WALL_PCT)
         },
     )
@@ -148,6 +150,20 @@ mod tests {
             ("main;insert", 40, 0),
         ]);
         assert_eq!(fired(super::check, &pipe), None);
+    }
+
+    /// A sync's own kernel work (the journal commit on CPU) is its cost as much as the wait for the
+    /// disk: both count, as shares of the threads' wall time; a buffered write's CPU does not.
+    #[test]
+    fn counts_the_cpu_inside_syncs() {
+        let sync = "main;commit;lib:fdatasync;k:__x64_sys_fdatasync";
+        let p = profile(&[
+            (&format!("{sync};k:file_write_and_wait_range;k:schedule"), 0, 300_000_000),
+            (&format!("{sync};k:jbd2_journal_commit"), 200_000_000, 0),
+            ("main;insert;lib:write;k:__x64_sys_write;k:ext4_buffered_write_iter", 100_000_000, 0),
+            ("main;insert", 400_000_000, 0),
+        ]);
+        assert_eq!(fired(super::check, &p), Some(50.0));
     }
 
     /// SQLite's one transaction on a busy disk: its three syncs (counted) wait most of a short run, but

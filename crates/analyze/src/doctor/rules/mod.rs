@@ -146,6 +146,9 @@ pub struct Share<'a> {
     /// Leave out the blocked time of background workers (blocked time only; see
     /// [`Facts::background_thread_ids`]).
     pub foreground: bool,
+    /// With `blocked` and `foreground`: the on-CPU time under the functions this matches counts too
+    /// (the call's own work in the kernel, between its waits).
+    pub running: Option<&'a dyn Fn(&Func) -> bool>,
 }
 
 impl<'a> Share<'a> {
@@ -159,6 +162,7 @@ impl<'a> Share<'a> {
             extra: &|_| Vec::new(),
             except: &|_| false,
             foreground: false,
+            running: None,
         }
     }
 
@@ -177,12 +181,29 @@ pub fn share_rule(f: &Facts, t: &Text, s: Share) -> Verdict {
         true => (f.blocked_except(s.pred, s.except), f.wall_total, "wall"),
         false => (f.cpu(s.pred), f.cpu_total, "cpu"),
     };
+    let running = match s.running {
+        Some(pred) if s.blocked && s.foreground => f.running_in_foreground_except(pred, s.except),
+        _ => Match::default(),
+    };
+    let (blocked, m) = (m.pct, m.plus(&running));
     if m.pct < s.min_pct || m.value < s.min_value {
         return Verdict::Clear;
     }
-    let what =
-        if s.blocked { "of the threads' wall time is spent blocked in" } else { "of CPU time is spent in" };
-    let mut evidence = vec![format!("{:.1}% {what}: {}", m.pct, list(&m.entries, total))];
+    let first = match (s.blocked, running.value) {
+        (false, _) => format!("{:.1}% of CPU time is spent in: {}", m.pct, list(&m.entries, total)),
+        (true, 0) => format!(
+            "{:.1}% of the threads' wall time is spent blocked in: {}",
+            m.pct,
+            list(&m.entries, total)
+        ),
+        (true, _) => format!(
+            "{:.1}% of the threads' wall time is spent in: {} ({blocked:.1}% blocked, {:.1}% on CPU)",
+            m.pct,
+            list(&m.entries, total),
+            running.pct
+        ),
+    };
+    let mut evidence = vec![first];
     if !m.sites.is_empty() {
         evidence.push(format!("called from: {}", list(&m.sites, total)));
     }
