@@ -12,6 +12,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include "track.h"
+#include "rings.h"
 #include "ustack.h"
 
 /* Counters in the `drops` per-CPU array. */
@@ -250,7 +251,7 @@ static __always_inline bool send(struct pt_regs *ctx, u64 pid_tgid, u32 probe, u
 	s->stack = stack;
 	s->weight = weight;
 	s->ustack_bytes = copy_user_stack(s->ustack, STACK_MAX - 1, 0, s->sp, stack_bytes, NULL);
-	bpf_ringbuf_submit(s, 0);
+	bpf_ringbuf_submit(s, DRAINED_ON_ITS_CLOCK);
 	return true;
 }
 

@@ -19,6 +19,7 @@
 #define WS_TRACKED_PREALLOC
 #define WS_OWN_EXIT
 #include "track.h"
+#include "rings.h"
 #include "go.h"
 #include "python.h"
 
@@ -109,14 +110,6 @@ struct {
 	__uint(max_entries, 1 << 12); /* resized by user space before load */
 } pystacks SEC(".maps");
 
-/* A record wakes the reader only once a quarter of its ring is filled, as the clock's perf rings do (the
- * reader drains every ring at each wake-up): a deep stack's tails, up to 64 KB each, would fill the ring
- * between two wake-ups of the perf rings. */
-static __always_inline u64 wake_flags(void *ring)
-{
-	u64 filled = bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA);
-	return filled * 4 >= bpf_ringbuf_query(ring, BPF_RB_RING_SIZE) ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
-}
 
 /* Sends the Python frames of a sample of a CPython process (python.h); only the frames read. */
 static __always_inline void python_stack(struct ws_py_proc *py)

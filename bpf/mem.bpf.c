@@ -21,6 +21,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include "track.h"
+#include "rings.h"
 #include "ustack.h"
 
 #define DROP_RING 0 /* records the ring had no room for */
@@ -161,7 +162,7 @@ static __always_inline void send(u32 kind, u64 pid_tgid, u32 entry, u64 addr, u6
 	e->time = bpf_ktime_get_ns();
 	e->addr = addr;
 	e->size = size;
-	bpf_ringbuf_submit(e, 0);
+	bpf_ringbuf_submit(e, DRAINED_ON_ITS_CLOCK);
 }
 
 /* A free of `addr`: sent when it was a sampled live block. */
@@ -213,7 +214,7 @@ static __always_inline bool send_alloc(struct pt_regs *ctx, u64 pid_tgid, u32 en
 	a->bp = PT_REGS_FP(ctx);
 	a->pad = 0;
 	a->ustack_bytes = copy_user_stack(a->ustack, STACK_MAX - 1, 0, a->sp, stack_bytes, NULL);
-	bpf_ringbuf_submit(a, 0);
+	bpf_ringbuf_submit(a, DRAINED_ON_ITS_CLOCK);
 	return true;
 }
 

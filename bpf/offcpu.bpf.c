@@ -24,6 +24,7 @@
 #include <bpf/bpf_tracing.h>
 #define WS_OWN_EXIT
 #include "track.h"
+#include "rings.h"
 #include "go.h"
 #include "ustack.h"
 struct ws_pystack;
@@ -262,7 +263,8 @@ static __always_inline void send(struct ws_block *b)
 	if (n > STACK_MAX + GO_BELOW + GO_STACK_MAX)
 		n = STACK_MAX + GO_BELOW + GO_STACK_MAX;
 	barrier_var(n);
-	if (bpf_ringbuf_output(&events, b, __builtin_offsetof(struct ws_block, ustack) + n, 0))
+	if (bpf_ringbuf_output(&events, b, __builtin_offsetof(struct ws_block, ustack) + n,
+			       DRAINED_ON_ITS_CLOCK))
 		drop(DROP_RING);
 }
 

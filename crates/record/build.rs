@@ -18,7 +18,7 @@ fn main() {
             .unwrap_or_else(|e| panic!("building {}: {e:#}", src.display()));
         println!("cargo:rerun-if-changed={}", src.display());
     }
-    for header in ["vmlinux.h", "track.h", "drops.h", "go.h", "ustack.h", "python.h"] {
+    for header in ["vmlinux.h", "track.h", "drops.h", "go.h", "ustack.h", "python.h", "rings.h"] {
         println!("cargo:rerun-if-changed={}", root.join(header).display());
     }
     build_preload(&out);

@@ -205,7 +205,7 @@ fn run_with(opts: ServeOptions, record: bool, on_listen: impl FnOnce(SocketAddr)
         );
     }
     let served = serve_api(&shared, listener);
-    shared.stopping.store(true, Ordering::SeqCst);
+    shared.stop();
     for t in recording.into_iter().chain(outboxes) {
         let _ = t.join();
     }

@@ -11,6 +11,9 @@ use std::time::Duration;
 use whyslow_model::unix_now_ns as now_ns;
 
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
+/// The longest an idle reader waits for the store's bell (the writers ring it; this bounds a wait
+/// whose ring was missed, such as a stop asked by a signal before the agent's threads were told).
+const UNRUNG: Duration = Duration::from_secs(1);
 const LOG_EVERY: Duration = Duration::from_secs(60);
 
 /// How a delivery went.
@@ -40,8 +43,6 @@ pub(crate) struct Outbox {
     pub queue: Queue,
     pub name: String,
     pub what: String,
-    /// How long to wait when nothing is queued.
-    pub idle: Duration,
 }
 
 impl Outbox {
@@ -55,10 +56,12 @@ impl Outbox {
     pub(crate) fn drain(&self, s: &Shared, mut cursor: i64, reader: &mut impl Reader) {
         let mut retry = Retry::new();
         while !s.stopping() {
+            // Read before asking: items stored after the question ring past it.
+            let seen = s.queued.rings();
             let (batch, last) = match reader.next(s, cursor) {
                 Ok(Some(n)) => n,
                 Ok(None) => {
-                    sleep(s, self.idle);
+                    s.queued.wait(seen, UNRUNG);
                     continue;
                 }
                 Err(e) => {
@@ -134,7 +137,12 @@ fn jitter(d: Duration) -> Duration {
 /// Sleeps up to `d`, waking early when the agent stops.
 pub(crate) fn sleep(s: &Shared, d: Duration) {
     let end = std::time::Instant::now() + d;
-    while !s.stopping() && std::time::Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(100).min(end - std::time::Instant::now()));
+    let mut seen = s.queued.rings();
+    while !s.stopping() {
+        let left = end.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        seen = s.queued.wait(seen, left.min(UNRUNG));
     }
 }

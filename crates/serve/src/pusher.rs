@@ -11,7 +11,6 @@ use crate::outbox::{Outbox, Outcome, Reader};
 use crate::shared::Shared;
 use crate::store::{Queue, StoreError, WindowRow};
 use std::sync::Arc;
-use std::time::Duration;
 use whyslow_model::unix_now_ns as now_ns;
 use whyslow_push::{Auth, Backend, PushError, Sender};
 
@@ -25,12 +24,7 @@ pub struct PushOptions {
 /// Pushes every stored window after the backend's cursor, in order, until the agent stops.
 pub fn run(s: Arc<Shared>, o: PushOptions) {
     let name = o.backend.name();
-    let outbox = Outbox {
-        queue: Queue::Windows,
-        what: format!("push to {name}"),
-        name: name.clone(),
-        idle: Duration::from_millis(500),
-    };
+    let outbox = Outbox { queue: Queue::Windows, what: format!("push to {name}"), name: name.clone() };
     let cursor = match outbox.cursor(&s) {
         Ok(c) => c,
         Err(e) => {

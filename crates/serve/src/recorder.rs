@@ -612,6 +612,7 @@ fn window_worker(shared: Arc<Shared>, rx: Receiver<Window>) {
             Ok(removed) => {
                 shared.counters.windows.fetch_add(refs.len() as u64, Ordering::Relaxed);
                 shared.counters.windows_removed.fetch_add(removed, Ordering::Relaxed);
+                shared.queued.ring();
             }
             Err(e) => {
                 eprintln!("whyslow serve: {} windows lost: {e}", refs.len());

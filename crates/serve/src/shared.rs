@@ -8,7 +8,8 @@ use crate::tracked::{Key, Tracked};
 use crate::ServeOptions;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::time::Duration;
 
 /// Counters behind /metrics.
 #[derive(Default)]
@@ -98,6 +99,31 @@ pub struct DoctorStats {
     pub regressions: BTreeMap<i64, u64>,
 }
 
+/// A count of events that threads wait for.
+#[derive(Default)]
+pub(crate) struct Bell {
+    rings: Mutex<u64>,
+    rung: Condvar,
+}
+
+impl Bell {
+    pub(crate) fn ring(&self) {
+        *self.rings.lock().expect("bell lock") += 1;
+        self.rung.notify_all();
+    }
+
+    /// How often it has rung so far.
+    pub(crate) fn rings(&self) -> u64 {
+        *self.rings.lock().expect("bell lock")
+    }
+
+    /// Waits up to `d` for it to ring past `seen` rings; how often it has rung then.
+    pub(crate) fn wait(&self, seen: u64, d: Duration) -> u64 {
+        let rings = self.rings.lock().expect("bell lock");
+        *self.rung.wait_timeout_while(rings, d, |n| *n == seen).expect("bell lock").0
+    }
+}
+
 /// What the threads share.
 pub struct Shared {
     pub(crate) opts: ServeOptions,
@@ -114,6 +140,9 @@ pub struct Shared {
     pub(crate) doctor: Mutex<DoctorStats>,
     pub(crate) hook_stats: Mutex<BTreeMap<String, HookStats>>,
     pub(crate) stopping: AtomicBool,
+    /// Rung when the store gains what a queue's reader reads (windows, the doctor's events) and when the
+    /// agent stops: idle readers wait on it (outbox.rs) instead of asking the store on a clock.
+    pub(crate) queued: Bell,
     /// The last store failure (None: the last write succeeded), for /healthz.
     pub(crate) store_error: Mutex<Option<String>>,
     /// When the manager last finished a scan (0: no manager), for /healthz.
@@ -134,6 +163,7 @@ impl Shared {
             doctor: Mutex::new(DoctorStats::default()),
             hook_stats: Mutex::new(BTreeMap::new()),
             stopping: AtomicBool::new(false),
+            queued: Bell::default(),
             store_error: Mutex::new(None),
             manager_beat_ns: AtomicU64::new(0),
         }
@@ -141,6 +171,12 @@ impl Shared {
 
     pub(crate) fn stopping(&self) -> bool {
         self.stopping.load(Ordering::SeqCst) || whyslow_record::signals::stop_requested()
+    }
+
+    /// Tells every thread to stop, waking the readers that wait for items.
+    pub(crate) fn stop(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        self.queued.ring();
     }
 
     /// Notes how the last store write went (for /healthz).

@@ -22,7 +22,6 @@ use crate::shared::{merged, Shared};
 use crate::store::{FindingRow, Queue, StoreError, WindowRow};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
-use std::time::Duration;
 use whyslow_analyze::regress::{self, Detector, Regression};
 
 /// The cursor (over the windows, beside the push backends') the doctor keeps its place under.
@@ -45,12 +44,7 @@ struct TargetState {
 }
 
 pub fn run(s: Arc<Shared>) {
-    let outbox = Outbox {
-        queue: Queue::Windows,
-        name: CURSOR.to_string(),
-        what: "doctor".to_string(),
-        idle: Duration::from_millis(250),
-    };
+    let outbox = Outbox { queue: Queue::Windows, name: CURSOR.to_string(), what: "doctor".to_string() };
     let cursor = match outbox.cursor(&s) {
         Ok(c) => c,
         Err(e) => {
@@ -215,8 +209,10 @@ fn diagnose(
     }
     let stored = s.store.lock().expect("store lock").add_findings(&rows, &events);
     s.store_result(&stored);
-    if let Err(e) = stored {
-        eprintln!("whyslow serve: doctor: the findings of {name} are lost: {e}");
+    match stored {
+        Ok(_) if !events.is_empty() => s.queued.ring(),
+        Ok(_) => {}
+        Err(e) => eprintln!("whyslow serve: doctor: the findings of {name} are lost: {e}"),
     }
     let mut stats = s.doctor.lock().expect("doctor lock");
     stats.windows += 1;

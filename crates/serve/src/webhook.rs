@@ -8,7 +8,6 @@ use crate::outbox::{Outbox, Outcome, Reader};
 use crate::shared::Shared;
 use crate::store::{EventRow, Queue, StoreError};
 use std::sync::Arc;
-use std::time::Duration;
 use whyslow_push::PushError;
 
 /// The hook's name in its cursor and metrics: its URL without credentials or query.
@@ -22,12 +21,7 @@ fn name(url: &str) -> String {
 /// Posts every doctor event after the hook's cursor, in order, until the agent stops.
 pub fn run(s: Arc<Shared>, url: String) {
     let hook = name(&url);
-    let outbox = Outbox {
-        queue: Queue::Events,
-        what: format!("webhook {hook}"),
-        name: hook.clone(),
-        idle: Duration::from_millis(250),
-    };
+    let outbox = Outbox { queue: Queue::Events, what: format!("webhook {hook}"), name: hook.clone() };
     let cursor = match outbox.cursor(&s) {
         Ok(c) => c,
         Err(e) => {

@@ -12,7 +12,6 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::mem::MaybeUninit;
 use std::rc::Rc;
-use std::time::Duration;
 use whyslow_model::syscalls::{errno_name, string_args, syscall_name, syscall_names, TraceEvent};
 use whyslow_model::{close_matches, SyscallStat, HIST_BUCKETS};
 
@@ -323,7 +322,7 @@ impl<'obj> SyscallProbe<'obj> {
     pub fn drain_events(&self) -> Vec<TraceEvent> {
         match &self.ring {
             Some((ring, events)) => {
-                let _ = ring.poll(Duration::ZERO);
+                let _ = ring.consume();
                 std::mem::take(&mut *events.borrow_mut())
             }
             None => Vec::new(),
