@@ -1,6 +1,7 @@
-//! blocking-io: wall time in fsync/fdatasync (blocked or running the sync's own kernel work) or blocked
-//! in file reads and writes waiting for the disk (e.g. a database committing every statement). Waits inside page faults are memory-pressure's; those
-//! of background workers (a thread mostly waiting for work that wakes to sync) hold up no request.
+//! blocking-io: wall time in fsync/fdatasync (blocked, or running the sync's own kernel work) or blocked
+//! in file reads and writes waiting for the disk (e.g. a database committing every statement). Waits
+//! inside page faults are memory-pressure's; those of background workers (a thread mostly waiting for
+//! work that wakes to sync) hold up no request.
 
 use super::{named, share_rule, Share, Text};
 use crate::doctor::facts::{Facts, Func};

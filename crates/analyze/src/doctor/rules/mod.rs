@@ -189,21 +189,15 @@ pub fn share_rule(f: &Facts, t: &Text, s: Share) -> Verdict {
     if m.pct < s.min_pct || m.value < s.min_value {
         return Verdict::Clear;
     }
-    let first = match (s.blocked, running.value) {
-        (false, _) => format!("{:.1}% of CPU time is spent in: {}", m.pct, list(&m.entries, total)),
-        (true, 0) => format!(
-            "{:.1}% of the threads' wall time is spent blocked in: {}",
-            m.pct,
-            list(&m.entries, total)
-        ),
-        (true, _) => format!(
-            "{:.1}% of the threads' wall time is spent in: {} ({blocked:.1}% blocked, {:.1}% on CPU)",
-            m.pct,
-            list(&m.entries, total),
-            running.pct
+    let (what, split) = match (s.blocked, running.value) {
+        (false, _) => ("of CPU time is spent in", String::new()),
+        (true, 0) => ("of the threads' wall time is spent blocked in", String::new()),
+        (true, _) => (
+            "of the threads' wall time is spent in",
+            format!(" ({blocked:.1}% blocked, {:.1}% on CPU)", running.pct),
         ),
     };
-    let mut evidence = vec![first];
+    let mut evidence = vec![format!("{:.1}% {what}: {}{split}", m.pct, list(&m.entries, total))];
     if !m.sites.is_empty() {
         evidence.push(format!("called from: {}", list(&m.sites, total)));
     }
