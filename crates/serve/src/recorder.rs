@@ -606,14 +606,18 @@ fn window_worker(shared: Arc<Shared>, rx: Receiver<Window>) {
         if refs.is_empty() {
             continue;
         }
-        let stored = shared.store.lock().expect("store lock").add_windows(&refs);
+        let mut store = shared.store.lock().expect("store lock");
+        let stored = store.add_windows(&refs);
+        // Counted before the store is let go: a reader of the queue (a pusher) cannot deliver a window
+        // that /metrics does not count as stored yet.
+        if let Ok(removed) = &stored {
+            shared.counters.windows.fetch_add(refs.len() as u64, Ordering::Relaxed);
+            shared.counters.windows_removed.fetch_add(*removed, Ordering::Relaxed);
+        }
+        drop(store);
         shared.store_result(&stored);
         match stored {
-            Ok(removed) => {
-                shared.counters.windows.fetch_add(refs.len() as u64, Ordering::Relaxed);
-                shared.counters.windows_removed.fetch_add(removed, Ordering::Relaxed);
-                shared.queued.ring();
-            }
+            Ok(_) => shared.queued.ring(),
             Err(e) => {
                 eprintln!("whyslow serve: {} windows lost: {e}", refs.len());
                 // Windows lost, not failed cycles.

@@ -6,6 +6,7 @@ use axum::Router;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::io::unix::AsyncFd;
 
 /// A client that has not sent a request's headers within this long (from connecting, or from its last
 /// answer on a kept-alive connection) is disconnected: slow or idle clients cannot hold connections.
@@ -59,6 +60,28 @@ fn connection_cap() -> usize {
     MAX_CONNECTIONS.min(room.max(8))
 }
 
+/// The signal handlers' stop descriptor (whyslow_record::signals), borrowed: it stays open.
+struct StopFd(i32);
+
+impl std::os::fd::AsRawFd for StopFd {
+    fn as_raw_fd(&self) -> i32 {
+        self.0
+    }
+}
+
+/// Returns once a stop was requested (the stop descriptor readable), or after a second without one.
+async fn stopped(fd: Option<&AsyncFd<StopFd>>) {
+    if let Some(fd) = fd {
+        while let Ok(mut ready) = fd.readable().await {
+            if whyslow_record::signals::stop_requested() {
+                return;
+            }
+            ready.clear_ready();
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await
+}
+
 /// Accepts connections and serves `app` on each admitted one until the agent stops; then lets answers
 /// in flight finish.
 pub(super) async fn accept(
@@ -70,10 +93,16 @@ pub(super) async fn accept(
     let per_client = MAX_CONNECTIONS_PER_CLIENT.min(cap);
     let conns = Arc::new(std::sync::Mutex::new(Conns::default()));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    // The agent stops on a signal: wait for it with the connections, not on a clock (where no stop fd
+    // could be made, look once a second).
+    let stop_fd = whyslow_record::signals::stop_fd().and_then(|fd| {
+        // SAFETY: the stop descriptor stays open, the same eventfd, for the process's lifetime.
+        unsafe { AsyncFd::register_with_interest(StopFd(fd), tokio::io::Interest::READABLE) }.ok()
+    });
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
-            _ = tokio::time::sleep(Duration::from_millis(100)) => {
+            _ = stopped(stop_fd.as_ref()) => {
                 if shared.stopping() { break } else { continue }
             }
         };
