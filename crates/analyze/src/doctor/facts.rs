@@ -430,12 +430,7 @@ impl<'a> Facts<'a> {
         pred: &dyn Fn(&Func) -> bool,
         except: &dyn Fn(&Func) -> bool,
     ) -> Match {
-        let background = self.background_thread_ids();
-        let value = |v: &View| match v.wait == Wait::Blocked && !v.instrumentation {
-            true if !background.contains(&v.thread) => v.off,
-            _ => 0,
-        };
-        self.matching_except(value, self.wall_total, pred, except)
+        self.in_foreground_except(|v| if v.wait == Wait::Blocked { v.off } else { 0 }, pred, except)
     }
 
     /// On-CPU time under the functions `pred` matches, outside background workers and the stacks
@@ -446,10 +441,22 @@ impl<'a> Facts<'a> {
         pred: &dyn Fn(&Func) -> bool,
         except: &dyn Fn(&Func) -> bool,
     ) -> Match {
+        self.in_foreground_except(|v| v.cpu, pred, except)
+    }
+
+    /// `value` of the stacks outside our probes and background workers (see
+    /// [`Facts::background_thread_ids`]) under the functions `pred` matches, leaving out the stacks
+    /// through `except`, as a share of the threads' working time.
+    fn in_foreground_except(
+        &self,
+        value: impl Fn(&View) -> i64,
+        pred: &dyn Fn(&Func) -> bool,
+        except: &dyn Fn(&Func) -> bool,
+    ) -> Match {
         let background = self.background_thread_ids();
         let value = |v: &View| match v.instrumentation || background.contains(&v.thread) {
             true => 0,
-            false => v.cpu,
+            false => value(v),
         };
         self.matching_except(value, self.wall_total, pred, except)
     }
