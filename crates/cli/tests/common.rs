@@ -113,6 +113,21 @@ pub fn exclusive() -> std::sync::MutexGuard<'static, ()> {
     MEASURING.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Ends a whyslow process a test started as a user would (SIGTERM: it removes its temporary files),
+/// and kills it if it has not ended within 10 s.
+pub fn terminate(child: &mut std::process::Child) {
+    // SAFETY: kill takes no pointers.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    for _ in 0..100 {
+        if !matches!(child.try_wait(), Ok(None)) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 pub fn tmp() -> tempfile::TempDir {
     tempfile::tempdir().unwrap()
 }

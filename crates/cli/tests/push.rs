@@ -479,8 +479,7 @@ impl Agent {
 /// A test that fails leaves no agent behind (it would hold the test's output open).
 impl Drop for Agent {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        terminate(&mut self.child);
     }
 }
 

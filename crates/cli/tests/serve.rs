@@ -81,8 +81,7 @@ impl Agent {
 
 impl Drop for Agent {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        terminate(&mut self.child);
     }
 }
 
@@ -1547,8 +1546,7 @@ impl View {
 
 impl Drop for View {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        terminate(&mut self.0);
     }
 }
 

@@ -132,10 +132,13 @@ impl<'a> Session<'a> {
         let alloc_names: Vec<(String, String)> =
             objects.alloc.probes.iter().map(|(p, _)| label_of(p)).collect();
         let nesting = objects.alloc.nesting.clone();
-        // Memory in use: the library the command runs with, and the directory its files go to.
-        let mem = match opts.mem {
-            Some(m) => Some(MemRun::new(m).map_err(|e| RecordError::Io("memory library".into(), e))?),
-            None => None,
+        // Memory in use: the library a launched command runs with, and the directory its files go to
+        // (running processes are followed by the probes' ledger instead).
+        let mem = match (opts.mem, &opts.target) {
+            (Some(m), crate::Target::Launch(_)) => {
+                Some(MemRun::new(m).map_err(|e| RecordError::Io("memory library".into(), e))?)
+            }
+            _ => None,
         };
         let mem_env = mem.as_ref().map(MemRun::env).unwrap_or_default();
         let (pids, command, mut gate) =
