@@ -12,10 +12,6 @@ use whyslow_model::syscalls::syscall_name;
 use whyslow_model::FrameKind;
 use whyslow_unwind::{Goroutine, Outcome, Regs};
 
-/// Offset of `long id` in the raw_syscalls:sys_enter record (after the 8 bytes of common fields; stable
-/// since the tracepoint exists).
-pub(crate) const SYS_ENTER_ID_OFFSET: usize = 8;
-
 pub(crate) fn u64_at(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_ne_bytes(b.get(at..at + 8)?.try_into().ok()?))
 }
@@ -184,8 +180,7 @@ impl<H: Host> Converter<H> {
             // An event sampled every Nth hit stands for N hits.
             Stream::Syscalls { slot } => {
                 values[slot] = s.period as i64;
-                let nr = s.raw.get(SYS_ENTER_ID_OFFSET..SYS_ENTER_ID_OFFSET + 8);
-                let nr = nr.map_or(u64::MAX, |b| u64::from_ne_bytes(b.try_into().expect("8 bytes"))) as u32;
+                let nr = u64_at(s.raw, 0).unwrap_or(u64::MAX) as u32;
                 let name: Cow<str> =
                     syscall_name(nr).map_or_else(|| format!("syscall_{nr}").into(), Cow::Borrowed);
                 stack.push(RawFrame::Label(self.raw.label(&name, "[syscall]", FrameKind::Kernel)));

@@ -85,8 +85,8 @@ pub struct Foreign {
 pub enum Stream {
     /// On-CPU: a sample count at `slot` and the period (ns or cycles) at `slot + 1`.
     Cpu { slot: usize },
-    /// A syscall entry: its calls (the sample's period) at `slot`; the stack ends in the syscall (from
-    /// the tracepoint's `id`).
+    /// A syscall entry: its calls (the sample's period) at `slot`; the stack ends in the syscall (its
+    /// number, a native-endian u64, is the sample's raw data).
     Syscalls { slot: usize },
     /// Entry of a probed function: its calls (the sample's period) at `slot`; the stack ends in the
     /// function's label.

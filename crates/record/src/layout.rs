@@ -18,6 +18,8 @@ const EBPF_RING_MAX: usize = 32 << 20;
 /// apart from the kernel's event ids, which count up from 1.
 const CALL_SAMPLE_IDS: u64 = 1 << 62;
 const ALLOC_SAMPLE_IDS: u64 = CALL_SAMPLE_IDS + (1 << 32);
+/// The id of the syscalls' stack samples (bpf/syscalls.bpf.c).
+const SYSCALL_SAMPLE_ID: u64 = ALLOC_SAMPLE_IDS + (1 << 32);
 
 /// The events, streams and sample types of a run.
 #[derive(Debug)]
@@ -26,9 +28,11 @@ pub(crate) struct Layout {
     pub cfgs: Vec<EventConfig>,
     pub streams: Vec<Stream>,
     pub sample_types: Vec<SampleType>,
-    /// (sample id, stream) of the samples eBPF sources send (stacks of probed calls and allocations).
+    /// (sample id, stream) of the samples eBPF sources send (stacks of syscalls, probed calls and
+    /// allocations).
     pub ebpf_ids: Vec<(u64, usize)>,
-    /// How the stacks of probed calls (with callers) and of allocations are sampled in eBPF.
+    /// How the stacks of syscalls, of probed calls (with callers) and of allocations are sampled in eBPF.
+    pub syscall_stacks: Option<StackSampling>,
     pub call_stacks: Option<StackSampling>,
     pub alloc_stacks: Option<StackSampling>,
     /// Stack bytes of the eBPF sources' samples.
@@ -39,14 +43,12 @@ pub(crate) struct Layout {
 
 impl Layout {
     /// The layout of a run with `opts`: `clock_filtered` where an eBPF program keeps the followed
-    /// processes' samples of a clock counted per CPU (a side-band event then comes with it); `sys_enter`
-    /// the tracepoint id of raw_syscalls/sys_enter where syscall stacks are asked for; `allocators` the
-    /// size argument of each allocation function probed.
+    /// processes' samples of a clock counted per CPU (a side-band event then comes with it);
+    /// `allocators` the size argument of each allocation function probed.
     pub(crate) fn of(
         opts: &RecordOptions,
         launched: bool,
         clock_filtered: bool,
-        sys_enter: Option<u64>,
         allocators: &[SizeArg],
     ) -> Layout {
         let base = EventConfig {
@@ -57,15 +59,16 @@ impl Layout {
             enable_on_exec: launched,
         };
         // Events that fire on every call come in bursts: a smaller stack copy each, and a larger ring.
-        let event_base = EventConfig { stack_bytes: opts.stack_bytes.min(EVENT_STACK_BYTES), ..base };
+        let event_stack_bytes = opts.stack_bytes.min(EVENT_STACK_BYTES);
         let mut l = Layout {
             cfgs: Vec::new(),
             streams: Vec::new(),
             sample_types: Vec::new(),
             ebpf_ids: Vec::new(),
+            syscall_stacks: None,
             call_stacks: None,
             alloc_stacks: None,
-            event_stack_bytes: event_base.stack_bytes,
+            event_stack_bytes,
             ring_pages: opts.ring_pages,
         };
         let sample_type = |l: &mut Layout, name: &str, unit: &str| {
@@ -82,36 +85,37 @@ impl Layout {
                 l.streams.push(Stream::Events { slot: 0 });
             }
         }
-        if let Some((id, period)) = sys_enter.zip(opts.syscalls.as_ref().and_then(|s| s.stacks_period)) {
-            l.cfgs.push(EventConfig {
-                source: Source::Tracepoint { id, period, kernel_stack: false },
-                ..event_base
-            });
-            let slot = sample_type(&mut l, sample_types::SYSCALLS, "calls");
-            l.streams.push(Stream::Syscalls { slot });
-        }
-        // Stacks sampled in eBPF (off-CPU blocks, callers of probed calls, allocations) are unwound with
-        // the mappings the events follow.
+        let syscalls = opts.syscalls.as_ref().and_then(|s| s.stacks_period);
+        let syscalls = syscalls.map(|period| (sample_type(&mut l, sample_types::SYSCALLS, "calls"), period));
+        // Stacks sampled in eBPF (syscalls, off-CPU blocks, callers of probed calls, allocations) are
+        // unwound with the mappings the events follow.
         let callers_period = opts.calls.as_ref().and_then(|c| c.callers_period);
         // Memory in use of a running process comes from eBPF probes too (a launched command's from its
         // library, which writes its own mappings).
         let mem_probes = opts.mem.is_some() && !launched;
-        let ebpf_stacks =
-            opts.offcpu.is_some() || opts.alloc.is_some() || callers_period.is_some() || mem_probes;
-        if !opts.cpu && (!l.cfgs.is_empty() || ebpf_stacks) {
-            // The first event owns the rings and the records that follow mappings, threads and children,
-            // and stays open to the end, while the syscalls' stack events are closed when the probe budget
-            // stops them: without a clock, the first is one that samples nothing.
-            l.cfgs.insert(0, EventConfig { source: Source::Track, ..base });
-            l.streams.insert(0, Stream::Events { slot: 0 });
+        let ebpf_stacks = syscalls.is_some()
+            || opts.offcpu.is_some()
+            || opts.alloc.is_some()
+            || callers_period.is_some()
+            || mem_probes;
+        if !opts.cpu && ebpf_stacks {
+            // Without a clock, an event that samples nothing owns the rings and the records that follow
+            // mappings, threads and children.
+            l.cfgs.push(EventConfig { source: Source::Track, ..base });
+            l.streams.push(Stream::Events { slot: 0 });
         }
         let stacks = |period: u64, first_id: u64| StackSampling {
             period: crate::sampling_period(period),
-            stack_bytes: event_base.stack_bytes,
+            stack_bytes: event_stack_bytes,
             ring_bytes: ebpf_ring_bytes(EVENT_RING_PAGES),
             first_id,
             keyed: false,
         };
+        if let Some((slot, period)) = syscalls {
+            l.ebpf_ids.push((SYSCALL_SAMPLE_ID, l.streams.len()));
+            l.streams.push(Stream::Syscalls { slot });
+            l.syscall_stacks = Some(stacks(period, SYSCALL_SAMPLE_ID));
+        }
         if let Some(period) = callers_period {
             let slot = sample_type(&mut l, sample_types::CALLS, "calls");
             for probe in 0..opts.calls.as_ref().map_or(0, |c| c.probes.len()) {
@@ -158,9 +162,6 @@ impl Layout {
                 sample_type(&mut l, sample_types::PEAK_COUNT, "count");
             }
         }
-        if l.cfgs.iter().any(|c| matches!(c.source, Source::Tracepoint { .. })) {
-            l.ring_pages = l.ring_pages.max(EVENT_RING_PAGES);
-        }
         l
     }
 }
@@ -174,7 +175,7 @@ pub(crate) fn ebpf_ring_bytes(pages: usize) -> usize {
 mod tests {
     use super::{
         sample_types, Layout, RecordOptions, SizeArg, Source, Stream, ALLOC_SAMPLE_IDS, CALL_SAMPLE_IDS,
-        EVENT_RING_PAGES, EVENT_STACK_BYTES,
+        EVENT_STACK_BYTES, SYSCALL_SAMPLE_ID,
     };
     use crate::{AllocOptions, CallOptions, OffCpuOptions, SyscallOptions};
 
@@ -185,20 +186,20 @@ mod tests {
     #[test]
     fn cpu_alone_is_one_clock_with_its_side_band_where_the_clock_is_filtered() {
         let opts = RecordOptions { cpu: true, ..Default::default() };
-        let l = Layout::of(&opts, true, false, None, &[]);
+        let l = Layout::of(&opts, true, false, &[]);
         assert_eq!(l.cfgs.len(), 1);
         assert!(l.cfgs[0].enable_on_exec && l.cfgs[0].source == Source::Clock(opts.clock));
         assert_eq!(l.streams, vec![Stream::Cpu { slot: 0 }]);
         assert_eq!(names(&l), [sample_types::CPU, sample_types::CPU_NS]);
-        let l = Layout::of(&opts, false, true, None, &[]);
+        let l = Layout::of(&opts, false, true, &[]);
         assert_eq!(l.streams, vec![Stream::Cpu { slot: 0 }, Stream::Events { slot: 0 }]);
         assert!(l.cfgs[1].source == Source::Track && !l.cfgs[1].enable_on_exec);
         assert_eq!((l.ring_pages, l.ebpf_ids.len()), (opts.ring_pages, 0));
     }
 
     /// Every source at once: the sample types in the order recordings list them, each stream pointing at
-    /// its slot, the eBPF streams reached through their sample ids, and the bursty tracepoint's larger
-    /// rings and smaller stack copies.
+    /// its slot, the eBPF streams reached through their sample ids, and the smaller stack copies of the
+    /// sources that fire on every call.
     #[test]
     fn every_source_has_its_slot_and_stream_in_recording_order() {
         use whyslow_symbols::placement::Execution::Emulated;
@@ -212,7 +213,7 @@ mod tests {
             ..Default::default()
         };
         let sizes = [SizeArg::Arg(0), SizeArg::Product, SizeArg::GoFirst];
-        let l = Layout::of(&opts, false, true, Some(321), &sizes);
+        let l = Layout::of(&opts, false, true, &sizes);
         use whyslow_model::sample_types::*;
         assert_eq!(
             names(&l),
@@ -242,11 +243,10 @@ mod tests {
                 Stream::OffCpu { slot: 4, state_offset: 0, min_block_ns: 0 },
             ]
         );
-        assert_eq!(l.cfgs.len(), 3, "clock, side band, sys_enter: the rest come from eBPF");
-        assert_eq!(l.cfgs[2].source, Source::Tracepoint { id: 321, period: 10, kernel_stack: false });
-        assert_eq!(l.cfgs[2].stack_bytes, opts.stack_bytes.min(EVENT_STACK_BYTES));
-        assert_eq!(l.ring_pages, opts.ring_pages.max(EVENT_RING_PAGES));
+        assert_eq!(l.cfgs.len(), 2, "clock, side band: the rest come from eBPF");
+        assert_eq!(l.ring_pages, opts.ring_pages, "no perf ring carries stacks of every call");
         let ids: Vec<(u64, usize)> = vec![
+            (SYSCALL_SAMPLE_ID, 2),
             (CALL_SAMPLE_IDS, 3),
             (CALL_SAMPLE_IDS + 1, 4),
             (ALLOC_SAMPLE_IDS, 5),
@@ -254,6 +254,11 @@ mod tests {
             (ALLOC_SAMPLE_IDS + 2, 7),
         ];
         assert_eq!(l.ebpf_ids, ids);
+        let syscalls = l.syscall_stacks.as_ref().unwrap();
+        assert_eq!(
+            (syscalls.period, syscalls.first_id, syscalls.stack_bytes),
+            (crate::sampling_period(10), SYSCALL_SAMPLE_ID, opts.stack_bytes.min(EVENT_STACK_BYTES))
+        );
         let calls = l.call_stacks.as_ref().unwrap();
         assert_eq!(
             (calls.period, calls.first_id, calls.keyed),
@@ -272,12 +277,22 @@ mod tests {
             offcpu: Some(OffCpuOptions::sampled_at(99, std::time::Duration::ZERO)),
             ..Default::default()
         };
-        let l = Layout::of(&opts, true, false, None, &[]);
+        let l = Layout::of(&opts, true, false, &[]);
         assert_eq!(
             l.streams,
             vec![Stream::Events { slot: 0 }, Stream::OffCpu { slot: 0, state_offset: 0, min_block_ns: 0 }]
         );
         assert_eq!(names(&l), [sample_types::OFFCPU]);
+        assert!(l.cfgs.len() == 1 && l.cfgs[0].source == Source::Track);
+        // Syscall stacks alone likewise.
+        let opts = RecordOptions {
+            cpu: false,
+            syscalls: Some(SyscallOptions { trace: Vec::new(), stacks_period: Some(1) }),
+            ..Default::default()
+        };
+        let l = Layout::of(&opts, true, false, &[]);
+        assert_eq!(l.streams, vec![Stream::Events { slot: 0 }, Stream::Syscalls { slot: 0 }]);
+        assert_eq!(l.ebpf_ids, vec![(SYSCALL_SAMPLE_ID, 1)]);
         assert!(l.cfgs.len() == 1 && l.cfgs[0].source == Source::Track);
         // Syscall counters alone need no event at all.
         let opts = RecordOptions {
@@ -285,7 +300,7 @@ mod tests {
             syscalls: Some(SyscallOptions { trace: Vec::new(), stacks_period: None }),
             ..Default::default()
         };
-        let l = Layout::of(&opts, true, false, None, &[]);
+        let l = Layout::of(&opts, true, false, &[]);
         assert!(l.cfgs.is_empty() && l.streams.is_empty() && l.sample_types.is_empty());
     }
 }

@@ -64,9 +64,8 @@ impl InRing<'_> {
 /// Size of the sample_id trailer of non-sample records: pid, tid, time, id (TID | TIME | ID).
 const SAMPLE_ID_LEN: usize = 24;
 
-/// `fixed_period`: the period of the event with this id when its samples do not carry one.
-pub fn decode(rec: &[u8], fixed_period: impl Fn(u64) -> Option<u64>) -> Option<Timed> {
-    let (mut t, stack) = decode_in_place(rec, fixed_period)?;
+pub fn decode(rec: &[u8]) -> Option<Timed> {
+    let (mut t, stack) = decode_in_place(rec)?;
     if let Record::Sample(s) = &mut t.record {
         s.stack = stack.to_vec();
     }
@@ -76,12 +75,12 @@ pub fn decode(rec: &[u8], fixed_period: impl Fn(u64) -> Option<u64>) -> Option<T
 /// Like [`decode`], but a sample's user stack stays where it is: returned beside the record (whose own
 /// `stack` is empty), so a ring's bytes are read where the kernel wrote them rather than copied (a 32 KB
 /// copy per sample was the largest part of what a sample cost the recorder). Empty for other records.
-pub fn decode_in_place(rec: &[u8], fixed_period: impl Fn(u64) -> Option<u64>) -> Option<(Timed, &[u8])> {
+pub fn decode_in_place(rec: &[u8]) -> Option<(Timed, &[u8])> {
     let kind = u32::from_ne_bytes(rec.get(0..4)?.try_into().ok()?);
     let misc = u16::from_ne_bytes(rec.get(4..6)?.try_into().ok()?) as u32;
     let mut r = Reader { b: rec, at: 8 };
     if kind == b::PERF_RECORD_SAMPLE {
-        return decode_sample(&mut r, fixed_period);
+        return decode_sample(&mut r);
     }
     decode_other(kind, misc, r).map(|t| (t, &[][..]))
 }
@@ -135,18 +134,12 @@ fn decode_other(kind: u32, misc: u32, mut r: Reader) -> Option<Timed> {
     Some(Timed { time, record })
 }
 
-fn decode_sample<'a>(
-    r: &mut Reader<'a>,
-    fixed_period: impl Fn(u64) -> Option<u64>,
-) -> Option<(Timed, &'a [u8])> {
+fn decode_sample<'a>(r: &mut Reader<'a>) -> Option<(Timed, &'a [u8])> {
     let _ip = r.u64()?;
     let (pid, tid) = (r.u32()?, r.u32()?);
     let time = r.u64()?;
     let id = r.u64()?;
-    let period = match fixed_period(id) {
-        Some(p) => p,
-        None => r.u64()?,
-    };
+    let period = r.u64()?;
     let nr = r.u64()? as usize;
     let mut kernel = Vec::new();
     for _ in 0..nr.min(4096) {
@@ -161,11 +154,6 @@ fn decode_sample<'a>(
         // Return addresses point after the call; step back into it, as for user frames.
         kernel.push(if kernel.is_empty() { a } else { a.saturating_sub(1) });
     }
-    let raw_size = r.u32()? as usize;
-    let raw = r.bytes(raw_size)?;
-    // An event with no raw data of its own (a clock) gets the kernel's 4-byte placeholder: nothing to
-    // keep (and no allocation per sample); a tracepoint's data has its 8-byte common fields at least.
-    let raw = if raw_size <= 4 { Vec::new() } else { raw.to_vec() };
     let abi = r.u64()?;
     let regs = if abi != 0 {
         let mut v = [0u64; 7];
@@ -198,7 +186,7 @@ fn decode_sample<'a>(
             stack: Vec::new(),
             goroutine: None,
             python: Vec::new(),
-            raw,
+            raw: Vec::new(),
         }),
     };
     Some((t, stack))
@@ -243,7 +231,7 @@ mod tests {
                     for ring in &mut rings {
                         let end = ring.read(|rec| {
                             wrapped += matches!(rec, Cow::Owned(_)) as usize;
-                            match decode_in_place(&rec, |_| None) {
+                            match decode_in_place(&rec) {
                                 Some((mut t, stack)) => {
                                     if let Record::Sample(s) = &mut t.record {
                                         s.stack = stack.to_vec();

@@ -666,7 +666,7 @@ impl<'a> Session<'a> {
         let streams = self.c.streams();
         let mut sources: Vec<&str> = self.src.ev.clock().map(Clock::name).into_iter().collect();
         if streams.iter().any(|s| matches!(s, Stream::Syscalls { .. })) {
-            sources.push("raw_syscalls:sys_enter");
+            sources.push("syscall stacks (eBPF)");
         }
         if streams.iter().any(|s| matches!(s, Stream::OffCpu { .. })) {
             sources.push("sched_switch (eBPF)");

@@ -52,7 +52,6 @@ impl Events {
         match self.cfgs[k].source {
             Source::Clock(_) => self.filter.is_some(),
             Source::Track => self.side_band.is_some(),
-            Source::Tracepoint { .. } => false,
         }
     }
 
@@ -127,37 +126,17 @@ impl Events {
         }
     }
 
-    /// Hands over the events sampled at a fixed period (syscall stacks), one list of fds per event, to be
-    /// closed: an open tracepoint event, even disabled, keeps every syscall of the machine on the traced
-    /// path. Inherited copies in the target's threads and children go with them. The clocks stay, and the
-    /// first event, which owns the rings, is never one of them.
-    pub(crate) fn take_fixed_period(&mut self) -> Vec<Vec<OwnedFd>> {
-        let cfgs = &self.cfgs;
-        let (stopped, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.extra)
-            .into_iter()
-            .partition(|(_, k, _)| cfgs[*k].fixed_period().is_some());
-        self.extra = kept;
-        let mut by_event: HashMap<usize, Vec<OwnedFd>> = HashMap::new();
-        for (_, k, fd) in stopped {
-            by_event.entry(k).or_default().push(fd);
-        }
-        by_event.into_values().collect()
-    }
-
     /// Reads the records of every ring in place, without freeing their space (see [`Events::release`]):
     /// samples into `in_ring` with their user stacks left in the ring, every other record (and a sample
     /// that wraps around its ring's end) into `batch`; of the side band asked per CPU, the followed
     /// processes' records. Returns each ring's position to release once the samples were handled.
     fn read<'a>(
         rings: &'a [Ring],
-        ids: &HashMap<u64, usize>,
-        cfgs: &[EventConfig],
         side_band: Option<&mut SideBand>,
         malformed: &mut u64,
         batch: &mut Vec<Timed>,
         in_ring: &mut Vec<InRing<'a>>,
     ) -> Vec<u64> {
-        let fixed_period = |id| ids.get(&id).and_then(|&i| cfgs[i].fixed_period());
         // Every record timed before now is in its ring by the time that ring is read.
         let read_at = sys::monotonic_ns();
         let mut read = Vec::new();
@@ -166,13 +145,13 @@ impl Events {
             .map(|ring| {
                 ring.read(|rec| {
                     let Cow::Borrowed(rec) = rec else {
-                        match records::decode(&rec, fixed_period) {
+                        match records::decode(&rec) {
                             Some(t) => read.push(t),
                             None => *malformed += 1,
                         }
                         return;
                     };
-                    match records::decode_in_place(rec, fixed_period) {
+                    match records::decode_in_place(rec) {
                         Some((Timed { time, record: Record::Sample(sample) }, stack)) => {
                             in_ring.push(InRing { time, sample, stack })
                         }
@@ -218,7 +197,7 @@ impl Events {
     pub(crate) fn clock(&self) -> Option<Clock> {
         self.cfgs.iter().find_map(|c| match c.source {
             Source::Clock(clock) => Some(clock),
-            Source::Tracepoint { .. } | Source::Track => None,
+            Source::Track => None,
         })
     }
 }
@@ -438,10 +417,6 @@ impl<'obj> Sources<'obj> {
         let alloc_sizes: Vec<SizeArg> = alloc.iter().map(|&(_, size)| size).collect();
         // Go programs' stacks go on past the runtime's switches to the system stack (bpf/clock.bpf.c).
         let go: Vec<bool> = pids.iter().map(|&pid| target::runs_go(&opts.target, pid)).collect();
-        // Per-task perf events will be opened (syscall stacks): their one-time kernel wait runs beside the
-        // eBPF loads.
-        let per_task = opts.syscalls.as_ref().is_some_and(|s| s.stacks_period.is_some());
-        let mut warm = per_task.then(|| std::thread::spawn(sys::warm_task_events));
         // The clock is counted per CPU and filtered in the kernel where eBPF allows (bpf/clock.bpf.c): a
         // per-thread clock costs the target at each of its context switches. One event per CPU that
         // samples nothing then follows every process's mappings, threads and children, and the records
@@ -458,31 +433,23 @@ impl<'obj> Sources<'obj> {
         } else {
             None
         };
-        if opts.cpu && clock_filter.is_none() && warm.is_none() {
-            // The clock is counted per thread.
-            warm = Some(std::thread::spawn(sys::warm_task_events));
-        }
-        let sys_enter = per_task
-            .then(|| {
-                sys::tracepoint_id("raw_syscalls", "sys_enter").map_err(|e| match e.raw_os_error() {
-                    Some(libc::EACCES) | Some(libc::EPERM) => RecordError::Permission(e),
-                    _ => RecordError::Io("tracefs (raw_syscalls/sys_enter)".into(), e),
-                })
-            })
-            .transpose()?;
+        // The clock counted per thread: the one-time kernel wait of per-task events runs beside the eBPF
+        // loads.
+        let warm = (opts.cpu && clock_filter.is_none()).then(|| std::thread::spawn(sys::warm_task_events));
         let Layout {
             cfgs,
             streams,
             mut sample_types,
             ebpf_ids,
+            syscall_stacks,
             call_stacks,
             alloc_stacks,
             event_stack_bytes,
             ring_pages,
-        } = Layout::of(opts, launched, clock_filter.is_some(), sys_enter, &alloc_sizes);
+        } = Layout::of(opts, launched, clock_filter.is_some(), &alloc_sizes);
         let mut probe = match &opts.syscalls {
             Some(_) => Some(crate::phases::time("load eBPF: syscall counters", || {
-                SyscallProbe::load(&mut objects.syscalls, trace)
+                SyscallProbe::load(&mut objects.syscalls, trace, syscall_stacks)
             })?),
             None => None,
         };
@@ -661,7 +628,7 @@ impl<'obj> Sources<'obj> {
         if opts.syscalls.is_some() || opts.calls.is_some() || opts.alloc.is_some() || opts.offcpu.is_some() {
             return Err(RecordError::Invalid("a whole-host recording samples CPU time only".into()));
         }
-        let layout = Layout::of(opts, false, false, None, &[]);
+        let layout = Layout::of(opts, false, false, &[]);
         let mut cfg = EventConfig {
             source: Source::Clock(Clock::CpuClock),
             frequency: opts.frequency,
@@ -828,10 +795,12 @@ impl<'obj> Sources<'obj> {
     /// Removing a uprobe waits for a grace period (45-90 ms here), and the kernel removes one after the
     /// other: each probe is one perf event no more (the calls' and allocations' stacks come from the
     /// eBPF program that counts them; with a uprobe event per allocation function, a Go server's
-    /// allocators trapped for half a second after the budget stop). The counters' links and the syscall
-    /// stack events are closed on threads of their own, at once.
+    /// allocators trapped for half a second after the budget stop). The counters' links are closed on
+    /// threads of their own, at once. The syscalls' stacks are sampled no more, also in the slices of
+    /// their counters that may follow.
     pub(crate) fn stop_per_call(&mut self) {
         if let Some(p) = self.syscalls.as_mut() {
+            p.stop_stacks();
             p.detach();
         }
         let links = self.calls.iter_mut().chain(self.alloc_sites.as_mut()).flat_map(CallProbe::detach);
@@ -840,7 +809,6 @@ impl<'obj> Sources<'obj> {
         closing.extend(
             self.mem.as_mut().into_iter().flat_map(MemProbe::detach).map(|l| Box::new(l) as Box<dyn Send>),
         );
-        closing.extend(self.ev.take_fixed_period().into_iter().map(|fds| Box::new(fds) as Box<dyn Send>));
         std::thread::scope(|s| {
             for item in closing {
                 s.spawn(move || drop(item));
@@ -855,21 +823,16 @@ impl<'obj> Sources<'obj> {
         if let Some(p) = self.offcpu.as_mut() {
             p.drain(&mut batch);
         }
+        if let Some(p) = self.syscalls.as_mut() {
+            p.drain(&mut batch);
+        }
         for p in self.calls.iter_mut().chain(self.alloc_sites.as_mut()) {
             p.drain(&mut batch);
         }
         let mut in_ring: Vec<InRing<'_>> = std::mem::take(&mut self.spare.in_ring);
         let mut malformed = 0;
         let ev = &mut self.ev;
-        let ends = Events::read(
-            &ev.rings,
-            &ev.ids,
-            &ev.cfgs,
-            ev.side_band.as_mut(),
-            &mut malformed,
-            &mut batch,
-            &mut in_ring,
-        );
+        let ends = Events::read(&ev.rings, ev.side_band.as_mut(), &mut malformed, &mut batch, &mut in_ring);
         for _ in 0..malformed {
             c.count_malformed();
         }

@@ -9,16 +9,13 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{fence, Ordering};
 
 /// Sample layout we ask for; the parser in `records` depends on exactly these bits.
-/// Every event of a run uses this layout, so one ring per CPU can carry them all (ID tells them apart;
-/// RAW is empty except on tracepoints), except that events sampled at a fixed period leave PERIOD out
-/// (see [`EventConfig::fixed_period`]); ID comes before PERIOD, so the parser knows which layout it reads.
+/// Every event of a run uses this layout, so one ring per CPU can carry them all (ID tells them apart).
 pub const SAMPLE_TYPE: u64 = (b::PERF_SAMPLE_IP
     | b::PERF_SAMPLE_TID
     | b::PERF_SAMPLE_TIME
     | b::PERF_SAMPLE_ID
     | b::PERF_SAMPLE_PERIOD
     | b::PERF_SAMPLE_CALLCHAIN
-    | b::PERF_SAMPLE_RAW
     | b::PERF_SAMPLE_REGS_USER
     | b::PERF_SAMPLE_STACK_USER) as u64;
 
@@ -51,9 +48,6 @@ impl Clock {
 pub enum Source {
     /// Timer or cycles sampling at `frequency` Hz.
     Clock(Clock),
-    /// A tracepoint (id from tracefs), every `period`-th hit sampled; the kernel callchain is kept only
-    /// with `kernel_stack` (the syscall-entry path is the same for every hit; a switch-out is not).
-    Tracepoint { id: u64, period: u64, kernel_stack: bool },
     /// No samples: only the side-band records (mmap, comm, fork, exit) that let the converter follow a
     /// process whose samples come from eBPF.
     Track,
@@ -68,19 +62,6 @@ pub struct EventConfig {
     pub kernel: bool,
     /// Enable when the (gated) child calls exec, instead of immediately.
     pub enable_on_exec: bool,
-}
-
-impl EventConfig {
-    /// The period of an event whose samples do not carry one: a tracepoint, sampled every Nth hit. The
-    /// kernel samples every hit of a software or tracepoint event whose layout has PERF_SAMPLE_PERIOD
-    /// and no frequency (it reports the hit count as the period instead), whatever its sample_period: a
-    /// 16 KB stack copy per syscall or allocation instead of one per N.
-    pub fn fixed_period(&self) -> Option<u64> {
-        match self.source {
-            Source::Tracepoint { period, .. } => Some(sampling_period(period)),
-            Source::Clock(_) | Source::Track => None,
-        }
-    }
 }
 
 /// The period an event sampled every Nth hit uses for a requested N: the smallest prime at least N. A
@@ -118,10 +99,6 @@ pub fn open_event(cfg: &EventConfig, scope: Scope, cpu: i32, ring_pages: usize) 
             attr.type_ = b::PERF_TYPE_SOFTWARE;
             attr.config = b::PERF_COUNT_SW_CPU_CLOCK as u64;
         }
-        Source::Tracepoint { id, .. } => {
-            attr.type_ = b::PERF_TYPE_TRACEPOINT;
-            attr.config = id;
-        }
         Source::Track => {
             attr.type_ = b::PERF_TYPE_SOFTWARE;
             attr.config = b::PERF_COUNT_SW_DUMMY as u64;
@@ -132,16 +109,9 @@ pub fn open_event(cfg: &EventConfig, scope: Scope, cpu: i32, ring_pages: usize) 
             attr.__bindgen_anon_1.sample_freq = cfg.frequency;
             attr.set_freq(1);
         }
-        Source::Tracepoint { period, kernel_stack, .. } => {
-            attr.__bindgen_anon_1.sample_period = sampling_period(period);
-            attr.set_exclude_callchain_kernel((!kernel_stack) as u64);
-        }
         Source::Track => attr.__bindgen_anon_1.sample_period = 1,
     }
-    attr.sample_type = match cfg.fixed_period() {
-        Some(_) => SAMPLE_TYPE & !(b::PERF_SAMPLE_PERIOD as u64),
-        None => SAMPLE_TYPE,
-    };
+    attr.sample_type = SAMPLE_TYPE;
     attr.sample_regs_user = REGS_USER_MASK;
     attr.sample_stack_user = cfg.stack_bytes;
     let (pid, side_band) = match scope {
@@ -156,9 +126,7 @@ pub fn open_event(cfg: &EventConfig, scope: Scope, cpu: i32, ring_pages: usize) 
             (-1, side_band)
         }
     };
-    // A tracepoint fires in the kernel; excluding the kernel would silence it.
-    let kernel = cfg.kernel || matches!(cfg.source, Source::Tracepoint { .. });
-    attr.set_exclude_kernel((!kernel) as u64);
+    attr.set_exclude_kernel((!cfg.kernel) as u64);
     attr.set_exclude_hv(1);
     // User frames come from our own DWARF unwinding of the stack copy; the kernel's FP walk is useless there.
     attr.set_exclude_callchain_user(1);
@@ -468,28 +436,6 @@ pub fn online_cpus() -> Vec<i32> {
         cpus.extend(0..n);
     }
     cpus
-}
-
-const TRACEFS: &str = "/sys/kernel/tracing";
-
-/// The numeric id of tracepoint `group/name`, mounting tracefs first when nothing is mounted there.
-pub fn tracepoint_id(group: &str, name: &str) -> io::Result<u64> {
-    let path = format!("{TRACEFS}/events/{group}/{name}/id");
-    mount_tracefs()?;
-    let text = std::fs::read_to_string(&path)?;
-    text.trim().parse().map_err(|_| io::Error::new(io::ErrorKind::InvalidData, format!("bad id in {path}")))
-}
-
-fn mount_tracefs() -> io::Result<()> {
-    if !std::path::Path::new(&format!("{TRACEFS}/events")).exists() {
-        let c = |s: &str| std::ffi::CString::new(s).expect("no NUL");
-        let (src, dir, fs) = (c("nodev"), c(TRACEFS), c("tracefs"));
-        // SAFETY: all strings are NUL-terminated CStrings that outlive the call; data may be null for tracefs.
-        if unsafe { libc::mount(src.as_ptr(), dir.as_ptr(), fs.as_ptr(), 0, std::ptr::null()) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
 }
 
 /// CLOCK_MONOTONIC now, in ns: the clock of every event time (perf records and eBPF alike).

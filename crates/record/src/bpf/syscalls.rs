@@ -1,10 +1,13 @@
-//! Exact syscall counting and `--trace` events from bpf/syscalls.bpf.c: load, track processes, attach
-//! (for the whole run, or in slices), measure what a counted syscall costs, drain the trace ring buffer,
-//! and read the kernel's counters.
+//! Exact syscall counting, `--trace` events and syscall stack samples from bpf/syscalls.bpf.c: load,
+//! track processes, attach (for the whole run, or in slices), measure what a counted syscall costs,
+//! drain the trace and stack ring buffers, and read the kernel's counters.
 
-use super::skel::types::{ws_event as Event, ws_inflight, ws_key, ws_stat, ws_trace_cfg};
+use super::calls::StackSampling;
+use super::skel::types::{
+    ws_event as Event, ws_inflight, ws_key, ws_stack as StackRec, ws_stat, ws_trace_cfg,
+};
 use super::skel::{OpenSyscallsSkel, SyscallsSkel, SyscallsSkelBuilder};
-use super::{bytes_of, check_btf, classify, plain, quiet_libbpf, u64_at};
+use super::{bytes_of, check_btf, classify, plain, quiet_libbpf, u32_at, u64_at};
 use crate::RecordError;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
@@ -12,17 +15,27 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::mem::MaybeUninit;
 use std::rc::Rc;
+use whyslow_convert::records::{Record, Sample, Timed, UserRegs};
 use whyslow_model::syscalls::{errno_name, string_args, syscall_name, syscall_names, TraceEvent};
 use whyslow_model::{close_matches, SyscallStat, HIST_BUCKETS};
 
 /// Slots of the `counted` map (SEEN_COUNTED and SEEN_OTHERS in bpf/syscalls.bpf.c).
 const SEEN_COUNTED: u32 = 0;
 const SEEN_OTHERS: u32 = 1;
+/* Slots of the program's `drops` array (DROP_TRACE, DROP_STATS and DROP_STACK in the program). */
+const DROP_TRACE: usize = 0;
+const DROP_STACK: usize = 2;
+/// Where a stack sample's stack copy starts (`struct ws_stack`).
+const USTACK_OFFSET: usize = std::mem::offset_of!(StackRec, ustack);
+const STACK_MAX: u32 = 16384;
+const _: () = assert!(std::mem::size_of::<StackRec>() - USTACK_OFFSET >= STACK_MAX as usize);
 
 /// Loaded and attached syscall counters; detached when dropped.
 pub struct SyscallProbe<'obj> {
     skel: SyscallsSkel<'obj>,
     ring: Option<(RingBuffer<'static>, Rc<RefCell<Vec<TraceEvent>>>)>,
+    /// The stack samples' ring and their period, when stacks are sampled.
+    stacks: Option<(super::RecordRing, u64)>,
     /// The fork and exec hooks (attached for the whole run: processes forked while the counters are
     /// off are followed too).
     hooks: Vec<Link>,
@@ -143,21 +156,71 @@ fn decode_event(b: &[u8]) -> Option<TraceEvent> {
     })
 }
 
+/// A stack sample as the program lays it out (`struct ws_stack`): a sample of event id `s.first_id`
+/// standing for `s.period` syscalls, its raw data the syscall's number; None when the record is short.
+fn decode_stack(b: &[u8], s: &StackSampling) -> Option<Timed> {
+    use std::mem::offset_of;
+    if b.len() < USTACK_OFFSET {
+        return None;
+    }
+    let u64_of = |at| u64_at(b, at);
+    let u32_of = |at| u32_at(b, at);
+    let bytes = (u32_of(offset_of!(StackRec, ustack_bytes)) as usize).min(b.len() - USTACK_OFFSET);
+    let regs = UserRegs {
+        ip: u64_of(offset_of!(StackRec, ip)),
+        sp: u64_of(offset_of!(StackRec, sp)),
+        bp: u64_of(offset_of!(StackRec, bp)),
+        ..Default::default()
+    };
+    let sample = Sample {
+        pid: u32_of(offset_of!(StackRec, tgid)),
+        tid: u32_of(offset_of!(StackRec, tid)),
+        id: s.first_id,
+        period: s.period,
+        kernel: Vec::new(),
+        user: Vec::new(),
+        regs: Some(regs),
+        stack: b[USTACK_OFFSET..USTACK_OFFSET + bytes].to_vec(),
+        goroutine: None,
+        python: Vec::new(),
+        raw: u64_of(offset_of!(StackRec, nr)).to_ne_bytes().to_vec(),
+    };
+    Some(Timed { time: u64_of(offset_of!(StackRec, time)), record: Record::Sample(sample) })
+}
+
 impl<'obj> SyscallProbe<'obj> {
-    /// Loads the programs; `trace` lists the syscall numbers to send one by one.
-    pub fn load(obj: &'obj mut MaybeUninit<OpenObject>, trace: &[u32]) -> Result<Self, RecordError> {
+    /// Loads the programs; `trace` lists the syscall numbers to send one by one; `stacks` samples the
+    /// stacks of every `period`th syscall of each thread (from [`SyscallProbe::attach`] on).
+    pub fn load(
+        obj: &'obj mut MaybeUninit<OpenObject>,
+        trace: &[u32],
+        stacks: Option<StackSampling>,
+    ) -> Result<Self, RecordError> {
         check_btf()?;
         quiet_libbpf();
         let mut open: OpenSyscallsSkel =
             SyscallsSkelBuilder::default().open(obj).map_err(|e| classify("open", e))?;
         if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
             ro.tracing = !trace.is_empty();
+            if let Some(st) = &stacks {
+                ro.stack_bytes = st.stack_bytes.min(STACK_MAX);
+            }
         }
         if trace.is_empty() {
             // Nothing is traced: one page, not 4 MB mapped and zeroed at load.
             open.maps.events.set_max_entries(4096).map_err(|e| classify("ring buffer", e))?;
         }
+        if let Some(st) = &stacks {
+            super::RecordRing::size(&mut open.maps.stacks, st.ring_bytes)?;
+        }
         let skel = open.load().map_err(|e| classify("load", e))?;
+        let stacks = match stacks {
+            Some(st) => Some((
+                super::RecordRing::new(&skel.maps.stacks, move |data| decode_stack(data, &st))?,
+                st.period,
+            )),
+            None => None,
+        };
         // One entry per syscall number (MAX_SYSCALL in the program).
         let max_syscall = skel.maps.trace_cfg.max_entries();
         for &nr in trace.iter().filter(|&&nr| nr < max_syscall) {
@@ -176,6 +239,7 @@ impl<'obj> SyscallProbe<'obj> {
         let mut probe = SyscallProbe {
             skel,
             ring: None,
+            stacks,
             hooks: Vec::new(),
             counters: Vec::new(),
             calibration: Seen::default(),
@@ -202,15 +266,27 @@ impl<'obj> SyscallProbe<'obj> {
         super::track(&self.skel.maps.tracked, pid, launched)
     }
 
-    /// Attaches the fork and exec hooks and starts counting.
+    /// Attaches the fork and exec hooks and starts counting, and sampling stacks when loaded to.
     pub fn attach(&mut self) -> Result<(), RecordError> {
         if self.hooks.is_empty() {
             let p = &self.skel.progs;
             self.hooks.push(p.on_fork.attach().map_err(|e| classify("attach fork hook", e))?);
             self.hooks.push(p.on_exec.attach().map_err(|e| classify("attach exec hook", e))?);
             self.hooks.push(p.on_process_exit.attach().map_err(|e| classify("attach exit hook", e))?);
+            self.set_stack_period(self.stacks.as_ref().map_or(0, |(_, period)| *period));
         }
         self.resume()
+    }
+
+    /// Samples no more stacks (the counters go on while attached).
+    pub fn stop_stacks(&mut self) {
+        self.set_stack_period(0);
+    }
+
+    fn set_stack_period(&mut self, period: u64) {
+        if let Some(bss) = self.skel.maps.bss_data.as_deref_mut() {
+            bss.stack_period = period;
+        }
     }
 
     /// Counts again after [`SyscallProbe::detach`] (a new slice: a syscall that entered before is not
@@ -329,12 +405,23 @@ impl<'obj> SyscallProbe<'obj> {
         }
     }
 
-    /// Events lost: trace events the ring had no room for, and calls a full map could not count.
+    /// The stack samples that arrived since the last call, and a lost record for those the ring had no
+    /// room for meanwhile.
+    pub fn drain(&mut self, into: &mut Vec<Timed>) {
+        let lost = self.dropped(DROP_STACK..DROP_STACK + 1);
+        if let Some((ring, _)) = self.stacks.as_mut() {
+            ring.drain(into, lost);
+        }
+    }
+
+    /// Events lost: trace events the ring had no room for, and calls a full map could not count (lost
+    /// stack samples are in [`SyscallProbe::drain`]'s records).
     pub fn lost(&self) -> u64 {
-        let rows = self.skel.maps.bss_data.as_deref().map(|b| &b.drops[..]);
-        // Every slot of a CPU's row (DROP_SLOTS in the program).
-        let slots = rows.and_then(|r| r.first()).map_or(0, |row| row.len());
-        super::drops_total(rows, 0..slots)
+        self.dropped(DROP_TRACE..DROP_STACK)
+    }
+
+    fn dropped(&self, slots: std::ops::Range<usize>) -> u64 {
+        super::drops_total(self.skel.maps.bss_data.as_deref().map(|b| &b.drops[..]), slots)
     }
 
     /// The counters so far, one entry per (process, thread, syscall).
@@ -385,7 +472,7 @@ mod tests {
     #[test]
     fn other_processes_syscalls_are_seen_while_attached() {
         let mut obj = MaybeUninit::uninit();
-        let mut p = SyscallProbe::load(&mut obj, &[]).expect("syscall counters (needs root)");
+        let mut p = SyscallProbe::load(&mut obj, &[], None).expect("syscall counters (needs root)");
         let mut target = std::process::Command::new("sleep").arg("30").spawn().expect("sleep");
         p.track(target.id(), false).expect("track");
         p.measure_cost().expect("the cost measured (Linux 6.9 or later)");
