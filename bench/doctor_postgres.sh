@@ -4,6 +4,7 @@
 # postgres -d $D` must name blocking-io there, from syscall counts sampled under the probe budget; and
 # what watching costs pgbench's transactions/s, as ABBA blocks like doctor_cost.sh's (the load runs
 # throughout; commits are counted by the server over the doctor's run and over plain windows as long).
+# WHYSLOW_OLD=path watches with an older build too, in the same blocks (its own ratios).
 source "$(dirname "$0")/lib.sh"
 needs_root "postgresql and the probes"
 needs_build
@@ -27,9 +28,10 @@ as_pg pgbench -h "$PG" -i -s 5 postgres >/dev/null 2>&1
 as_pg pgbench -h "$PG" -c 4 -T 100000 postgres >/dev/null 2>&1 &
 LOAD=$!
 commits() { as_pg psql -h "$PG" -tAc "select xact_commit from pg_stat_database where datname = 'postgres'" postgres; }
+# doctor [BINARY]: one watch by BINARY (default $WHYSLOW).
 doctor() {
-  "$WHYSLOW" doctor --comm postgres -d "$D" --format json -o "$OUT/d.data" >"$OUT/doctor.json" 2>"$OUT/doctor.err" ||
-    { cat "$OUT/doctor.err" >&2; return 1; }
+  "${1:-$WHYSLOW}" doctor --comm postgres -d "$D" --format json -o "$OUT/d.data" >"$OUT/doctor.json" \
+    2>"$OUT/doctor.err" || { cat "$OUT/doctor.err" >&2; return 1; }
 }
 # tps CMD...: commits per second while CMD runs (see `window`), and the seconds.
 tps() {
@@ -55,15 +57,34 @@ for n in r["notes"]:
     if n.startswith(("probes stopped", "syscall counters:")):
         print("    note:", n)
 PY
-plain_runs=() ratios=()
+plain_runs=() ratios=() old_ratios=()
 for b in $(seq "$BLOCKS"); do
   read -r a1 _ < <(tps sleep "$(python3 -c "print($T + 0.5)")")
-  read -r d1 _ < <(tps doctor)
-  read -r d2 _ < <(tps doctor)
+  if [ -n "${WHYSLOW_OLD:-}" ]; then
+    # Each build as near the plain windows as the other over the blocks: new, old, old, new, then
+    # old, new, new, old.
+    first=$WHYSLOW second=$WHYSLOW_OLD
+    [ $((b % 2)) = 0 ] && first=$WHYSLOW_OLD second=$WHYSLOW
+    read -r f1 _ < <(tps doctor "$first")
+    read -r s1 _ < <(tps doctor "$second")
+    read -r s2 _ < <(tps doctor "$second")
+    read -r f2 _ < <(tps doctor "$first")
+    if [ "$first" = "$WHYSLOW" ]; then d1=$f1 d2=$f2 o1=$s1 o2=$s2; else d1=$s1 d2=$s2 o1=$f1 o2=$f2; fi
+  else
+    read -r d1 _ < <(tps doctor)
+    read -r d2 _ < <(tps doctor)
+  fi
   read -r a2 _ < <(tps sleep "$(python3 -c "print($T + 0.5)")")
   plain_runs+=("$a1" "$a2")
   ratios+=("$(ratio "$d1" "$a1")" "$(ratio "$d2" "$a2")")
   printf "  block %d: plain %6s  doctor %6s  doctor %6s  plain %6s commits/s  ratios %s %s\n" "$b" "$a1" "$d1" "$d2" \
     "$a2" "${ratios[-2]}" "${ratios[-1]}"
+  if [ -n "${WHYSLOW_OLD:-}" ]; then
+    old_ratios+=("$(ratio "$o1" "$a1")" "$(ratio "$o2" "$a2")")
+    printf "           old build: doctor %6s  doctor %6s commits/s  ratios %s %s\n" "$o1" "$o2" \
+      "${old_ratios[-2]}" "${old_ratios[-1]}"
+  fi
 done
 abba_summary "commits/s" "${ratios[*]}" "${plain_runs[*]}"
+[ -n "${WHYSLOW_OLD:-}" ] && abba_summary "commits/s, old build ($WHYSLOW_OLD)" "${old_ratios[*]}" "${plain_runs[*]}"
+true

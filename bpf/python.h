@@ -5,7 +5,10 @@
  * run CPython 3.8-3.13 (`py_procs`: where its _PyRuntime is and the offsets of its version's structs,
  * crates/python/src/layout.rs), the program that keeps a sample walks the sampled thread's frame chain
  * when the sample is taken and sends each frame's code object and instruction, which user space names
- * and puts in place of the _PyEval_EvalFrameDefault frames that run them.
+ * and puts in place of the _PyEval_EvalFrameDefault frames that run them. User space reads the code
+ * objects later, when another may have taken a freed one's address (code made by exec and dropped): each
+ * frame also carries its code object's name as it was (the string's address and hash), which the one
+ * read must have.
  *
  * The thread's PyThreadState is the one whose thread_id (its pthread_t: the thread's TLS base, fsbase,
  * with glibc) is the task's fsbase, found in the interpreters' thread lists and cached per thread.
@@ -37,6 +40,8 @@ struct ws_py_proc {
 	u16 frame_code;
 	u16 frame_instr;
 	u16 frame_owner;
+	u16 code_name;	  /* the code object's name (its qualified name from 3.11) */
+	u16 unicode_hash; /* a str's hash */
 	u8 minor;
 	u8 pad;
 };
@@ -44,6 +49,8 @@ struct ws_py_proc {
 struct ws_py_frame {
 	u64 code;  /* the code object */
 	u64 instr; /* f_lasti (3.8-3.10), or a pointer to the instruction */
+	u64 name;  /* the code object's name (a str) */
+	u64 hash;  /* its hash (-1: not computed yet) */
 };
 
 /* A sample's Python frames, innermost first; bit k of `entry` set: frame k is the first its
@@ -206,6 +213,8 @@ static long py_walk_step(u64 i, void *ctx)
 	u32 n = w->n & (PY_FRAMES - 1);
 	struct ws_py_frame *f = &out->frame[n];
 	f->code = py_read_ptr(frame + w->py.frame_code, w->other);
+	f->name = f->code ? py_read_ptr(f->code + w->py.code_name, w->other) : 0;
+	f->hash = f->name ? py_read_ptr(f->name + w->py.unicode_hash, w->other) : 0;
 	if (w->py.minor <= 10) {
 		s32 lasti = 0;
 		py_read(&lasti, sizeof(lasti), frame + w->py.frame_instr, w->other);

@@ -318,9 +318,12 @@ fn the_doctor_takes_time_sleep_in_select_for_a_sleep() {
 /// (300 ms) in a file "<round I>" and drops it, so the next round's code objects take the freed
 /// addresses. Each function is named as it ran, with its own file: every round's function is seen (not
 /// the first one read at an address, kept for good), and the ticks hold a quarter of the spinning. A
-/// frame whose code object is read after its round ended (freed) is left unreadable, never misnamed: how
-/// many depends on how late the converter runs on a busy machine, not on whyslow (up to 7% seen on 3.12
-/// at a load of 4 on 2 CPUs, 16.7% at a load of 6), so the bound only catches code never read again.
+/// frame whose code object is read after its round ended (freed, the next round's at its address) is left
+/// unreadable, never named as the next round's (the name the kernel saw in the frame tells them apart):
+/// how many depends on how late the converter runs (10-20% of the samples beside stress-ng --cpu 2, most
+/// of them a tick's, its round being the shorter), so that bound only catches code never read again.
+/// Named as the next round's, a tick's samples made its tocks a fifth larger (ticks 14.6% of the
+/// spinning, none unreadable).
 #[test]
 fn python_code_made_at_run_time_is_named_as_it_ran() {
     let _x = exclusive();
@@ -366,12 +369,11 @@ fn python_code_made_at_run_time_is_named_as_it_ran() {
             "3.{minor}: {filed} of {} under their files",
             ticks + tocks
         );
-        // The unreadable frames are mostly ticks (a short round's code is freed sooner after its samples):
-        // the ticks' share lies between the named ticks' and theirs with every unreadable frame.
+        // The ticks' share lies between the named ticks' and theirs with every unreadable frame.
         let all = (ticks + tocks + unreadable) as f64;
         let (share, lost) = (100.0 * ticks as f64 / all, 100.0 * unreadable as f64 / all);
         assert!(
-            share - 8.0 <= 25.0 && share + lost + 8.0 >= 25.0,
+            share - 5.0 <= 25.0 && share + lost + 5.0 >= 25.0,
             "3.{minor}: ticks {share:.1}% of the spinning (and {lost:.1}% unreadable), expected 25"
         );
         assert!(lost <= 40.0, "3.{minor}: {lost:.1}% unreadable");

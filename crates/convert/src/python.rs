@@ -4,7 +4,10 @@
 //! where they are. Code objects are read through the [`Host`] (the process's memory) and kept by
 //! address, but a code object is freed and another takes its address (code made by `exec`, `compile`,
 //! an import): a kept one is checked again ([`Code::still_at`], two reads) when a sample names it
-//! [`CHECK_NS`] after its last check, and one that could not be read is tried again later and later,
+//! [`CHECK_NS`] after its last check, or when the name the kernel saw in the frame is not its own
+//! ([`Code::named_as`]: the sample's code object was freed before it was read, and a frame that no
+//! code object read matches is unreadable, never named as another); one that could not be read is
+//! tried again later and later,
 //! up to every [`MAX_RETRY_NS`]; the clock is the samples' (event time), so that a converter running
 //! late reads no more per sample than one on time. Never reads memory or files itself: the host does.
 
@@ -230,8 +233,16 @@ impl<H: Host> Converter<H> {
                         e
                     }
                 };
+                // The code object read is another than the sample's (which was freed, and this one took
+                // its address) where it has another name: read again when the memory changed since,
+                // and left unreadable when it still does not match, never named as another's.
+                if let Some(c) = &entry.code {
+                    if !c.named_as(f.name, f.hash) && c.still_at(&mem, layout, f.code) == Some(false) {
+                        *entry = CodeEntry::read(&mem, layout, f.code, now, 0);
+                    }
+                }
                 entry.used = now;
-                let label = match &entry.code {
+                let label = match entry.code.as_ref().filter(|c| c.named_as(f.name, f.hash)) {
                     Some(c) => {
                         let line = c.line(f.instr);
                         *entry.labels.entry(line).or_insert_with(|| {

@@ -93,6 +93,10 @@ pub struct PyFrame {
     /// The first frame its `_PyEval_EvalFrameDefault` call ran (the frames from the innermost up to
     /// here are that call's; each frame is one call's before 3.11).
     pub entry: bool,
+    /// The code object's name as it was: the string's address and its hash (see
+    /// `whyslow_python::Code::named_as`; 0 and 0: not read).
+    pub name: u64,
+    pub hash: u64,
 }
 
 /// A goroutine's stack copied after the user stack: `stack[offset..]` holds the bytes from address `at`,

@@ -70,19 +70,12 @@ fn header_size(layout: &Layout) -> usize {
 }
 
 /// The field of the name frames show: `co_qualname` (3.11+), else `co_name`.
-fn name_field(layout: &Layout) -> usize {
-    usize::from(match layout.code_qualname {
-        0 => layout.code_name,
-        q => q,
-    })
-}
-
 /// The header fields of a [`Mark`]: type, name, file, line table, first line.
 fn mark_head(co: &[u8], layout: &Layout) -> [u64; 5] {
     let fl = usize::from(layout.code_firstlineno);
     [
         u64_of(co, 8),
-        u64_of(co, name_field(layout)),
+        u64_of(co, layout.code_name_field().into()),
         u64_of(co, layout.code_filename.into()),
         u64_of(co, layout.code_linetable.into()),
         u64::from(u32::from_le_bytes(co[fl..fl + 4].try_into().expect("4 bytes"))),
@@ -118,7 +111,7 @@ pub fn read_code(mem: &dyn Memory, layout: &Layout, addr: u64) -> Result<Code, C
     if !mem.read(addr, &mut co) {
         return Err(CodeError::Unreadable(addr));
     }
-    let name_at = u64_of(&co, name_field(layout));
+    let name_at = u64_of(&co, layout.code_name_field().into());
     let (name, span) = read_str(mem, layout, name_at)?;
     let (file, _) = read_str(mem, layout, u64_of(&co, layout.code_filename.into()))?;
     let mut mark_name = vec![0u8; span.min(MAX_MARK)];
@@ -223,6 +216,22 @@ impl Code {
         let name = &mut name[..mark.name.len()];
         let read = mem.read(mark.head[1].wrapping_add(u64::from(layout.unicode_length)), name);
         Some(read && *name == *mark.name)
+    }
+
+    /// Whether this can be the code object a frame held when its sample was taken, the frame's name
+    /// string then at `name` with hash `hash` (bpf/python.h; -1: not computed, 0 and 0: not read): the
+    /// same string, and the same hash where both are known. A code object read once another took a
+    /// freed one's address names another string (`exec` of functions made and dropped in a loop).
+    /// True for a code object not read from memory: nothing to compare.
+    pub fn named_as(&self, name: u64, hash: u64) -> bool {
+        let Some(mark) = &self.mark else { return true };
+        if name == 0 {
+            return true;
+        }
+        // The mark's name bytes start at the string's length, its hash next.
+        let own = mark.name.get(8..16).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
+        let known = |h: u64| h != u64::MAX && h != 0;
+        name == mark.head[1] && own.is_none_or(|own| !known(own) || !known(hash) || own == hash)
     }
 
     /// The line of the instruction a frame of it is at: `instr` as the frame holds it (the `f_lasti`
@@ -338,7 +347,26 @@ fn svarint(table: &[u8], at: &mut usize) -> i64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{linetable_310, lnotab_line, location_table, read_code, CodeError, Memory};
+    use super::{linetable_310, lnotab_line, location_table, read_code, Code, CodeError, Mark, Memory};
+
+    /// A frame is the code object read at its address only with the name the kernel saw there: the same
+    /// string, and the same hash where both are computed; a frame whose name was not read, or a code
+    /// object not read from memory, has nothing to tell.
+    #[test]
+    fn a_code_object_is_the_frames_only_under_its_name() {
+        let (at, hash) = (0x7f00_0000_5000u64, 0x1234_5678_9abc_def0u64);
+        let mut name = 6u64.to_le_bytes().to_vec();
+        name.extend(hash.to_le_bytes());
+        name.extend(b"tick_2");
+        let mark = Mark { head: [0x8000, at, 0x9000, 0xa000, 1], name };
+        let code = Code { mark: Some(mark), ..Code::new("tick_2", "<round 2>", 1, Vec::new(), 10, 0) };
+        assert!(code.named_as(at, hash));
+        assert!(!code.named_as(at + 0x100, hash), "another string");
+        assert!(!code.named_as(at, hash ^ 1), "another string at the same address");
+        assert!(code.named_as(at, u64::MAX), "its hash not computed when sampled");
+        assert!(code.named_as(0, 0), "not read");
+        assert!(Code::new("f", "x.py", 1, Vec::new(), 10, 0).named_as(at + 0x100, 7), "not read from memory");
+    }
 
     /// Memory that reads as all ones everywhere: every pointer in it is `u64::MAX`.
     struct Ones;

@@ -52,6 +52,21 @@ pub struct Layout {
     pub type_name: u16,
 }
 
+impl Layout {
+    /// The field that names a code object: `co_qualname` from 3.11, `co_name` before.
+    pub fn code_name_field(&self) -> u16 {
+        match self.code_qualname {
+            0 => self.code_name,
+            q => q,
+        }
+    }
+
+    /// `PyASCIIObject.hash`: the `Py_hash_t` right after `length` in every version.
+    pub fn unicode_hash(&self) -> u16 {
+        self.unicode_length + 8
+    }
+}
+
 /// `_PyInterpreterFrame.owner` of the frame `_PyEval_EvalFrameDefault` pushes under the first frame
 /// it runs (3.12+).
 pub const FRAME_OWNED_BY_CSTACK: u8 = 3;

@@ -5,7 +5,7 @@
 //! process's thread (bpf/python.h), which it adds too.
 
 use super::clock_skel::types::ws_goroutine as Gor;
-use super::clock_skel::types::{ws_py_proc, ws_pystack as PyStack};
+use super::clock_skel::types::{ws_py_frame as PyFr, ws_py_proc, ws_pystack as PyStack};
 use super::clock_skel::{ClockSkel, ClockSkelBuilder, OpenClockSkel};
 use super::{check_btf, classify, quiet_libbpf, u32_at, u64_at};
 use crate::records::InRing;
@@ -48,7 +48,7 @@ struct Goroutine {
 
 /// Where `struct ws_pystack`'s frames start, and the size of one (bpf/python.h).
 const PY_FRAMES_OFFSET: usize = offset_of!(PyStack, frame);
-const PY_FRAME_BYTES: usize = 16;
+const PY_FRAME_BYTES: usize = std::mem::size_of::<PyFr>();
 /// The most a sample's Python frames take in the ring (bpf/python.h PY_FRAMES).
 const PY_STACK_BYTES: u64 = (PY_FRAMES_OFFSET + 64 * PY_FRAME_BYTES) as u64;
 
@@ -71,7 +71,13 @@ pub(super) fn decode_pystack(d: &[u8]) -> Option<PyPending> {
     let frames = (0..n)
         .map(|k| {
             let at = PY_FRAMES_OFFSET + k * PY_FRAME_BYTES;
-            PyFrame { code: u64_at(d, at), instr: u64_at(d, at + 8), entry: entry >> k & 1 == 1 }
+            PyFrame {
+                code: u64_at(d, at + offset_of!(PyFr, code)),
+                instr: u64_at(d, at + offset_of!(PyFr, instr)),
+                entry: entry >> k & 1 == 1,
+                name: u64_at(d, at + offset_of!(PyFr, name)),
+                hash: u64_at(d, at + offset_of!(PyFr, hash)),
+            }
         })
         .collect();
     Some(PyPending {
@@ -98,6 +104,8 @@ pub(super) fn py_proc(runtime: u64, layout: &Layout) -> ws_py_proc {
         frame_code: layout.frame_code,
         frame_instr: layout.frame_instr,
         frame_owner: layout.frame_owner,
+        code_name: layout.code_name_field(),
+        unicode_hash: layout.unicode_hash(),
         minor: layout.minor,
         ..Default::default()
     }
