@@ -23,12 +23,11 @@ use whyslow_model::SampleType;
 
 /// The open events: one ring per CPU (owned by the first event on that CPU: one counted per CPU where
 /// there is one), plus the extra fds redirected into it: the other per-CPU events, and those opened per
-/// thread (with the process each was opened for, so a process that ended can be let go, and its index
-/// into `cfgs`).
+/// thread (with the process each was opened for, so a process that ended can be let go).
 pub(crate) struct Events {
     rings: Vec<Ring>,
     cpu_extra: Vec<OwnedFd>,
-    extra: Vec<(u32, usize, OwnedFd)>,
+    extra: Vec<(u32, OwnedFd)>,
     cfgs: Vec<EventConfig>,
     cpus: Vec<i32>,
     /// Event id (as samples carry it) -> index into `cfgs`.
@@ -106,7 +105,7 @@ impl Events {
                 self.ids.insert(sys::event_id(&fd)?, k);
                 if let Some(ring) = self.rings.get(i) {
                     sys::redirect_output(&fd, ring.fd())?;
-                    self.extra.push((pid, k, fd));
+                    self.extra.push((pid, fd));
                 } else {
                     self.rings.push(Ring::map(fd, pages)?);
                 }
@@ -116,7 +115,7 @@ impl Events {
     }
 
     pub(crate) fn set_enabled(&self, on: bool) {
-        let extra = self.cpu_extra.iter().chain(self.extra.iter().map(|(_, _, fd)| fd));
+        let extra = self.cpu_extra.iter().chain(self.extra.iter().map(|(_, fd)| fd));
         for fd in self.rings.iter().map(Ring::fd).chain(extra) {
             if on {
                 let _ = sys::enable(fd);
@@ -181,7 +180,7 @@ impl Events {
 
     /// Closes the events opened for process `pid` (not the rings, which other processes share).
     pub(crate) fn forget(&mut self, pid: u32) {
-        self.extra.retain(|(p, _, _)| *p != pid);
+        self.extra.retain(|(p, _)| *p != pid);
         if let Some(sb) = self.side_band.as_mut() {
             sb.forget(pid);
         }

@@ -22,7 +22,7 @@ use whyslow_model::{close_matches, SyscallStat, HIST_BUCKETS};
 /// Slots of the `counted` map (SEEN_COUNTED and SEEN_OTHERS in bpf/syscalls.bpf.c).
 const SEEN_COUNTED: u32 = 0;
 const SEEN_OTHERS: u32 = 1;
-/* Slots of the program's `drops` array (DROP_TRACE, DROP_STATS and DROP_STACK in the program). */
+/// Slots of the program's `drops` array (DROP_TRACE and DROP_STACK in bpf/syscalls.bpf.c).
 const DROP_TRACE: usize = 0;
 const DROP_STACK: usize = 2;
 /// Where a stack sample's stack copy starts (`struct ws_stack`).
