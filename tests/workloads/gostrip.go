@@ -1,7 +1,8 @@
 // Built twice: with symbols and DWARF (gostrip), and as production ships Go (gostrip_stripped:
 // -ldflags="-s -w", then strip). main.step runs exactly N times; each run gives main.hot 3 units of work
 // and main.cold 1 (a 75/25 split of CPU time), both through main.mix, which the compiler inlines into
-// them. main.deep recurses 2000 deep on a fresh goroutine's stack, which has to grow: each growth runs a
+// them. Each step draws its unit's length (80,000-119,999 iterations): steps all of one length could keep
+// step with a sampling clock and put its samples at one place in them. main.deep recurses 2000 deep on a fresh goroutine's stack, which has to grow: each growth runs a
 // prologue twice (Go's stack check restarts the function), which a probe must count once. Usage: gostrip N
 // (default 2000).
 package main
@@ -22,27 +23,32 @@ func mix(x uint64) uint64 {
 }
 
 //go:noinline
-func hot(units int) {
+func hot(units, unit int) {
 	x := sink + 1
-	for i := 0; i < units*100000; i++ {
+	for i := 0; i < units*unit; i++ {
 		x = mix(x)
 	}
 	sink = x
 }
 
 //go:noinline
-func cold(units int) {
+func cold(units, unit int) {
 	x := sink + 3
-	for i := 0; i < units*100000; i++ {
+	for i := 0; i < units*unit; i++ {
 		x = mix(x)
 	}
 	sink = x
 }
+
+// draw is a linear congruence: the same lengths on every run.
+var draw uint64 = 1
 
 //go:noinline
 func step() {
-	hot(3)
-	cold(1)
+	draw = draw*6364136223846793005 + 1442695040888963407
+	unit := 80000 + int(draw>>33)%40000
+	hot(3, unit)
+	cold(1, unit)
 }
 
 // deep(n) calls itself n times below the first call: n+1 calls, with a frame big enough that the

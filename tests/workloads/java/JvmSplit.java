@@ -27,9 +27,13 @@ public class JvmSplit {
         return x;
     }
 
+    // Each round draws its length from the state (80,000-119,999 iterations of hotB, 3 times that of
+    // hotA): rounds all of one length could keep step with a sampling clock and put its samples at one
+    // place in them.
     static long round(long x) {
-        x = hotA(x, 300_000);
-        return hotB(x, 100_000);
+        int n = 80_000 + (int) ((x >>> 33) % 40_000);
+        x = hotA(x, 3 * n);
+        return hotB(x, n);
     }
 
     static long run(long x, long untilNanos) {
