@@ -207,7 +207,8 @@ pub fn totals(p: &Profile, value: usize) -> Totals {
     }
 }
 
-/// The function's id: exact name first, else substring (case-sensitive, then not), the largest total winning.
+/// The function's id: exact name first, else substring (case-sensitive, then not), else a regular
+/// expression (as `--source` and `--focus` take one), the largest total winning.
 fn find(
     query: &str,
     funcs: &Functions,
@@ -215,8 +216,10 @@ fn find(
 ) -> Result<(usize, Vec<String>), AnalyzeError> {
     let live: Vec<usize> = (0..funcs.keys.len()).filter(|&i| stats[i].total != 0).collect();
     let lower = query.to_lowercase();
-    let tests: [&dyn Fn(&str) -> bool; 3] =
-        [&|n| n == query, &|n| n.contains(query), &|n| n.to_lowercase().contains(&lower)];
+    let re = regex::Regex::new(query).ok();
+    let pattern = |n: &str| re.as_ref().is_some_and(|re| re.is_match(n));
+    let tests: [&dyn Fn(&str) -> bool; 4] =
+        [&|n| n == query, &|n| n.contains(query), &|n| n.to_lowercase().contains(&lower), &pattern];
     let candidates: Vec<usize> = tests
         .iter()
         .map(|t| live.iter().copied().filter(|&i| t(&funcs.keys[i].0)).collect::<Vec<_>>())
@@ -227,7 +230,8 @@ fn find(
         let names = live.iter().map(|&i| funcs.keys[i].0.as_str());
         return Err(AnalyzeError::NoSuchFunction {
             query: query.to_string(),
-            suggestions: close_matches(query, names, 5),
+            // An anchored pattern is compared without its anchors.
+            suggestions: close_matches(query.trim_start_matches('^').trim_end_matches('$'), names, 5),
         });
     };
     // One name in several modules: say which module each one is.
@@ -546,6 +550,18 @@ mod tests {
         let c = callers(&p, 0, "A").unwrap();
         assert_eq!(c.function.name, "main", "case-insensitive: main (11) beats a (8)");
         assert_eq!(c.also_matched, ["a"]);
+    }
+
+    #[test]
+    fn a_query_no_name_contains_is_taken_as_a_regular_expression() {
+        let p = profile();
+        // Anchored: only "a", not main (which contains an "a").
+        let c = callers(&p, 0, "^a$").unwrap();
+        assert_eq!((c.function.name.as_str(), c.also_matched.len()), ("a", 0));
+        assert_eq!(callees(&p, 0, "^m.in$").unwrap().function.name, "main");
+        // Neither a name, a part of one nor a pattern that matches: close names are suggested.
+        let AnalyzeError::NoSuchFunction { suggestions, .. } = callees(&p, 0, "^mian$").unwrap_err();
+        assert_eq!(suggestions, ["main"]);
     }
 
     #[test]

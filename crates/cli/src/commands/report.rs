@@ -20,10 +20,11 @@ pub struct ReportArgs {
     /// Split by thread.
     #[arg(long)]
     pub threads: bool,
-    /// Show what this function calls, with shares.
+    /// Show what this function calls, with shares: a name, a part of one, or a regular expression
+    /// (the largest total wins; the others matched are listed).
     #[arg(long, value_name = "FUNCTION", conflicts_with = "callers")]
     pub callees: Option<String>,
-    /// Show who calls this function, with shares.
+    /// Show who calls this function, with shares (found as for --callees).
     #[arg(long, value_name = "FUNCTION")]
     pub callers: Option<String>,
     /// Show the source lines of the functions matching this regular expression with the samples of
