@@ -394,6 +394,8 @@ fn session_thread(
 /// sends the last one at the end.
 struct Windowing<'a> {
     key: &'a Key,
+    /// The key's name, as the counters are kept by.
+    sources: String,
     windows: &'a Sender<Window>,
     /// Cut by the whole-host session.
     host: bool,
@@ -413,6 +415,7 @@ impl<'a> Windowing<'a> {
         let cpu = whyslow_record::thread_cpu_ns();
         Windowing {
             key,
+            sources: key.name(),
             windows,
             host,
             window,
@@ -435,7 +438,7 @@ impl<'a> Windowing<'a> {
         // The step's CPU time, cutting the window included.
         let cpu = whyslow_record::thread_cpu_ns();
         counters.add(
-            self.key,
+            &self.sources,
             n.samples - self.seen.0,
             n.lost - self.seen.1,
             cpu.saturating_sub(self.cpu_seen),
@@ -446,7 +449,7 @@ impl<'a> Windowing<'a> {
             let (cpu_then, samples_then) = std::mem::replace(&mut self.window_start, (cpu, n.samples));
             if n.samples > samples_then {
                 let ns = cpu.saturating_sub(cpu_then) as f64 / (n.samples - samples_then) as f64;
-                counters.window_cost(self.key, ns);
+                counters.window_cost(&self.sources, ns);
             }
         }
         end != Some(whyslow_record::End::Stopped)

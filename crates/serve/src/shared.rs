@@ -4,7 +4,7 @@
 
 use crate::spec::TargetSpec;
 use crate::store::{Store, StoreError};
-use crate::tracked::{Key, Tracked};
+use crate::tracked::Tracked;
 use crate::ServeOptions;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -46,19 +46,29 @@ pub(crate) struct SessionCounts {
 }
 
 impl Counters {
-    /// Adds one step of a session of `key`: samples and lost samples converted, and its CPU ns.
-    pub(crate) fn add(&self, key: &Key, samples: u64, lost: u64, cpu_ns: u64) {
-        let mut m = self.samples.lock().expect("counters lock");
-        let e = m.entry(key.name()).or_default();
-        e.samples += samples;
-        e.lost += lost;
-        e.cpu_ns += cpu_ns;
+    /// Adds one step of a session of sources `sources` ([`Key::name`](crate::tracked::Key::name)): samples and lost samples
+    /// converted, and its CPU ns.
+    pub(crate) fn add(&self, sources: &str, samples: u64, lost: u64, cpu_ns: u64) {
+        self.of_sources(sources, |e| {
+            e.samples += samples;
+            e.lost += lost;
+            e.cpu_ns += cpu_ns;
+        });
     }
 
-    /// A session of `key` cut a window whose samples cost `ns_per_sample` of its CPU each.
-    pub(crate) fn window_cost(&self, key: &Key, ns_per_sample: f64) {
-        self.samples.lock().expect("counters lock").entry(key.name()).or_default().window_ns_per_sample =
-            ns_per_sample;
+    /// A session of sources `sources` cut a window whose samples cost `ns_per_sample` of its CPU each.
+    pub(crate) fn window_cost(&self, sources: &str, ns_per_sample: f64) {
+        self.of_sources(sources, |e| e.window_ns_per_sample = ns_per_sample);
+    }
+
+    /// Changes the counts of `sources` (called at every step of a session: no name is made when the
+    /// entry exists).
+    fn of_sources(&self, sources: &str, change: impl FnOnce(&mut SessionCounts)) {
+        let mut m = self.samples.lock().expect("counters lock");
+        match m.get_mut(sources) {
+            Some(e) => change(e),
+            None => change(m.entry(sources.to_string()).or_default()),
+        }
     }
 
     pub(crate) fn request(&self, code: u16) {
