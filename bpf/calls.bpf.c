@@ -35,26 +35,6 @@ const volatile u32 stack_bytes = STACK_MAX;
  * `sample_period`th call. */
 const volatile bool keyed_stacks = false;
 
-/* A stack sample as sent; the ring record is the whole struct, the stack's first ustack_bytes valid. */
-struct ws_sample {
-	u64 time;
-	u32 tgid;
-	u32 tid;
-	u32 probe;
-	u32 ustack_bytes;
-	u64 ip;
-	u64 sp;
-	u64 bp;
-	u64 ax;
-	u64 di;
-	u64 si;
-	u64 dx;
-	/* keyed_stacks: the key the stack is a sample of, and the hits of that key it stands for. */
-	u64 ret;
-	u64 stack;
-	u64 weight;
-	u8 ustack[STACK_MAX + 2 * PAGE];
-};
 /* Never used: puts struct ws_sample into the skeleton's generated types, whose layout the reader uses. */
 struct ws_sample *ws_sample_layout __attribute__((unused));
 

@@ -91,20 +91,8 @@ struct ws_event {
 /* Never used: puts struct ws_event into the skeleton's generated types, whose layout the reader uses. */
 struct ws_event *ws_event_layout __attribute__((unused));
 
-/* A syscall's stack sample as sent; the ring record is the whole struct, the first ustack_bytes valid. */
-struct ws_stack {
-	u64 time;
-	u32 tgid;
-	u32 tid;
-	u64 nr;
-	u64 ip;
-	u64 sp;
-	u64 bp;
-	u32 ustack_bytes;
-	u32 pad;
-	u8 ustack[STACK_MAX + 2 * PAGE];
-};
-struct ws_stack *ws_stack_layout __attribute__((unused));
+/* Never used: puts struct ws_sample (bpf/ustack.h) into the skeleton's generated types. */
+struct ws_sample *ws_sample_layout __attribute__((unused));
 
 /* Set before load: whether any syscall is traced one by one (skips a lookup per call when not). */
 const volatile bool tracing = false;
@@ -249,7 +237,7 @@ static __always_inline void execve_entered(struct task_struct *task)
 /* Sends the user registers and stack of the current thread, entering syscall `nr`. */
 static __always_inline void send_stack(struct pt_regs *regs, u32 tgid, u32 tid, u32 nr)
 {
-	struct ws_stack *s = bpf_ringbuf_reserve(&stacks, sizeof(*s), 0);
+	struct ws_sample *s = bpf_ringbuf_reserve(&stacks, sizeof(*s), 0);
 	if (!s) {
 		drop(DROP_STACK);
 		return;
@@ -257,11 +245,13 @@ static __always_inline void send_stack(struct pt_regs *regs, u32 tgid, u32 tid, 
 	s->time = bpf_ktime_get_ns();
 	s->tgid = tgid;
 	s->tid = tid;
-	s->nr = nr;
+	s->probe = 0;
 	s->ip = BPF_CORE_READ(regs, ip);
 	s->sp = BPF_CORE_READ(regs, sp);
 	s->bp = BPF_CORE_READ(regs, bp);
-	s->pad = 0;
+	s->ax = s->di = s->si = s->dx = 0;
+	s->ret = nr;
+	s->stack = s->weight = 0;
 	s->ustack_bytes = copy_user_stack(s->ustack, STACK_MAX - 1, 0, s->sp, stack_bytes, NULL);
 	bpf_ringbuf_submit(s, DRAINED_ON_ITS_CLOCK);
 }

@@ -1,12 +1,37 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * Copies of a thread's user stack, for user space to unwind (bpf/offcpu.bpf.c, bpf/calls.bpf.c).
+ * Copies of a thread's user stack, for user space to unwind (bpf/offcpu.bpf.c, bpf/calls.bpf.c,
+ * bpf/syscalls.bpf.c).
  */
 #ifndef WHYSLOW_USTACK_H
 #define WHYSLOW_USTACK_H
 
 #define STACK_MAX 16384 /* bytes of user stack copied at most (a power of two) */
 #define PAGE 4096
+
+/* A user-stack sample as the call and syscall programs send it; the ring record is the whole struct, the
+ * stack's first ustack_bytes valid. One layout, one decoder in user space (crates/record/src/bpf/mod.rs). */
+struct ws_sample {
+	u64 time;
+	u32 tgid;
+	u32 tid;
+	/* The call probe's index (0 for a syscall). */
+	u32 probe;
+	u32 ustack_bytes;
+	u64 ip;
+	u64 sp;
+	u64 bp;
+	u64 ax;
+	u64 di;
+	u64 si;
+	u64 dx;
+	/* Calls with keyed stacks: the key the stack is a sample of (return address and stack id), and the
+	 * hits of that key it stands for. Syscalls: the syscall's number in `ret`. */
+	u64 ret;
+	u64 stack;
+	u64 weight;
+	u8 ustack[STACK_MAX + 2 * PAGE];
+};
 
 /* Reads `len` bytes of user memory at `src`: the calling thread's when `task` is NULL, otherwise `task`'s
  * (a sleepable program only; the branch is gone where `task` is a literal NULL). */

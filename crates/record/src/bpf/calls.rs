@@ -4,11 +4,11 @@
 //! one grace period, where a perf event per probe took one each, one after the other).
 
 use super::calls_skel::types::{
-    ws_alloc_role, ws_call_key, ws_call_val, ws_sample as Rec, ws_site_key, ws_site_val, ws_size_arg,
-    ws_size_how, ws_stack_key, ws_stack_val,
+    ws_alloc_role, ws_call_key, ws_call_val, ws_site_key, ws_site_val, ws_size_arg, ws_size_how,
+    ws_stack_key, ws_stack_val,
 };
 use super::calls_skel::{CallsSkel, CallsSkelBuilder, OpenCallsSkel};
-use super::{check_btf, classify, entries, quiet_libbpf, u32_at, u64_at};
+use super::{check_btf, classify, entries, quiet_libbpf, STACK_MAX};
 use crate::allocators::{AllocRole, AllocSite};
 use crate::calls::{HitCost, Probe};
 use crate::RecordError;
@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::mem::MaybeUninit;
 use std::ops::Range;
 use std::path::PathBuf;
-use whyslow_convert::records::{Record, Sample, Timed, UserRegs};
+use whyslow_convert::records::{Record, Timed};
 use whyslow_convert::SizeArg;
 
 /// Attach-cookie bit of a probe whose hits are subtracted from its function's calls (bpf/calls.bpf.c).
@@ -42,10 +42,6 @@ pub use whyslow_convert::SiteCount;
 /// ring had no room for.
 const DROP_MAP: usize = 0;
 const DROP_RING: usize = 1;
-const STACK_MAX: u32 = 16384;
-/// Where a sample's stack copy starts (bpf/calls.bpf.c, `struct ws_sample`).
-const USTACK_OFFSET: usize = std::mem::offset_of!(Rec, ustack);
-const _: () = assert!(std::mem::size_of::<Rec>() - USTACK_OFFSET >= STACK_MAX as usize);
 
 /// Stacks of every `period`th call of each probe (per CPU), `stack_bytes` of user stack each, as
 /// samples with event id `first_id + probe`, through a ring of `ring_bytes`.
@@ -77,37 +73,14 @@ pub struct CallProbe<'obj> {
 }
 
 fn decode(b: &[u8], s: &StackSampling) -> Option<Timed> {
-    use std::mem::offset_of;
-    if b.len() < USTACK_OFFSET {
-        return None;
+    let u = super::decode_user_sample(b)?;
+    let mut sample = u.sample;
+    sample.id = s.first_id + u64::from(u.probe);
+    sample.period = if s.keyed { u.weight } else { s.period };
+    if s.keyed {
+        sample.raw = [u.ret.to_ne_bytes(), u.stack.to_ne_bytes()].concat();
     }
-    let u64_of = |at| u64_at(b, at);
-    let u32_of = |at| u32_at(b, at);
-    let bytes = (u32_of(offset_of!(Rec, ustack_bytes)) as usize).min(b.len() - USTACK_OFFSET);
-    let regs = UserRegs {
-        ip: u64_of(offset_of!(Rec, ip)),
-        sp: u64_of(offset_of!(Rec, sp)),
-        bp: u64_of(offset_of!(Rec, bp)),
-        ax: u64_of(offset_of!(Rec, ax)),
-        di: u64_of(offset_of!(Rec, di)),
-        si: u64_of(offset_of!(Rec, si)),
-        dx: u64_of(offset_of!(Rec, dx)),
-    };
-    let (ret, stack) = (u64_of(offset_of!(Rec, ret)), u64_of(offset_of!(Rec, stack)));
-    let sample = Sample {
-        pid: u32_of(offset_of!(Rec, tgid)),
-        tid: u32_of(offset_of!(Rec, tid)),
-        id: s.first_id + u64::from(u32_of(offset_of!(Rec, probe))),
-        period: if s.keyed { u64_of(offset_of!(Rec, weight)) } else { s.period },
-        kernel: Vec::new(),
-        user: Vec::new(),
-        regs: Some(regs),
-        stack: b[USTACK_OFFSET..USTACK_OFFSET + bytes].to_vec(),
-        goroutine: None,
-        python: Vec::new(),
-        raw: if s.keyed { [ret.to_ne_bytes(), stack.to_ne_bytes()].concat() } else { Vec::new() },
-    };
-    Some(Timed { time: u64_of(offset_of!(Rec, time)), record: Record::Sample(sample) })
+    Some(Timed { time: u.time, record: Record::Sample(sample) })
 }
 
 /// An allocation probe's entry of bpf/calls.bpf.c's `size_arg` map.
@@ -359,8 +332,9 @@ impl<'obj> CallProbe<'obj> {
 
 #[cfg(test)]
 mod tests {
-    use super::{decode, ws_call_val, ws_stack_key, Rec, Record, StackSampling, STACK_MAX, USTACK_OFFSET};
+    use super::{decode, ws_call_val, ws_stack_key, Record, StackSampling, STACK_MAX};
     use crate::bpf::bytes_of;
+    use crate::bpf::{UserSampleRec as Rec, USTACK_OFFSET};
 
     fn sample() -> Box<Rec> {
         let mut r = Box::<Rec>::default();

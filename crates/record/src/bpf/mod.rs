@@ -19,6 +19,7 @@ pub use stacks::{StacksProbe, Taken};
 pub use syscalls::{syscall_numbers, Seen, SyscallCost, SyscallProbe};
 
 use crate::RecordError;
+use calls_skel::types::ws_sample as UserSampleRec;
 
 #[allow(clippy::all, clippy::undocumented_unsafe_blocks, dead_code, unused_imports, unused_qualifications)]
 #[allow(non_camel_case_types)]
@@ -179,6 +180,72 @@ impl RecordRing {
             self.lost_reported = lost;
         }
     }
+}
+
+/// Bytes of user stack a program copies at most (bpf/ustack.h's STACK_MAX).
+const STACK_MAX: u32 = 16384;
+/// Where a user-stack sample's stack copy starts (bpf/ustack.h's `struct ws_sample`, which the call and
+/// syscall programs both send: their skeletons generate the same type).
+const USTACK_OFFSET: usize = std::mem::offset_of!(UserSampleRec, ustack);
+const _: () = assert!(std::mem::size_of::<UserSampleRec>() - USTACK_OFFSET >= STACK_MAX as usize);
+const _: () = assert!(std::mem::size_of::<UserSampleRec>() == std::mem::size_of::<skel::types::ws_sample>());
+const _: () = assert!(USTACK_OFFSET == std::mem::offset_of!(skel::types::ws_sample, ustack));
+
+/// A user-stack sample record: the sample (its id, period and raw data left for the program's reader to
+/// set) and the fields that say what it stands for.
+struct UserSample {
+    time: u64,
+    sample: whyslow_convert::records::Sample,
+    /// The call probe's index (0 for a syscall).
+    probe: u32,
+    /// Keyed call stacks: the key (return address, stack id) and the hits it stands for. Syscalls: the
+    /// syscall's number in `ret`.
+    ret: u64,
+    stack: u64,
+    weight: u64,
+}
+
+/// Decodes a `struct ws_sample` (bpf/ustack.h) as the call and syscall programs lay it out; None when the
+/// record is short.
+fn decode_user_sample(b: &[u8]) -> Option<UserSample> {
+    use std::mem::offset_of;
+    use UserSampleRec as Rec;
+    if b.len() < USTACK_OFFSET {
+        return None;
+    }
+    let u64_of = |at| u64_at(b, at);
+    let u32_of = |at| u32_at(b, at);
+    let bytes = (u32_of(offset_of!(Rec, ustack_bytes)) as usize).min(b.len() - USTACK_OFFSET);
+    let regs = whyslow_convert::records::UserRegs {
+        ip: u64_of(offset_of!(Rec, ip)),
+        sp: u64_of(offset_of!(Rec, sp)),
+        bp: u64_of(offset_of!(Rec, bp)),
+        ax: u64_of(offset_of!(Rec, ax)),
+        di: u64_of(offset_of!(Rec, di)),
+        si: u64_of(offset_of!(Rec, si)),
+        dx: u64_of(offset_of!(Rec, dx)),
+    };
+    let sample = whyslow_convert::records::Sample {
+        pid: u32_of(offset_of!(Rec, tgid)),
+        tid: u32_of(offset_of!(Rec, tid)),
+        id: 0,
+        period: 0,
+        kernel: Vec::new(),
+        user: Vec::new(),
+        regs: Some(regs),
+        stack: b[USTACK_OFFSET..USTACK_OFFSET + bytes].to_vec(),
+        goroutine: None,
+        python: Vec::new(),
+        raw: Vec::new(),
+    };
+    Some(UserSample {
+        time: u64_of(offset_of!(Rec, time)),
+        sample,
+        probe: u32_of(offset_of!(Rec, probe)),
+        ret: u64_of(offset_of!(Rec, ret)),
+        stack: u64_of(offset_of!(Rec, stack)),
+        weight: u64_of(offset_of!(Rec, weight)),
+    })
 }
 
 /// The sum over every CPU and every slot in `slots` of a per-CPU array of u64 counters.

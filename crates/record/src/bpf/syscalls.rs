@@ -3,11 +3,9 @@
 //! drain the trace and stack ring buffers, and read the kernel's counters.
 
 use super::calls::StackSampling;
-use super::skel::types::{
-    ws_event as Event, ws_inflight, ws_key, ws_stack as StackRec, ws_stat, ws_trace_cfg,
-};
+use super::skel::types::{ws_event as Event, ws_inflight, ws_key, ws_stat, ws_trace_cfg};
 use super::skel::{OpenSyscallsSkel, SyscallsSkel, SyscallsSkelBuilder};
-use super::{bytes_of, check_btf, classify, plain, quiet_libbpf, u32_at, u64_at};
+use super::{bytes_of, check_btf, classify, plain, quiet_libbpf, u64_at, STACK_MAX};
 use crate::RecordError;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
@@ -15,7 +13,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::mem::MaybeUninit;
 use std::rc::Rc;
-use whyslow_convert::records::{Record, Sample, Timed, UserRegs};
+use whyslow_convert::records::{Record, Timed};
 use whyslow_model::syscalls::{errno_name, string_args, syscall_name, syscall_names, TraceEvent};
 use whyslow_model::{close_matches, SyscallStat, HIST_BUCKETS};
 
@@ -25,10 +23,6 @@ const SEEN_OTHERS: u32 = 1;
 /// Slots of the program's `drops` array (DROP_TRACE and DROP_STACK in bpf/syscalls.bpf.c).
 const DROP_TRACE: usize = 0;
 const DROP_STACK: usize = 2;
-/// Where a stack sample's stack copy starts (`struct ws_stack`).
-const USTACK_OFFSET: usize = std::mem::offset_of!(StackRec, ustack);
-const STACK_MAX: u32 = 16384;
-const _: () = assert!(std::mem::size_of::<StackRec>() - USTACK_OFFSET >= STACK_MAX as usize);
 
 /// Loaded and attached syscall counters; detached when dropped.
 pub struct SyscallProbe<'obj> {
@@ -156,36 +150,13 @@ fn decode_event(b: &[u8]) -> Option<TraceEvent> {
     })
 }
 
-/// A stack sample as the program lays it out (`struct ws_stack`): a sample of event id `s.first_id`
-/// standing for `s.period` syscalls, its raw data the syscall's number; None when the record is short.
+/// A stack sample (bpf/ustack.h's `struct ws_sample`): a sample of event id `s.first_id` standing for
+/// `s.period` syscalls, its raw data the syscall's number; None when the record is short.
 fn decode_stack(b: &[u8], s: &StackSampling) -> Option<Timed> {
-    use std::mem::offset_of;
-    if b.len() < USTACK_OFFSET {
-        return None;
-    }
-    let u64_of = |at| u64_at(b, at);
-    let u32_of = |at| u32_at(b, at);
-    let bytes = (u32_of(offset_of!(StackRec, ustack_bytes)) as usize).min(b.len() - USTACK_OFFSET);
-    let regs = UserRegs {
-        ip: u64_of(offset_of!(StackRec, ip)),
-        sp: u64_of(offset_of!(StackRec, sp)),
-        bp: u64_of(offset_of!(StackRec, bp)),
-        ..Default::default()
-    };
-    let sample = Sample {
-        pid: u32_of(offset_of!(StackRec, tgid)),
-        tid: u32_of(offset_of!(StackRec, tid)),
-        id: s.first_id,
-        period: s.period,
-        kernel: Vec::new(),
-        user: Vec::new(),
-        regs: Some(regs),
-        stack: b[USTACK_OFFSET..USTACK_OFFSET + bytes].to_vec(),
-        goroutine: None,
-        python: Vec::new(),
-        raw: u64_of(offset_of!(StackRec, nr)).to_ne_bytes().to_vec(),
-    };
-    Some(Timed { time: u64_of(offset_of!(StackRec, time)), record: Record::Sample(sample) })
+    let u = super::decode_user_sample(b)?;
+    let mut sample = u.sample;
+    (sample.id, sample.period, sample.raw) = (s.first_id, s.period, u.ret.to_ne_bytes().to_vec());
+    Some(Timed { time: u.time, record: Record::Sample(sample) })
 }
 
 impl<'obj> SyscallProbe<'obj> {
@@ -463,8 +434,28 @@ impl<'obj> SyscallProbe<'obj> {
 
 #[cfg(test)]
 mod tests {
-    use super::SyscallProbe;
+    use super::{decode_stack, SyscallProbe};
+    use crate::bpf::{bytes_of, StackSampling, UserSampleRec, USTACK_OFFSET};
     use std::mem::MaybeUninit;
+    use whyslow_convert::records::Record;
+
+    /// A syscall's stack sample is the programs' shared record: the sample stands for the period under
+    /// the syscall stacks' event id, with the syscall's number as its raw data.
+    #[test]
+    fn a_syscall_stack_sample_carries_its_number() {
+        let mut r = Box::<UserSampleRec>::default();
+        (r.time, r.tgid, r.tid, r.ustack_bytes, r.ip, r.sp, r.bp, r.ret) = (9, 3, 4, 2, 10, 20, 30, 232);
+        r.ustack[..2].copy_from_slice(&[7, 8]);
+        let st =
+            StackSampling { period: 16, stack_bytes: 4096, ring_bytes: 1 << 20, first_id: 40, keyed: false };
+        let t = decode_stack(&bytes_of(&*r)[..USTACK_OFFSET + 2], &st).expect("decodes");
+        let Record::Sample(s) = t.record else { panic!("{:?}", t.record) };
+        assert_eq!((t.time, s.pid, s.tid, s.id, s.period), (9, 3, 4, 40, 16));
+        let g = s.regs.expect("regs");
+        assert_eq!(([g.ip, g.sp, g.bp], s.stack), ([10, 20, 30], vec![7, 8]));
+        assert_eq!(s.raw, 232u64.to_ne_bytes(), "epoll_wait's number");
+        assert!(decode_stack(&bytes_of(&*r)[..USTACK_OFFSET - 1], &st).is_none(), "short");
+    }
 
     /// The syscalls of a process that is not counted are seen while the counters are attached (they pay
     /// for them too) and not while detached; they are never counted as a target's. The cost measurement
