@@ -16,7 +16,7 @@
 use crate::doctor::Finding;
 use crate::stats;
 use serde::Serialize;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use whyslow_model::{sample_types, Profile, NONE};
 
 /// Functions under this share (percent of a window's CPU samples, self and total) are not kept for the
@@ -43,28 +43,41 @@ pub struct WindowStat {
 pub fn window_stat(p: &Profile, findings: &[Finding], build: &str) -> Option<WindowStat> {
     let v = p.sample_type(sample_types::CPU)?;
     let n = p.cpu_samples()?;
-    let mut selfs: BTreeMap<&str, i64> = BTreeMap::new();
-    let mut totals: BTreeMap<&str, i64> = BTreeMap::new();
-    for s in &p.samples {
-        let x = s.values[v];
-        if x == 0 || s.stack == NONE {
-            continue;
+    // Each stack is walked once (a window's samples share few stacks), its functions counted by name
+    // slot: a name's frames (lines, inlined copies, modules) are one function.
+    let mut by_stack: HashMap<u32, i64> = HashMap::new();
+    for s in p.samples.iter().filter(|s| s.stack != NONE && s.values[v] != 0) {
+        *by_stack.entry(s.stack).or_default() += s.values[v];
+    }
+    let mut slots: HashMap<&str, usize> = HashMap::new();
+    let slot_of: Vec<usize> = (0..p.frames.len() as u32)
+        .map(|f| {
+            let next = slots.len();
+            *slots.entry(p.frame_name(f)).or_insert(next)
+        })
+        .collect();
+    let (mut selfs, mut totals) = (vec![0i64; slots.len()], vec![0i64; slots.len()]);
+    let mut seen: Vec<usize> = Vec::new();
+    for (&leaf, &x) in &by_stack {
+        seen.clear();
+        let mut node = leaf;
+        while node != NONE {
+            let n = p.stacks[node as usize];
+            seen.push(slot_of[n.frame as usize]);
+            node = n.parent;
         }
-        let frames = p.stack_frames(s.stack);
-        if let Some(&leaf) = frames.last() {
-            *selfs.entry(p.frame_name(leaf)).or_default() += x;
-        }
-        let mut names: Vec<&str> = frames.iter().map(|&f| p.frame_name(f)).collect();
-        names.sort_unstable();
-        names.dedup();
-        for name in names {
-            *totals.entry(name).or_default() += x;
+        selfs[seen[0]] += x;
+        seen.sort_unstable();
+        seen.dedup();
+        for &f in &seen {
+            totals[f] += x;
         }
     }
     let pct = |x: i64| 100.0 * x as f64 / n as f64;
-    let functions = totals
-        .iter()
-        .map(|(name, &t)| (name.to_string(), (pct(selfs.get(name).copied().unwrap_or(0)), pct(t))))
+    let functions = slots
+        .into_iter()
+        .filter(|&(_, i)| totals[i] != 0)
+        .map(|(name, i)| (name.to_string(), (pct(selfs[i]), pct(totals[i]))))
         .filter(|(_, (s, t))| *s >= TRACKED_PCT || *t >= TRACKED_PCT)
         .collect();
     Some(WindowStat {
@@ -591,15 +604,21 @@ mod tests {
         let s1 = b.stack(&[main, work]);
         let s2 = b.stack(&[main, work, memcpy]);
         let s3 = b.stack(&[main]);
-        b.add_sample(s1, t, &[60]);
+        // Recursion, and one name in two modules: each counts once in a stack's total.
+        let work_lib = b.frame("work", libc, "", FrameKind::User);
+        let s4 = b.stack(&[main, work, work_lib, work]);
+        b.add_sample(s1, t, &[40]);
         b.add_sample(s2, t, &[30]);
         b.add_sample(s3, t, &[10]);
+        b.add_sample(s4, t, &[15]);
+        b.add_sample(s1, t, &[5]);
         let p = b.finish();
         let w = window_stat(&p, &[], "abcd").unwrap();
         assert_eq!((w.start_ns, w.end_ns, w.samples), (5, 15, 100));
         assert_eq!(w.functions["work"], (60.0, 90.0));
         assert_eq!(w.functions["memcpy"], (30.0, 30.0));
         assert_eq!(w.functions["main"], (10.0, 100.0));
+        assert_eq!(w.functions.len(), 3);
         assert_eq!(main_builds(&p), ["abcd"]);
     }
 }

@@ -47,10 +47,8 @@ impl Store {
 
     pub fn set_cursor(&mut self, queue: Queue, name: &str, id: i64) -> Result<(), StoreError> {
         self.write(|c| {
-            c.execute(
-                "UPDATE cursors SET last_id = ?3 WHERE queue = ?1 AND name = ?2",
-                params![queue.table(), name, id],
-            )
+            c.prepare_cached("UPDATE cursors SET last_id = ?3 WHERE queue = ?1 AND name = ?2")?
+                .execute(params![queue.table(), name, id])
         })?;
         Ok(())
     }

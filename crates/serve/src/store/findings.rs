@@ -40,10 +40,11 @@ impl Store {
         self.write(|c| {
             let tx = c.transaction()?;
             for f in rows {
-                tx.execute(
+                tx.prepare_cached(
                     "INSERT OR REPLACE INTO findings(target, start_ns, end_ns, rule, title, impact_pct, impact_of,
                      confidence, evidence) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-                    params![
+                )?
+                .execute(params![
                         f.target,
                         sql_time(f.start_ns),
                         sql_time(f.end_ns),
@@ -52,15 +53,12 @@ impl Store {
                         f.impact_pct,
                         f.impact_of,
                         f.confidence,
-                        serde_json::to_string(&f.evidence).expect("strings serialize")
-                    ],
-                )?;
+                    serde_json::to_string(&f.evidence).expect("strings serialize")
+                ])?;
             }
             for (target, at, kind, body) in events {
-                tx.execute(
-                    "INSERT INTO events(target, at_ns, kind, body) VALUES (?1, ?2, ?3, ?4)",
-                    params![target, sql_time(*at), kind, body],
-                )?;
+                tx.prepare_cached("INSERT INTO events(target, at_ns, kind, body) VALUES (?1, ?2, ?3, ?4)")?
+                    .execute(params![target, sql_time(*at), kind, body])?;
             }
             tx.commit()
         })

@@ -22,11 +22,11 @@ pub struct WindowRow {
 impl Store {
     pub fn saw_process(&mut self, p: &ProcessView, now_ns: u64) -> Result<(), StoreError> {
         self.write(|c| {
-            c.execute(
+            c.prepare_cached(
                 "INSERT INTO processes(pid, start_ticks, comm, cmdline, first_ns, last_ns) VALUES (?1, ?2, ?3, ?4, ?5, ?5)
                  ON CONFLICT(pid, start_ticks) DO UPDATE SET last_ns = ?5, comm = ?3, cmdline = ?4",
-                params![p.pid, p.start_ticks as i64, p.comm, p.cmdline, now_ns as i64],
-            )
+            )?
+            .execute(params![p.pid, p.start_ticks as i64, p.comm, p.cmdline, now_ns as i64])
         })?;
         Ok(())
     }
@@ -43,26 +43,26 @@ impl Store {
                 let end = start + profile.meta.duration_ns;
                 let types =
                     profile.sample_types.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(",");
-                tx.execute(
+                tx.prepare_cached(
                     "INSERT INTO windows(pid, start_ticks, start_ns, end_ns, types, bytes, profile, cgroup)
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                    params![
-                        p.pid,
-                        p.start_ticks as i64,
-                        sql_time(start),
-                        sql_time(end),
-                        types,
-                        blob.len() as i64,
-                        blob,
-                        p.cgroup
-                    ],
-                )?;
+                )?
+                .execute(params![
+                    p.pid,
+                    p.start_ticks as i64,
+                    sql_time(start),
+                    sql_time(end),
+                    types,
+                    blob.len() as i64,
+                    blob,
+                    p.cgroup
+                ])?;
                 let id = tx.last_insert_rowid();
                 for t in targets.iter() {
-                    tx.execute(
+                    tx.prepare_cached(
                         "INSERT OR IGNORE INTO window_targets(target, start_ns, window) VALUES (?1, ?2, ?3)",
-                        params![t, sql_time(start), id],
-                    )?;
+                    )?
+                    .execute(params![t, sql_time(start), id])?;
                 }
             }
             tx.commit()
