@@ -12,7 +12,6 @@ pub mod syscalls;
 pub mod units;
 
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
 
 /// Leaf frame of off-CPU time a thread spent runnable (preempted) rather than blocked.
 pub const PREEMPTED_FRAME: &str = "[waiting for a CPU]";
@@ -826,25 +825,26 @@ impl Profile {
     }
 }
 
-/// Builds a [`Profile`] with interning and aggregation; the one entry point for every source.
+/// Builds a [`Profile`] with interning and aggregation; the one entry point for every source. Its maps
+/// are looked up for every frame of every sample added: hashed with foldhash ([`raw::FastMap`]).
 pub struct ProfileBuilder {
     profile: Profile,
-    strings: HashMap<String, u32>,
-    frames: HashMap<Frame, u32>,
-    nodes: HashMap<StackNode, u32>,
-    samples: HashMap<(u32, u32, u32), usize>,
-    modules: HashMap<String, u32>,
+    strings: raw::FastMap<String, u32>,
+    frames: raw::FastMap<Frame, u32>,
+    nodes: raw::FastMap<StackNode, u32>,
+    samples: raw::FastMap<(u32, u32, u32), usize>,
+    modules: raw::FastMap<String, u32>,
 }
 
 impl ProfileBuilder {
     pub fn new(meta: Metadata, sample_types: Vec<SampleType>) -> Self {
         let mut b = ProfileBuilder {
             profile: Profile { meta, sample_types, ..Default::default() },
-            strings: HashMap::new(),
-            frames: HashMap::new(),
-            nodes: HashMap::new(),
-            samples: HashMap::new(),
-            modules: HashMap::new(),
+            strings: Default::default(),
+            frames: Default::default(),
+            nodes: Default::default(),
+            samples: Default::default(),
+            modules: Default::default(),
         };
         b.intern("");
         b

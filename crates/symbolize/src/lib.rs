@@ -26,7 +26,7 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::sync::Arc;
 use whyslow_debuginfod::Client;
-use whyslow_model::raw::{RawFrame, RawRecording};
+use whyslow_model::raw::{FastMap, RawFrame, RawRecording};
 use whyslow_model::{
     basename, is_probe_address, is_probe_frame, FrameKind, Profile, ProfileBuilder, NONE, PROBE_FRAME,
     PROBE_MODULE,
@@ -454,7 +454,7 @@ fn build(raw: RawRecording, pool: &mut Pool, kernel: &mut dyn kernel::KernelTabl
             }
         }
     }
-    let mut resolved: HashMap<RawFrame, Vec<Func>> = HashMap::new();
+    let mut resolved: FastMap<RawFrame, Vec<Func>> = FastMap::default();
     // Each module on a pool thread (in parallel, and on the thread that may have read it ahead).
     let (reply, replies) = mpsc::channel();
     let mut asked: HashMap<u32, Vec<u64>> = HashMap::new();
@@ -547,7 +547,7 @@ fn build(raw: RawRecording, pool: &mut Pool, kernel: &mut dyn kernel::KernelTabl
     let module_ids: Vec<u32> = raw.modules.iter().map(|m| b.module(&m.path, &m.build_id)).collect();
     let kernel_module = b.module(KERNEL_MODULE, "");
     // Each raw frame's function frames, and whether it is inside one of our probes.
-    let mut frame_cache: HashMap<RawFrame, (Vec<(u32, u32)>, bool)> = HashMap::new();
+    let mut frame_cache: FastMap<RawFrame, (Vec<(u32, u32)>, bool)> = FastMap::default();
     let mut probe_frame = None;
     // Deterministic output order: sort the aggregated samples.
     let mut samples: Vec<_> = raw.samples.into_iter().collect();
