@@ -2,9 +2,9 @@
 // -ldflags="-s -w", then strip). main.step runs exactly N times; each run gives main.hot 3 units of work
 // and main.cold 1 (a 75/25 split of CPU time), both through main.mix, which the compiler inlines into
 // them. Each step draws its unit's length (80,000-119,999 iterations): steps all of one length could keep
-// step with a sampling clock and put its samples at one place in them. main.deep recurses 2000 deep on a fresh goroutine's stack, which has to grow: each growth runs a
-// prologue twice (Go's stack check restarts the function), which a probe must count once. Usage: gostrip N
-// (default 2000).
+// step with a sampling clock and put its samples at one place in them. main.deep recurses 2000 deep on a
+// fresh goroutine's stack, which has to grow: each growth runs a prologue twice (Go's stack check restarts
+// the function), which a probe must count once. Usage: gostrip N (default 2000).
 package main
 
 import (

@@ -46,8 +46,8 @@ pub(crate) struct SessionCounts {
 }
 
 impl Counters {
-    /// Adds one step of a session of sources `sources` ([`Key::name`](crate::tracked::Key::name)): samples and lost samples
-    /// converted, and its CPU ns.
+    /// Adds one step of a session of sources `sources` ([`Key::name`](crate::tracked::Key::name)):
+    /// samples and lost samples converted, and its CPU ns.
     pub(crate) fn add(&self, sources: &str, samples: u64, lost: u64, cpu_ns: u64) {
         self.of_sources(sources, |e| {
             e.samples += samples;

@@ -5,7 +5,7 @@
 
 use super::mem_skel::types::{ws_mem_alloc as Alloc, ws_mem_event as Event, ws_mem_how, ws_mem_site};
 use super::mem_skel::{MemSkel, MemSkelBuilder, OpenMemSkel};
-use super::{check_btf, classify, drops_total, quiet_libbpf, u32_at, u64_at};
+use super::{check_btf, classify, drops_total, quiet_libbpf, u32_at, u64_at, STACK_MAX};
 use crate::allocators::{MemHow, MemSite};
 use crate::calls::{HitCost, Probe};
 use crate::RecordError;
@@ -18,9 +18,8 @@ use std::path::PathBuf;
 use std::rc::Rc;
 use whyslow_convert::records::UserRegs;
 
-/// bpf/mem.bpf.c's sizes: the interval table, the stack copied at most.
+/// bpf/mem.bpf.c's interval table's size.
 const INTERVALS: u32 = 4096;
-const STACK_MAX: u32 = 16384;
 const USTACK_OFFSET: usize = offset_of!(Alloc, ustack);
 const _: () = assert!(std::mem::size_of::<Alloc>() - USTACK_OFFSET >= STACK_MAX as usize);
 /// Slots of the program's `drops` and `hits` counters.

@@ -182,7 +182,7 @@ impl RecordRing {
     }
 }
 
-/// Bytes of user stack a program copies at most (bpf/ustack.h's STACK_MAX).
+/// Bytes of user stack a program copies at most (bpf/ustack.h's STACK_MAX, which every program uses).
 const STACK_MAX: u32 = 16384;
 /// Where a user-stack sample's stack copy starts (bpf/ustack.h's `struct ws_sample`, which the call and
 /// syscall programs both send: their skeletons generate the same type).

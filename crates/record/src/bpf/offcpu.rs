@@ -6,7 +6,7 @@
 
 use super::offcpu_skel::types::ws_block as Block;
 use super::offcpu_skel::{OffcpuSkel, OffcpuSkelBuilder, OpenOffcpuSkel};
-use super::{check_btf, classify, quiet_libbpf, u32_at, u64_at};
+use super::{check_btf, classify, quiet_libbpf, u32_at, u64_at, STACK_MAX};
 use crate::RecordError;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, OpenObject};
@@ -15,8 +15,6 @@ use std::time::Duration;
 use whyslow_convert::records::{GoroutineStack, Record, Sample, Timed, UserRegs};
 use whyslow_python::Layout;
 
-/// Must match STACK_MAX in bpf/offcpu.bpf.c.
-const STACK_MAX: u32 = 16384;
 /// Where `struct ws_block`'s stacks start: its layout is the skeleton's generated type's.
 const KSTACK_OFFSET: usize = offset_of!(Block, kstack);
 const USTACK_OFFSET: usize = offset_of!(Block, ustack);

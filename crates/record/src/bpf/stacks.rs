@@ -4,7 +4,7 @@
 
 use super::stacks_skel::types::ws_snap as Snap;
 use super::stacks_skel::{OpenStacksSkel, StacksSkel, StacksSkelBuilder};
-use super::{check_btf, classify, quiet_libbpf, u32_at, u64_at};
+use super::{check_btf, classify, quiet_libbpf, u32_at, u64_at, STACK_MAX};
 use crate::RecordError;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, OpenObject};
@@ -12,8 +12,6 @@ use std::mem::{offset_of, size_of, MaybeUninit};
 use whyslow_convert::records::{Sample, UserRegs};
 use whyslow_python::Layout;
 
-/// Must match STACK_MAX in bpf/ustack.h.
-const STACK_MAX: u32 = 16384;
 const KSTACK_OFFSET: usize = offset_of!(Snap, kstack);
 const USTACK_OFFSET: usize = offset_of!(Snap, ustack);
 const PY_OFFSET: usize = offset_of!(Snap, py);

@@ -45,14 +45,14 @@ impl Store {
                      confidence, evidence) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
                 )?
                 .execute(params![
-                        f.target,
-                        sql_time(f.start_ns),
-                        sql_time(f.end_ns),
-                        f.rule,
-                        f.title,
-                        f.impact_pct,
-                        f.impact_of,
-                        f.confidence,
+                    f.target,
+                    sql_time(f.start_ns),
+                    sql_time(f.end_ns),
+                    f.rule,
+                    f.title,
+                    f.impact_pct,
+                    f.impact_of,
+                    f.confidence,
                     serde_json::to_string(&f.evidence).expect("strings serialize")
                 ])?;
             }
